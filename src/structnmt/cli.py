@@ -1,0 +1,226 @@
+"""The ``structnmt`` command line: thin wrappers that parse arguments and call the library.
+
+Subcommands (``structnmt <cmd> -h`` for their options)::
+
+    synth      write the synthetic syntactic-transduction corpus and its gold trees
+    prepare    parallel text -> SentencePiece-encoded, memory-mapped dataset
+    train      train from a YAML config with dotted overrides (torchrun-compatible)
+    translate  beam search / greedy decoding from a file or standard input
+    average    average the last N checkpoints
+    score      sacreBLEU BLEU and chrF with signatures, paired bootstrap resampling
+    demo       the embedded default: synth -> prepare -> train on CPU -> BLEU
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .config import ConfigError
+
+
+def _err(msg: str) -> int:
+    print(f"structnmt: error: {msg}", file=sys.stderr)
+    return 2
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_synth(args) -> int:
+    from .data.synthetic import SynthConfig, write_corpus
+
+    cfg = SynthConfig(seed=args.seed, n_train=args.n_train, n_valid=args.n_valid, n_test=args.n_test)
+    counts = write_corpus(cfg, args.out)
+    print(f"synth: wrote {counts} to {args.out}")
+    return 0
+
+
+def cmd_prepare(args) -> int:
+    from .data.prepare import PrepareConfig, prepare
+
+    cfg = PrepareConfig(
+        source_lang=args.source_lang, target_lang=args.target_lang, trainpref=args.trainpref,
+        validpref=args.validpref, testprefs=args.testpref or [], joint_vocab=not args.separate_vocab,
+        vocab_size=args.vocab_size, tgt_vocab_size=args.tgt_vocab_size, model_type=args.model_type,
+        max_len=args.max_len,
+    )
+    manifest = prepare(cfg, args.destdir, progress=not args.no_progress)
+    for split, c in manifest["counts"].items():
+        print(f"prepare {split}: {c['kept']:,} pairs kept of {c['lines']:,} lines "
+              f"({c['dropped_empty']} empty, {c['dropped_too_long']} too long); "
+              f"{c['src_tokens']:,} source / {c['tgt_tokens']:,} target pieces")
+    return 0
+
+
+def cmd_train(args) -> int:
+    from .config import load_config
+    from .train.trainer import train
+
+    cfg = load_config(args.config, args.overrides)
+    if args.no_progress:
+        cfg.train.progress = False
+    train(cfg)
+    return 0
+
+
+def _read_input(path: str | None) -> list[str]:
+    from .data.corpus import read_lines
+
+    if path in (None, "-"):
+        return [line.rstrip("\r\n") for line in sys.stdin]
+    return list(read_lines(path))
+
+
+def cmd_translate(args) -> int:
+    from .decode.translate import Translator
+
+    tr = Translator(args.checkpoint, data_dir=args.data, device=args.device)
+    d = tr.cfg.decode
+    for name in ("beam", "lenpen", "max_len_a", "max_len_b", "nbest", "batch_size"):
+        value = getattr(args, name)
+        if value is not None:
+            setattr(d, name, value)
+    if args.greedy:
+        d.beam, d.nbest = 1, 1
+    lines = _read_input(args.input)
+    results = tr.translate(lines, d, progress=not args.no_progress and args.output is not None)
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        for i, hyps in enumerate(results):
+            if d.nbest > 1:
+                for h in hyps:
+                    out.write(f"{i} ||| {h.text} ||| {h.score:.4f}\n")
+            else:
+                out.write((hyps[0].text if hyps else "") + "\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return 0
+
+
+def cmd_average(args) -> int:
+    from .train.average import average_checkpoints, last_checkpoints
+
+    paths = [Path(p) for p in args.checkpoints] if args.checkpoints else last_checkpoints(args.inputs, args.num)
+    average_checkpoints(paths, args.output)
+    print(f"average: {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) -> {args.output}")
+    return 0
+
+
+def cmd_score(args) -> int:
+    from .evaluate.score import corpus_scores, format_report, paired_bootstrap, read_lines
+
+    refs = read_lines(args.ref)
+    systems = {h: read_lines(h) for h in args.hyp}
+    for name, hyps in systems.items():
+        print(f"== {name}")
+        scores = corpus_scores(hyps, refs, lowercase_tokenized=args.lc_tok, lang=args.lang)
+        print(format_report(scores))
+    if args.bootstrap and len(systems) > 1:
+        names = list(systems)
+        base = systems[names[0]]
+        res = paired_bootstrap(base, {n: systems[n] for n in names[1:]}, refs, n_samples=args.bootstrap)
+        print(f"paired bootstrap resampling ({args.bootstrap} samples, sacreBLEU), baseline {names[0]}:")
+        for n, r in res.items():
+            print(f"  {n}: BLEU {r['score']:.2f} vs {r['baseline']:.2f}  delta {r['delta']:+.2f}  p = {r['p_value']:.4f}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    return run_demo(args.workdir, minutes=args.minutes, seed=args.seed, overrides=args.overrides)
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="structnmt", description="Structure-aware neural machine translation.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("synth", help="write the synthetic syntactic-transduction corpus")
+    s.add_argument("--out", default="data/synth")
+    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--n-train", type=int, default=20000)
+    s.add_argument("--n-valid", type=int, default=500)
+    s.add_argument("--n-test", type=int, default=500)
+    s.set_defaults(func=cmd_synth)
+
+    s = sub.add_parser("prepare", help="encode parallel text into a dataset directory")
+    s.add_argument("-s", "--source-lang", required=True)
+    s.add_argument("-t", "--target-lang", required=True)
+    s.add_argument("--trainpref", required=True, help="files {trainpref}.{lang}[.gz]")
+    s.add_argument("--validpref")
+    s.add_argument("--testpref", action="append", help="repeatable")
+    s.add_argument("--destdir", required=True)
+    s.add_argument("--vocab-size", type=int, default=10000)
+    s.add_argument("--separate-vocab", action="store_true", help="one SentencePiece model per side")
+    s.add_argument("--tgt-vocab-size", type=int, default=0)
+    s.add_argument("--model-type", default="bpe", choices=["bpe", "unigram"])
+    s.add_argument("--max-len", type=int, default=256, help="training pairs with more pieces are dropped and counted")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_prepare)
+
+    s = sub.add_parser("train", help="train a model (use torchrun for several processes)")
+    s.add_argument("config")
+    s.add_argument("overrides", nargs="*", help="section.key=value, e.g. train.max_updates=1000")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("translate", help="translate text with a checkpoint")
+    s.add_argument("--checkpoint", required=True)
+    s.add_argument("--input", help="file (.gz ok) or - for standard input (default)")
+    s.add_argument("--output", help="default: standard output")
+    s.add_argument("--data", help="prepared dataset dir holding the vocabularies (default: the one in the checkpoint)")
+    s.add_argument("--beam", type=int)
+    s.add_argument("--lenpen", type=float)
+    s.add_argument("--max-len-a", type=float)
+    s.add_argument("--max-len-b", type=int)
+    s.add_argument("--nbest", type=int)
+    s.add_argument("--batch-size", type=int)
+    s.add_argument("--greedy", action="store_true")
+    s.add_argument("--device", default="auto")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_translate)
+
+    s = sub.add_parser("average", help="average checkpoints")
+    s.add_argument("--inputs", help="a save_dir: average its last --num numbered checkpoints")
+    s.add_argument("--num", type=int, default=10)
+    s.add_argument("--checkpoints", nargs="*", help="explicit checkpoint files instead of --inputs")
+    s.add_argument("--output", required=True)
+    s.set_defaults(func=cmd_average)
+
+    s = sub.add_parser("score", help="sacreBLEU BLEU/chrF with signatures and paired bootstrap")
+    s.add_argument("--hyp", action="append", required=True, help="repeatable; the first is the baseline")
+    s.add_argument("--ref", required=True)
+    s.add_argument("--lc-tok", action="store_true", help="also BLEU lowercased on Moses-tokenized text (fairseq Multi30k anchor)")
+    s.add_argument("--lang", default="en", help="target language for the Moses tokenizer")
+    s.add_argument("--bootstrap", type=int, default=0, help="paired bootstrap samples (0 = off)")
+    s.set_defaults(func=cmd_score)
+
+    s = sub.add_parser("demo", help="train a small model on the synthetic task and report BLEU")
+    s.add_argument("--workdir", default="runs/demo")
+    s.add_argument("--minutes", type=float, default=3.0, help="training wall-clock budget")
+    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("overrides", nargs="*", help="config overrides, e.g. model.encoder_layers=2")
+    s.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from .data.corpus import CorpusError
+
+    try:
+        return args.func(args) or 0
+    except (ConfigError, CorpusError, FileNotFoundError) as err:
+        return _err(str(err))
+    except KeyboardInterrupt:
+        return _err("interrupted")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Typed configuration: dataclasses loaded from YAML, unknown keys rejected.
+
+A run is described by one :class:`Config` with four sections::
+
+    data:   where the prepared dataset lives and how batches are made
+    model:  the architecture, including which attention mechanism sits in every
+            layer and role (encoder self, decoder self, cross)
+    train:  optimisation, checkpoints, validation, logging
+    decode: beam search settings used for validation BLEU and ``translate``
+
+YAML files are loaded strictly: an unknown key raises :class:`ConfigError` naming the
+file, the key and the nearest valid name. Command-line overrides use dotted paths
+(``train.max_updates=2000 model.layers.encoder=6``); values are parsed as YAML
+scalars. The full config is saved inside every checkpoint so a checkpoint rebuilds its
+model without the YAML file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A user-facing configuration error (one sentence naming the place and the fix)."""
+
+
+@dataclass
+class AttentionSpec:
+    """Which attention mechanism a layer uses in one role, and its options.
+
+    ``name`` is a key of :data:`structnmt.nn.attention.ATTENTION_REGISTRY`;
+    ``options`` is passed to the mechanism's own typed option dataclass.
+    """
+
+    name: str = "mha"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AttentionPlan:
+    """The attention mechanism per role, with per-layer exceptions.
+
+    ``encoder_self``/``decoder_self``/``cross`` are the defaults for every layer of
+    that role; ``overrides`` maps ``"encoder_self.0"`` (role.layer index) to a spec
+    that replaces the default for that layer only (e.g. MG-SA in the bottom layer).
+    """
+
+    encoder_self: AttentionSpec = field(default_factory=AttentionSpec)
+    decoder_self: AttentionSpec = field(default_factory=AttentionSpec)
+    cross: AttentionSpec = field(default_factory=AttentionSpec)
+    overrides: dict[str, AttentionSpec] = field(default_factory=dict)
+
+    def spec(self, role: str, layer: int) -> AttentionSpec:
+        key = f"{role}.{layer}"
+        if key in self.overrides:
+            return self.overrides[key]
+        return getattr(self, role)
+
+
+@dataclass
+class ModelConfig:
+    family: str = "transformer"  # key of structnmt.models.MODEL_REGISTRY
+    d_model: int = 128
+    ffn_dim: int = 256
+    heads: int = 4
+    encoder_layers: int = 4
+    decoder_layers: int = 4
+    dropout: float = 0.3
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    activation: str = "relu"  # relu | gelu
+    pre_norm: bool = True  # False = post-norm (Vaswani et al. 2017)
+    share_all_embeddings: bool = False  # source, target and output (needs a joint vocabulary)
+    tie_output: bool = True  # decoder input embedding == output projection
+    max_positions: int = 1024
+    attention: AttentionPlan = field(default_factory=AttentionPlan)
+
+
+@dataclass
+class DataConfig:
+    path: str = ""  # prepared dataset directory (``structnmt prepare``)
+    max_tokens: int = 4096  # target+source tokens per batch (the larger side, padded)
+    max_sentences: int = 0  # 0 = no limit
+    max_len: int = 256  # pairs longer than this (in pieces, either side) are filtered, and counted
+    bucket_width: int = 0  # 0: sort by length within a shuffled window (fairseq-like)
+    structures: list[str] = field(default_factory=list)  # extra structure tensors the collator builds
+
+
+@dataclass
+class DecodeConfig:
+    beam: int = 5
+    lenpen: float = 1.0  # score / length**lenpen
+    max_len_a: float = 1.2  # max output length = a * source length + b
+    max_len_b: int = 10
+    nbest: int = 1
+    batch_size: int = 64  # sentences per decoding batch
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 1
+    save_dir: str = "runs/default"
+    lr: float = 5e-3
+    warmup_updates: int = 2000
+    warmup_init_lr: float = 1e-7
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    clip_norm: float = 0.0  # 0 = no clipping
+    label_smoothing: float = 0.1
+    update_freq: int = 1  # gradient accumulation
+    max_updates: int = 8000
+    max_epochs: int = 0  # 0 = no limit
+    max_time_minutes: float = 0.0  # wall-clock budget, 0 = no limit
+    save_interval_updates: int = 500
+    keep_last: int = 10
+    validate_interval_updates: int = 500
+    validate_bleu: bool = False  # decode the validation set and compute sacreBLEU
+    validate_bleu_max_sentences: int = 0  # 0 = whole validation set
+    early_stop_metric: str = "loss"  # loss | bleu
+    patience: int = 0  # validations without improvement before stopping; 0 = never
+    max_consecutive_nonfinite: int = 5  # NaN/inf losses in a row before the run stops
+    bf16: bool = True  # autocast to bf16 on CUDA (ignored on CPU)
+    device: str = "auto"  # auto | cpu | cuda
+    threads: int = 0  # torch.set_num_threads on CPU; 0 = leave the default
+    log_interval: int = 50
+    tensorboard: bool = True
+    progress: bool = True
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _nearest(name: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.4)
+    return f"did you mean '{close[0]}'?" if close else f"valid keys: {', '.join(options)}"
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    """Build dataclass ``cls`` from nested plain data, rejecting unknown keys."""
+    if dataclasses.is_dataclass(cls):
+        if data is None:
+            return cls()
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: expected a mapping for {cls.__name__}, got {data!r}.")
+        hints = typing.get_type_hints(cls)
+        names = [f.name for f in dataclasses.fields(cls)]
+        kwargs = {}
+        for key, value in data.items():
+            if key not in names:
+                raise ConfigError(f"{where}: unknown key '{key}'; {_nearest(str(key), names)}")
+            kwargs[key] = _build(hints[key], value, f"{where}.{key}")
+        return cls(**kwargs)
+    origin = typing.get_origin(cls)
+    args = typing.get_args(cls)
+    if origin is dict:
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {data!r}.")
+        return {k: _build(args[1], v, f"{where}.{k}") for k, v in data.items()}
+    if origin is list:
+        if not isinstance(data, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {data!r}.")
+        return [_build(args[0], v, f"{where}[{i}]") for i, v in enumerate(data)]
+    if origin is tuple:
+        if not isinstance(data, (list, tuple)) or len(data) != len(args):
+            raise ConfigError(f"{where}: expected a list of {len(args)} values, got {data!r}.")
+        return tuple(_build(a, v, where) for a, v in zip(args, data))
+    if cls is Any:
+        return data
+    if cls is float and isinstance(data, int) and not isinstance(data, bool):
+        return float(data)
+    if cls in (int, float, str, bool) and not isinstance(data, cls):
+        raise ConfigError(f"{where}: expected {cls.__name__}, got {data!r}.")
+    if cls is int and isinstance(data, bool):
+        raise ConfigError(f"{where}: expected int, got {data!r}.")
+    return data
+
+
+def to_dict(cfg: Any) -> Any:
+    """Plain nested data (dicts, lists, scalars) of a config, for YAML or checkpoints."""
+    if dataclasses.is_dataclass(cfg):
+        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    if isinstance(cfg, dict):
+        return {k: to_dict(v) for k, v in cfg.items()}
+    if isinstance(cfg, (list, tuple)):
+        return [to_dict(v) for v in cfg]
+    return cfg
+
+
+def from_dict(data: dict, where: str = "config") -> Config:
+    return _build(Config, data, where)
+
+
+def apply_overrides(data: dict, overrides: list[str], where: str = "command line") -> dict:
+    """Apply ``a.b.c=value`` overrides (values parsed as YAML) to nested plain data."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(
+                f"{where}: override '{item}' has no '='; write it as section.key=value, "
+                "e.g. train.max_updates=1000."
+            )
+        path, raw = item.split("=", 1)
+        value = yaml.safe_load(raw) if raw != "" else ""
+        node = data
+        keys = path.split(".")
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{where}: cannot set '{path}': '{key}' is not a section.")
+        node[keys[-1]] = value
+    return data
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
+    """Load a YAML config (or the defaults when ``path`` is None) plus overrides."""
+    data: dict = {}
+    if path is not None:
+        p = Path(path)
+        if not p.exists():
+            raise ConfigError(f"{p}: config file not found; check the path.")
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            line = f" line {mark.line + 1}" if mark is not None else ""
+            raise ConfigError(f"{p}{line}: invalid YAML ({err.__class__.__name__}); fix the syntax.") from err
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: the top level must be a mapping with data/model/train/decode sections.")
+    data = apply_overrides(data, overrides or [])
+    return from_dict(data, where=str(path) if path else "config")
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")

@@ -1,0 +1,208 @@
+"""Memory-mapped prepared datasets, token-based length-bucketed batches, collation.
+
+A :class:`PreparedSplit` opens ``{split}.{side}.bin/.idx`` with ``numpy.memmap``; only the
+offsets (8 bytes per sentence) are read eagerly, so a WMT-size split costs a few
+megabytes of RAM however many tokens it has.
+
+Batching follows fairseq: sentences are ordered by (target length, source length) with a
+seeded random tie-break, cut greedily into batches whose padded size
+``n_sentences * max(len)`` stays under ``max_tokens``, and the list of batches is
+shuffled anew each epoch from ``seed + epoch``. The order is a pure function of
+``(seed, epoch)``, which is what makes resuming exact: a checkpoint stores only the
+epoch and the number of batches consumed in it.
+
+Collated tensors (batch first, ``PAD = 0``):
+
+* ``src``      (B, S)  source pieces + EOS
+* ``tgt_in``   (B, T)  BOS + target pieces (decoder input)
+* ``tgt_out``  (B, T)  target pieces + EOS (labels)
+* ``src_mask`` (B, S)  bool, True = real token (the project-wide polarity: True may attend)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .vocab import BOS, EOS, PAD, Vocab
+
+
+@dataclass
+class Batch:
+    src: torch.Tensor  # (B, S) long
+    tgt_in: torch.Tensor  # (B, T) long
+    tgt_out: torch.Tensor  # (B, T) long
+    src_mask: torch.Tensor  # (B, S) bool, True = real token
+    ids: torch.Tensor  # (B,) sentence indices in the split
+    structures: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        return int((self.tgt_out != PAD).sum())
+
+    def to(self, device: torch.device) -> Batch:
+        return Batch(
+            src=self.src.to(device, non_blocking=True),
+            tgt_in=self.tgt_in.to(device, non_blocking=True),
+            tgt_out=self.tgt_out.to(device, non_blocking=True),
+            src_mask=self.src_mask.to(device, non_blocking=True),
+            ids=self.ids,
+            structures={k: v.to(device, non_blocking=True) for k, v in self.structures.items()},
+        )
+
+
+class PreparedSplit:
+    """One split of a prepared dataset, memory-mapped."""
+
+    def __init__(self, root: str | Path, split: str):
+        self.root = Path(root)
+        self.split = split
+        self.data = {}
+        self.offsets = {}
+        for side in ("src", "tgt"):
+            idx = np.fromfile(self.root / f"{split}.{side}.idx", dtype=np.int64)
+            self.offsets[side] = idx
+            path = self.root / f"{split}.{side}.bin"
+            self.data[side] = (np.memmap(path, dtype=np.int32, mode="r") if path.stat().st_size
+                               else np.zeros(0, dtype=np.int32))
+        self.src_lens = np.diff(self.offsets["src"])
+        self.tgt_lens = np.diff(self.offsets["tgt"])
+
+    def __len__(self) -> int:
+        return len(self.src_lens)
+
+    def get(self, side: str, i: int) -> np.ndarray:
+        o = self.offsets[side]
+        return np.asarray(self.data[side][o[i]:o[i + 1]])
+
+    def text(self, kind: str) -> list[str]:
+        """Raw kept text of a valid/test split: ``kind`` = 'src' or 'ref'."""
+        return (self.root / f"{self.split}.{kind}.txt").read_text(encoding="utf-8").splitlines()
+
+
+class PreparedDataset:
+    """The manifest, the vocabularies and the splits of a prepared directory."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        mpath = self.root / "manifest.json"
+        if not mpath.exists():
+            raise FileNotFoundError(f"{mpath}: no prepared dataset here; run `structnmt prepare` first.")
+        self.manifest = json.loads(mpath.read_text())
+        files = self.manifest["vocab"]
+        self.src_vocab = Vocab(self.root / files["src"]["file"])
+        self.tgt_vocab = self.src_vocab if self.manifest["joint_vocab"] else Vocab(self.root / files["tgt"]["file"])
+
+    def split(self, name: str) -> PreparedSplit:
+        return PreparedSplit(self.root, name)
+
+    @property
+    def splits(self) -> list[str]:
+        return list(self.manifest["counts"])
+
+
+def make_batches(
+    src_lens: np.ndarray,
+    tgt_lens: np.ndarray,
+    *,
+    max_tokens: int,
+    max_sentences: int = 0,
+    max_len: int = 0,
+    seed: int = 1,
+) -> tuple[list[np.ndarray], int]:
+    """Length-bucketed batches of sentence indices; returns (batches, n_filtered).
+
+    Pairs longer than ``max_len`` (either side, EOS included) are filtered and counted.
+    A single pair that alone exceeds ``max_tokens`` gets a batch of its own.
+    """
+    n = len(src_lens)
+    size = np.maximum(src_lens, tgt_lens) + 1
+    keep = np.ones(n, dtype=bool) if max_len <= 0 else size <= max_len
+    filtered = int(n - keep.sum())
+    rng = np.random.default_rng(seed)
+    tie = rng.random(n)
+    order = np.lexsort((tie, src_lens, tgt_lens))
+    order = order[keep[order]]
+    batches: list[np.ndarray] = []
+    start = 0
+    cur_max = 0
+    sizes = size[order]
+    for i in range(len(order)):
+        new_max = max(cur_max, int(sizes[i]))
+        count = i - start + 1
+        if count > 1 and (new_max * count > max_tokens or (max_sentences and count > max_sentences)):
+            batches.append(order[start:i])
+            start, new_max = i, int(sizes[i])
+        cur_max = new_max
+    if start < len(order):
+        batches.append(order[start:])
+    return batches, filtered
+
+
+class EpochBatchIterator:
+    """Yields the batches of an epoch for one rank, in an order fixed by (seed, epoch).
+
+    With ``world_size > 1`` every rank gets ``ceil(n / world)`` batches: the list is
+    padded by repeating its first batches so that all ranks step together.
+    """
+
+    def __init__(self, batches: list[np.ndarray], *, seed: int, rank: int = 0, world_size: int = 1):
+        self.batches = batches
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+
+    def epoch_order(self, epoch: int) -> list[np.ndarray]:
+        perm = np.random.default_rng([self.seed, epoch]).permutation(len(self.batches))
+        ordered = [self.batches[i] for i in perm]
+        per_rank = -(-len(ordered) // self.world_size)
+        ordered = ordered + ordered[: per_rank * self.world_size - len(ordered)]
+        return ordered[self.rank :: self.world_size]
+
+    def __len__(self) -> int:
+        return -(-len(self.batches) // self.world_size)
+
+
+def collate(split: PreparedSplit, ids: np.ndarray) -> Batch:
+    """Pad sentences ``ids`` of ``split`` into a :class:`Batch` (see module docstring)."""
+    srcs = [split.get("src", int(i)) for i in ids]
+    tgts = [split.get("tgt", int(i)) for i in ids]
+    B = len(ids)
+    S = max(len(s) for s in srcs) + 1
+    T = max(len(t) for t in tgts) + 1
+    src = np.full((B, S), PAD, dtype=np.int64)
+    tgt_in = np.full((B, T), PAD, dtype=np.int64)
+    tgt_out = np.full((B, T), PAD, dtype=np.int64)
+    for b, (s, t) in enumerate(zip(srcs, tgts)):
+        src[b, : len(s)] = s
+        src[b, len(s)] = EOS
+        tgt_in[b, 0] = BOS
+        tgt_in[b, 1 : len(t) + 1] = t
+        tgt_out[b, : len(t)] = t
+        tgt_out[b, len(t)] = EOS
+    src_t = torch.from_numpy(src)
+    return Batch(
+        src=src_t,
+        tgt_in=torch.from_numpy(tgt_in),
+        tgt_out=torch.from_numpy(tgt_out),
+        src_mask=src_t != PAD,
+        ids=torch.as_tensor(np.asarray(ids, dtype=np.int64)),
+    )
+
+
+def encode_sources(vocab: Vocab, lines: list[str]) -> list[list[int]]:
+    """Source lines -> piece ids with EOS, for decoding."""
+    return [ids + [EOS] for ids in vocab.encode(lines)]
+
+
+def pad_sources(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, S) padded ids and (B, S) bool mask (True = real token)."""
+    S = max(len(s) for s in seqs)
+    out = torch.full((len(seqs), S), PAD, dtype=torch.long)
+    for b, s in enumerate(seqs):
+        out[b, : len(s)] = torch.as_tensor(s, dtype=torch.long)
+    return out, out != PAD

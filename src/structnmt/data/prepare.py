@@ -1,0 +1,192 @@
+"""``structnmt prepare``: parallel text -> validated, SentencePiece-encoded, memory-mapped dataset.
+
+Layout of a prepared directory::
+
+    manifest.json            config, input hashes, counts per split, vocabulary sizes
+    spm.model | spm.src.model + spm.tgt.model     SentencePiece model(s)
+    {split}.{side}.bin       int32 piece ids of all sentences, concatenated (side = src | tgt)
+    {split}.{side}.idx       int64 offsets, n+1 entries: sentence i is bin[idx[i]:idx[i+1]]
+    {split}.lines            int64 1-based line number in the input of every kept pair
+    {split}.ref.txt          raw target text of kept pairs (valid/test only, for BLEU)
+    {split}.src.txt          raw source text of kept pairs (valid/test only, for decoding)
+
+Everything streams: files are read twice (once for the SentencePiece sample, once to
+encode), encoded in chunks and appended to the ``.bin`` files, so a corpus of millions
+of pairs never sits in memory. Re-running with the same config on inputs with the same
+SHA-256 reuses the directory; a changed input or config is detected and the dataset
+is rebuilt (and the reason printed).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .corpus import CorpusError, PairStats, file_digest, read_pairs, resolve
+from .vocab import Vocab, train_sentencepiece
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class PrepareConfig:
+    source_lang: str
+    target_lang: str
+    trainpref: str
+    validpref: str | None = None
+    testprefs: list[str] = field(default_factory=list)
+    joint_vocab: bool = True
+    vocab_size: int = 10000  # joint, or per side when joint_vocab is False
+    tgt_vocab_size: int = 0  # separate vocabularies only; 0 = same as vocab_size
+    model_type: str = "bpe"  # bpe | unigram
+    max_len: int = 256  # pieces per side; longer training pairs are dropped and counted
+    spm_max_sentences: int = 2_000_000
+    chunk: int = 10000
+
+
+def _split_files(cfg: PrepareConfig) -> dict[str, tuple[Path, Path]]:
+    splits: dict[str, tuple[Path, Path]] = {
+        "train": (resolve(cfg.trainpref, cfg.source_lang), resolve(cfg.trainpref, cfg.target_lang))
+    }
+    if cfg.validpref:
+        splits["valid"] = (resolve(cfg.validpref, cfg.source_lang), resolve(cfg.validpref, cfg.target_lang))
+    for i, pref in enumerate(cfg.testprefs):
+        name = "test" if i == 0 else f"test{i}"
+        splits[name] = (resolve(pref, cfg.source_lang), resolve(pref, cfg.target_lang))
+    return splits
+
+
+def _manifest_key(cfg: PrepareConfig, digests: dict) -> dict:
+    return {"version": FORMAT_VERSION, "config": asdict(cfg), "inputs": digests}
+
+
+def _chunks(pairs: Iterator[tuple[int, str, str]], size: int) -> Iterator[list[tuple[int, str, str]]]:
+    buf: list[tuple[int, str, str]] = []
+    for p in pairs:
+        buf.append(p)
+        if len(buf) == size:
+            yield buf
+            buf = []
+    if buf:
+        yield buf
+
+
+def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, log=print) -> dict:
+    """Build (or reuse) the dataset in ``out_dir``; returns the manifest."""
+    out = Path(out_dir)
+    splits = _split_files(cfg)
+    digests = {str(p): file_digest(p) for pair in splits.values() for p in pair}
+    key = _manifest_key(cfg, digests)
+    manifest_path = out / "manifest.json"
+    if manifest_path.exists():
+        old = json.loads(manifest_path.read_text())
+        if {k: old.get(k) for k in key} == key:
+            log(f"prepare: {out} is up to date with its inputs; reusing it.")
+            return old
+        changed = [p for p in digests if old.get("inputs", {}).get(p) != digests[p]]
+        reason = f"inputs changed: {', '.join(changed)}" if changed else "the prepare config changed"
+        log(f"prepare: {out} is stale ({reason}); rebuilding.")
+    tmp = out.with_name(out.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    t0 = time.time()
+
+    # 1. SentencePiece on a bounded sample of the training stream
+    src_train, tgt_train = splits["train"]
+
+    def side_stream(which: int) -> Iterator[str]:
+        for _, s, t in read_pairs(src_train, tgt_train, PairStats()):
+            yield s if which == 0 else t
+
+    def joint_stream() -> Iterator[str]:
+        for _, s, t in read_pairs(src_train, tgt_train, PairStats()):
+            yield s
+            yield t
+
+    if cfg.joint_vocab:
+        v = train_sentencepiece(joint_stream(), tmp / "spm", vocab_size=cfg.vocab_size,
+                                model_type=cfg.model_type, max_sentences=cfg.spm_max_sentences)
+        vocabs = {"src": v, "tgt": v}
+        vocab_files = {"src": "spm.model", "tgt": "spm.model"}
+    else:
+        vs = train_sentencepiece(side_stream(0), tmp / "spm.src", vocab_size=cfg.vocab_size,
+                                 model_type=cfg.model_type, max_sentences=cfg.spm_max_sentences)
+        vt = train_sentencepiece(side_stream(1), tmp / "spm.tgt", vocab_size=cfg.tgt_vocab_size or cfg.vocab_size,
+                                 model_type=cfg.model_type, max_sentences=cfg.spm_max_sentences)
+        vocabs = {"src": vs, "tgt": vt}
+        vocab_files = {"src": "spm.src.model", "tgt": "spm.tgt.model"}
+
+    # 2. encode every split, streaming to memory-mappable files
+    counts = {}
+    for split, (sp, tp) in splits.items():
+        stats = PairStats()
+        n_tok = {"src": 0, "tgt": 0}
+        keep_text = split != "train"
+        files = {side: open(tmp / f"{split}.{side}.bin", "wb") for side in ("src", "tgt")}
+        idx = {side: open(tmp / f"{split}.{side}.idx", "wb") for side in ("src", "tgt")}
+        lines_f = open(tmp / f"{split}.lines", "wb")
+        text_f = {side: open(tmp / f"{split}.{name}.txt", "w", encoding="utf-8")
+                  for side, name in (("src", "src"), ("tgt", "ref"))} if keep_text else {}
+        for side in ("src", "tgt"):
+            idx[side].write(np.zeros(1, dtype=np.int64).tobytes())
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(desc=f"prepare {split}", unit=" pairs", mininterval=1.0)
+        try:
+            for chunk in _chunks(read_pairs(sp, tp, stats), cfg.chunk):
+                enc = {side: vocabs[side].encode([c[1 if side == "src" else 2] for c in chunk])
+                       for side in ("src", "tgt")}
+                keep = [i for i in range(len(chunk))
+                        if split != "train" or (len(enc["src"][i]) <= cfg.max_len and len(enc["tgt"][i]) <= cfg.max_len)]
+                stats.too_long += len(chunk) - len(keep)
+                for side in ("src", "tgt"):
+                    seqs = [enc[side][i] for i in keep]
+                    lens = np.array([len(s) for s in seqs], dtype=np.int64)
+                    flat = np.fromiter((t for s in seqs for t in s), dtype=np.int32, count=int(lens.sum()))
+                    files[side].write(flat.tobytes())
+                    idx[side].write((n_tok[side] + np.cumsum(lens)).tobytes())
+                    n_tok[side] += int(lens.sum())
+                    if keep_text:
+                        text_f[side].writelines(chunk[i][1 if side == "src" else 2] + "\n" for i in keep)
+                lines_f.write(np.array([chunk[i][0] for i in keep], dtype=np.int64).tobytes())
+                stats.kept += len(keep)
+                if bar is not None:
+                    bar.update(len(chunk))
+        finally:
+            for f in [*files.values(), *idx.values(), lines_f, *text_f.values()]:
+                f.close()
+            if bar is not None:
+                bar.close()
+        if stats.kept == 0:
+            shutil.rmtree(tmp)
+            raise CorpusError(
+                f"{sp} / {tp}: no usable sentence pairs ({stats.lines} lines, {stats.empty} empty, "
+                f"{stats.too_long} too long); check the files or raise max_len."
+            )
+        counts[split] = {**stats.as_dict(), "src_tokens": n_tok["src"], "tgt_tokens": n_tok["tgt"],
+                         "src_file": str(sp), "tgt_file": str(tp)}
+        if stats.empty or stats.too_long:
+            log(f"prepare {split}: dropped {stats.empty} empty pairs (first lines {stats.empty_examples}) "
+                f"and {stats.too_long} pairs longer than {cfg.max_len} pieces, of {stats.lines}.")
+
+    manifest = {
+        **key,
+        "counts": counts,
+        "vocab": {side: {"file": vocab_files[side], "size": len(vocabs[side])} for side in ("src", "tgt")},
+        "joint_vocab": cfg.joint_vocab,
+        "seconds": round(time.time() - t0, 2),
+    }
+    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return manifest

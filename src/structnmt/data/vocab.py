@@ -1,0 +1,80 @@
+"""SentencePiece vocabularies with fixed special ids.
+
+Every vocabulary uses ``pad=0, unk=1, bos=2, eos=3`` so that models, collators and
+beam search never need to ask which id is which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import sentencepiece as spm
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+
+class Vocab:
+    """A trained SentencePiece model: text <-> piece ids."""
+
+    def __init__(self, model_path: str | Path):
+        self.path = Path(model_path)
+        self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+        assert self.sp.pad_id() == PAD and self.sp.eos_id() == EOS, "vocabulary built with other special ids"
+
+    def __len__(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, lines: list[str]) -> list[list[int]]:
+        return self.sp.encode(lines, out_type=int)
+
+    def encode_pieces(self, lines: list[str]) -> list[list[str]]:
+        return self.sp.encode(lines, out_type=str)
+
+    def decode(self, ids: list[int]) -> str:
+        """Detokenised text; stops at the first EOS and skips BOS/PAD."""
+        out = []
+        for i in ids:
+            if i == EOS:
+                break
+            if i in (PAD, BOS):
+                continue
+            out.append(int(i))
+        return self.sp.decode(out)
+
+
+def train_sentencepiece(
+    lines: Iterable[str],
+    model_prefix: str | Path,
+    *,
+    vocab_size: int,
+    model_type: str = "bpe",
+    character_coverage: float = 1.0,
+    max_sentences: int = 2_000_000,
+    seed_sentencepiece_size: int = 1_000_000,
+    num_threads: int = 2,
+) -> Vocab:
+    """Train a SentencePiece model from a stream of lines.
+
+    SentencePiece samples at most ``max_sentences`` of the stream (shuffled), so memory
+    stays bounded for WMT-size corpora.
+    """
+    it: Iterator[str] = iter(lines)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=it,
+        model_prefix=str(model_prefix),
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=character_coverage,
+        input_sentence_size=max_sentences,
+        shuffle_input_sentence=True,
+        seed_sentencepiece_size=seed_sentencepiece_size,
+        pad_id=PAD,
+        unk_id=UNK,
+        bos_id=BOS,
+        eos_id=EOS,
+        hard_vocab_limit=False,
+        num_threads=num_threads,
+        minloglevel=2,
+    )
+    return Vocab(f"{model_prefix}.model")

@@ -1,0 +1,174 @@
+"""Batched beam search and greedy decoding over the model decoding protocol.
+
+A model used here implements (see :mod:`structnmt.models.transformer`)::
+
+    enc = model.encode(src, src_mask, structures)      # anything with .reorder(index)
+    lp  = model.decode_step(tokens, enc, cache)        # tokens (N, t) -> log-probs (N, V)
+
+and the :class:`~structnmt.nn.IncrementalCache` it fills is reordered with the beam.
+
+Beam search keeps ``beam`` hypotheses per sentence; at each step it takes the best
+``2 * beam`` extensions, finalises those ending in EOS that rank within the top
+``beam`` (score normalised by ``length ** lenpen``, length counting EOS, as in fairseq),
+and continues with the ``beam`` best that do not end in EOS. A sentence is finished
+when it holds ``beam`` finalised hypotheses, or when it reaches its maximum length
+``a * src_len + b`` (EOS is forced there); finished sentences leave the batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..data.vocab import BOS, EOS, PAD
+from ..nn.attention import IncrementalCache
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # without BOS and EOS
+    score: float  # length-normalised log-probability
+    logprob: float  # total log-probability (EOS included)
+
+
+def _max_lens(src_mask: Tensor, a: float, b: int, cap: int) -> Tensor:
+    src_len = src_mask.sum(dim=1).float()
+    return torch.clamp((a * src_len + b).floor().long(), min=1, max=cap)
+
+
+@torch.no_grad()
+def beam_search(
+    model,
+    src: Tensor,
+    src_mask: Tensor,
+    *,
+    beam: int = 5,
+    lenpen: float = 1.0,
+    max_len_a: float = 1.2,
+    max_len_b: int = 10,
+    nbest: int = 1,
+    max_positions: int = 1024,
+    structures: dict[str, Tensor] | None = None,
+) -> list[list[Hypothesis]]:
+    """src (B, S), src_mask (B, S) bool -> per sentence, the ``nbest`` best hypotheses."""
+    B = src.shape[0]
+    K = beam
+    device = src.device
+    enc = model.encode(src, src_mask, structures or {})
+    max_lens = _max_lens(src_mask, max_len_a, max_len_b, max_positions - 1)
+    expand = torch.arange(B, device=device).repeat_interleave(K)
+    enc = enc.reorder(expand)
+    cache = IncrementalCache()
+    tokens = torch.full((B * K, 1), BOS, dtype=torch.long, device=device)
+    scores = torch.full((B, K), float("-inf"), device=device)
+    scores[:, 0] = 0.0
+    active = torch.arange(B, device=device)  # original sentence ids of the rows
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    step = 0
+    while active.numel() > 0:
+        n = active.numel()
+        lprobs = model.decode_step(tokens, enc, cache).float()  # (n*K, V)
+        V = lprobs.shape[-1]
+        lprobs[:, PAD] = float("-inf")
+        lprobs[:, BOS] = float("-inf")
+        at_max = (max_lens[active] <= step + 1).repeat_interleave(K)
+        if at_max.any():
+            eos_col = lprobs[:, EOS].clone()
+            lprobs[at_max] = float("-inf")
+            lprobs[at_max, EOS] = eos_col[at_max]
+        total = (scores.view(n, K, 1) + lprobs.view(n, K, V)).view(n, K * V)
+        n_cand = min(2 * K, K * V)
+        top_scores, top_idx = total.topk(n_cand, dim=1)
+        beam_idx = torch.div(top_idx, V, rounding_mode="floor")
+        tok = top_idx % V
+        is_eos = tok == EOS
+        length = step + 1
+        # finalise EOS candidates ranked within the top K
+        fin = is_eos[:, :K] & torch.isfinite(top_scores[:, :K])
+        done = torch.zeros(n, dtype=torch.bool, device=device)
+        if fin.any():
+            for r, c in fin.nonzero().tolist():
+                sid = int(active[r])
+                if len(finished[sid]) >= K:
+                    continue
+                row = r * K + int(beam_idx[r, c])
+                lp = float(top_scores[r, c])
+                finished[sid].append(Hypothesis(tokens[row, 1:].tolist(), lp / (length**lenpen), lp))
+            done = torch.tensor([len(finished[int(s)]) >= K for s in active.tolist()], device=device)
+        # continue with the K best non-EOS extensions
+        cont = top_scores.masked_fill(is_eos, float("-inf"))
+        sel_scores, sel = cont.topk(K, dim=1)
+        done = done | ~torch.isfinite(sel_scores[:, 0])
+        sel_beam = beam_idx.gather(1, sel)
+        sel_tok = tok.gather(1, sel)
+        rows = (torch.arange(n, device=device)[:, None] * K + sel_beam).view(-1)
+        tokens = torch.cat([tokens[rows], sel_tok.view(-1, 1)], dim=1)
+        scores = sel_scores
+        keep = ~done
+        if not bool(keep.all()):
+            keep_rows = keep.repeat_interleave(K)
+            rows = rows[keep_rows]
+            tokens = tokens[keep_rows]
+            scores = scores[keep]
+            active = active[keep]
+        if active.numel() == 0:
+            break
+        cache.reorder(rows)
+        enc = enc.reorder(rows)
+        step += 1
+    out = []
+    for hyps in finished:
+        hyps.sort(key=lambda h: -h.score)
+        out.append(hyps[:nbest])
+    return out
+
+
+@torch.no_grad()
+def greedy_search(
+    model,
+    src: Tensor,
+    src_mask: Tensor,
+    *,
+    max_len_a: float = 1.2,
+    max_len_b: int = 10,
+    max_positions: int = 1024,
+    structures: dict[str, Tensor] | None = None,
+    lenpen: float = 1.0,
+) -> list[list[Hypothesis]]:
+    """Arg-max decoding; same output format as :func:`beam_search` (one hypothesis)."""
+    B = src.shape[0]
+    device = src.device
+    enc = model.encode(src, src_mask, structures or {})
+    max_lens = _max_lens(src_mask, max_len_a, max_len_b, max_positions - 1)
+    cache = IncrementalCache()
+    tokens = torch.full((B, 1), BOS, dtype=torch.long, device=device)
+    logprob = torch.zeros(B, device=device)
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    lengths = torch.zeros(B, dtype=torch.long, device=device)
+    for step in range(int(max_lens.max())):
+        lp = model.decode_step(tokens, enc, cache).float()
+        lp[:, PAD] = float("-inf")
+        lp[:, BOS] = float("-inf")
+        force = max_lens <= step + 1
+        best = lp.argmax(dim=-1)
+        best = torch.where(force, torch.full_like(best, EOS), best)
+        gained = lp.gather(1, best[:, None]).squeeze(1)
+        logprob = torch.where(done, logprob, logprob + gained)
+        lengths = torch.where(done, lengths, lengths + 1)
+        best = torch.where(done, torch.full_like(best, PAD), best)
+        tokens = torch.cat([tokens, best[:, None]], dim=1)
+        done = done | (best == EOS)
+        if bool(done.all()):
+            break
+    out = []
+    for b in range(B):
+        seq = [t for t in tokens[b, 1:].tolist() if t not in (PAD,)]
+        if seq and seq[-1] == EOS:
+            seq = seq[:-1]
+        L = int(lengths[b])
+        lp_b = float(logprob[b])
+        out.append([Hypothesis(seq, lp_b / (L**lenpen) if L else -math.inf, lp_b)])
+    return out

@@ -1,0 +1,448 @@
+"""Corpus-level MT evaluation built on sacreBLEU.
+
+This module is a thin, typed layer over :mod:`sacrebleu` (>= 2.0):
+
+* :func:`read_lines` reads hypothesis / reference files (plain or gzip, UTF-8)
+  with precise error messages.
+* :func:`corpus_scores` computes BLEU and chrF with sacreBLEU's own metric
+  classes and reproducibility signatures. Optionally it adds
+  ``"BLEU (lc,tok)"``: lowercased BLEU on Moses-tokenized text, the convention
+  behind the fairseq Multi30k numbers (what ``multi-bleu.perl`` reports on
+  ``tokenizer.perl`` output). That score is *not* comparable to standard
+  (detokenized, cased, ``tok:13a``) sacreBLEU and its signature says so.
+* :func:`paired_bootstrap` runs sacreBLEU's own paired bootstrap resampling
+  test (:class:`sacrebleu.significance.PairedTest` with ``test_type="bs"``).
+* :func:`format_report` renders scores as human-readable lines.
+
+Requires ``sacrebleu`` and ``sacremoses`` (the latter only for the lc,tok
+convention).
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "Score",
+    "read_lines",
+    "corpus_scores",
+    "paired_bootstrap",
+    "format_report",
+    "moses_lc_tokenize",
+]
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+#: Metric keys accepted by :func:`corpus_scores` / :func:`paired_bootstrap`.
+_METRIC_ALIASES = {
+    "bleu": "bleu",
+    "chrf": "chrf",
+    "bleu_lc_tok": "bleu_lc_tok",
+    "bleu-lc-tok": "bleu_lc_tok",
+    "bleu (lc,tok)": "bleu_lc_tok",
+}
+
+
+@dataclass
+class Score:
+    """One corpus-level score.
+
+    Attributes:
+        name: Display name, e.g. ``"BLEU"``, ``"chrF"``, ``"BLEU (lc,tok)"``.
+        score: The score on a 0-100 scale.
+        signature: sacreBLEU's reproducibility signature, e.g.
+            ``"nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"``;
+            for non-standard conventions a ``|conv:...`` field is appended.
+        detail: Extra information; for BLEU the n-gram precisions, brevity
+            penalty, length ratio, hyp_len and ref_len as sacreBLEU prints them.
+        precisions: BLEU n-gram precisions (percent) for n = 1..4; ``None``
+            for chrF.
+    """
+
+    name: str
+    score: float
+    signature: str
+    detail: str
+    precisions: list[float] | None = None
+
+
+# --------------------------------------------------------------------------
+# I/O
+# --------------------------------------------------------------------------
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """Read a UTF-8 text file (optionally gzip-compressed) into a list of lines.
+
+    Gzip input is detected by a ``.gz`` suffix or by the gzip magic bytes.
+    Only ``"\\n"`` (and a ``"\\r"`` right before it) terminate a line; other
+    Unicode line separators are kept inside the line, so the line count
+    matches ``wc -l`` style counting of parallel files. Line terminators are
+    removed, all other whitespace is kept.
+
+    Args:
+        path: File to read.
+
+    Returns:
+        The lines, without their line terminators.
+
+    Raises:
+        ValueError: If a line is not valid UTF-8; the message names the file
+            and the (1-based) line number.
+        FileNotFoundError: If ``path`` does not exist.
+    """
+    path = Path(path)
+    with open(path, "rb") as probe:
+        is_gzip = path.suffix == ".gz" or probe.read(2) == _GZIP_MAGIC
+    opener = gzip.open if is_gzip else open
+    lines: list[str] = []
+    with opener(path, "rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            if raw.endswith(b"\n"):
+                raw = raw[:-1]
+                if raw.endswith(b"\r"):
+                    raw = raw[:-1]
+            try:
+                lines.append(raw.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise ValueError(
+                    f"{path}: line {lineno} is not valid UTF-8 "
+                    f"(byte {raw[exc.start : exc.start + 1]!r} at column {exc.start + 1})"
+                ) from exc
+    return lines
+
+
+# --------------------------------------------------------------------------
+# Tokenization for the lowercased/tokenized convention
+# --------------------------------------------------------------------------
+
+
+@cache
+def _moses_tokenizer(lang: str) -> Any:
+    try:
+        from sacremoses import MosesTokenizer
+    except ImportError as exc:  # pragma: no cover - depends on environment
+        raise ImportError(
+            "lowercased/tokenized BLEU needs the 'sacremoses' package "
+            "(pip install 'sacremoses>=0.1')"
+        ) from exc
+    return MosesTokenizer(lang=lang)
+
+
+def moses_lc_tokenize(lines: Iterable[str], lang: str = "en") -> list[str]:
+    """Lowercase and Moses-tokenize lines (no XML escaping).
+
+    Mirrors ``lowercase.perl | tokenizer.perl -l <lang> -no-escape`` as used
+    before ``multi-bleu.perl``. Lowercasing happens first.
+    """
+    tok = _moses_tokenizer(lang)
+    return [tok.tokenize(line.lower(), escape=False, return_str=True) for line in lines]
+
+
+def _lc_tok_convention(lang: str) -> str:
+    return f"conv:lc+moses-tok({lang})"
+
+
+# --------------------------------------------------------------------------
+# Scoring
+# --------------------------------------------------------------------------
+
+
+def _normalize_metric(metric: str) -> str:
+    key = _METRIC_ALIASES.get(metric.strip().lower())
+    if key is None:
+        raise ValueError(
+            f"unknown metric {metric!r}; expected one of 'bleu', 'chrf', 'bleu_lc_tok'"
+        )
+    return key
+
+
+def _check_parallel(hyps: Sequence[str], refs: Sequence[str], what: str = "hypotheses") -> None:
+    if len(hyps) != len(refs):
+        raise ValueError(
+            f"number of {what} ({len(hyps)}) does not match number of references ({len(refs)})"
+        )
+    if len(hyps) == 0:
+        raise ValueError("cannot score an empty corpus (0 hypotheses and 0 references)")
+
+
+def _bleu_detail(res: Any) -> str:
+    """Precisions/BP/ratio/lengths in sacreBLEU's own layout."""
+    return (
+        f"{res.prec_str} (BP = {res.bp:.3f} ratio = {res.ratio:.3f} "
+        f"hyp_len = {res.sys_len:d} ref_len = {res.ref_len:d})"
+    )
+
+
+def _bleu_score(hyps: Sequence[str], refs: Sequence[str]) -> Score:
+    from sacrebleu.metrics import BLEU
+
+    metric = BLEU()
+    res = metric.corpus_score(list(hyps), [list(refs)])
+    return Score(
+        name="BLEU",
+        score=float(res.score),
+        signature=str(metric.get_signature()),
+        detail=_bleu_detail(res),
+        precisions=[float(p) for p in res.precisions],
+    )
+
+
+def _chrf_score(hyps: Sequence[str], refs: Sequence[str]) -> Score:
+    from sacrebleu.metrics import CHRF
+
+    metric = CHRF()
+    res = metric.corpus_score(list(hyps), [list(refs)])
+    return Score(
+        name="chrF",
+        score=float(res.score),
+        signature=str(metric.get_signature()),
+        detail=f"({res.name}: char_order = {res.char_order} word_order = {res.word_order} "
+        f"beta = {res.beta})",
+        precisions=None,
+    )
+
+
+def _bleu_lc_tok_score(hyps: Sequence[str], refs: Sequence[str], lang: str) -> Score:
+    from sacrebleu.metrics import BLEU
+
+    tok_hyps = moses_lc_tokenize(hyps, lang)
+    tok_refs = moses_lc_tokenize(refs, lang)
+    metric = BLEU(tokenize="none", lowercase=False)
+    res = metric.corpus_score(tok_hyps, [tok_refs])
+    return Score(
+        name="BLEU (lc,tok)",
+        score=float(res.score),
+        signature=f"{metric.get_signature()}|{_lc_tok_convention(lang)}",
+        detail=_bleu_detail(res),
+        precisions=[float(p) for p in res.precisions],
+    )
+
+
+def corpus_scores(
+    hyps: list[str],
+    refs: list[str],
+    *,
+    metrics: Sequence[str] = ("bleu", "chrf"),
+    lowercase_tokenized: bool = False,
+    lang: str = "en",
+) -> list[Score]:
+    """Compute corpus-level scores with sacreBLEU (single reference).
+
+    Args:
+        hyps: Detokenized system outputs, one per segment.
+        refs: Detokenized references, aligned with ``hyps``.
+        metrics: Any of ``"bleu"`` (sacreBLEU defaults: cased, ``tok:13a``,
+            exp smoothing) and ``"chrf"`` (chrF2, sacreBLEU defaults), in the
+            order the scores should be returned. ``"bleu_lc_tok"`` is also
+            accepted and is equivalent to ``lowercase_tokenized=True``.
+        lowercase_tokenized: Also report ``"BLEU (lc,tok)"``: both sides are
+            lowercased and Moses-tokenized (``sacremoses``, ``escape=False``)
+            and scored with ``BLEU(tokenize="none", lowercase=False)``, i.e.
+            the ``multi-bleu.perl``-on-tokenized-text convention of the
+            fairseq Multi30k results. Its signature ends with
+            ``|conv:lc+moses-tok(<lang>)``.
+        lang: Target language for the Moses tokenizer.
+
+    Returns:
+        One :class:`Score` per requested metric; the lc,tok BLEU comes last.
+
+    Raises:
+        ValueError: If ``hyps`` and ``refs`` differ in length (both counts are
+            in the message), if they are empty, or on an unknown metric.
+    """
+    _check_parallel(hyps, refs)
+    keys = [_normalize_metric(m) for m in metrics]
+    if lowercase_tokenized and "bleu_lc_tok" not in keys:
+        keys.append("bleu_lc_tok")
+    out: list[Score] = []
+    seen: set[str] = set()
+    for key in keys:
+        if key in seen:
+            continue
+        seen.add(key)
+        if key == "bleu":
+            out.append(_bleu_score(hyps, refs))
+        elif key == "chrf":
+            out.append(_chrf_score(hyps, refs))
+        else:
+            out.append(_bleu_lc_tok_score(hyps, refs, lang))
+    return out
+
+
+# --------------------------------------------------------------------------
+# Significance testing
+# --------------------------------------------------------------------------
+
+
+def paired_bootstrap(
+    baseline_hyps: list[str],
+    system_hyps: dict[str, list[str]],
+    refs: list[str],
+    *,
+    metric: str = "bleu",
+    n_samples: int = 1000,
+    seed: int | None = 12345,
+    lang: str = "en",
+) -> dict[str, dict]:
+    """Paired bootstrap resampling against a baseline, via sacreBLEU.
+
+    Uses :class:`sacrebleu.significance.PairedTest` with ``test_type="bs"``
+    (a port of Moses' ``bootstrap-hypothesis-difference-significance.pl``).
+    sacreBLEU takes its RNG seed from the ``SACREBLEU_SEED`` environment
+    variable when the test object is built; this function sets that variable
+    to ``seed`` for the duration of the call and restores it afterwards (so
+    the call is not thread-safe with respect to other sacreBLEU tests running
+    concurrently in the same process). All systems share the same resample
+    indices, as in sacreBLEU.
+
+    Degenerate case: for a system whose hypotheses are *identical* to the
+    baseline every resampled difference is exactly 0, and sacreBLEU's strict
+    ``>`` count then yields the minimum p-value ``1/(n_samples+1)``, i.e. it
+    would call a system "significantly different" from itself. For such a
+    system this function reports ``p_value = 1.0`` (no evidence of any
+    difference) and keeps sacreBLEU's raw number in ``"sacrebleu_p_value"``;
+    ``"identical_to_baseline"`` flags the case.
+
+    Args:
+        baseline_hyps: Baseline outputs.
+        system_hyps: ``{system name: outputs}`` to compare with the baseline.
+        refs: References aligned with all outputs.
+        metric: ``"bleu"``, ``"chrf"`` or ``"bleu_lc_tok"`` (lowercased BLEU on
+            Moses-tokenized text, see :func:`corpus_scores`).
+        n_samples: Number of bootstrap resamples (> 0).
+        seed: RNG seed (a positive int) for deterministic results; ``None``
+            draws entropy from the OS. ``0`` is rejected because sacreBLEU
+            treats a zero seed as "unseeded".
+        lang: Moses tokenizer language for ``"bleu_lc_tok"``.
+
+    Returns:
+        ``{system name: result}`` in the order of ``system_hyps`` where each
+        result has:
+
+        * ``"score"``: the system's corpus score,
+        * ``"baseline"``: the baseline's corpus score,
+        * ``"delta"``: ``score - baseline``,
+        * ``"p_value"``: p-value of the paired test (see degenerate case),
+        * ``"sacrebleu_p_value"``: the p-value exactly as sacreBLEU returned it,
+        * ``"mean"`` / ``"ci_halfwidth"``: bootstrap mean and 95% CI half-width
+          of the system score (sacreBLEU's ``μ ± ci``),
+        * ``"ci"``: ``(mean - ci_halfwidth, mean + ci_halfwidth)``,
+        * ``"baseline_mean"`` / ``"baseline_ci_halfwidth"``: same for the baseline,
+        * ``"identical_to_baseline"``: bool,
+        * ``"metric"``: sacreBLEU's metric name (``"BLEU"``, ``"chrF2"``),
+        * ``"signature"``: sacreBLEU's test signature (with ``bs`` and
+          ``seed``; plus ``|conv:...`` for ``bleu_lc_tok``),
+        * ``"n_samples"``.
+
+    Raises:
+        ValueError: On length mismatches (counts named), empty input, an
+            unknown metric, ``n_samples <= 0`` or an invalid seed.
+    """
+    from sacrebleu.metrics import BLEU, CHRF
+    from sacrebleu.significance import PairedTest
+
+    key = _normalize_metric(metric)
+    _check_parallel(baseline_hyps, refs, what="baseline hypotheses")
+    for name, hyps in system_hyps.items():
+        _check_parallel(hyps, refs, what=f"hypotheses of system {name!r}")
+    if n_samples <= 0:
+        raise ValueError(f"n_samples must be positive, got {n_samples}")
+    if seed is not None and (not isinstance(seed, int) or seed <= 0):
+        raise ValueError(
+            f"seed must be a positive int or None, got {seed!r} (sacreBLEU treats 0 as 'unseeded')"
+        )
+    if not system_hyps:
+        return {}
+
+    names = list(system_hyps)
+    base = list(baseline_hyps)
+    systems = [list(system_hyps[n]) for n in names]
+    references = list(refs)
+    suffix = ""
+    if key == "bleu":
+        metric_obj: Any = BLEU()
+    elif key == "chrf":
+        metric_obj = CHRF()
+    else:
+        metric_obj = BLEU(tokenize="none", lowercase=False)
+        base = moses_lc_tokenize(base, lang)
+        systems = [moses_lc_tokenize(s, lang) for s in systems]
+        references = moses_lc_tokenize(references, lang)
+        suffix = f"|{_lc_tok_convention(lang)}"
+
+    named = [("__baseline__", base)] + [(f"system_{i}", s) for i, s in enumerate(systems)]
+    old_seed = os.environ.get("SACREBLEU_SEED")
+    os.environ["SACREBLEU_SEED"] = "none" if seed is None else str(seed)
+    try:
+        test = PairedTest(
+            named,
+            {key: metric_obj},
+            [references],
+            test_type="bs",
+            n_samples=n_samples,
+            n_jobs=1,
+        )
+        signatures, table = test()
+    finally:
+        if old_seed is None:
+            os.environ.pop("SACREBLEU_SEED", None)
+        else:
+            os.environ["SACREBLEU_SEED"] = old_seed
+
+    # table: {"System": [...], <metric name>: [baseline Result, system Results...]}
+    metric_name = next(k for k in table if k != "System")
+    results = table[metric_name]
+    bl = results[0]
+    signature = str(signatures[metric_name]) + suffix
+
+    out: dict[str, dict] = {}
+    for idx, name in enumerate(names):
+        res = results[idx + 1]
+        identical = system_hyps[name] == list(baseline_hyps) or systems[idx] == base
+        raw_p = float(res.p_value)
+        mean = float(res.mean)
+        half = float(res.ci)
+        out[name] = {
+            "score": float(res.score),
+            "baseline": float(bl.score),
+            "delta": float(res.score) - float(bl.score),
+            "p_value": 1.0 if identical else raw_p,
+            "sacrebleu_p_value": raw_p,
+            "mean": mean,
+            "ci_halfwidth": half,
+            "ci": (mean - half, mean + half),
+            "baseline_mean": float(bl.mean) if bl.mean is not None else math.nan,
+            "baseline_ci_halfwidth": float(bl.ci) if bl.ci is not None else math.nan,
+            "identical_to_baseline": identical,
+            "metric": metric_name,
+            "signature": signature,
+            "n_samples": n_samples,
+        }
+    return out
+
+
+# --------------------------------------------------------------------------
+# Reporting
+# --------------------------------------------------------------------------
+
+
+def format_report(scores: list[Score]) -> str:
+    """Render scores, one per line: ``"BLEU = 34.12 (signature) detail"``.
+
+    The detail part is omitted when empty. No trailing newline.
+    """
+    lines = []
+    for s in scores:
+        line = f"{s.name} = {s.score:.2f} ({s.signature})"
+        if s.detail:
+            line += f" {s.detail}"
+        lines.append(line)
+    return "\n".join(lines)

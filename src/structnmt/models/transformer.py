@@ -1,0 +1,249 @@
+"""Transformer encoder-decoder (Vaswani et al. 2017) hosting any registered attention.
+
+Pre-norm by default (``model.pre_norm: false`` gives the original post-norm),
+sinusoidal positions, embeddings scaled by sqrt(d), optional tying of the decoder
+input embedding with the output projection and sharing of all embeddings.
+
+Every attention module is built by :func:`structnmt.nn.build_attention` from the
+config's :class:`~structnmt.config.AttentionPlan`, per role and layer; the model never
+looks at which mechanism it holds. Shapes: B batch, S source length, T target length,
+D model width, V vocabulary.
+
+Decoding protocol (shared with every model family, used by beam search):
+
+* ``encode(src, src_mask, structures) -> EncoderOutput``
+* ``decode_step(prev_tokens (N, t), enc, cache) -> log_probs (N, V)`` for the last position
+* ``EncoderOutput.reorder(index)`` and ``IncrementalCache.reorder(index)``
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+from ..data.vocab import PAD
+from ..nn.attention import AttentionContext, AttentionDims, IncrementalCache, build_attention
+
+
+@dataclass
+class EncoderOutput:
+    memory: Tensor  # (B, S', D); S' >= S when a mechanism appends nodes
+    mask: Tensor  # (B, S') bool, True = real position
+    structures: dict[str, Tensor] = field(default_factory=dict)  # source structures for cross-attention
+    aux_losses: dict[str, Tensor] = field(default_factory=dict)
+    attentions: list[Tensor] = field(default_factory=list)  # per layer (B, H, S, S) when requested
+
+    def reorder(self, index: Tensor) -> EncoderOutput:
+        return EncoderOutput(
+            memory=self.memory.index_select(0, index),
+            mask=self.mask.index_select(0, index),
+            structures={k: v.index_select(0, index) for k, v in self.structures.items()},
+        )
+
+
+@dataclass
+class ModelOutput:
+    logits: Tensor  # (B, T, V)
+    aux_losses: dict[str, Tensor] = field(default_factory=dict)
+    attentions: dict[str, list[Tensor]] = field(default_factory=dict)  # role -> per layer (B, H, T, S)
+
+
+def sinusoidal_table(n: int, d: int) -> Tensor:
+    """(n, d) sinusoidal position encodings (sin on even, cos on odd dimensions)."""
+    pos = torch.arange(n, dtype=torch.float32)[:, None]
+    div = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
+    table = torch.zeros(n, d)
+    table[:, 0::2] = torch.sin(pos * div)
+    table[:, 1::2] = torch.cos(pos * div)[:, : d // 2]
+    return table
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(cfg.d_model, cfg.ffn_dim)
+        self.fc2 = nn.Linear(cfg.ffn_dim, cfg.d_model)
+        self.act = F.gelu if cfg.activation == "gelu" else F.relu
+        self.activation_dropout = cfg.activation_dropout
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = F.dropout(self.act(self.fc1(x)), self.activation_dropout, self.training)
+        return self.fc2(h)
+
+
+class Sublayer(nn.Module):
+    """Residual wrapper with pre- or post-norm: pre: x + f(LN(x)); post: LN(x + f(x))."""
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = dropout
+        self.pre_norm = pre_norm
+
+    def inp(self, x: Tensor) -> Tensor:
+        return self.norm(x) if self.pre_norm else x
+
+    def out(self, x: Tensor, y: Tensor) -> Tensor:
+        x = x + F.dropout(y, self.dropout, self.training)
+        return x if self.pre_norm else self.norm(x)
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, index: int):
+        super().__init__()
+        spec = cfg.attention.spec("encoder_self", index)
+        dims = AttentionDims(cfg.d_model, cfg.heads, cfg.attention_dropout, "encoder_self", f"enc.{index}.self")
+        self.self_attn = build_attention(spec.name, spec.options, dims)
+        self.attn_sub = Sublayer(cfg.d_model, cfg.dropout, cfg.pre_norm)
+        self.ffn = FeedForward(cfg)
+        self.ffn_sub = Sublayer(cfg.d_model, cfg.dropout, cfg.pre_norm)
+
+    def forward(self, x: Tensor, ctx: AttentionContext):
+        h = self.attn_sub.inp(x)
+        a = self.self_attn(h, h, ctx)
+        x = self.attn_sub.out(x, a.output)
+        x = self.ffn_sub.out(x, self.ffn(self.ffn_sub.inp(x)))
+        return x, a
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, index: int):
+        super().__init__()
+        d = cfg.d_model
+        s_spec = cfg.attention.spec("decoder_self", index)
+        c_spec = cfg.attention.spec("cross", index)
+        self.self_attn = build_attention(
+            s_spec.name, s_spec.options,
+            AttentionDims(d, cfg.heads, cfg.attention_dropout, "decoder_self", f"dec.{index}.self"))
+        self.cross_attn = build_attention(
+            c_spec.name, c_spec.options,
+            AttentionDims(d, cfg.heads, cfg.attention_dropout, "cross", f"dec.{index}.cross"))
+        self.self_sub = Sublayer(d, cfg.dropout, cfg.pre_norm)
+        self.cross_sub = Sublayer(d, cfg.dropout, cfg.pre_norm)
+        self.ffn = FeedForward(cfg)
+        self.ffn_sub = Sublayer(d, cfg.dropout, cfg.pre_norm)
+
+    def forward(self, x: Tensor, memory: Tensor, self_ctx: AttentionContext, cross_ctx: AttentionContext):
+        h = self.self_sub.inp(x)
+        a = self.self_attn(h, h, self_ctx)
+        x = self.self_sub.out(x, a.output)
+        c = self.cross_attn(self.cross_sub.inp(x), memory, cross_ctx)
+        x = self.cross_sub.out(x, c.output)
+        x = self.ffn_sub.out(x, self.ffn(self.ffn_sub.inp(x)))
+        return x, a, c
+
+
+def _merge_losses(into: dict[str, Tensor], new: dict[str, Tensor]) -> None:
+    for k, v in new.items():
+        into[k] = into[k] + v if k in into else v
+
+
+class TransformerModel(nn.Module):
+    """Encoder-decoder Transformer; see the module docstring for the decoding protocol."""
+
+    def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int):
+        super().__init__()
+        if cfg.share_all_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError("model.share_all_embeddings needs a joint vocabulary (prepare with joint_vocab).")
+        self.cfg = cfg
+        d = cfg.d_model
+        self.src_embed = nn.Embedding(src_vocab_size, d, padding_idx=PAD)
+        self.tgt_embed = self.src_embed if cfg.share_all_embeddings else nn.Embedding(tgt_vocab_size, d, padding_idx=PAD)
+        for emb in {id(self.src_embed): self.src_embed, id(self.tgt_embed): self.tgt_embed}.values():
+            nn.init.normal_(emb.weight, mean=0.0, std=d**-0.5)
+            nn.init.zeros_(emb.weight[PAD])
+        self.register_buffer("positions", sinusoidal_table(cfg.max_positions, d), persistent=False)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg, i) for i in range(cfg.encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.decoder_layers))
+        self.encoder_norm = nn.LayerNorm(d) if cfg.pre_norm else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d) if cfg.pre_norm else nn.Identity()
+        self.output_proj = nn.Linear(d, tgt_vocab_size, bias=False)
+        if cfg.tie_output or cfg.share_all_embeddings:
+            self.output_proj.weight = self.tgt_embed.weight
+        else:
+            nn.init.normal_(self.output_proj.weight, mean=0.0, std=d**-0.5)
+        self.embed_scale = math.sqrt(d)
+
+    def _embed(self, emb: nn.Embedding, tokens: Tensor, offset: int = 0) -> Tensor:
+        T = tokens.shape[1]
+        if offset + T > self.positions.shape[0]:
+            raise ValueError(f"sequence of length {offset + T} exceeds model.max_positions={self.positions.shape[0]}.")
+        x = emb(tokens) * self.embed_scale + self.positions[offset : offset + T]
+        return F.dropout(x, self.cfg.dropout, self.training)
+
+    def encode(
+        self, src: Tensor, src_mask: Tensor, structures: dict[str, Tensor] | None = None, need_weights: bool = False
+    ) -> EncoderOutput:
+        """src (B, S) ids, src_mask (B, S) bool -> EncoderOutput."""
+        structures = structures or {}
+        x = self._embed(self.src_embed, src)
+        mask = src_mask
+        aux: dict[str, Tensor] = {}
+        attentions = []
+        for layer in self.encoder_layers:
+            ctx = AttentionContext(key_mask=mask, structures=structures, need_weights=need_weights)
+            x, a = layer(x, ctx)
+            _merge_losses(aux, a.aux_losses)
+            if a.weights is not None:
+                attentions.append(a.weights)
+            ext = a.extras.get("memory_extension")
+            if ext is not None:  # hypernodes etc.: appended nodes join the memory
+                x = torch.cat([x, ext], dim=1)
+                mask = torch.cat([mask, a.extras["memory_extension_mask"]], dim=1)
+        return EncoderOutput(self.encoder_norm(x), mask, dict(structures), aux, attentions)
+
+    def decode(
+        self,
+        tgt_in: Tensor,
+        enc: EncoderOutput,
+        *,
+        cache: IncrementalCache | None = None,
+        offset: int = 0,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        """tgt_in (B, T) -> logits (B, T, V). With a cache, ``tgt_in`` holds only new steps."""
+        x = self._embed(self.tgt_embed, tgt_in, offset)
+        self_ctx = AttentionContext(causal=True, cache=cache, need_weights=need_weights, query_offset=offset,
+                                    structures=enc.structures)
+        cross_ctx = AttentionContext(key_mask=enc.mask, cache=cache, need_weights=need_weights,
+                                     query_offset=offset, structures=enc.structures)
+        aux: dict[str, Tensor] = {}
+        attn: dict[str, list[Tensor]] = {"decoder_self": [], "cross": []}
+        for layer in self.decoder_layers:
+            x, a, c = layer(x, enc.memory, self_ctx, cross_ctx)
+            _merge_losses(aux, a.aux_losses)
+            _merge_losses(aux, c.aux_losses)
+            if a.weights is not None:
+                attn["decoder_self"].append(a.weights)
+            if c.weights is not None:
+                attn["cross"].append(c.weights)
+        logits = self.output_proj(self.decoder_norm(x))
+        return ModelOutput(logits, aux, attn)
+
+    def forward(
+        self,
+        src: Tensor,
+        src_mask: Tensor,
+        tgt_in: Tensor,
+        structures: dict[str, Tensor] | None = None,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        """Teacher-forced pass: src (B, S), src_mask (B, S), tgt_in (B, T) -> ModelOutput."""
+        enc = self.encode(src, src_mask, structures, need_weights)
+        out = self.decode(tgt_in, enc, need_weights=need_weights)
+        _merge_losses(out.aux_losses, enc.aux_losses)
+        if need_weights:
+            out.attentions["encoder_self"] = enc.attentions
+        return out
+
+    @torch.no_grad()
+    def decode_step(self, prev_tokens: Tensor, enc: EncoderOutput, cache: IncrementalCache) -> Tensor:
+        """prev_tokens (N, t): all tokens so far; returns log-probs (N, V) of the next one."""
+        t = prev_tokens.shape[1]
+        out = self.decode(prev_tokens[:, -1:], enc, cache=cache, offset=t - 1)
+        return torch.log_softmax(out.logits[:, -1].float(), dim=-1)

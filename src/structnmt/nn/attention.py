@@ -1,0 +1,308 @@
+"""The attention contract shared by every mechanism, and plain multi-head attention.
+
+Mask polarity, everywhere in structnmt: **boolean ``True`` = may attend** (as in
+``torch.nn.functional.scaled_dot_product_attention``). Tensors are batch first.
+
+The contract
+------------
+Every mechanism is an ``nn.Module`` registered under a name in
+:data:`ATTENTION_REGISTRY` and called as::
+
+    out: AttentionOutput = attn(query, memory, ctx)
+
+* ``query``  (B, T, D) — the positions that attend;
+* ``memory`` (B, S, D) — what is attended to (``memory is query`` for self-attention);
+* ``ctx``    :class:`AttentionContext` — the key mask, causality, the batch's structure
+  tensors, the incremental-decoding cache and whether weights are wanted.
+
+It returns :class:`AttentionOutput`: ``output`` (B, T, D), optional ``weights``
+(B, H, T, S'), a dict of auxiliary losses (added to the training loss by the trainer
+with their own weights already applied) and a dict of ``extras`` for analysis. A module
+stores nothing as a side effect of ``forward``; what a caller wants back is in the
+output.
+
+Layers get their attention from :func:`build_attention`, which reads an
+:class:`~structnmt.config.AttentionSpec` (name + options) per layer and role. Models
+never test which mechanism they hold.
+
+How the five papers fit without changing the model
+---------------------------------------------------
+* **MG-SA phrase memories** — a mechanism computes its own keys/values from
+  ``memory`` and the partition tensors in ``ctx.structures`` (e.g. ``"ngram_ids"``,
+  ``"syntax_ids"``), one phrase memory per head group, each with its own length and
+  key mask; the tag-supervision loss returns in ``aux_losses``. Queries stay words, so
+  the output is (B, T, D) like any attention.
+* **Phrase-based attentions (CONVKV, QUERYK)** — convolutions over keys, values or
+  queries live inside the mechanism. In decoder self- and cross-attention the
+  mechanism keeps what it needs in its own cache entry (``ctx.cache``, keyed by its
+  ``cache_key``): the last n-1 projected inputs and the phrase keys/values built so
+  far; the source phrase keys of cross-attention are built once (``static`` entry).
+  :meth:`IncrementalCache.reorder` reorders every tensor with the beam, so mechanisms
+  only have to keep the batch dimension first.
+* **Per-sentence additive biases and masks (DEA, LPEA, relative positions,
+  localness)** — either read from ``ctx.structures`` (dependency masks, local-phrase
+  positions, built by the collator) or computed from the queries (localness); they go
+  through :func:`scaled_attention` as ``bias`` (added to the logits) and ``mask``.
+  A bias without gradient uses the SDPA fast path as a float mask; a learned bias
+  takes the explicit path.
+* **PhraseTransformer hypernodes** — extra nodes appended to the encoder sequence: an
+  encoder-side mechanism returns them in ``extras["memory_extension"]`` (B, N, D) with
+  ``extras["memory_extension_mask"]`` (B, N); the encoder appends them to its output
+  and mask, and cross-attention sees a longer memory through the same
+  ``key_mask`` it always reads.
+* **SA-NMT (RNN family)** — the model family is chosen by ``model.family``; the RNN
+  translator implements the same decoding protocol (``encode`` / ``decode_step`` /
+  ``EncoderOutput.reorder``) so beam search, training and evaluation are shared;
+  its structured (matrix-tree) attention is a mechanism with this same call signature
+  whose ``extras`` carry the arc marginals used for tree extraction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# --------------------------------------------------------------------------- contract types
+
+
+class IncrementalCache:
+    """Per-sentence decoding state of every attention module, keyed by ``cache_key``.
+
+    Each entry is a dict of tensors whose first dimension is the batch (times beam).
+    :meth:`reorder` applies a beam permutation to all of them.
+    """
+
+    def __init__(self) -> None:
+        self.entries: dict[str, dict[str, Tensor]] = {}
+
+    def get(self, key: str) -> dict[str, Tensor] | None:
+        return self.entries.get(key)
+
+    def set(self, key: str, value: dict[str, Tensor]) -> None:
+        self.entries[key] = value
+
+    def reorder(self, index: Tensor) -> None:
+        """Select/permute the batch dimension of every cached tensor: ``t[index]``."""
+        for entry in self.entries.values():
+            for name, t in entry.items():
+                entry[name] = t.index_select(0, index)
+
+
+@dataclass
+class AttentionContext:
+    """What an attention call needs besides the query and memory.
+
+    key_mask:     (B, S) bool, True = key may be attended; None = all keys valid.
+    causal:       query t may only see keys <= t + query_offset.
+    structures:   the batch's structure tensors by name (built by the collator).
+    cache:        incremental-decoding cache, or None during training / full passes.
+    need_weights: return attention weights (forces the explicit path).
+    query_offset: absolute position of the first query (incremental decoding).
+    """
+
+    key_mask: Tensor | None = None
+    causal: bool = False
+    structures: Mapping[str, Tensor] = field(default_factory=dict)
+    cache: IncrementalCache | None = None
+    need_weights: bool = False
+    query_offset: int = 0
+
+
+@dataclass
+class AttentionOutput:
+    output: Tensor  # (B, T, D)
+    weights: Tensor | None = None  # (B, H, T, S')
+    aux_losses: dict[str, Tensor] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- registry
+
+ATTENTION_REGISTRY: dict[str, type[nn.Module]] = {}
+
+
+def register_attention(name: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
+    """Class decorator adding a mechanism to :data:`ATTENTION_REGISTRY`; duplicates rejected."""
+
+    def deco(cls: type[nn.Module]) -> type[nn.Module]:
+        if name in ATTENTION_REGISTRY:
+            raise ValueError(f"attention '{name}' is registered twice ({ATTENTION_REGISTRY[name]} and {cls}).")
+        ATTENTION_REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+@dataclass
+class AttentionDims:
+    """What the model tells every mechanism it builds."""
+
+    d_model: int
+    heads: int
+    dropout: float  # attention-weight dropout
+    role: str  # encoder_self | decoder_self | cross
+    cache_key: str  # unique per module, names its IncrementalCache entry
+
+
+def build_attention(name: str, options: Mapping[str, Any], dims: AttentionDims) -> nn.Module:
+    """Instantiate mechanism ``name`` with its typed options (unknown options rejected)."""
+    from ..config import ConfigError, _build
+
+    if name not in ATTENTION_REGISTRY:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(ATTENTION_REGISTRY), n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"valid: {', '.join(sorted(ATTENTION_REGISTRY))}"
+        raise ConfigError(f"model.attention ({dims.role}): unknown mechanism '{name}'; {hint}")
+    cls = ATTENTION_REGISTRY[name]
+    opts_cls = getattr(cls, "Options", None)
+    if opts_cls is None:
+        if options:
+            raise ConfigError(f"model.attention ({dims.role}): mechanism '{name}' takes no options.")
+        return cls(dims=dims)
+    opts = _build(opts_cls, dict(options), f"model.attention.{dims.role}.options")
+    return cls(dims=dims, options=opts)
+
+
+# --------------------------------------------------------------------------- the core op
+
+
+def scaled_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    key_mask: Tensor | None = None,
+    causal: bool = False,
+    query_offset: int = 0,
+    mask: Tensor | None = None,
+    bias: Tensor | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    scale: float | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """softmax(q k^T * scale + bias) v with masks; returns (out, weights or None).
+
+    q (B, H, T, d), k (B, H, S, d), v (B, H, S, dv);
+    key_mask (B, S) bool; mask broadcastable to (B, H, T, S) bool; bias broadcastable
+    to (B, H, T, S) float. All masks: True = may attend.
+
+    Fast path: ``F.scaled_dot_product_attention`` (causal without other masks uses its
+    ``is_causal`` kernel). The explicit matmul-softmax path runs when weights are
+    requested or the bias requires grad.
+    """
+    B, H, T, _ = q.shape
+    S = k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    allowed: Tensor | None = None
+    if key_mask is not None:
+        allowed = key_mask[:, None, None, :]
+    if mask is not None:
+        allowed = mask if allowed is None else allowed & mask
+    use_is_causal = causal and allowed is None and bias is None and T == S and query_offset == 0
+    if causal and not use_is_causal:
+        pos_q = torch.arange(T, device=q.device)[:, None] + query_offset
+        cmask = torch.arange(S, device=q.device)[None, :] <= pos_q
+        allowed = cmask if allowed is None else allowed & cmask
+    explicit = need_weights or (bias is not None and bias.requires_grad)
+    if not explicit:
+        attn_mask: Tensor | None = allowed
+        if bias is not None:
+            attn_mask = bias.to(q.dtype)
+            if allowed is not None:
+                attn_mask = attn_mask.masked_fill(~allowed, float("-inf"))
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=use_is_causal, scale=scale
+        )
+        return out, None
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if bias is not None:
+        scores = scores + bias
+    if use_is_causal:
+        allowed = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    dropped = F.dropout(weights, p=dropout_p, training=dropout_p > 0)
+    return torch.matmul(dropped, v), weights
+
+
+# --------------------------------------------------------------------------- plain MHA
+
+
+def split_heads(x: Tensor, heads: int) -> Tensor:
+    """(B, T, H*d) -> (B, H, T, d)"""
+    B, T, D = x.shape
+    return x.view(B, T, heads, D // heads).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """(B, H, T, d) -> (B, T, H*d)"""
+    B, H, T, d = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * d)
+
+
+@register_attention("mha")
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product multi-head attention (Vaswani et al. 2017, eqs. 1-2).
+
+    The reference mechanism. In decoder self-attention the cache entry holds the
+    projected keys and values of all previous steps, ``k, v`` (B, H, t, d); in
+    cross-attention it holds the source keys and values, computed once per sentence.
+    Subclasses that only change the logits override :meth:`logit_bias`.
+    """
+
+    def __init__(self, *, dims: AttentionDims):
+        super().__init__()
+        if dims.d_model % dims.heads:
+            raise ValueError(f"d_model={dims.d_model} is not divisible by heads={dims.heads}.")
+        self.dims = dims
+        self.heads = dims.heads
+        self.q_proj = nn.Linear(dims.d_model, dims.d_model)
+        self.kv_proj = nn.Linear(dims.d_model, 2 * dims.d_model)
+        self.out_proj = nn.Linear(dims.d_model, dims.d_model)
+        self.static_kv = dims.role == "cross"
+
+    def project_kv(self, memory: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
+        """Keys and values (B, H, S, d), using and updating the cache when decoding."""
+        cache = ctx.cache
+        key = self.dims.cache_key
+        if cache is not None and self.static_kv and cache.get(key) is not None:
+            entry = cache.get(key)
+            return entry["k"], entry["v"]
+        k, v = self.kv_proj(memory).chunk(2, dim=-1)
+        k, v = split_heads(k, self.heads), split_heads(v, self.heads)
+        if cache is not None:
+            if not self.static_kv and cache.get(key) is not None:
+                prev = cache.get(key)
+                k = torch.cat([prev["k"], k], dim=2)
+                v = torch.cat([prev["v"], v], dim=2)
+            cache.set(key, {"k": k, "v": v})
+        return k, v
+
+    def logit_bias(self, query: Tensor, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor | None:
+        """Additive logits (B or 1, H or 1, T, S) for subclasses; plain MHA has none."""
+        return None
+
+    def forward(self, query: Tensor, memory: Tensor, ctx: AttentionContext) -> AttentionOutput:
+        q = split_heads(self.q_proj(query), self.heads)
+        k, v = self.project_kv(memory, ctx)
+        out, weights = scaled_attention(
+            q,
+            k,
+            v,
+            key_mask=ctx.key_mask,
+            causal=ctx.causal,
+            query_offset=ctx.query_offset,
+            bias=self.logit_bias(query, q, k, ctx),
+            dropout_p=self.dims.dropout if self.training else 0.0,
+            need_weights=ctx.need_weights,
+        )
+        return AttentionOutput(output=self.out_proj(merge_heads(out)), weights=weights)
+

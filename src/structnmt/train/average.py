@@ -1,0 +1,44 @@
+"""``structnmt average``: average the parameters of the last N checkpoints (Vaswani et al. 2017)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+
+def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
+    """The ``n`` numbered checkpoints with the highest update counts, oldest first."""
+    found = sorted(Path(save_dir).glob("checkpoint_[0-9]*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+    if not found:
+        raise FileNotFoundError(f"{save_dir}: no checkpoint_<update>.pt files to average; train first.")
+    return found[-n:]
+
+
+def average_checkpoints(paths: list[Path], output: str | Path) -> dict:
+    """Write a checkpoint whose model parameters are the mean over ``paths``.
+
+    The config, vocabulary and bookkeeping are taken from the newest checkpoint; the
+    optimiser state is dropped (an averaged model is for decoding).
+    """
+    if not paths:
+        raise ValueError("average_checkpoints: no checkpoints given.")
+    total: dict[str, torch.Tensor] = {}
+    newest = None
+    for p in paths:
+        st = torch.load(p, map_location="cpu", weights_only=False)
+        for k, v in st["model"].items():
+            if v.is_floating_point():
+                total[k] = total[k] + v.double() if k in total else v.double().clone()
+            else:
+                total[k] = v
+        newest = st
+    assert newest is not None
+    model = {k: (v / len(paths)).to(newest["model"][k].dtype) if v.is_floating_point() else v for k, v in total.items()}
+    out = {k: v for k, v in newest.items() if k != "optimizer"}
+    out["model"] = model
+    out["averaged_from"] = [str(p) for p in paths]
+    tmp = Path(str(output) + ".tmp")
+    torch.save(out, tmp)
+    tmp.replace(output)
+    return out

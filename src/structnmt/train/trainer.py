@@ -1,0 +1,445 @@
+"""``structnmt train``: the training loop.
+
+Adam with inverse-sqrt warm-up; label-smoothed cross entropy plus every auxiliary
+loss the attention mechanisms return; gradient accumulation (``update_freq``);
+clipping; bf16 autocast on CUDA; several processes through ``torchrun`` and
+DistributedDataParallel (gloo on CPU, NCCL on GPU).
+
+Loss normalisation: the gradient of one update is the sum of the token losses of all
+its batches (all accumulation steps, all ranks) divided by their total number of target
+tokens, so 2 ranks x 1 batch equals 1 rank x 2 accumulated batches.
+
+Checkpoints (written atomically: temporary file, then ``os.replace``) hold the model,
+optimiser, step, epoch and position in the epoch, every RNG state, the config and the
+run's bookkeeping; the order of batches is a pure function of ``(seed, epoch)``, so
+resuming from ``checkpoint_last.pt`` reproduces the uninterrupted run exactly.
+
+A NaN or infinite loss or gradient skips the update and is counted; more than
+``max_consecutive_nonfinite`` in a row stop the run with :class:`TrainingError`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..config import Config, to_dict
+from ..data.dataset import EpochBatchIterator, PreparedDataset, collate, make_batches
+from ..models import build_model
+from .loss import label_smoothed_nll
+from .schedule import inverse_sqrt_lr
+
+
+class TrainingError(RuntimeError):
+    """The run cannot continue (e.g. repeated non-finite losses)."""
+
+
+@dataclass
+class RunState:
+    """Bookkeeping saved with every checkpoint."""
+
+    num_updates: int = 0
+    epoch: int = 1
+    batches_done: int = 0  # batches of this rank consumed in the current epoch
+    best_metric: float | None = None
+    bad_validations: int = 0  # validations without improvement (early stopping)
+    nonfinite_total: int = 0
+    nonfinite_consecutive: int = 0
+    train_seconds: float = 0.0
+    tgt_tokens: int = 0
+    history: list[dict] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def get_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def rng_state() -> dict:
+    st = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        st["cuda"] = torch.cuda.get_rng_state_all()
+    return st
+
+
+def set_rng_state(st: dict) -> None:
+    random.setstate(st["python"])
+    np.random.set_state(st["numpy"])
+    torch.set_rng_state(st["torch"])
+    if "cuda" in st and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(st["cuda"])
+
+
+def atomic_save(obj, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def param_count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+class MetricsLog:
+    """JSONL metrics (``metrics.jsonl``) and, optionally, TensorBoard scalars."""
+
+    def __init__(self, save_dir: Path, tensorboard: bool, enabled: bool):
+        self.enabled = enabled
+        self.path = save_dir / "metrics.jsonl"
+        self.tb = None
+        if enabled and tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(save_dir / "tensorboard"))
+            except ImportError:  # tensorboard is a dependency; tolerate minimal installs
+                self.tb = None
+
+    def log(self, kind: str, step: int, values: dict) -> None:
+        if not self.enabled:
+            return
+        rec = {"kind": kind, "step": step, "time": round(time.time(), 3), **values}
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec) + "\n")
+        if self.tb is not None:
+            for k, v in values.items():
+                if isinstance(v, (int, float)) and math.isfinite(v):
+                    self.tb.add_scalar(f"{kind}/{k}", v, step)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+# --------------------------------------------------------------------------- trainer
+
+
+class Trainer:
+    def __init__(self, cfg: Config, *, log=print):
+        self.cfg = cfg
+        self.log = log
+        tc = cfg.train
+        self.distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        if self.distributed and not dist.is_initialized():
+            backend = "nccl" if torch.cuda.is_available() and tc.device != "cpu" else "gloo"
+            dist.init_process_group(backend=backend)
+        self.rank = dist.get_rank() if self.distributed else 0
+        self.world = dist.get_world_size() if self.distributed else 1
+        self.is_main = self.rank == 0
+        self.device = get_device(tc.device)
+        if self.device.type == "cuda" and self.distributed:
+            self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(self.device)
+        if tc.threads > 0:
+            torch.set_num_threads(tc.threads)
+        self.save_dir = Path(tc.save_dir)
+        if self.is_main:
+            self.save_dir.mkdir(parents=True, exist_ok=True)
+
+        random.seed(tc.seed)
+        np.random.seed(tc.seed)
+        torch.manual_seed(tc.seed)
+
+        self.data = PreparedDataset(cfg.data.path)
+        self.train_split = self.data.split("train")
+        self.valid_split = self.data.split("valid") if "valid" in self.data.splits else None
+        batches, filtered = make_batches(
+            self.train_split.src_lens, self.train_split.tgt_lens, max_tokens=cfg.data.max_tokens,
+            max_sentences=cfg.data.max_sentences, max_len=cfg.data.max_len, seed=tc.seed)
+        if filtered and self.is_main:
+            log(f"train: filtered {filtered} of {len(self.train_split)} pairs longer than data.max_len={cfg.data.max_len}.")
+        self.filtered = filtered
+        self.batches = EpochBatchIterator(batches, seed=tc.seed, rank=self.rank, world_size=self.world)
+
+        self.model = build_model(cfg.model, len(self.data.src_vocab), len(self.data.tgt_vocab)).to(self.device)
+        self.n_params = param_count(self.model)
+        self.ddp = (torch.nn.parallel.DistributedDataParallel(
+            self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+            if self.distributed else self.model)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=tc.lr, betas=tc.betas, eps=tc.eps,
+                                          weight_decay=tc.weight_decay)
+        self.state = RunState()
+        self.metrics = MetricsLog(self.save_dir, tc.tensorboard, self.is_main)
+        self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
+                         if self.device.type == "cuda" and tc.bf16 else nullcontext())
+        last = self.save_dir / "checkpoint_last.pt"
+        if last.exists():
+            self.load(last)
+            if self.is_main:
+                log(f"resumed from {last} at update {self.state.num_updates} (epoch {self.state.epoch}).")
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def checkpoint_state(self) -> dict:
+        files = self.data.manifest["vocab"]
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "config": to_dict(self.cfg),
+            "run": to_dict(self.state),
+            "rng": rng_state(),
+            "vocab": {"src": files["src"]["file"], "tgt": files["tgt"]["file"]},
+            "n_params": self.n_params,
+        }
+
+    def save(self, is_best: bool = False) -> None:
+        if not self.is_main:
+            return
+        st = self.checkpoint_state()
+        n = self.state.num_updates
+        atomic_save(st, self.save_dir / f"checkpoint_{n}.pt")
+        atomic_save(st, self.save_dir / "checkpoint_last.pt")
+        if is_best:
+            atomic_save(st, self.save_dir / "checkpoint_best.pt")
+        numbered = sorted(self.save_dir.glob("checkpoint_[0-9]*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+        for old in numbered[: max(0, len(numbered) - self.cfg.train.keep_last)]:
+            old.unlink()
+
+    def load(self, path: Path) -> None:
+        st = torch.load(path, map_location="cpu", weights_only=False)
+        saved_model = st["config"]["model"]
+        if saved_model != to_dict(self.cfg.model):
+            raise TrainingError(
+                f"{path}: its model config differs from this run's; use a new train.save_dir or the same model settings."
+            )
+        self.model.load_state_dict(st["model"])
+        self.optimizer.load_state_dict(st["optimizer"])
+        run = dict(st["run"])
+        self.state = RunState(**run)
+        set_rng_state(st["rng"])
+
+    # ---------------------------------------------------------------- steps
+
+    def _lr(self) -> float:
+        tc = self.cfg.train
+        return inverse_sqrt_lr(self.state.num_updates + 1, lr=tc.lr, warmup=tc.warmup_updates,
+                               warmup_init_lr=tc.warmup_init_lr)
+
+    def _all_reduce(self, values: list[float]) -> list[float]:
+        if not self.distributed:
+            return values
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def train_step(self, group: list[np.ndarray]) -> dict | None:
+        """One update over the batches of ``group``; returns stats, or None if skipped."""
+        tc = self.cfg.train
+        self.ddp.train()
+        batches = [collate(self.train_split, ids).to(self.device) for ids in group]
+        local_tokens = sum(b.n_tgt_tokens for b in batches)
+        (total_tokens,) = self._all_reduce([float(local_tokens)])
+        loss_sum = nll_sum = 0.0
+        aux_totals: dict[str, float] = {}
+        for i, batch in enumerate(batches):
+            sync = i == len(batches) - 1
+            ctx = self.ddp.no_sync() if (self.distributed and not sync) else nullcontext()
+            with ctx:
+                with self.autocast:
+                    out = self.ddp(batch.src, batch.src_mask, batch.tgt_in, batch.structures)
+                loss, nll = label_smoothed_nll(out.logits, batch.tgt_out, tc.label_smoothing)
+                objective = loss * (self.world / total_tokens)
+                for name, aux in out.aux_losses.items():
+                    objective = objective + aux / len(batches)
+                    aux_totals[name] = aux_totals.get(name, 0.0) + float(aux.detach()) / len(batches)
+                objective.backward()
+            loss_sum += float(loss.detach())
+            nll_sum += float(nll.detach())
+        loss_all, nll_all = self._all_reduce([loss_sum, nll_sum])
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), tc.clip_norm if tc.clip_norm > 0 else float("inf"))
+        finite = math.isfinite(loss_all) and bool(torch.isfinite(grad_norm))
+        (finite_all,) = self._all_reduce([1.0 if finite else 0.0])
+        if finite_all < self.world:
+            self.optimizer.zero_grad(set_to_none=True)
+            self.state.nonfinite_total += 1
+            self.state.nonfinite_consecutive += 1
+            if self.state.nonfinite_consecutive > tc.max_consecutive_nonfinite:
+                raise TrainingError(
+                    f"{self.state.nonfinite_consecutive} consecutive updates had a NaN or infinite loss or gradient "
+                    f"(at update {self.state.num_updates}); lower train.lr, set train.clip_norm, or check the data."
+                )
+            if self.is_main:
+                self.log(f"update {self.state.num_updates + 1}: non-finite loss or gradient, update skipped "
+                         f"({self.state.nonfinite_total} so far).")
+            return None
+        self.state.nonfinite_consecutive = 0
+        lr = self._lr()
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state.num_updates += 1
+        return {"loss": loss_all / total_tokens / math.log(2), "nll": nll_all / total_tokens / math.log(2),
+                "lr": lr, "gnorm": float(grad_norm), "tokens": total_tokens,
+                **{f"aux_{k}": v for k, v in aux_totals.items()}}
+
+    # ---------------------------------------------------------------- validation
+
+    @torch.no_grad()
+    def valid_loss(self) -> dict:
+        self.model.eval()
+        split = self.valid_split
+        batches, _ = make_batches(split.src_lens, split.tgt_lens, max_tokens=self.cfg.data.max_tokens,
+                                  seed=self.cfg.train.seed)
+        mine = batches[self.rank :: self.world]
+        loss_sum = nll_sum = tokens = 0.0
+        for ids in mine:
+            b = collate(split, ids).to(self.device)
+            with self.autocast:
+                out = self.model(b.src, b.src_mask, b.tgt_in, b.structures)
+            loss, nll = label_smoothed_nll(out.logits, b.tgt_out, self.cfg.train.label_smoothing)
+            loss_sum += float(loss)
+            nll_sum += float(nll)
+            tokens += b.n_tgt_tokens
+        loss_sum, nll_sum, tokens = self._all_reduce([loss_sum, nll_sum, tokens])
+        nll = nll_sum / tokens / math.log(2)
+        return {"loss": loss_sum / tokens / math.log(2), "nll": nll, "ppl": 2**nll}
+
+    @torch.no_grad()
+    def valid_bleu(self) -> dict:
+        """Decode the validation sources (rank 0) and score with sacreBLEU."""
+        from ..decode.translate import translate_ids
+        from ..evaluate.score import corpus_scores
+
+        self.model.eval()
+        split = self.valid_split
+        n = len(split)
+        limit = self.cfg.train.validate_bleu_max_sentences
+        ids = range(min(n, limit) if limit else n)
+        from ..data.vocab import EOS
+
+        sources = [split.get("src", i).tolist() + [EOS] for i in ids]
+        hyps = translate_ids(self.model, sources, self.cfg.decode, device=self.device,
+                             max_positions=self.cfg.model.max_positions)
+        text = [self.data.tgt_vocab.decode(h[0].tokens) if h else "" for h in hyps]
+        refs = split.text("ref")[: len(text)]
+        bleu = corpus_scores(text, refs, metrics=("bleu",))[0]
+        return {"bleu": bleu.score}
+
+    def validate(self) -> tuple[dict, bool]:
+        """Returns (metrics, improved)."""
+        tc = self.cfg.train
+        values = self.valid_loss()
+        if tc.validate_bleu or tc.early_stop_metric == "bleu":
+            if self.is_main:
+                values.update(self.valid_bleu())
+            if self.distributed:
+                obj = [values.get("bleu")]
+                dist.broadcast_object_list(obj, src=0)
+                values["bleu"] = obj[0]
+        metric = values["bleu"] if tc.early_stop_metric == "bleu" else values["loss"]
+        better = (self.state.best_metric is None or
+                  (metric > self.state.best_metric if tc.early_stop_metric == "bleu" else metric < self.state.best_metric))
+        if better:
+            self.state.best_metric = metric
+            self.state.bad_validations = 0
+        else:
+            self.state.bad_validations += 1
+        return values, better
+
+    # ---------------------------------------------------------------- loop
+
+    def _stop_reason(self, start_time: float) -> str | None:
+        tc = self.cfg.train
+        if tc.max_updates and self.state.num_updates >= tc.max_updates:
+            return f"reached train.max_updates={tc.max_updates}"
+        if tc.max_epochs and self.state.epoch > tc.max_epochs:
+            return f"reached train.max_epochs={tc.max_epochs}"
+        if tc.max_time_minutes:
+            elapsed = self.state.train_seconds + (time.time() - start_time)
+            (elapsed,) = self._all_reduce([elapsed / self.world]) if self.distributed else (elapsed,)
+            if elapsed >= tc.max_time_minutes * 60:
+                return f"reached train.max_time_minutes={tc.max_time_minutes}"
+        if tc.patience and self.state.bad_validations >= tc.patience:
+            return f"no improvement of validation {tc.early_stop_metric} in {tc.patience} validations (early stop)"
+        return None
+
+    def train(self) -> RunState:
+        tc = self.cfg.train
+        if self.is_main:
+            self.log(f"model: {self.cfg.model.family}, {self.n_params:,} parameters; {len(self.train_split):,} training "
+                     f"pairs in {len(self.batches.batches):,} batches; device {self.device}, {self.world} process(es).")
+            (self.save_dir / "config.yaml").write_text(__import__("yaml").safe_dump(to_dict(self.cfg), sort_keys=False))
+        bar = None
+        if self.is_main and tc.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=tc.max_updates or None, initial=self.state.num_updates, desc="train", unit=" upd",
+                       mininterval=2.0, dynamic_ncols=True)
+        seg_start = time.time()
+        reason = self._stop_reason(seg_start)
+        window_tokens, window_start = 0, time.time()
+        while reason is None:
+            order = self.batches.epoch_order(self.state.epoch)
+            while self.state.batches_done < len(order) and reason is None:
+                group = order[self.state.batches_done : self.state.batches_done + tc.update_freq]
+                self.state.batches_done += len(group)
+                stats = self.train_step(group)
+                if stats is None:
+                    continue
+                self.state.tgt_tokens += int(stats["tokens"])
+                window_tokens += int(stats["tokens"])
+                n = self.state.num_updates
+                if n % tc.log_interval == 0 or n == 1:
+                    now = time.time()
+                    stats["tok_per_s"] = window_tokens / max(now - window_start, 1e-9)
+                    window_tokens, window_start = 0, now
+                    self.metrics.log("train", n, {k: v for k, v in stats.items() if k != "tokens"})
+                    if bar is not None:
+                        bar.set_postfix(loss=f"{stats['loss']:.3f}", lr=f"{stats['lr']:.2e}",
+                                        tok_s=f"{stats['tok_per_s']:.0f}", refresh=False)
+                if bar is not None:
+                    bar.update(1)
+                reason = self._stop_reason(seg_start)
+                validate_now = self.valid_split is not None and (
+                    n % tc.validate_interval_updates == 0 or reason is not None)
+                improved = False
+                if validate_now:
+                    values, improved = self.validate()
+                    self.state.history.append({"step": n, **values})
+                    self.metrics.log("valid", n, values)
+                    if self.is_main:
+                        shown = ", ".join(f"{k} {v:.3f}" for k, v in values.items())
+                        self.log(f"valid @ {n}: {shown}{' (best)' if improved else ''}")
+                    reason = self._stop_reason(seg_start)
+                if n % tc.save_interval_updates == 0 or reason is not None or improved:
+                    self.state.train_seconds += time.time() - seg_start
+                    seg_start = time.time()
+                    self.save(is_best=improved)
+            if self.state.batches_done >= len(order):
+                self.state.epoch += 1
+                self.state.batches_done = 0
+                reason = reason or self._stop_reason(seg_start)
+        if bar is not None:
+            bar.close()
+        if self.is_main:
+            self.log(f"training stopped: {reason}; {self.state.num_updates} updates, "
+                     f"{self.state.nonfinite_total} skipped non-finite, {self.state.train_seconds:.0f} s.")
+        self.metrics.close()
+        if self.distributed:
+            dist.barrier()
+        return self.state
+
+
+def train(cfg: Config, log=print) -> RunState:
+    trainer = Trainer(cfg, log=log)
+    try:
+        return trainer.train()
+    finally:
+        if trainer.distributed and dist.is_initialized():
+            dist.destroy_process_group()

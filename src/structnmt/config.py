@@ -184,6 +184,11 @@ def _build(cls: type, data: Any, where: str) -> Any:
         return data
     if cls is float and isinstance(data, int) and not isinstance(data, bool):
         return float(data)
+    if cls is float and isinstance(data, str):
+        try:  # YAML 1.1 reads "1e-3" (no dot) as a string
+            return float(data)
+        except ValueError:
+            pass
     if cls in (int, float, str, bool) and not isinstance(data, cls):
         raise ConfigError(f"{where}: expected {cls.__name__}, got {data!r}.")
     if cls is int and isinstance(data, bool):

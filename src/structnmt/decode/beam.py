@@ -76,7 +76,9 @@ def beam_search(
         lprobs[:, BOS] = float("-inf")
         at_max = (max_lens[active] <= step + 1).repeat_interleave(K)
         if at_max.any():
-            eos_col = lprobs[:, EOS].clone()
+            # EOS is forced here; a model that gives it zero probability still yields a
+            # hypothesis, scored as if EOS had log-probability -1e4.
+            eos_col = lprobs[:, EOS].clamp(min=-1e4)
             lprobs[at_max] = float("-inf")
             lprobs[at_max, EOS] = eos_col[at_max]
         total = (scores.view(n, K, 1) + lprobs.view(n, K, V)).view(n, K * V)

@@ -1,0 +1,173 @@
+"""Beam search against a scripted decoder with hand-computed probabilities."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from structnmt.config import ModelConfig
+from structnmt.data.vocab import EOS
+from structnmt.decode.beam import beam_search, greedy_search
+from structnmt.models import build_model
+
+A, B, C = 4, 5, 6  # token ids after the specials PAD=0 UNK=1 BOS=2 EOS=3
+VOCAB = 7
+
+
+class _Enc:
+    """Encoder output of the scripted model: the sentence id of every row."""
+
+    def __init__(self, sid: torch.Tensor):
+        self.sid = sid
+
+    def reorder(self, index: torch.Tensor) -> _Enc:
+        return _Enc(self.sid.index_select(0, index))
+
+
+class ScriptedModel:
+    """next-token distribution = table[sentence][prefix] (a dict token -> probability)."""
+
+    def __init__(self, tables: list[dict[tuple, dict[int, float]]]):
+        self.tables = tables
+
+    def encode(self, src, src_mask, structures):
+        return _Enc(torch.arange(src.shape[0]))
+
+    def decode_step(self, tokens, enc, cache):
+        out = torch.full((tokens.shape[0], VOCAB), float("-inf"))
+        for row in range(tokens.shape[0]):
+            prefix = tuple(tokens[row, 1:].tolist())
+            dist = self.tables[int(enc.sid[row])].get(prefix, {EOS: 1.0})
+            for tok, p in dist.items():
+                out[row, tok] = math.log(p)
+        return out
+
+
+# sentence 0: greedy takes a, a; the best unnormalised hypothesis is "b".
+TABLE0 = {
+    (): {A: 0.6, B: 0.4},
+    (A,): {A: 0.5, EOS: 0.3, B: 0.2},
+    (B,): {EOS: 0.9, A: 0.1},
+}
+# sentence 1: a different script in the same batch (rows must not be mixed up)
+TABLE1 = {(): {C: 0.7, EOS: 0.3}, (C,): {EOS: 0.8, C: 0.2}}
+
+
+def _src(n: int, length: int = 5):
+    src = torch.full((n, length), 4)
+    return src, torch.ones(n, length, dtype=torch.bool)
+
+
+def test_beam_finds_hand_computed_best_and_nbest_order():
+    model = ScriptedModel([TABLE0, TABLE1])
+    src, mask = _src(2)
+    # length penalty 0: raw log-probabilities. "b" = .4*.9 = .36 beats "a a" = .6*.5 = .30
+    out = beam_search(model, src, mask, beam=2, lenpen=0.0, nbest=3)
+    # a sentence is finished once it holds `beam` hypotheses: "a b" (.12) is not kept
+    assert [h.tokens for h in out[0]] == [[B], [A, A]]
+    assert out[0][0].score == pytest.approx(math.log(0.36))
+    assert out[0][1].score == pytest.approx(math.log(0.30))
+    # "a" + EOS (.18) ranked third among 2K candidates at step 1: never finalised
+    assert [A] not in [h.tokens for h in out[0]]
+    # sentence 1: "c" = .7*.8 = .56 vs "" = .3
+    assert out[1][0].tokens == [C] and out[1][0].score == pytest.approx(math.log(0.56))
+
+
+def test_length_penalty_normalises_by_length_with_eos():
+    model = ScriptedModel([TABLE0])
+    src, mask = _src(1)
+    out = beam_search(model, src, mask, beam=3, lenpen=1.0, nbest=3)
+    # beam 3: at step 1 "b"+EOS (.36) and "a"+EOS (.18) rank within the top 3 and are
+    # finalised; at step 2 "a a"+EOS (.30) completes the 3 and "a b" (.12) is not kept.
+    # lenpen 1: "a a" ln(.30)/3 = -0.401 > "b" ln(.36)/2 = -0.511 > "a" ln(.18)/2 = -0.857
+    assert [h.tokens for h in out[0]] == [[A, A], [B], [A]]
+    assert out[0][0].score == pytest.approx(math.log(0.30) / 3)
+    assert out[0][0].logprob == pytest.approx(math.log(0.30))
+
+
+def test_greedy_follows_the_argmax():
+    model = ScriptedModel([TABLE0, TABLE1])
+    src, mask = _src(2)
+    out = greedy_search(model, src, mask, lenpen=0.0)
+    assert out[0][0].tokens == [A, A] and out[0][0].logprob == pytest.approx(math.log(0.30))
+    assert out[1][0].tokens == [C]
+
+
+def test_max_length_forces_eos():
+    model = ScriptedModel([{(): {A: 1.0}, (A,): {A: 1.0}, (A, A): {A: 1.0}}])
+    src, mask = _src(1, length=4)
+    out = beam_search(model, src, mask, beam=2, max_len_a=0.5, max_len_b=1)  # 0.5*4+1 = 3 with EOS
+    assert out[0][0].tokens == [A, A]
+    out = greedy_search(model, src, mask, max_len_a=0.5, max_len_b=1)
+    assert out[0][0].tokens == [A, A]
+
+
+def _random_table(seed: int, depth: int) -> dict[tuple, dict[int, float]]:
+    g = torch.Generator().manual_seed(seed)
+    table = {}
+    for n in range(depth):
+        for prefix in itertools.product([A, B, C], repeat=n):
+            p = torch.rand(4, generator=g) + 0.05
+            p = p / p.sum()
+            table[prefix] = dict(zip([A, B, C, EOS], p.tolist()))
+    return table
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), lenpen=st.sampled_from([0.0, 0.6, 1.0]))
+def test_wide_beam_equals_brute_force(seed, lenpen):
+    """With a beam wider than the number of hypotheses, beam search is exhaustive."""
+    depth = 3  # max 3 tokens incl. EOS: 0.5 * 4 + 1
+    table = _random_table(seed, depth)
+    model = ScriptedModel([table])
+    src, mask = _src(1, length=4)
+    best = None
+    for n in range(depth):
+        for seq in itertools.product([A, B, C], repeat=n):
+            lp = sum(math.log(table[seq[:i]][seq[i]]) for i in range(n))
+            lp += math.log(table[seq][EOS])  # at the maximum length EOS is forced, with its own score
+            score = lp / (n + 1) ** lenpen
+            if best is None or score > best[0]:
+                best = (score, list(seq))
+    out = beam_search(model, src, mask, beam=30, lenpen=lenpen, max_len_a=0.5, max_len_b=1)
+    assert out[0][0].tokens == best[1]
+    assert out[0][0].score == pytest.approx(best[0])
+
+
+def test_beam_one_equals_greedy_on_a_transformer():
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=2, decoder_layers=2, dropout=0.0)
+    model = build_model(cfg, 30, 30).eval()
+    src = torch.randint(4, 30, (6, 9))
+    mask = torch.ones_like(src, dtype=torch.bool)
+    mask[2, 5:] = False
+    src[~mask] = 0
+    g = greedy_search(model, src, mask, max_len_a=1.0, max_len_b=3)
+    b = beam_search(model, src, mask, beam=1, max_len_a=1.0, max_len_b=3)
+    assert [h[0].tokens for h in g] == [h[0].tokens for h in b]
+    for hg, hb in zip(g, b):
+        assert hg[0].logprob == pytest.approx(hb[0].logprob, abs=1e-4)
+
+
+def test_batched_beam_equals_one_sentence_at_a_time():
+    torch.manual_seed(1)
+    cfg = ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=2, decoder_layers=2, dropout=0.0)
+    model = build_model(cfg, 30, 30).eval()
+    src = torch.randint(4, 30, (4, 8))
+    mask = torch.ones_like(src, dtype=torch.bool)
+    mask[1, 4:] = False
+    mask[3, 6:] = False
+    src[~mask] = 0
+    batched = beam_search(model, src, mask, beam=3, nbest=2, max_len_a=1.0, max_len_b=2)
+    for i in range(4):
+        n = int(mask[i].sum())
+        single = beam_search(model, src[i : i + 1, :n], mask[i : i + 1, :n], beam=3, nbest=2,
+                             max_len_a=1.0, max_len_b=2)
+        assert [h.tokens for h in single[0]] == [h.tokens for h in batched[i]]
+        for hs, hb in zip(single[0], batched[i]):
+            assert hs.score == pytest.approx(hb.score, abs=1e-4)

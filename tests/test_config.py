@@ -1,0 +1,62 @@
+"""Typed configs: strict YAML, nearest-name suggestions, overrides, round trip."""
+
+from __future__ import annotations
+
+import pytest
+
+from structnmt.config import Config, ConfigError, load_config, save_config, to_dict
+
+
+def test_defaults_round_trip_through_yaml(tmp_path):
+    cfg = Config()
+    cfg.model.attention.overrides["encoder_self.0"] = cfg.model.attention.encoder_self
+    path = tmp_path / "c.yaml"
+    save_config(cfg, path)
+    assert to_dict(load_config(path)) == to_dict(cfg)
+
+
+def test_unknown_key_names_file_and_nearest(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  max_update: 10\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml\.train: unknown key 'max_update'; did you mean 'max_updates'"):
+        load_config(path)
+
+
+def test_wrong_type_is_rejected(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  d_model: wide\n")
+    with pytest.raises(ConfigError, match="d_model: expected int"):
+        load_config(path)
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  lr: 0.1\n  bad: [1, 2\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml line \d+: invalid YAML"):
+        load_config(path)
+
+
+def test_overrides_parse_yaml_scalars_and_nested_specs(tmp_path):
+    cfg = load_config(None, ["train.max_updates=12", "train.lr=1e-3", "model.pre_norm=false",
+                             "model.attention.cross.name=mha", "train.betas=[0.9, 0.99]"])
+    assert cfg.train.max_updates == 12 and cfg.train.lr == 0.001 and cfg.model.pre_norm is False
+    assert cfg.train.betas == (0.9, 0.99)
+    with pytest.raises(ConfigError, match="did you mean 'lr'"):
+        load_config(None, ["train.lrr=1"])
+    with pytest.raises(ConfigError, match="has no '='"):
+        load_config(None, ["train.lr"])
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_shipped_recipes_load():
+    from importlib import resources
+    from pathlib import Path
+
+    for path in sorted(Path(__file__).resolve().parents[1].glob("configs/**/*.yaml")):
+        load_config(path)
+    text = resources.files("structnmt").joinpath("recipes/demo.yaml").read_text()
+    assert "model:" in text

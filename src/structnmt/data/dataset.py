@@ -81,7 +81,11 @@ class PreparedSplit:
 
     def text(self, kind: str) -> list[str]:
         """Raw kept text of a valid/test split: ``kind`` = 'src' or 'ref'."""
-        return (self.root / f"{self.split}.{kind}.txt").read_text(encoding="utf-8").splitlines()
+        # split on "\n" only: str.splitlines() and universal newlines would also break at
+        # "\r", "\x0c", "\u2028"... inside a sentence and misalign the lines with the data
+        text = (self.root / f"{self.split}.{kind}.txt").read_bytes().decode("utf-8")
+        lines = text.split("\n")
+        return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 class PreparedDataset:
@@ -160,7 +164,8 @@ class EpochBatchIterator:
         perm = np.random.default_rng([self.seed, epoch]).permutation(len(self.batches))
         ordered = [self.batches[i] for i in perm]
         per_rank = -(-len(ordered) // self.world_size)
-        ordered = ordered + ordered[: per_rank * self.world_size - len(ordered)]
+        # pad cyclically: a slice of ``ordered`` is too short when there are fewer batches than ranks
+        ordered = ordered + [ordered[i % len(ordered)] for i in range(per_rank * self.world_size - len(ordered))]
         return ordered[self.rank :: self.world_size]
 
     def __len__(self) -> int:

@@ -101,25 +101,53 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
     # 1. SentencePiece on a bounded sample of the training stream
     src_train, tgt_train = splits["train"]
 
+    # SentencePiece wraps exceptions raised by its sentence iterator in a RuntimeError and
+    # fails with an internal message on an empty stream: keep the CorpusError (and the
+    # stats) so that bad training input gets the same clear error as any other split.
+    sample_stats = PairStats()
+    stream_error: list[CorpusError] = []
+
+    def pairs_for_spm() -> Iterator[tuple[int, str, str]]:
+        try:
+            yield from read_pairs(src_train, tgt_train, sample_stats)
+        except CorpusError as err:
+            stream_error.append(err)
+
     def side_stream(which: int) -> Iterator[str]:
-        for _, s, t in read_pairs(src_train, tgt_train, PairStats()):
+        for _, s, t in pairs_for_spm():
             yield s if which == 0 else t
 
     def joint_stream() -> Iterator[str]:
-        for _, s, t in read_pairs(src_train, tgt_train, PairStats()):
+        for _, s, t in pairs_for_spm():
             yield s
             yield t
 
+    def train_spm(lines: Iterator[str], prefix: Path, size: int) -> Vocab:
+        sample_stats.lines = sample_stats.empty = 0
+        sample_stats.empty_examples.clear()
+        try:
+            vocab = train_sentencepiece(lines, prefix, vocab_size=size, model_type=cfg.model_type,
+                                        max_sentences=cfg.spm_max_sentences)
+        except RuntimeError:
+            if stream_error:
+                raise stream_error[0] from None
+            if sample_stats.lines > sample_stats.empty:
+                raise
+            raise CorpusError(
+                f"{src_train} / {tgt_train}: no usable sentence pairs ({sample_stats.lines} lines, "
+                f"{sample_stats.empty} empty); check the files."
+            ) from None
+        if stream_error:
+            raise stream_error[0]
+        return vocab
+
     if cfg.joint_vocab:
-        v = train_sentencepiece(joint_stream(), tmp / "spm", vocab_size=cfg.vocab_size,
-                                model_type=cfg.model_type, max_sentences=cfg.spm_max_sentences)
+        v = train_spm(joint_stream(), tmp / "spm", cfg.vocab_size)
         vocabs = {"src": v, "tgt": v}
         vocab_files = {"src": "spm.model", "tgt": "spm.model"}
     else:
-        vs = train_sentencepiece(side_stream(0), tmp / "spm.src", vocab_size=cfg.vocab_size,
-                                 model_type=cfg.model_type, max_sentences=cfg.spm_max_sentences)
-        vt = train_sentencepiece(side_stream(1), tmp / "spm.tgt", vocab_size=cfg.tgt_vocab_size or cfg.vocab_size,
-                                 model_type=cfg.model_type, max_sentences=cfg.spm_max_sentences)
+        vs = train_spm(side_stream(0), tmp / "spm.src", cfg.vocab_size)
+        vt = train_spm(side_stream(1), tmp / "spm.tgt", cfg.tgt_vocab_size or cfg.vocab_size)
         vocabs = {"src": vs, "tgt": vt}
         vocab_files = {"src": "spm.src.model", "tgt": "spm.tgt.model"}
 

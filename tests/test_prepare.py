@@ -1,0 +1,367 @@
+"""Tests for `structnmt prepare` (structnmt.data.prepare) on tiny generated corpora."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from structnmt.data.corpus import CorpusError
+from structnmt.data.dataset import PreparedDataset
+from structnmt.data.prepare import PrepareConfig, prepare
+
+WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron "
+         "pi rho sigma tau upsilon phi chi psi omega red green blue cat dog bird").split()
+
+
+def _sentences(n: int, seed: int, lo: int = 2, hi: int = 12) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi))) for _ in range(n)]
+
+
+def _write(path: Path, lines: list[str | bytes], *, gz: bool = False) -> Path:
+    data = b"".join((ln if isinstance(ln, bytes) else ln.encode("utf-8")) + b"\n" for ln in lines)
+    if gz:
+        with gzip.open(path, "wb") as f:
+            f.write(data)
+    else:
+        path.write_bytes(data)
+    return path
+
+
+def _corpus(root: Path, name: str, src: list, tgt: list, *, gz: bool = False) -> str:
+    root.mkdir(parents=True, exist_ok=True)
+    ext = ".gz" if gz else ""
+    _write(root / f"{name}.en{ext}", src, gz=gz)
+    _write(root / f"{name}.de{ext}", tgt, gz=gz)
+    return str(root / name)
+
+
+def _cfg(trainpref: str, **kw) -> PrepareConfig:
+    kw.setdefault("vocab_size", 150)
+    return PrepareConfig(source_lang="en", target_lang="de", trainpref=trainpref, **kw)
+
+
+class Log(list):
+    def __call__(self, msg: str) -> None:
+        self.append(msg)
+
+
+def _run(cfg: PrepareConfig, out: Path) -> tuple[dict, Log]:
+    log = Log()
+    return prepare(cfg, out, progress=False, log=log), log
+
+
+@pytest.fixture(scope="module")
+def standard(tmp_path_factory):
+    """Train (empty lines at 3 places), valid (one empty line) and test; joint vocab."""
+    root = tmp_path_factory.mktemp("std")
+    src, tgt = _sentences(300, 1), _sentences(300, 2)
+    src[10] = ""  # line 11
+    tgt[150] = "   "  # line 151
+    src[299] = tgt[299] = ""  # line 300
+    vsrc, vtgt = _sentences(40, 3), _sentences(40, 4)
+    vtgt[5] = ""  # line 6
+    tsrc, ttgt = _sentences(30, 5), _sentences(30, 6)
+    cfg = _cfg(_corpus(root, "train", src, tgt), validpref=_corpus(root, "valid", vsrc, vtgt),
+               testprefs=[_corpus(root, "test", tsrc, ttgt)])
+    manifest, log = _run(cfg, root / "data")
+    return {"root": root, "out": root / "data", "cfg": cfg, "manifest": manifest, "log": log,
+            "text": {"train": (src, tgt), "valid": (vsrc, vtgt), "test": (tsrc, ttgt)}}
+
+
+def _kept(src: list[str], tgt: list[str]) -> list[tuple[int, str, str]]:
+    return [(i + 1, s.strip(), t.strip()) for i, (s, t) in enumerate(zip(src, tgt)) if s.strip() and t.strip()]
+
+
+# ---------------------------------------------------------------------------- layout, counts
+
+
+def test_layout_and_manifest(standard):
+    out, m = standard["out"], standard["manifest"]
+    assert json.loads((out / "manifest.json").read_text()) == m
+    assert not (out.parent / (out.name + ".tmp")).exists()
+    for split in ("train", "valid", "test"):
+        for suffix in ("src.bin", "tgt.bin", "src.idx", "tgt.idx", "lines"):
+            assert (out / f"{split}.{suffix}").exists()
+    for split in ("valid", "test"):
+        assert (out / f"{split}.src.txt").exists() and (out / f"{split}.ref.txt").exists()
+    assert not (out / "train.ref.txt").exists()
+    assert (out / "spm.model").exists()
+    assert m["joint_vocab"] is True
+    assert m["vocab"]["src"] == m["vocab"]["tgt"]
+    assert m["vocab"]["src"]["file"] == "spm.model"
+    assert set(m["inputs"]) == {str(standard["root"] / f"{s}.{lang}") for s in ("train", "valid", "test")
+                                for lang in ("en", "de")}
+    assert m["config"]["vocab_size"] == 150
+
+
+def test_empty_lines_dropped_and_counted(standard):
+    c = standard["manifest"]["counts"]
+    assert c["train"]["lines"] == 300 and c["train"]["dropped_empty"] == 3
+    assert c["train"]["first_empty_lines"] == [11, 151, 300]
+    assert c["train"]["kept"] == 297 and c["train"]["dropped_too_long"] == 0
+    assert c["valid"]["dropped_empty"] == 1 and c["valid"]["first_empty_lines"] == [6] and c["valid"]["kept"] == 39
+    assert c["test"]["dropped_empty"] == 0 and c["test"]["kept"] == 30
+    assert any("dropped 3 empty" in msg and "[11, 151, 300]" in msg for msg in standard["log"])
+    ds = PreparedDataset(standard["out"])
+    for split in ("train", "valid", "test"):
+        assert len(ds.split(split)) == c[split]["kept"]
+        lines = np.fromfile(standard["out"] / f"{split}.lines", dtype=np.int64)
+        assert len(lines) == c[split]["kept"]
+        sp = ds.split(split)
+        assert c[split]["src_tokens"] == int(sp.src_lens.sum())
+        assert c[split]["tgt_tokens"] == int(sp.tgt_lens.sum())
+
+
+@pytest.mark.parametrize("split", ["train", "valid", "test"])
+def test_round_trip_and_line_numbers(standard, split):
+    ds = PreparedDataset(standard["out"])
+    sp = ds.split(split)
+    kept = _kept(*standard["text"][split])
+    lines = np.fromfile(standard["out"] / f"{split}.lines", dtype=np.int64)
+    assert lines.tolist() == [k[0] for k in kept]  # no misalignment after an empty line
+    assert len(sp) == len(kept)
+    for i, (_, s, t) in enumerate(kept):
+        assert ds.src_vocab.decode(sp.get("src", i).tolist()) == s
+        assert ds.tgt_vocab.decode(sp.get("tgt", i).tolist()) == t
+    if split != "train":
+        assert sp.text("src") == [k[1] for k in kept]
+        assert sp.text("ref") == [k[2] for k in kept]
+
+
+def test_offsets_are_consistent(standard):
+    sp = PreparedDataset(standard["out"]).split("train")
+    for side in ("src", "tgt"):
+        off = sp.offsets[side]
+        assert off[0] == 0 and np.all(np.diff(off) >= 1) and off[-1] == len(sp.data[side])
+    assert sp.data["src"].dtype == np.int32
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+def _expect(cfg: PrepareConfig, out: Path, *fragments: str) -> str:
+    with pytest.raises(CorpusError) as info:
+        prepare(cfg, out, progress=False, log=Log())
+    msg = str(info.value)
+    for frag in fragments:
+        assert frag in msg, (frag, msg)
+    assert not (out / "manifest.json").exists()
+    return msg
+
+
+@pytest.mark.parametrize("joint", [True, False])
+def test_train_line_count_mismatch(tmp_path, joint):
+    pref = _corpus(tmp_path, "train", _sentences(200, 1), _sentences(197, 2))
+    _expect(_cfg(pref, joint_vocab=joint), tmp_path / "out",
+            f"{pref}.en has 200 lines", f"{pref}.de has 197")
+
+
+def test_valid_line_count_mismatch(tmp_path):
+    pref = _corpus(tmp_path, "train", _sentences(200, 1), _sentences(200, 2))
+    vpref = _corpus(tmp_path, "valid", _sentences(20, 1), _sentences(23, 2))
+    _expect(_cfg(pref, validpref=vpref), tmp_path / "out", f"{vpref}.en has 20 lines", f"{vpref}.de has 23")
+
+
+@pytest.mark.parametrize("joint", [True, False])
+def test_train_invalid_utf8(tmp_path, joint):
+    tgt = [s.encode() for s in _sentences(200, 2)]
+    tgt[120] = b"gamma caf\xe9 delta"
+    pref = _corpus(tmp_path, "train", _sentences(200, 1), tgt)
+    _expect(_cfg(pref, joint_vocab=joint), tmp_path / "out", f"{pref}.de line 121", "UTF-8")
+
+
+def test_test_split_invalid_utf8(tmp_path):
+    pref = _corpus(tmp_path, "train", _sentences(200, 1), _sentences(200, 2))
+    src = [s.encode() for s in _sentences(10, 1)]
+    src[0] = b"\x80"
+    tpref = _corpus(tmp_path, "test", src, _sentences(10, 2))
+    _expect(_cfg(pref, testprefs=[tpref]), tmp_path / "out", f"{tpref}.en line 1", "UTF-8")
+
+
+@pytest.mark.parametrize("joint", [True, False])
+def test_empty_corpus(tmp_path, joint):
+    pref = _corpus(tmp_path, "train", [""] * 50, _sentences(50, 2))
+    _expect(_cfg(pref, joint_vocab=joint), tmp_path / "out", f"{pref}.en", f"{pref}.de", "no usable sentence pairs")
+
+
+def test_zero_byte_corpus(tmp_path):
+    pref = _corpus(tmp_path, "train", [], [])
+    _expect(_cfg(pref), tmp_path / "out", f"{pref}.en", "no usable sentence pairs")
+
+
+def test_empty_valid_split(tmp_path):
+    pref = _corpus(tmp_path, "train", _sentences(200, 1), _sentences(200, 2))
+    vpref = _corpus(tmp_path, "valid", ["", " "], ["x", "y"])
+    _expect(_cfg(pref, validpref=vpref), tmp_path / "out", f"{vpref}.en", "no usable sentence pairs")
+
+
+def test_missing_files(tmp_path):
+    pref = _corpus(tmp_path, "train", _sentences(50, 1), _sentences(50, 2))
+    (tmp_path / "train.de").unlink()
+    _expect(_cfg(pref), tmp_path / "out", f"{pref}.de", "not found")
+    _expect(_cfg(str(tmp_path / "nothing")), tmp_path / "out", str(tmp_path / "nothing.en"), "not found")
+    pref = _corpus(tmp_path, "train", _sentences(50, 1), _sentences(50, 2))
+    _expect(_cfg(pref, validpref=str(tmp_path / "valid")), tmp_path / "out", str(tmp_path / "valid.en"))
+
+
+def test_over_long_training_pairs_filtered_and_counted(tmp_path):
+    src, tgt = _sentences(300, 1, 2, 6), _sentences(300, 2, 2, 6)
+    long_at = [5, 77, 200]  # 0-based
+    for i in long_at[:2]:
+        src[i] = " ".join(["alpha beta gamma delta"] * 40)
+    tgt[long_at[2]] = " ".join(["omega psi chi"] * 40)
+    vsrc, vtgt = _sentences(20, 3), _sentences(20, 4)
+    vsrc[3] = " ".join(["alpha beta gamma delta"] * 40)  # valid/test pairs are never filtered
+    pref = _corpus(tmp_path, "train", src, tgt)
+    cfg = _cfg(pref, validpref=_corpus(tmp_path, "valid", vsrc, vtgt), max_len=40)
+    m, log = _run(cfg, tmp_path / "out")
+    c = m["counts"]["train"]
+    assert c["dropped_too_long"] == 3 and c["kept"] == 297 and c["dropped_empty"] == 0
+    lines = np.fromfile(tmp_path / "out" / "train.lines", dtype=np.int64)
+    assert set(range(1, 301)) - set(lines.tolist()) == {i + 1 for i in long_at}
+    sp = PreparedDataset(tmp_path / "out").split("train")
+    assert sp.src_lens.max() <= 40 and sp.tgt_lens.max() <= 40
+    assert m["counts"]["valid"]["dropped_too_long"] == 0 and m["counts"]["valid"]["kept"] == 20
+    assert any("3 pairs longer than 40" in msg for msg in log)
+
+
+def test_all_pairs_too_long_is_an_error(tmp_path):
+    pref = _corpus(tmp_path, "train", _sentences(100, 1, 8, 12), _sentences(100, 2, 8, 12))
+    _expect(_cfg(pref, max_len=2), tmp_path / "out", "no usable sentence pairs", "100 too long")
+
+
+def test_gzip_input_gives_same_data(tmp_path):
+    src, tgt = _sentences(250, 1), _sentences(250, 2)
+    src[7] = ""
+    plain = _corpus(tmp_path / "plain", "train", src, tgt)
+    gz = _corpus(tmp_path / "gz", "train", src, tgt, gz=True)
+    vsrc, vtgt = _sentences(20, 3), _sentences(20, 4)
+    vplain = _corpus(tmp_path / "plain", "valid", vsrc, vtgt)
+    vgz = _corpus(tmp_path / "gz", "valid", vsrc, vtgt, gz=True)
+    m1, _ = _run(_cfg(plain, validpref=vplain), tmp_path / "o1")
+    m2, _ = _run(_cfg(gz, validpref=vgz), tmp_path / "o2")
+    assert str(tmp_path / "gz" / "train.en.gz") in m2["inputs"]
+    for split in ("train", "valid"):
+        for k in ("lines", "kept", "dropped_empty", "src_tokens", "tgt_tokens"):
+            assert m1["counts"][split][k] == m2["counts"][split][k]
+        for suffix in ("src.bin", "tgt.bin", "src.idx", "tgt.idx", "lines"):
+            assert (tmp_path / "o1" / f"{split}.{suffix}").read_bytes() == \
+                (tmp_path / "o2" / f"{split}.{suffix}").read_bytes()
+    assert (tmp_path / "o1" / "valid.ref.txt").read_text() == (tmp_path / "o2" / "valid.ref.txt").read_text()
+
+
+def test_text_files_keep_alignment_with_odd_characters(tmp_path):
+    """Characters that str.splitlines() treats as line breaks must not split a sentence."""
+    pref = _corpus(tmp_path, "train", _sentences(200, 1), _sentences(200, 2))
+    vsrc = ["alpha beta", "gamma\rdelta", "eta\x0ctheta", "iota\u2028kappa", "mu nu", "xi\x1comicron", "pi"]
+    vtgt = ["one", "two\u2029three", "four", "five\x85six", "", "seven", "eight"]
+    vpref = _corpus(tmp_path, "valid", vsrc, vtgt)
+    m, _ = _run(_cfg(pref, validpref=vpref), tmp_path / "out")
+    sp = PreparedDataset(tmp_path / "out").split("valid")
+    kept = _kept(vsrc, vtgt)
+    assert m["counts"]["valid"]["kept"] == len(kept) == len(sp) == 6
+    assert sp.text("src") == [k[1] for k in kept]
+    assert sp.text("ref") == [k[2] for k in kept]
+
+
+# ---------------------------------------------------------------------------- vocabularies
+
+
+def test_separate_vocabularies(tmp_path):
+    src = _sentences(300, 1)
+    tgt = [s.upper() for s in _sentences(300, 2)]  # disjoint alphabets
+    pref = _corpus(tmp_path, "train", src, tgt)
+    m, _ = _run(_cfg(pref, joint_vocab=False, vocab_size=120, tgt_vocab_size=90), tmp_path / "out")
+    out = tmp_path / "out"
+    assert (out / "spm.src.model").exists() and (out / "spm.tgt.model").exists()
+    assert not (out / "spm.model").exists()
+    assert m["joint_vocab"] is False
+    assert m["vocab"]["src"]["file"] == "spm.src.model" and m["vocab"]["tgt"]["file"] == "spm.tgt.model"
+    ds = PreparedDataset(out)
+    assert ds.src_vocab is not ds.tgt_vocab
+    assert m["vocab"]["src"]["size"] == len(ds.src_vocab) and m["vocab"]["tgt"]["size"] == len(ds.tgt_vocab)
+    assert len(ds.src_vocab) != len(ds.tgt_vocab)
+    assert len(ds.tgt_vocab) <= 90
+    # the target model knows no lowercase pieces, the source model no uppercase ones
+    assert not any(ds.tgt_vocab.sp.id_to_piece(i).strip("\u2581").islower() for i in range(4, len(ds.tgt_vocab)))
+    assert not any(ds.src_vocab.sp.id_to_piece(i).strip("\u2581").isupper() for i in range(4, len(ds.src_vocab)))
+    sp = ds.split("train")
+    for i in (0, 17, 299):
+        assert ds.src_vocab.decode(sp.get("src", i).tolist()) == src[i]
+        assert ds.tgt_vocab.decode(sp.get("tgt", i).tolist()) == tgt[i]
+
+
+def test_joint_vocabulary_covers_both_sides(tmp_path):
+    src = _sentences(300, 1)
+    tgt = [s.upper() for s in _sentences(300, 2)]
+    m, _ = _run(_cfg(_corpus(tmp_path, "train", src, tgt), vocab_size=200), tmp_path / "out")
+    ds = PreparedDataset(tmp_path / "out")
+    assert ds.src_vocab is ds.tgt_vocab and m["vocab"]["src"]["size"] == len(ds.src_vocab)
+    pieces = [ds.src_vocab.sp.id_to_piece(i).strip("\u2581") for i in range(4, len(ds.src_vocab))]
+    assert any(p.islower() for p in pieces) and any(p.isupper() for p in pieces)
+
+
+# ---------------------------------------------------------------------------- reuse / rebuild
+
+
+def test_reuse_and_rebuild(tmp_path):
+    src, tgt = _sentences(250, 1), _sentences(250, 2)
+    pref = _corpus(tmp_path, "train", src, tgt)
+    vpref = _corpus(tmp_path, "valid", _sentences(20, 3), _sentences(20, 4))
+    out = tmp_path / "out"
+    cfg = _cfg(pref, validpref=vpref)
+    m1, _ = _run(cfg, out)
+    binf = out / "train.src.bin"
+    old_ns = binf.stat().st_mtime_ns - 10**9  # push the mtime back so any rewrite is visible
+    os.utime(binf, ns=(old_ns, old_ns))
+
+    m2, log = _run(cfg, out)
+    assert m2 == m1
+    assert any("up to date" in msg and "reusing" in msg for msg in log)
+    assert binf.stat().st_mtime_ns == old_ns
+
+    # same config and inputs through a fresh but equal config object: still reused
+    m3, log = _run(_cfg(pref, validpref=vpref), out)
+    assert any("reusing" in msg for msg in log) and binf.stat().st_mtime_ns == old_ns
+
+    # changed content of one input file -> rebuild, the message names that file only
+    tgt2 = list(tgt)
+    tgt2[3] = "completely different words here"
+    _write(tmp_path / "train.de", tgt2)
+    m4, log = _run(cfg, out)
+    stale = [msg for msg in log if "stale" in msg]
+    assert len(stale) == 1 and str(tmp_path / "train.de") in stale[0]
+    assert str(tmp_path / "train.en") not in stale[0] and str(tmp_path / "valid.de") not in stale[0]
+    assert m4["inputs"] != m1["inputs"]
+    assert binf.stat().st_mtime_ns != old_ns
+    ds = PreparedDataset(out)
+    assert ds.tgt_vocab.decode(ds.split("train").get("tgt", 3).tolist()) == tgt2[3]
+
+    # changed config -> rebuild, said so
+    os.utime(binf, ns=(old_ns, old_ns))
+    m5, log = _run(_cfg(pref, validpref=vpref, vocab_size=120), out)
+    assert any("stale" in msg and "config changed" in msg for msg in log)
+    assert m5["config"]["vocab_size"] == 120 and binf.stat().st_mtime_ns != old_ns
+
+    m6, log = _run(_cfg(pref, validpref=vpref, vocab_size=120), out)
+    assert any("reusing" in msg for msg in log) and m6 == m5
+
+
+def test_failed_rebuild_keeps_nothing_half_written(tmp_path):
+    pref = _corpus(tmp_path, "train", _sentences(200, 1), _sentences(200, 2))
+    out = tmp_path / "out"
+    _run(_cfg(pref), out)
+    _write(tmp_path / "train.de", _sentences(199, 2))
+    _expect(_cfg(pref), tmp_path / "other", "has 200 lines", "has 199")
+    # the old dataset is still complete, and a retry on the broken input keeps failing
+    with pytest.raises(CorpusError):
+        prepare(_cfg(pref), out, progress=False, log=Log())
+    assert (out / "manifest.json").exists()
+    assert len(PreparedDataset(out).split("train")) == 200

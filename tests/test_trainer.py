@@ -51,8 +51,10 @@ def test_resume_reproduces_uninterrupted_run(synth_data, tmp_path):
     opt_b = torch.load(part / "checkpoint_last.pt", weights_only=False)["optimizer"]["state"]
     for k in opt_a:
         assert torch.equal(opt_a[k]["exp_avg_sq"], opt_b[k]["exp_avg_sq"])
-    losses = lambda d: [r["loss"] for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())
-                        if r["kind"] == "train"]
+    def losses(d: Path) -> list[float]:
+        records = map(json.loads, (d / "metrics.jsonl").read_text().splitlines())
+        return [r["loss"] for r in records if r["kind"] == "train"]
+
     assert losses(full) == losses(part)
 
 

@@ -47,7 +47,7 @@ def run_demo(workdir: str | Path, *, minutes: float = 3.0, seed: int = 1, overri
     log(f"demo: synthetic corpus in {corpus} ({n_train} train / {n_test} test pairs, seed {seed})")
     pcfg = PrepareConfig(source_lang="src", target_lang="tgt", trainpref=str(corpus / "train"),
                          validpref=str(corpus / "valid"), testprefs=[str(corpus / "test")],
-                         vocab_size=2000, max_len=128)
+                         vocab_size=1500, max_len=128)
     prepare(pcfg, work / "data-bin", progress=False, log=log)
     cfg = demo_config(work, minutes, seed, overrides)
     train(cfg, log=log)

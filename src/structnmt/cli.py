@@ -39,18 +39,23 @@ def cmd_synth(args) -> int:
 
 def cmd_prepare(args) -> int:
     from .data.prepare import PrepareConfig, prepare
+    from .syntax.parsers import ParserConfig
 
+    parser = ParserConfig(name=args.parser, pipeline=args.spacy_pipeline, n_process=args.spacy_processes,
+                          dependency_file=args.parse_dependency or "", constituency_file=args.parse_constituency or "")
     cfg = PrepareConfig(
         source_lang=args.source_lang, target_lang=args.target_lang, trainpref=args.trainpref,
         validpref=args.validpref, testprefs=args.testpref or [], joint_vocab=not args.separate_vocab,
         vocab_size=args.vocab_size, tgt_vocab_size=args.tgt_vocab_size, model_type=args.model_type,
-        max_len=args.max_len,
+        max_len=args.max_len, parser=parser,
     )
     manifest = prepare(cfg, args.destdir, progress=not args.no_progress)
     for split, c in manifest["counts"].items():
         print(f"prepare {split}: {c['kept']:,} pairs kept of {c['lines']:,} lines "
               f"({c['dropped_empty']} empty, {c['dropped_too_long']} too long); "
-              f"{c['src_tokens']:,} source / {c['tgt_tokens']:,} target pieces")
+              f"{c['src_tokens']:,} source / {c['tgt_tokens']:,} target pieces"
+              + (f"; {c['dropped_unaligned']} unaligned parses dropped, {c['merged_words']} words merged"
+                 if "dropped_unaligned" in c else ""))
     return 0
 
 
@@ -76,7 +81,9 @@ def _read_input(path: str | None) -> list[str]:
 def cmd_translate(args) -> int:
     from .decode.translate import Translator
 
-    tr = Translator(args.checkpoint, data_dir=args.data, device=args.device)
+    overrides = {k: v for k, v in (("dependency_file", args.parse_dependency),
+                                   ("constituency_file", args.parse_constituency)) if v}
+    tr = Translator(args.checkpoint, data_dir=args.data, device=args.device, parser_overrides=overrides)
     d = tr.cfg.decode
     for name in ("beam", "lenpen", "max_len_a", "max_len_b", "nbest", "batch_size"):
         value = getattr(args, name)
@@ -161,6 +168,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tgt-vocab-size", type=int, default=0)
     s.add_argument("--model-type", default="bpe", choices=["bpe", "unigram"])
     s.add_argument("--max-len", type=int, default=256, help="training pairs with more pieces are dropped and counted")
+    s.add_argument("--parser", default="none", help="parse the source side: none | spacy | file | synthetic")
+    s.add_argument("--spacy-pipeline", default="en_core_web_sm", help="spaCy pipeline package (parser spacy)")
+    s.add_argument("--spacy-processes", type=int, default=1, help="spaCy worker processes")
+    s.add_argument("--parse-dependency", help="parser file: CoNLL-U, may use {prefix} and {lang}")
+    s.add_argument("--parse-constituency", help="parser file: PTB trees one per line, may use {prefix} and {lang}")
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_prepare)
 
@@ -182,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--nbest", type=int)
     s.add_argument("--batch-size", type=int)
     s.add_argument("--greedy", action="store_true")
+    s.add_argument("--parse-dependency", help="pre-parsed input (CoNLL-U) for models prepared with parser 'file'")
+    s.add_argument("--parse-constituency", help="pre-parsed input (PTB) for models prepared with parser 'file'")
     s.add_argument("--device", default="auto")
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_translate)
@@ -213,10 +227,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .data.corpus import CorpusError
+    from .syntax.io import TreeFormatError
+    from .syntax.parsers import ParserError
 
     try:
         return args.func(args) or 0
-    except (ConfigError, CorpusError, FileNotFoundError) as err:
+    except (ConfigError, CorpusError, FileNotFoundError, ParserError, TreeFormatError) as err:
         return _err(str(err))
     except KeyboardInterrupt:
         return _err("interrupted")

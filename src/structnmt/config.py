@@ -26,6 +26,8 @@ from typing import Any
 
 import yaml
 
+from .syntax.batching import StructureSpec
+
 
 class ConfigError(ValueError):
     """A user-facing configuration error (one sentence naming the place and the fix)."""
@@ -90,7 +92,8 @@ class DataConfig:
     max_sentences: int = 0  # 0 = no limit
     max_len: int = 256  # pairs longer than this (in pieces, either side) are filtered, and counted
     bucket_width: int = 0  # 0: sort by length within a shuffled window (fairseq-like)
-    structures: list[str] = field(default_factory=list)  # extra structure tensors the collator builds
+    # structure tensors the collator builds: key -> {feature, params} (structnmt.syntax.batching)
+    structures: dict[str, StructureSpec] = field(default_factory=dict)
 
 
 @dataclass

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..syntax.trees import trees_from_json
 from .vocab import BOS, EOS, PAD, Vocab
 
 
@@ -71,6 +72,14 @@ class PreparedSplit:
                                else np.zeros(0, dtype=np.int32))
         self.src_lens = np.diff(self.offsets["src"])
         self.tgt_lens = np.diff(self.offsets["tgt"])
+        # word-level trees and the piece->word alignment, when prepared with a parser
+        self.has_trees = (self.root / f"{split}.src.trees.idx").exists()
+        if self.has_trees:
+            self.tree_offsets = np.fromfile(self.root / f"{split}.src.trees.idx", dtype=np.int64)
+            self.tree_data = np.memmap(self.root / f"{split}.src.trees.bin", dtype=np.uint8, mode="r")
+            wop_path = self.root / f"{split}.src.wop.bin"
+            self.wop_data = (np.memmap(wop_path, dtype=np.int32, mode="r") if wop_path.stat().st_size
+                             else np.zeros(0, dtype=np.int32))
 
     def __len__(self) -> int:
         return len(self.src_lens)
@@ -78,6 +87,18 @@ class PreparedSplit:
     def get(self, side: str, i: int) -> np.ndarray:
         o = self.offsets[side]
         return np.asarray(self.data[side][o[i]:o[i + 1]])
+
+    def trees(self, i: int):
+        """(DependencyTree | None, ConstituencyTree | None) of source sentence ``i``."""
+        if not self.has_trees:
+            raise ValueError(f"{self.root}: the {self.split} split has no trees; prepare it with a parser "
+                             "(parser.name: spacy | file | synthetic).")
+        o = self.tree_offsets
+        return trees_from_json(json.loads(bytes(self.tree_data[o[i]:o[i + 1]]).decode("utf-8")))
+
+    def word_of_piece(self, i: int) -> np.ndarray:
+        o = self.offsets["src"]
+        return np.asarray(self.wop_data[o[i]:o[i + 1]], dtype=np.int64)
 
     def text(self, kind: str) -> list[str]:
         """Raw kept text of a valid/test split: ``kind`` = 'src' or 'ref'."""
@@ -172,8 +193,13 @@ class EpochBatchIterator:
         return -(-len(self.batches) // self.world_size)
 
 
-def collate(split: PreparedSplit, ids: np.ndarray) -> Batch:
-    """Pad sentences ``ids`` of ``split`` into a :class:`Batch` (see module docstring)."""
+def collate(split: PreparedSplit, ids: np.ndarray, structures: dict | None = None,
+            label_ids: dict[str, int] | None = None) -> Batch:
+    """Pad sentences ``ids`` of ``split`` into a :class:`Batch` (see module docstring).
+
+    ``structures`` (key -> :class:`~structnmt.syntax.batching.StructureSpec`) names the
+    structure tensors to build; only those are computed.
+    """
     srcs = [split.get("src", int(i)) for i in ids]
     tgts = [split.get("tgt", int(i)) for i in ids]
     B = len(ids)
@@ -190,12 +216,19 @@ def collate(split: PreparedSplit, ids: np.ndarray) -> Batch:
         tgt_out[b, : len(t)] = t
         tgt_out[b, len(t)] = EOS
     src_t = torch.from_numpy(src)
+    built = {}
+    if structures:
+        from ..syntax.batching import build_structures
+
+        built = build_structures(structures, [split.trees(int(i)) for i in ids],
+                                 [split.word_of_piece(int(i)) for i in ids], S, label_ids)
     return Batch(
         src=src_t,
         tgt_in=torch.from_numpy(tgt_in),
         tgt_out=torch.from_numpy(tgt_out),
         src_mask=src_t != PAD,
         ids=torch.as_tensor(np.asarray(ids, dtype=np.int64)),
+        structures=built,
     )
 
 

@@ -9,6 +9,16 @@ Layout of a prepared directory::
     {split}.lines            int64 1-based line number in the input of every kept pair
     {split}.ref.txt          raw target text of kept pairs (valid/test only, for BLEU)
     {split}.src.txt          raw source text of kept pairs (valid/test only, for decoding)
+    {split}.src.wop.bin      int32 word index of every source piece (with a parser; offsets = src.idx)
+    {split}.src.trees.bin    UTF-8 JSON of the word-level trees of every kept source sentence
+    {split}.src.trees.idx    int64 byte offsets into trees.bin, n+1 entries
+
+Parsing (``parser.name`` other than ``none``) happens here and only here: the source
+side is parsed by the configured backend (:mod:`structnmt.syntax.parsers`), aligned to
+the SentencePiece pieces through character offsets (:mod:`structnmt.syntax.align`), and
+stored at word level with the alignment. A source line whose parser words cannot be
+found in its text is dropped with its target, counted (``dropped_unaligned``) and its
+first line numbers reported; never silently misaligned.
 
 Everything streams: files are read twice (once for the SentencePiece sample, once to
 encode), encoded in chunks and appended to the ``.bin`` files, so a corpus of millions
@@ -22,16 +32,27 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .corpus import CorpusError, PairStats, file_digest, read_pairs, resolve
+from ..syntax.align import (
+    AlignmentError,
+    align,
+    find_word_spans,
+    merge_constituency,
+    merge_dependency,
+    piece_char_spans,
+)
+from ..syntax.parsers import Parsed, ParserConfig, build_parser
+from ..syntax.trees import node_to_list
+from .corpus import CorpusError, PairStats, file_digest, read_lines, read_pairs, resolve
 from .vocab import Vocab, train_sentencepiece
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 @dataclass
@@ -48,6 +69,7 @@ class PrepareConfig:
     max_len: int = 256  # pieces per side; longer training pairs are dropped and counted
     spm_max_sentences: int = 2_000_000
     chunk: int = 10000
+    parser: ParserConfig = field(default_factory=ParserConfig)
 
 
 def _split_files(cfg: PrepareConfig) -> dict[str, tuple[Path, Path]]:
@@ -62,8 +84,43 @@ def _split_files(cfg: PrepareConfig) -> dict[str, tuple[Path, Path]]:
     return splits
 
 
+def _parser_version(cfg: ParserConfig) -> str:
+    """What identifies the parser's output besides its config (package versions)."""
+    if cfg.name != "spacy":
+        return cfg.name
+    try:
+        import spacy
+
+        from ..syntax.parsers import resolve_pipeline
+
+        package = resolve_pipeline(cfg.pipeline)
+        return f"spacy {spacy.__version__}, {package} {spacy.util.get_package_version(package or cfg.pipeline)}"
+    except ImportError:  # the backend reports a missing spaCy with its own message
+        return "spacy (not installed)"
+
+
 def _manifest_key(cfg: PrepareConfig, digests: dict) -> dict:
-    return {"version": FORMAT_VERSION, "config": asdict(cfg), "inputs": digests}
+    return {"version": FORMAT_VERSION, "config": asdict(cfg), "inputs": digests,
+            "parser_version": _parser_version(cfg.parser)}
+
+
+def _nonempty_source_lines(path: Path, numbers: deque) -> Iterator[str]:
+    """Stripped non-empty lines of ``path``; their line numbers are appended to ``numbers``."""
+    for lineno, line in enumerate(read_lines(path), start=1):
+        text = line.strip()
+        if text:
+            numbers.append(lineno)
+            yield text
+
+
+def _trees_json(parsed: Parsed) -> bytes:
+    dep, const = parsed.dependency, parsed.constituency
+    obj: dict = {}
+    if dep is not None:
+        obj["dep"] = [dep.words, dep.heads, dep.deprels, dep.upos, dep.xpos]
+    if const is not None:
+        obj["const"] = [const.words, node_to_list(const.root)]
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def _chunks(pairs: Iterator[tuple[int, str, str]], size: int) -> Iterator[list[tuple[int, str, str]]]:
@@ -81,6 +138,7 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
     """Build (or reuse) the dataset in ``out_dir``; returns the manifest."""
     out = Path(out_dir)
     splits = _split_files(cfg)
+    backend = build_parser(cfg.parser)  # fails early on an unknown parser or a missing pipeline
     digests = {str(p): file_digest(p) for pair in splits.values() for p in pair}
     key = _manifest_key(cfg, digests)
     manifest_path = out / "manifest.json"
@@ -152,9 +210,25 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
         vocab_files = {"src": "spm.src.model", "tgt": "spm.tgt.model"}
 
     # 2. encode every split, streaming to memory-mappable files
+    parsing = backend.produces_trees
+    labels: set[str] = set()
+    prefixes = {"train": cfg.trainpref, "valid": cfg.validpref,
+                **{("test" if i == 0 else f"test{i}"): p for i, p in enumerate(cfg.testprefs)}}
     counts = {}
     for split, (sp, tp) in splits.items():
         stats = PairStats()
+        unaligned: list[int] = []
+        merged_words = 0
+        if parsing:
+            numbers: deque = deque()
+            # the backend may read ahead (spaCy batches): line numbers queue up in order
+            parsed_stream = ((numbers.popleft(), p) for p in backend.parse(
+                _nonempty_source_lines(sp, numbers), prefix=prefixes[split], lang=cfg.source_lang))
+            tree_f = open(tmp / f"{split}.src.trees.bin", "wb")
+            tree_idx = open(tmp / f"{split}.src.trees.idx", "wb")
+            wop_f = open(tmp / f"{split}.src.wop.bin", "wb")
+            tree_idx.write(np.zeros(1, dtype=np.int64).tobytes())
+            tree_bytes = 0
         n_tok = {"src": 0, "tgt": 0}
         keep_text = split != "train"
         files = {side: open(tmp / f"{split}.{side}.bin", "wb") for side in ("src", "tgt")}
@@ -171,11 +245,41 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
             bar = tqdm(desc=f"prepare {split}", unit=" pairs", mininterval=1.0)
         try:
             for chunk in _chunks(read_pairs(sp, tp, stats), cfg.chunk):
-                enc = {side: vocabs[side].encode([c[1 if side == "src" else 2] for c in chunk])
-                       for side in ("src", "tgt")}
+                if parsing:
+                    protos = vocabs["src"].sp.encode([c[1] for c in chunk], return_type="proto")
+                    src_ids = [[p.id for p in proto.pieces] for proto in protos]
+                else:
+                    src_ids = vocabs["src"].encode([c[1] for c in chunk])
+                enc = {"src": src_ids, "tgt": vocabs["tgt"].encode([c[2] for c in chunk])}
                 keep = [i for i in range(len(chunk))
                         if split != "train" or (len(enc["src"][i]) <= cfg.max_len and len(enc["tgt"][i]) <= cfg.max_len)]
                 stats.too_long += len(chunk) - len(keep)
+                if parsing:
+                    aligned_keep = []
+                    for i in keep:
+                        lineno, text = chunk[i][0], chunk[i][1]
+                        parsed = _parsed_for_line(parsed_stream, lineno)
+                        try:
+                            spans = parsed.spans if parsed.spans is not None else find_word_spans(text, parsed.words)
+                            pieces = piece_char_spans(text, [(p.begin, p.end) for p in protos[i].pieces])
+                            al = align(spans, pieces)
+                        except AlignmentError:
+                            unaligned.append(lineno)
+                            continue
+                        if al.merged:
+                            merged_words += al.merged
+                            parsed = Parsed(
+                                merge_dependency(parsed.dependency, al.groups) if parsed.dependency else None,
+                                merge_constituency(parsed.constituency, al.groups) if parsed.constituency else None)
+                        if parsed.constituency is not None:
+                            labels.update(n.label for n in parsed.constituency.root.walk() if not n.is_preterminal)
+                        blob = _trees_json(parsed)
+                        tree_f.write(blob)
+                        tree_bytes += len(blob)
+                        tree_idx.write(np.array([tree_bytes], dtype=np.int64).tobytes())
+                        wop_f.write(al.word_of_piece.astype(np.int32).tobytes())
+                        aligned_keep.append(i)
+                    keep = aligned_keep
                 for side in ("src", "tgt"):
                     seqs = [enc[side][i] for i in keep]
                     lens = np.array([len(s) for s in seqs], dtype=np.int64)
@@ -189,9 +293,15 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
                 stats.kept += len(keep)
                 if bar is not None:
                     bar.update(len(chunk))
+            if parsing:
+                for _ in parsed_stream:  # let the backend check the tree count of pre-parsed files
+                    pass
         finally:
             for f in [*files.values(), *idx.values(), lines_f, *text_f.values()]:
                 f.close()
+            if parsing:
+                for f in (tree_f, tree_idx, wop_f):
+                    f.close()
             if bar is not None:
                 bar.close()
         if stats.kept == 0:
@@ -202,6 +312,12 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
             )
         counts[split] = {**stats.as_dict(), "src_tokens": n_tok["src"], "tgt_tokens": n_tok["tgt"],
                          "src_file": str(sp), "tgt_file": str(tp)}
+        if parsing:
+            counts[split].update(dropped_unaligned=len(unaligned), first_unaligned_lines=unaligned[:10],
+                                 merged_words=merged_words)
+            if unaligned:
+                log(f"prepare {split}: dropped {len(unaligned)} pairs whose parse could not be aligned with the "
+                    f"source text (first lines {unaligned[:10]}).")
         if stats.empty or stats.too_long:
             log(f"prepare {split}: dropped {stats.empty} empty pairs (first lines {stats.empty_examples}) "
                 f"and {stats.too_long} pairs longer than {cfg.max_len} pieces, of {stats.lines}.")
@@ -211,6 +327,7 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
         "counts": counts,
         "vocab": {side: {"file": vocab_files[side], "size": len(vocabs[side])} for side in ("src", "tgt")},
         "joint_vocab": cfg.joint_vocab,
+        "syntax": {"parser": cfg.parser.name, "labels": sorted(labels)} if parsing else None,
         "seconds": round(time.time() - t0, 2),
     }
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
@@ -218,3 +335,14 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
         shutil.rmtree(out)
     tmp.rename(out)
     return manifest
+
+
+def _parsed_for_line(stream, lineno: int) -> Parsed:
+    """Advance the (line number, Parsed) stream to ``lineno`` (skipping lines dropped for
+    an empty target)."""
+    for n, parsed in stream:
+        if n == lineno:
+            return parsed
+        if n > lineno:
+            break
+    raise CorpusError(f"internal: no parse for source line {lineno}")

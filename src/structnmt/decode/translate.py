@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,8 +41,13 @@ def translate_ids(
     device: torch.device,
     max_positions: int,
     progress: bool = False,
+    structures_for: Callable[[list[int], int], dict[str, torch.Tensor]] | None = None,
 ) -> list[list]:
-    """Piece-id sources (with EOS) -> per sentence the n-best :class:`Hypothesis` list, in input order."""
+    """Piece-id sources (with EOS) -> per sentence the n-best :class:`Hypothesis` list, in input order.
+
+    ``structures_for(indices, S)`` builds the structure tensors of the sentences
+    ``indices`` padded to length ``S``, for mechanisms that need them.
+    """
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     results: list[list] = [[] for _ in sources]
     bar = None
@@ -52,7 +58,10 @@ def translate_ids(
     for start in range(0, len(order), dcfg.batch_size):
         idx = order[start : start + dcfg.batch_size]
         src, mask = pad_sources([sources[i] for i in idx])
-        hyps = decode_batch(model, src.to(device), mask.to(device), dcfg, max_positions)
+        structures = None
+        if structures_for is not None:
+            structures = {k: v.to(device) for k, v in structures_for(idx, src.shape[1]).items()}
+        hyps = decode_batch(model, src.to(device), mask.to(device), dcfg, max_positions, structures)
         for i, h in zip(idx, hyps):
             results[i] = h
         if bar is not None:
@@ -63,9 +72,16 @@ def translate_ids(
 
 
 class Translator:
-    """A checkpoint with its vocabularies, ready to translate raw lines."""
+    """A checkpoint with its vocabularies, ready to translate raw lines.
 
-    def __init__(self, checkpoint: str | Path, *, data_dir: str | Path | None = None, device: str = "auto"):
+    When the model's config asks for structure tensors (``data.structures``), new input
+    is parsed with the parser backend the training data was prepared with (read from
+    the dataset's manifest; ``parser_overrides`` replaces fields, e.g. the pre-parsed
+    files of the ``file`` backend), aligned to the pieces, and batched like in training.
+    """
+
+    def __init__(self, checkpoint: str | Path, *, data_dir: str | Path | None = None, device: str = "auto",
+                 parser_overrides: dict | None = None):
         state = torch.load(checkpoint, map_location="cpu", weights_only=False)
         self.cfg: Config = from_dict(state["config"], where=f"{checkpoint} (saved config)")
         root = Path(data_dir or self.cfg.data.path)
@@ -78,18 +94,67 @@ class Translator:
         self.model = build_model(self.cfg.model, len(self.src_vocab), len(self.tgt_vocab))
         self.model.load_state_dict(state["model"])
         self.model.to(self.device).eval()
+        self.parser_cfg = None
+        self.label_ids: dict[str, int] = {}
+        if self.cfg.data.structures:
+            from ..config import _build
+            from ..syntax.parsers import ParserConfig
+
+            manifest = json.loads((root / "manifest.json").read_text())
+            saved = {**manifest["config"].get("parser", {}), **(parser_overrides or {})}
+            self.parser_cfg = _build(ParserConfig, saved, f"{root}/manifest.json parser")
+            self.label_ids = {x: i for i, x in enumerate((manifest.get("syntax") or {}).get("labels", []))}
+
+    def _parse(self, texts: list[str]):
+        """((dependency, constituency), word_of_piece) of every (non-empty, stripped) text."""
+        from ..syntax.align import (
+            AlignmentError,
+            align,
+            find_word_spans,
+            merge_constituency,
+            merge_dependency,
+            piece_char_spans,
+        )
+        from ..syntax.parsers import build_parser
+
+        backend = build_parser(self.parser_cfg)
+        out = []
+        parsed = list(backend.parse(iter(texts)))  # exhausted: pre-parsed files get their count check
+        for i, (text, p) in enumerate(zip(texts, parsed)):
+            proto = self.src_vocab.sp.encode(text, return_type="proto")
+            try:
+                spans = p.spans if p.spans is not None else find_word_spans(text, p.words)
+                al = align(spans, piece_char_spans(text, [(x.begin, x.end) for x in proto.pieces]))
+            except AlignmentError as err:
+                raise ValueError(f"input sentence {i + 1}: its parse cannot be aligned with the text ({err}); "
+                                 "check that the pre-parsed input matches the input lines.") from None
+            dep, const = p.dependency, p.constituency
+            if al.merged:
+                dep = merge_dependency(dep, al.groups) if dep is not None else None
+                const = merge_constituency(const, al.groups) if const is not None else None
+            out.append(((dep, const), al.word_of_piece))
+        return out
 
     def translate(self, lines: Iterable[str], dcfg: DecodeConfig | None = None, progress: bool = False) -> list[list[Translation]]:
+        """Translate raw lines; an empty line gives an empty translation, kept in place."""
         dcfg = dcfg or self.cfg.decode
         lines = list(lines)
-        empty = {i for i, line in enumerate(lines) if not line.strip()}
-        sources = encode_sources(self.src_vocab, lines)
-        hyps = translate_ids(self.model, sources, dcfg, device=self.device,
-                             max_positions=self.cfg.model.max_positions, progress=progress)
-        out = []
-        for i, hs in enumerate(hyps):
-            if i in empty:  # an empty input line gives an empty output line, kept in place
-                out.append([Translation("", 0.0, [])])
-                continue
-            out.append([Translation(self.tgt_vocab.decode(h.tokens), h.score, h.tokens) for h in hs])
+        keep = [i for i, line in enumerate(lines) if line.strip()]
+        texts = [lines[i].strip() for i in keep]
+        sources = encode_sources(self.src_vocab, texts)
+        structures_for = None
+        if self.parser_cfg is not None:
+            from ..syntax.batching import build_structures
+
+            parsed = self._parse(texts)
+
+            def structures_for(idx: list[int], S: int) -> dict[str, torch.Tensor]:
+                return build_structures(self.cfg.data.structures, [parsed[j][0] for j in idx],
+                                        [parsed[j][1] for j in idx], S, self.label_ids)
+
+        hyps = translate_ids(self.model, sources, dcfg, device=self.device, max_positions=self.cfg.model.max_positions,
+                             progress=progress, structures_for=structures_for)
+        out = [[Translation("", 0.0, [])] for _ in lines]
+        for j, i in enumerate(keep):
+            out[i] = [Translation(self.tgt_vocab.decode(h.tokens), h.score, h.tokens) for h in hyps[j]]
         return out

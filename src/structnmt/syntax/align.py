@@ -124,15 +124,19 @@ def align(word_spans: list[tuple[int, int]], piece_spans: list[tuple[int, int]])
     for ws in piece_words:
         prev = find(ws[0]) if ws else prev
         raw.append(prev)
-    # words without any piece merge with the next word (or the previous for the last)
+    # words without any piece join the next word that has one (a run at the end joins the
+    # last word that has one)
     covered = {find(w) for w in raw}
-    roots = sorted({find(w) for w in range(W)})
+    roots = sorted({find(w) for w in range(W)}, key=lambda r: min(x for x in range(W) if find(x) == r))
+    with_piece = [r for r in roots if r in covered]
+    if not with_piece:
+        raise AlignmentError("the sentence has no pieces")
     for i, r in enumerate(roots):
-        if r not in covered:
-            target = roots[i + 1] if i + 1 < len(roots) else roots[i - 1] if i > 0 else r
-            for x in range(W):
-                if find(x) == r:
-                    parent[find(x)] = find(target)
+        if r in covered:
+            continue
+        later = [c for c in roots[i + 1 :] if c in covered]
+        target = later[0] if later else with_piece[-1]
+        parent[r] = target
     groups_by_root: dict[int, list[int]] = {}
     for w in range(W):
         groups_by_root.setdefault(find(w), []).append(w)
@@ -148,9 +152,14 @@ def merge_dependency(tree: DependencyTree, groups: list[list[int]]) -> Dependenc
         return tree
     index = {w: gi for gi, g in enumerate(groups) for w in g}
     words, heads, rels, upos, xpos = [], [], [], [], []
+    depth = []
+    for w in range(len(tree.words)):
+        d, h = 0, tree.heads[w]
+        while h > 0 and d <= len(tree.words):
+            d, h = d + 1, tree.heads[h - 1]
+        depth.append(d)
     for g in groups:
-        outside = [w for w in g if tree.heads[w] == 0 or (tree.heads[w] - 1) not in g]
-        rep = outside[0] if outside else g[0]
+        rep = min(g, key=lambda w: (depth[w], w))  # the member closest to the root heads the group
         words.append("".join(tree.words[w] for w in g))
         h = tree.heads[rep]
         heads.append(0 if h == 0 else index[h - 1] + 1)
@@ -175,7 +184,7 @@ def merge_constituency(tree: ConstituencyTree, groups: list[list[int]]) -> Const
         kids = [k for k in (remap(c) for c in n.children) if k is not None]
         if not kids:
             return None
-        start, end = index[n.start], index[n.end - 1] + 1
+        start, end = kids[0].start, kids[-1].end
         if len(kids) == 1 and kids[0].start == start and kids[0].end == end and not kids[0].is_preterminal \
                 and kids[0].label == n.label:
             return kids[0]

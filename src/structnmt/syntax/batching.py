@@ -15,7 +15,8 @@ syntax_partition       ``key`` (B, K, S) long; ``key + ".labels"`` (B, K, M) lon
                        ids (``-100`` = ignore, EOS's phrase and padding)
 dep_mask               ``key`` (B, S, S) bool, True = may attend; padded rows keep
                        their diagonal so that no row is empty
-lpea_positions         ``key`` (B, S, S) long, ``OUT_OF_PHRASE`` outside local phrases
+lpea_positions         ``key`` (B, S, S) long, ``OUT_OF_PHRASE`` outside local phrases and
+                       at padding, except ``0`` on the whole diagonal (no row is empty)
 ngram_hypernodes,      ``key`` (B, N, S) bool membership of hypernode n;
 dep_hypernodes         ``key + ".mask"`` (B, N) bool, True = a real hypernode
 word_boundaries        ``key`` (B, S) bool, True at the first piece of a word and at EOS
@@ -63,56 +64,50 @@ def build_structures(
         feat = FEATURES[spec.feature]
         values = [feat(w, dependency=d, constituency=c, **spec.params) for w, (d, c) in zip(wops, trees)]
         name = spec.feature
+        # pad in numpy (cheap slicing), convert once
         if name == "ngram_partition":
-            t = torch.full((B, S), -1, dtype=torch.long)
+            t = np.full((B, S), -1, dtype=np.int64)
             for b, ids in enumerate(values):
-                t[b, : len(ids)] = torch.from_numpy(ids)
-                t[b, len(ids)] = int(ids.max()) + 1
-            out[key] = t
+                t[b, : len(ids)] = ids
+                t[b, len(ids)] = ids.max() + 1
+            out[key] = torch.from_numpy(t)
         elif name == "syntax_partition":
             K = spec.params["K"]
-            t = torch.full((B, K, S), -1, dtype=torch.long)
+            t = np.full((B, K, S), -1, dtype=np.int64)
             M = max(len(lab) for _, labels in values for lab in labels) + 1
-            lab_t = torch.full((B, K, M), IGNORE_LABEL, dtype=torch.long)
+            lab_t = np.full((B, K, M), IGNORE_LABEL, dtype=np.int64)
             for b, (ids, labels) in enumerate(values):
                 P = ids.shape[1]
-                t[b, :, :P] = torch.from_numpy(ids)
-                t[b, :, P] = torch.from_numpy(ids.max(axis=1) + 1)
+                t[b, :, :P] = ids
+                t[b, :, P] = ids.max(axis=1) + 1
                 for level, labs in enumerate(labels):
-                    lab_t[b, level, : len(labs)] = torch.tensor(
-                        [label_ids.get(x, IGNORE_LABEL) if label_ids else IGNORE_LABEL for x in labs], dtype=torch.long)
-            out[key] = t
-            out[key + ".labels"] = lab_t
-        elif name == "dep_mask":
-            t = torch.zeros(B, S, S, dtype=torch.bool)
-            t[:, torch.arange(S), torch.arange(S)] = True
+                    lab_t[b, level, : len(labs)] = [(label_ids or {}).get(x, IGNORE_LABEL) for x in labs]
+            out[key] = torch.from_numpy(t)
+            out[key + ".labels"] = torch.from_numpy(lab_t)
+        elif name in ("dep_mask", "lpea_positions"):
+            fill, diag, dtype = (False, True, np.bool_) if name == "dep_mask" else (OUT_OF_PHRASE, 0, np.int64)
+            t = np.full((B, S, S), fill, dtype=dtype)
+            t[:, np.arange(S), np.arange(S)] = diag
             for b, m in enumerate(values):
                 P = m.shape[0]
-                t[b, :P, :P] = torch.from_numpy(m)
-            out[key] = t
-        elif name == "lpea_positions":
-            t = torch.full((B, S, S), OUT_OF_PHRASE, dtype=torch.long)
-            t[:, torch.arange(S), torch.arange(S)] = 0
-            for b, m in enumerate(values):
-                P = m.shape[0]
-                t[b, :P, :P] = torch.from_numpy(m)
-            out[key] = t
+                t[b, :P, :P] = m
+            out[key] = torch.from_numpy(t)
         elif name in ("ngram_hypernodes", "dep_hypernodes"):
             N = max(1, max(adj.shape[0] for _, adj in values))
-            t = torch.zeros(B, N, S, dtype=torch.bool)
-            mask = torch.zeros(B, N, dtype=torch.bool)
+            t = np.zeros((B, N, S), dtype=np.bool_)
+            mask = np.zeros((B, N), dtype=np.bool_)
             for b, (_, adj) in enumerate(values):
                 n, P = adj.shape
-                t[b, :n, :P] = torch.from_numpy(adj)
+                t[b, :n, :P] = adj
                 mask[b, :n] = True
-            out[key] = t
-            out[key + ".mask"] = mask
+            out[key] = torch.from_numpy(t)
+            out[key + ".mask"] = torch.from_numpy(mask)
         elif name == "word_boundaries":
-            t = torch.zeros(B, S, dtype=torch.bool)
+            t = np.zeros((B, S), dtype=np.bool_)
             for b, f in enumerate(values):
-                t[b, : len(f)] = torch.from_numpy(f)
+                t[b, : len(f)] = f
                 t[b, len(f)] = True
-            out[key] = t
+            out[key] = torch.from_numpy(t)
         else:  # a feature registered without a batching rule
             raise ValueError(f"data.structures.{key}: no batching rule for feature '{name}'.")
     return out

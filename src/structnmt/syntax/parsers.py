@@ -160,6 +160,7 @@ class FileParser(ParserBackend):
         from .convert import dependency_to_constituency
         from .io import read_conllu, read_ptb
 
+        lines = iter(lines)
         dep_it = const_it = None
         if self.cfg.dependency_file:
             dep_path = self._path(self.cfg.dependency_file, prefix, lang)

@@ -1,0 +1,136 @@
+"""Syntax-layer speed: spaCy parsing throughput and the cost of structure tensors per batch.
+
+Two measurements (issue "Syntax layer", item 7):
+
+1. parse the Multi30k training sentences with the spaCy backend, as ``prepare`` does
+   (spaCy pipeline + our tree building and dependency-to-constituency conversion);
+   target: 29,000 sentences in at most 60 s on a 2-core machine;
+2. build the structure tensors of a training batch (every feature of the syntax layer)
+   and compare with one baseline training step (forward, backward, Adam) of the
+   Multi30k ``transformer_tiny`` model on the same batch; target: under 5 %.
+
+    python benchmarks/bench_syntax.py --data ../shared/data/multi30k --processes 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+
+def bench_parse(data: Path, n: int, processes: int, batch_size: int) -> dict:
+    from structnmt.data.corpus import read_lines
+    from structnmt.syntax.parsers import ParserConfig, build_parser
+
+    lines = [x.strip() for x in read_lines(data / "train.en.gz")][:n]
+    t0 = time.perf_counter()
+    backend = build_parser(ParserConfig(name="spacy", n_process=processes, batch_size=batch_size))
+    load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    words = sum(len(p.words) for p in backend.parse(iter(lines)))
+    secs = time.perf_counter() - t0
+    return {"sentences": len(lines), "words": words, "processes": processes, "load_s": load, "parse_s": secs,
+            "sent_per_s": len(lines) / secs}
+
+
+def bench_structures(data: Path, n: int, max_tokens: int, rounds: int) -> dict:
+    from structnmt.config import ModelConfig
+    from structnmt.data.dataset import PreparedDataset, collate, make_batches
+    from structnmt.data.prepare import PrepareConfig, prepare
+    from structnmt.models import build_model
+    from structnmt.syntax.batching import StructureSpec
+    from structnmt.syntax.parsers import ParserConfig
+    from structnmt.train.loss import label_smoothed_nll
+
+    work = Path(tempfile.mkdtemp(prefix="bench_syntax_"))
+    src = (work / "train.en")
+    tgt = (work / "train.de")
+    from structnmt.data.corpus import read_lines
+
+    src.write_text("\n".join(list(read_lines(data / "train.en.gz"))[:n]) + "\n")
+    tgt.write_text("\n".join(list(read_lines(data / "train.de.gz"))[:n]) + "\n")
+    prepare(PrepareConfig(source_lang="en", target_lang="de", trainpref=str(work / "train"), vocab_size=10000,
+                          parser=ParserConfig(name="spacy")), work / "bin", progress=False, log=lambda *_: None)
+    ds = PreparedDataset(work / "bin")
+    split = ds.split("train")
+    labels = {x: i for i, x in enumerate(ds.manifest["syntax"]["labels"])}
+    specs = {
+        "ngram2": StructureSpec("ngram_partition", {"n": 2}),
+        "ngram3": StructureSpec("ngram_partition", {"n": 3}),
+        "syn": StructureSpec("syntax_partition", {"K": 3}),
+        "dep": StructureSpec("dep_mask"),
+        "lpea": StructureSpec("lpea_positions", {"k": 3}),
+        "hyper": StructureSpec("ngram_hypernodes", {"k": 3}),
+        "dephyper": StructureSpec("dep_hypernodes"),
+        "wb": StructureSpec("word_boundaries"),
+    }
+    batches, _ = make_batches(split.src_lens, split.tgt_lens, max_tokens=max_tokens, seed=1)
+    batches = batches[: rounds]
+    model = build_model(ModelConfig(d_model=128, ffn_dim=256, heads=4, encoder_layers=4, decoder_layers=4,
+                                    dropout=0.3, pre_norm=False, share_all_embeddings=True),
+                        len(ds.src_vocab), len(ds.tgt_vocab))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    plain, with_struct, per_feature, steps = [], [], {k: [] for k in specs}, []
+    for ids in batches:
+        t0 = time.perf_counter()
+        b = collate(split, ids)
+        plain.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        collate(split, ids, specs, labels)
+        with_struct.append(time.perf_counter() - t0)
+        for k, spec in specs.items():
+            t0 = time.perf_counter()
+            collate(split, ids, {k: spec}, labels)
+            per_feature[k].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        out = model(b.src, b.src_mask, b.tgt_in)
+        loss, _ = label_smoothed_nll(out.logits, b.tgt_out, 0.1)
+        (loss / b.n_tgt_tokens).backward()
+        opt.step()
+        opt.zero_grad()
+        steps.append(time.perf_counter() - t0)
+    med = statistics.median
+    extra = med(with_struct) - med(plain)
+    return {"batches": len(batches), "collate_plain_ms": 1000 * med(plain), "collate_all_ms": 1000 * med(with_struct),
+            "structures_ms": 1000 * extra, "step_ms": 1000 * med(steps), "ratio": extra / med(steps),
+            "per_feature_ms": {k: 1000 * (med(v) - med(plain)) for k, v in per_feature.items()}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default="../shared/data/multi30k")
+    ap.add_argument("--sentences", type=int, default=29000)
+    ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=1000)
+    ap.add_argument("--struct-sentences", type=int, default=3000)
+    ap.add_argument("--max-tokens", type=int, default=4096)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--skip-parse", action="store_true")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    import os
+    import platform
+
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads")
+    if not args.skip_parse:
+        r = bench_parse(Path(args.data), args.sentences, args.processes, args.batch_size)
+        print(f"| spaCy backend | {r['sentences']:,} sentences, {r['words']:,} words | {r['processes']} process(es) | "
+              f"load {r['load_s']:.1f} s | parse {r['parse_s']:.1f} s | {r['sent_per_s']:.0f} sent/s |")
+    s = bench_structures(Path(args.data), args.struct_sentences, args.max_tokens, args.rounds)
+    print(f"| structures | {s['batches']} batches of {args.max_tokens} tokens | collate {s['collate_plain_ms']:.1f} ms, "
+          f"with all 8 features {s['collate_all_ms']:.1f} ms | structures {s['structures_ms']:.1f} ms | "
+          f"baseline step {s['step_ms']:.0f} ms | ratio {100 * s['ratio']:.2f} % |")
+    for k, v in s["per_feature_ms"].items():
+        print(f"|   {k} | {v:.1f} ms | {100 * v / s['step_ms']:.2f} % of a step |")
+
+
+if __name__ == "__main__":
+    main()

@@ -8,6 +8,7 @@ Subcommands (``structnmt <cmd> -h`` for their options)::
     translate  beam search / greedy decoding from a file or standard input
     average    average the last N checkpoints
     score      sacreBLEU BLEU and chrF with signatures, paired bootstrap resampling
+    experiment a grid of configs -> results table with significance, learning curves
     demo       the embedded default: synth -> prepare -> train on CPU -> BLEU
 """
 
@@ -135,6 +136,14 @@ def cmd_score(args) -> int:
     return 0
 
 
+def cmd_experiment(args) -> int:
+    from .experiment import run_grid
+
+    report = run_grid(args.grid, out_dir=args.out, overrides=args.overrides)
+    print(f"experiment: results in {report}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
@@ -214,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--lang", default="en", help="target language for the Moses tokenizer")
     s.add_argument("--bootstrap", type=int, default=0, help="paired bootstrap samples (0 = off)")
     s.set_defaults(func=cmd_score)
+
+    s = sub.add_parser("experiment", help="train, decode and score a grid of configs; write a results table")
+    s.add_argument("grid", help="grid YAML (see configs/grids/)")
+    s.add_argument("--out", help="output directory (default: the grid's out_dir)")
+    s.add_argument("overrides", nargs="*", help="overrides applied to every run, e.g. train.max_updates=100")
+    s.set_defaults(func=cmd_experiment)
 
     s = sub.add_parser("demo", help="train a small model on the synthetic task and report BLEU")
     s.add_argument("--workdir", default="runs/demo")

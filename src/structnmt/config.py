@@ -122,6 +122,7 @@ class TrainConfig:
     max_updates: int = 8000
     max_epochs: int = 0  # 0 = no limit
     max_time_minutes: float = 0.0  # wall-clock budget, 0 = no limit
+    max_target_tokens: int = 0  # budget in training target tokens, 0 = no limit
     save_interval_updates: int = 500
     keep_last: int = 10
     validate_interval_updates: int = 500

@@ -57,6 +57,7 @@ class RunState:
     nonfinite_consecutive: int = 0
     train_seconds: float = 0.0
     tgt_tokens: int = 0
+    peak_memory_mb: float = 0.0  # peak resident memory of the process (CPU) or allocated GPU memory
     history: list[dict] = field(default_factory=list)
 
 
@@ -198,7 +199,15 @@ class Trainer:
             "n_params": self.n_params,
         }
 
+    def _peak_memory_mb(self) -> float:
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
     def save(self, is_best: bool = False) -> None:
+        self.state.peak_memory_mb = max(self.state.peak_memory_mb, self._peak_memory_mb())
         if not self.is_main:
             return
         st = self.checkpoint_state()
@@ -368,6 +377,8 @@ class Trainer:
         tc = self.cfg.train
         if tc.max_updates and self.state.num_updates >= tc.max_updates:
             return f"reached train.max_updates={tc.max_updates}"
+        if tc.max_target_tokens and self.state.tgt_tokens >= tc.max_target_tokens:
+            return f"reached train.max_target_tokens={tc.max_target_tokens}"
         if tc.max_epochs and self.state.epoch > tc.max_epochs:
             return f"reached train.max_epochs={tc.max_epochs}"
         if tc.max_time_minutes:

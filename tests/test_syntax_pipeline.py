@@ -83,3 +83,40 @@ def test_structures_without_trees_give_a_clear_error(synth_data, tmp_path):
     cfg = _cfg(tmp_path, synth_data, {"dep": StructureSpec("dep_mask")})
     with pytest.raises(ValueError, match="has no trees; prepare it with a parser"):
         train(cfg, log=lambda *_: None)
+
+
+def test_tree_free_features_work_without_a_parser(synth_data):
+    """n-gram partitions and word boundaries need no parse: words come from the pieces."""
+    split = PreparedDataset(synth_data).split("train")
+    assert not split.has_trees
+    b = collate(split, [0, 1], {"ng": StructureSpec("ngram_partition", {"n": 2}), "wb": StructureSpec("word_boundaries")})
+    pieces = [split.src_vocab.sp.id_to_piece(int(t)) for t in split.get("src", 0)]
+    n_words = sum(p.startswith("\u2581") for p in pieces)
+    assert int(b.structures["wb"][0].sum()) == n_words + 1  # + EOS
+    assert int(b.structures["ng"][0].max()) == (n_words + 1) // 2  # EOS is a phrase of its own
+
+
+def test_mechanisms_declare_the_structures_they_need(synth_data, tmp_path):
+    """A mechanism's required_structures() reach the collator without any config entry."""
+    from structnmt.config import AttentionSpec
+    from structnmt.nn import ATTENTION_REGISTRY, MultiHeadAttention, register_attention
+
+    seen = []
+
+    class NeedsBoundaries(MultiHeadAttention):
+        def required_structures(self):
+            return {"wb": StructureSpec("word_boundaries")}
+
+        def forward(self, query, memory, ctx):
+            seen.append(tuple(ctx.structures["wb"].shape))
+            return super().forward(query, memory, ctx)
+
+    register_attention("_test_needs_wb")(NeedsBoundaries)
+    try:
+        cfg = _cfg(tmp_path, synth_data, {})
+        cfg.model.attention.encoder_self = AttentionSpec(name="_test_needs_wb")
+        cfg.train.validate_bleu = False
+        train(cfg, log=lambda *_: None)
+        assert seen and all(len(s) == 2 for s in seen)
+    finally:
+        ATTENTION_REGISTRY.pop("_test_needs_wb", None)

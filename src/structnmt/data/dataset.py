@@ -59,9 +59,10 @@ class Batch:
 class PreparedSplit:
     """One split of a prepared dataset, memory-mapped."""
 
-    def __init__(self, root: str | Path, split: str):
+    def __init__(self, root: str | Path, split: str, src_vocab: Vocab | None = None):
         self.root = Path(root)
         self.split = split
+        self.src_vocab = src_vocab  # derives word boundaries from pieces when there are no parses
         self.data = {}
         self.offsets = {}
         for side in ("src", "tgt"):
@@ -97,8 +98,18 @@ class PreparedSplit:
         return trees_from_json(json.loads(bytes(self.tree_data[o[i]:o[i + 1]]).decode("utf-8")))
 
     def word_of_piece(self, i: int) -> np.ndarray:
-        o = self.offsets["src"]
-        return np.asarray(self.wop_data[o[i]:o[i + 1]], dtype=np.int64)
+        """Word index of every source piece: the parser's words when the split was
+        prepared with a parser, else SentencePiece's words (a piece starting with ▁
+        starts a word)."""
+        if self.has_trees:
+            o = self.offsets["src"]
+            return np.asarray(self.wop_data[o[i]:o[i + 1]], dtype=np.int64)
+        if self.src_vocab is None:
+            raise ValueError(f"{self.root}: word boundaries of the {self.split} split need its vocabulary.")
+        from ..syntax.features import word_of_piece_from_pieces
+
+        sp = self.src_vocab.sp
+        return word_of_piece_from_pieces([sp.id_to_piece(int(t)) for t in self.get("src", i)])
 
     def text(self, kind: str) -> list[str]:
         """Raw kept text of a valid/test split: ``kind`` = 'src' or 'ref'."""
@@ -123,7 +134,7 @@ class PreparedDataset:
         self.tgt_vocab = self.src_vocab if self.manifest["joint_vocab"] else Vocab(self.root / files["tgt"]["file"])
 
     def split(self, name: str) -> PreparedSplit:
-        return PreparedSplit(self.root, name)
+        return PreparedSplit(self.root, name, self.src_vocab)
 
     @property
     def splits(self) -> list[str]:

@@ -96,7 +96,8 @@ class Translator:
         self.model.to(self.device).eval()
         self.parser_cfg = None
         self.label_ids: dict[str, int] = {}
-        if self.cfg.data.structures:
+        self.structures = {**self.cfg.data.structures, **self.model.required_structures()}
+        if self.structures:
             from ..config import _build
             from ..syntax.parsers import ParserConfig
 
@@ -149,7 +150,7 @@ class Translator:
             parsed = self._parse(texts)
 
             def structures_for(idx: list[int], S: int) -> dict[str, torch.Tensor]:
-                return build_structures(self.cfg.data.structures, [parsed[j][0] for j in idx],
+                return build_structures(self.structures, [parsed[j][0] for j in idx],
                                         [parsed[j][1] for j in idx], S, self.label_ids)
 
         hyps = translate_ids(self.model, sources, dcfg, device=self.device, max_positions=self.cfg.model.max_positions,

@@ -169,6 +169,22 @@ class TransformerModel(nn.Module):
             nn.init.normal_(self.output_proj.weight, mean=0.0, std=d**-0.5)
         self.embed_scale = math.sqrt(d)
 
+    def required_structures(self) -> dict:
+        """Structure tensors the attention modules consume: key -> StructureSpec.
+
+        Each mechanism that needs structures declares them with a
+        ``required_structures()`` method; the trainer and the translator add them to
+        what the collator builds (on top of ``data.structures``).
+        """
+        out: dict = {}
+        for module in self.modules():
+            if module is not self and hasattr(module, "required_structures"):
+                for key, spec in module.required_structures().items():
+                    if key in out and out[key] != spec:
+                        raise ValueError(f"structure '{key}' is requested with two different specs: {out[key]} and {spec}.")
+                    out[key] = spec
+        return out
+
     def _embed(self, emb: nn.Embedding, tokens: Tensor, offset: int = 0) -> Tensor:
         T = tokens.shape[1]
         if offset + T > self.positions.shape[0]:

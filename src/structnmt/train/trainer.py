@@ -170,6 +170,8 @@ class Trainer:
         self.label_ids = {label: i for i, label in enumerate(syntax.get("labels", []))}
         self.model = build_model(cfg.model, len(self.data.src_vocab), len(self.data.tgt_vocab)).to(self.device)
         self.n_params = param_count(self.model)
+        # what the collator builds: the config's structures plus what the attention asks for
+        self.structures = {**cfg.data.structures, **self.model.required_structures()}
         self.ddp = (torch.nn.parallel.DistributedDataParallel(
             self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
             if self.distributed else self.model)
@@ -251,7 +253,7 @@ class Trainer:
         """One update over the batches of ``group``; returns stats, or None if skipped."""
         tc = self.cfg.train
         self.ddp.train()
-        batches = [collate(self.train_split, ids, self.cfg.data.structures, self.label_ids).to(self.device) for ids in group]
+        batches = [collate(self.train_split, ids, self.structures, self.label_ids).to(self.device) for ids in group]
         local_tokens = sum(b.n_tgt_tokens for b in batches)
         (total_tokens,) = self._all_reduce([float(local_tokens)])
         loss_sum = nll_sum = 0.0
@@ -310,7 +312,7 @@ class Trainer:
         mine = batches[self.rank :: self.world]
         loss_sum = nll_sum = tokens = 0.0
         for ids in mine:
-            b = collate(split, ids, self.cfg.data.structures, self.label_ids).to(self.device)
+            b = collate(split, ids, self.structures, self.label_ids).to(self.device)
             with self.autocast:
                 out = self.model(b.src, b.src_mask, b.tgt_in, b.structures)
             loss, nll = label_smoothed_nll(out.logits, b.tgt_out, self.cfg.train.label_smoothing)
@@ -336,11 +338,11 @@ class Trainer:
 
         sources = [split.get("src", i).tolist() + [EOS] for i in ids]
         structures_for = None
-        if self.cfg.data.structures:
+        if self.structures:
             from ..syntax.batching import build_structures
 
             def structures_for(idx: list[int], S: int) -> dict:
-                return build_structures(self.cfg.data.structures, [split.trees(i) for i in idx],
+                return build_structures(self.structures, [split.trees(i) for i in idx],
                                         [split.word_of_piece(i) for i in idx], S, self.label_ids)
 
         hyps = translate_ids(self.model, sources, self.cfg.decode, device=self.device,

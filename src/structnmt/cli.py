@@ -227,7 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("experiment", help="train, decode and score a grid of configs; write a results table")
     s.add_argument("grid", help="grid YAML (see configs/grids/)")
     s.add_argument("--out", help="output directory (default: the grid's out_dir)")
-    s.add_argument("overrides", nargs="*", help="overrides applied to every run, e.g. train.max_updates=100")
+    s.add_argument("overrides", nargs="*",
+                   help="grid keys (budget.max_updates=N, seeds=[1,2], evaluate.beam=4, grid.<key>=...) change the "
+                        "grid; other section.key=value items apply to every run's config")
     s.set_defaults(func=cmd_experiment)
 
     s = sub.add_parser("demo", help="train a small model on the synthetic task and report BLEU")

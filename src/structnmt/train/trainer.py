@@ -55,7 +55,8 @@ class RunState:
     bad_validations: int = 0  # validations without improvement (early stopping)
     nonfinite_total: int = 0
     nonfinite_consecutive: int = 0
-    train_seconds: float = 0.0
+    train_seconds: float = 0.0  # wall-clock of training, validation included
+    valid_seconds: float = 0.0  # of which validation
     tgt_tokens: int = 0
     peak_memory_mb: float = 0.0  # peak resident memory of the process (CPU) or allocated GPU memory
     history: list[dict] = field(default_factory=list)
@@ -355,6 +356,7 @@ class Trainer:
     def validate(self) -> tuple[dict, bool]:
         """Returns (metrics, improved)."""
         tc = self.cfg.train
+        start = time.time()
         values = self.valid_loss()
         if tc.validate_bleu or tc.early_stop_metric == "bleu":
             if self.is_main:
@@ -363,6 +365,7 @@ class Trainer:
                 obj = [values.get("bleu")]
                 dist.broadcast_object_list(obj, src=0)
                 values["bleu"] = obj[0]
+        self.state.valid_seconds += time.time() - start
         metric = values["bleu"] if tc.early_stop_metric == "bleu" else values["loss"]
         better = (self.state.best_metric is None or
                   (metric > self.state.best_metric if tc.early_stop_metric == "bleu" else metric < self.state.best_metric))
@@ -442,8 +445,8 @@ class Trainer:
                     reason = self._stop_reason(seg_start)
                 if n % tc.save_interval_updates == 0 or reason is not None or improved:
                     self.state.train_seconds += time.time() - seg_start
-                    seg_start = time.time()
                     self.save(is_best=improved)
+                    seg_start = time.time()  # checkpoint writing is not training time
             if self.state.batches_done >= len(order):
                 self.state.epoch += 1
                 self.state.batches_done = 0

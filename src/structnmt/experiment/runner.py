@@ -1,0 +1,300 @@
+"""Run a grid: prepare once, train every (run, seed) in a subprocess, decode, score, report.
+
+Layout of the output directory::
+
+    OUT/experiment.log                 progress lines of every invocation
+    OUT/data-bin/                      the dataset, when the grid prepares it (default destdir)
+    OUT/runs/<row-slug>/seed<k>/       one training run (train.save_dir)
+        resolved.yaml                  the exact config it trains with
+        train.log                      the training subprocess's output (appended on resume)
+        checkpoint_*.pt, metrics.jsonl written by the trainer
+        train_done.json                the training subprocess finished its budget
+        average.pt                     the average of the last N checkpoints
+        <split>.hyp                    its translations of the evaluation split
+        result.json                    scores and measurements: the run is finished
+    OUT/results.md, results.csv, learning_curves.png, ngram_gain.png
+
+Resume: a (run, seed) with ``result.json`` is skipped; one with ``train_done.json`` is
+only decoded and scored; any other is (re)launched, and the trainer resumes from
+``checkpoint_last.pt`` when the directory holds one. A run directory whose
+``resolved.yaml`` differs from the config the grid now asks for (other than speed-only
+keys such as ``train.threads``) is refused rather than silently mixed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from ..config import Config, ConfigError, _build, to_dict
+from .grid import ExperimentError, GridConfig, load_grid, resolve_run_config, slug
+
+#: Config keys that change speed or logging only: a run may resume with other values.
+_SPEED_ONLY = {"train.threads", "train.progress", "train.tensorboard", "train.log_interval", "decode.batch_size"}
+
+
+def launch_training(config_path: Path, log_path: Path) -> int:
+    """Train ``config_path`` in a fresh Python process; its output is appended to ``log_path``.
+
+    A subprocess gives every run its own peak-memory measurement and leaves a resumable
+    checkpoint when the runner is interrupted. Returns the exit status.
+    """
+    cmd = [sys.executable, "-m", "structnmt.cli", "train", str(config_path), "--no-progress"]
+    with open(log_path, "a", encoding="utf-8") as f:
+        f.write(f"$ {shlex.join(cmd)}\n")
+        f.flush()
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return proc.returncode
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _config_diff(old: dict, new: dict) -> list[str]:
+    a, b = _flat(old), _flat(new)
+    return sorted(k for k in set(a) | set(b) if k not in _SPEED_ONLY and a.get(k) != b.get(k))
+
+
+def _write_json(path: Path, obj) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_lines_exact(path: Path) -> list[str]:
+    """Lines split on "\\n" only (a hypothesis may hold other Unicode separators)."""
+    lines = path.read_bytes().decode("utf-8").split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def _tail(path: Path, n: int = 5) -> str:
+    try:
+        lines = [x for x in path.read_text(encoding="utf-8", errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return ""
+    return " | ".join(lines[-n:])
+
+
+def _prepare_data(grid: GridConfig, out: Path, log) -> Path:
+    if grid.data.path:
+        path = Path(grid.data.path).resolve()
+        if not (path / "manifest.json").exists():
+            raise ConfigError(f"{grid.source}: data.path {path} holds no prepared dataset; run `structnmt prepare` "
+                              "first or give a data.prepare block.")
+        return path
+    from ..data.prepare import PrepareConfig, prepare
+
+    spec = dict(grid.data.prepare)
+    destdir = Path(spec.pop("destdir", None) or out / "data-bin").resolve()
+    missing = [k for k in ("source_lang", "target_lang", "trainpref") if k not in spec]
+    if missing:
+        raise ConfigError(f"{grid.source}: data.prepare needs {', '.join(missing)} (and usually validpref, testprefs).")
+    pcfg = _build(PrepareConfig, spec, f"{grid.source}: data.prepare")
+    prepare(pcfg, destdir, progress=False, log=log)
+    return destdir
+
+
+def _threads_guard(cfg: Config):
+    import torch
+
+    old = torch.get_num_threads()
+    if cfg.train.threads > 0:
+        torch.set_num_threads(cfg.train.threads)
+    return old
+
+
+def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, src: list[str], refs: list[str]) -> dict:
+    """Average the last checkpoints, translate the evaluation split, time it and score it."""
+    import dataclasses
+
+    import torch
+
+    from ..decode.translate import Translator
+    from ..evaluate.score import corpus_scores
+    from ..train.average import average_checkpoints, last_checkpoints
+
+    ev = grid.evaluate
+    last = torch.load(run_dir / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    run = last["run"]
+    n_params = int(last["n_params"])
+    paths = last_checkpoints(run_dir, ev.average_last)
+    avg = run_dir / "average.pt"
+    average_checkpoints(paths, avg)
+    del last
+    old_threads = _threads_guard(cfg)
+    try:
+        tr = Translator(avg, device=ev.device)
+        dcfg = dataclasses.replace(tr.cfg.decode, beam=ev.beam, lenpen=ev.lenpen, nbest=1)
+        if ev.batch_size:
+            dcfg.batch_size = ev.batch_size
+        start = time.perf_counter()
+        out = tr.translate(src, dcfg)
+        if tr.device.type == "cuda":
+            torch.cuda.synchronize(tr.device)
+        decode_seconds = time.perf_counter() - start
+        decode_device = str(tr.device)
+    finally:
+        torch.set_num_threads(old_threads)
+    hyps = [h[0].text if h else "" for h in out]
+    hyp_file = run_dir / f"{ev.split}.hyp"
+    hyp_file.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    scores = {s.name: s for s in corpus_scores(hyps, refs, lowercase_tokenized=ev.lc_tok, lang=ev.lang)}
+    bleu, chrf = scores["BLEU"], scores["chrF"]
+    # training throughput excludes the time spent validating
+    train_seconds = float(run.get("train_seconds", 0.0)) - float(run.get("valid_seconds", 0.0))
+    train_device = cfg.train.device
+    if train_device == "auto":
+        train_device = "cuda" if torch.cuda.is_available() else "cpu"
+    result = {
+        "n_params": n_params,
+        "num_updates": int(run["num_updates"]),
+        "train_target_tokens": int(run["tgt_tokens"]),
+        "train_seconds": train_seconds,
+        "train_tok_per_s": run["tgt_tokens"] / train_seconds if train_seconds > 0 else None,
+        "peak_memory_mb": float(run.get("peak_memory_mb", 0.0)),
+        "train_device": train_device,
+        "averaged": [p.name for p in paths],
+        "split": ev.split,
+        "n_sentences": len(src),
+        "beam": dcfg.beam,
+        "lenpen": dcfg.lenpen,
+        "decode_seconds": decode_seconds,
+        "decode_sent_per_s": len(src) / decode_seconds if decode_seconds > 0 else None,
+        "decode_device": decode_device,
+        "hyp_file": hyp_file.name,
+        "bleu": bleu.score, "bleu_signature": bleu.signature, "bleu_detail": bleu.detail,
+        "bleu_precisions": bleu.precisions,
+        "chrf": chrf.score, "chrf_signature": chrf.signature,
+    }
+    if "BLEU (lc,tok)" in scores:
+        s = scores["BLEU (lc,tok)"]
+        result.update({"bleu_lc_tok": s.score, "bleu_lc_tok_signature": s.signature,
+                       "bleu_lc_tok_precisions": s.precisions})
+    return result
+
+
+def _command_line(grid: str | Path, out_dir, overrides: list[str]) -> str:
+    parts = ["structnmt", "experiment", str(grid)]
+    if out_dir is not None:
+        parts += ["--out", str(out_dir)]
+    parts += list(overrides)
+    env = [f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES") if k in os.environ]
+    return shlex.join(env + parts) if not env else " ".join(env) + " " + shlex.join(parts)
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: list[str] | None = None, *,
+             log=print) -> Path:
+    """Train, decode and score every (run, seed) of ``grid``; write the report; return results.md.
+
+    ``overrides`` (``key=value``): grid keys such as ``budget.max_updates=200``,
+    ``seeds=[1,2]`` or ``evaluate.beam=4`` change the grid (a ``budget.*`` override
+    replaces the grid's budget); ``model.*``/``train.*``/``data.*``/``decode.*`` keys
+    are applied to every run's config (e.g. ``train.threads=1``).
+    """
+    from ..data.dataset import PreparedDataset
+    from .report import write_report
+
+    overrides = list(overrides or [])
+    g, run_over = load_grid(grid, overrides)
+    out = Path(out_dir or g.out_dir or Path("experiments") / slug(g.name)).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    log_file = out / "experiment.log"
+
+    def say(msg: str) -> None:
+        log(msg)
+        with open(log_file, "a", encoding="utf-8") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}\n")
+
+    t_start = time.time()
+    command = _command_line(grid, out_dir, overrides)
+    say(f"experiment {g.name}: {len(g.runs)} runs x {len(g.seeds)} seeds, budget {g.budget.describe()}; "
+        f"output in {out}")
+    data_path = _prepare_data(g, out, say)
+    ds = PreparedDataset(data_path)
+    if g.evaluate.split not in ds.splits:
+        raise ConfigError(f"{g.source}: evaluate.split '{g.evaluate.split}' is not in {data_path} "
+                          f"(splits: {', '.join(ds.splits)}); prepare it with --testpref or pick another split.")
+    split = ds.split(g.evaluate.split)
+    src, refs = split.text("src"), split.text("ref")
+
+    dirs: dict[str, str] = {}
+    for r in g.runs:
+        d = slug(r.name)
+        while d in dirs.values():
+            d += "-x"
+        dirs[r.name] = d
+    jobs = [(seed, r) for seed in g.seeds for r in g.runs]
+    results: dict[tuple[str, int], dict] = {}
+    configs: dict[tuple[str, int], Config] = {}
+    for i, (seed, r) in enumerate(jobs, 1):
+        tag = f"[{i}/{len(jobs)}] {r.name} (seed {seed})"
+        run_dir = out / "runs" / dirs[r.name] / f"seed{seed}"
+        cfg = resolve_run_config(g, r, seed, data_path=data_path, run_dir=run_dir, overrides=run_over)
+        configs[(r.name, seed)] = cfg
+        new = to_dict(cfg)
+        resolved = run_dir / "resolved.yaml"
+        result_path = run_dir / "result.json"
+        started = result_path.exists() or (run_dir / "checkpoint_last.pt").exists()
+        if resolved.exists() and started:
+            diff = _config_diff(yaml.safe_load(resolved.read_text(encoding="utf-8")) or {}, new)
+            if diff:
+                raise ExperimentError(
+                    f"{run_dir}: this run was started with a different configuration ({', '.join(diff[:5])}); "
+                    "use --out for a new output directory or delete that run directory.")
+        if result_path.exists():
+            results[(r.name, seed)] = json.loads(result_path.read_text(encoding="utf-8"))
+            say(f"{tag}: finished earlier, skipped (BLEU {results[(r.name, seed)]['bleu']:.2f}).")
+            continue
+        run_dir.mkdir(parents=True, exist_ok=True)
+        resolved.write_text(yaml.safe_dump(new, sort_keys=False, allow_unicode=True), encoding="utf-8")
+        done = run_dir / "train_done.json"
+        if not done.exists():
+            if (run_dir / "checkpoint_last.pt").exists():
+                import torch
+
+                at = torch.load(run_dir / "checkpoint_last.pt", map_location="cpu", weights_only=False)["run"]["num_updates"]
+                say(f"{tag}: resuming training from update {at} ({run_dir}).")
+            else:
+                say(f"{tag}: training started ({run_dir}).")
+            t0 = time.time()
+            rc = launch_training(resolved, run_dir / "train.log")
+            if rc != 0:
+                raise ExperimentError(
+                    f"{tag}: training failed with exit status {rc}; see {run_dir / 'train.log'} "
+                    f"(last lines: {_tail(run_dir / 'train.log')}); fix it and run the same command to resume.")
+            _write_json(done, {"exit_status": rc, "seconds_this_launch": time.time() - t0})
+            say(f"{tag}: training done in {time.time() - t0:.0f} s.")
+        else:
+            say(f"{tag}: training finished earlier; decoding.")
+        t0 = time.time()
+        res = _evaluate_run(g, cfg, run_dir, src, refs)
+        res.update({"name": r.name, "seed": seed, "run_dir": str(run_dir)})
+        _write_json(result_path, res)
+        results[(r.name, seed)] = res
+        say(f"{tag}: BLEU {res['bleu']:.2f}, chrF {res['chrf']:.2f} after {res['num_updates']} updates "
+            f"(decoded {len(src)} sentences in {time.time() - t0:.0f} s).")
+
+    report = write_report(g, out, results, configs, refs, dirs=dirs, command=command, data_path=data_path, log=say)
+    say(f"experiment {g.name}: report {report} ({time.time() - t_start:.0f} s this invocation).")
+    return report

@@ -1,0 +1,195 @@
+"""``structnmt experiment``: a two-config grid on synthetic data, end to end and resumed."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from structnmt.config import ConfigError
+from structnmt.data.synthetic import SynthConfig, write_corpus
+from structnmt.experiment import load_grid, run_grid
+from structnmt.experiment import runner as runner_mod
+from structnmt.experiment.report import format_params, significance_mark
+
+TINY_BASE = """
+base:
+  data: {max_tokens: 512, max_len: 64}
+  model: {d_model: 32, ffn_dim: 64, heads: 2, encoder_layers: 1, decoder_layers: 1, dropout: 0.1,
+          share_all_embeddings: true}
+  train: {lr: 0.005, warmup_updates: 4, save_interval_updates: 2, validate_interval_updates: 2,
+          keep_last: 5, log_interval: 1, tensorboard: false, threads: 1}
+  decode: {max_len_a: 1.0, max_len_b: 3, batch_size: 64}
+"""
+
+
+def _grid(tmp: Path, corpus: Path, out: Path, extra: str = "") -> Path:
+    text = f"""
+name: tiny grid
+out_dir: {out}
+data:
+  prepare:
+    source_lang: src
+    target_lang: tgt
+    trainpref: {corpus / 'train'}
+    validpref: {corpus / 'valid'}
+    testprefs: [{corpus / 'test'}]
+    vocab_size: 300
+    destdir: {tmp / 'data-bin'}
+{TINY_BASE}
+budget: {{max_updates: 6}}
+seeds: [1]
+baseline: Transformer-Base
+runs:
+  - name: Transformer-Base
+  - name: + post-norm (2 layers)
+    overrides: [model.pre_norm=false, model.encoder_layers=2]
+evaluate: {{split: test, average_last: 2, beam: 2, bootstrap_samples: 50}}
+{extra}
+"""
+    path = tmp / "grid.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("exp_corpus")
+    write_corpus(SynthConfig(seed=3, n_train=400, n_valid=12, n_test=16), root)
+    return root
+
+
+def test_tiny_grid_end_to_end_and_resume(tmp_path, corpus, monkeypatch):
+    out = tmp_path / "out"
+    grid = _grid(tmp_path, corpus, out)
+    launched: list[str] = []
+    real_launch = runner_mod.launch_training
+
+    def recording_launch(config_path: Path, log_path: Path) -> int:
+        launched.append(config_path.parent.parent.name)
+        return real_launch(config_path, log_path)
+
+    monkeypatch.setattr(runner_mod, "launch_training", recording_launch)
+    lines: list[str] = []
+    report = run_grid(grid, overrides=["train.threads=1"], log=lines.append)
+
+    assert report == out / "results.md"
+    assert launched == ["transformer-base", "post-norm-2-layers"]
+    for name in ("results.md", "results.csv", "learning_curves.png", "ngram_gain.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert (out / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
+    with open(out / "results.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["system"] for r in rows] == ["Transformer-Base", "+ post-norm (2 layers)"]
+    assert "p_value" in rows[0]
+    base, variant = rows
+    assert float(base["delta"]) == 0.0 and base["p_value"] == "" and base["mark"] == ""
+    p = float(variant["p_value"])
+    assert 0.0 < p <= 1.0
+    assert float(variant["delta"]) == pytest.approx(float(variant["bleu"]) - float(base["bleu"]))
+    assert int(variant["params"]) > int(base["params"]) > 0  # one more encoder layer
+    assert all(int(r["num_updates"]) == 6 for r in rows)
+    md = report.read_text(encoding="utf-8")
+    assert "| System | # Params | Speed (train tok/s) | Decode (sent/s) | Peak mem (MB) | BLEU | Δ | p | chrF |" in md
+    assert "6 updates per run" in md and "paired bootstrap resampling (50 samples" in md
+    assert "nrefs:1" in md and "Command" in md
+    first_hyps = (out / "runs" / "post-norm-2-layers" / "seed1" / "test.hyp").read_text()
+    first_avg = torch.load(out / "runs" / "post-norm-2-layers" / "seed1" / "average.pt", weights_only=False)["model"]
+
+    # interrupt the variant after update 2: drop its result and its later checkpoints
+    run_dir = out / "runs" / "post-norm-2-layers" / "seed1"
+    for name in ("result.json", "train_done.json", "checkpoint_4.pt", "checkpoint_6.pt", "average.pt"):
+        (run_dir / name).unlink()
+    shutil.copy(run_dir / "checkpoint_2.pt", run_dir / "checkpoint_last.pt")
+
+    launched.clear()
+
+    def only_unfinished(config_path: Path, log_path: Path) -> int:
+        assert "transformer-base" not in str(config_path), "a finished run was trained again"
+        launched.append(config_path.parent.parent.name)
+        return real_launch(config_path, log_path)
+
+    monkeypatch.setattr(runner_mod, "launch_training", only_unfinished)
+    lines.clear()
+    run_grid(grid, overrides=["train.threads=1"], log=lines.append)
+    assert launched == ["post-norm-2-layers"]
+    assert any("Transformer-Base (seed 1): finished earlier, skipped" in x for x in lines)
+    assert any("resuming training from update 2" in x for x in lines)
+    log = (run_dir / "train.log").read_text()
+    assert "resumed from" in log and "at update 2" in log
+    st = torch.load(run_dir / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert st["run"]["num_updates"] == 6
+    # the trainer reproduces the uninterrupted run: the same averaged model, the same translations
+    torch.testing.assert_close(torch.load(run_dir / "average.pt", weights_only=False)["model"], first_avg)
+    assert (run_dir / "test.hyp").read_text() == first_hyps
+    with open(out / "results.csv", encoding="utf-8") as f:
+        assert len(list(csv.DictReader(f))) == 2
+
+    # a changed budget is refused for an existing output directory
+    with pytest.raises(ConfigError, match="different configuration"):
+        run_grid(grid, overrides=["train.threads=1", "budget.max_updates=8"], log=lines.append)
+
+
+def test_grid_validation(tmp_path, corpus):
+    out = tmp_path / "out"
+    grid = _grid(tmp_path, corpus, out, extra="baselin: x")
+    with pytest.raises(ConfigError, match="unknown key 'baselin'; did you mean 'baseline'"):
+        load_grid(grid)
+    grid = _grid(tmp_path, corpus, out)
+    text = grid.read_text().replace("budget: {max_updates: 6}", "budget: {max_updates: 6, max_time_minutes: 1}")
+    grid.write_text(text)
+    with pytest.raises(ConfigError, match="exactly one of max_updates"):
+        load_grid(grid)
+    # a command-line budget replaces the grid's, so this one is valid
+    g, run_over = load_grid(grid, ["budget.max_target_tokens=5000", "train.threads=1", "seeds=[1,2]"])
+    assert g.budget.which() == ("max_target_tokens", 5000) and g.seeds == [1, 2] and run_over == ["train.threads=1"]
+    with pytest.raises(ConfigError, match="fixed by the grid.*budget.max_updates"):
+        load_grid(grid, ["train.max_updates=10"])
+    grid = _grid(tmp_path, corpus, out)
+    grid.write_text(grid.read_text().replace("baseline: Transformer-Base", "baseline: Transformer-Bsae"))
+    with pytest.raises(ConfigError, match="did you mean 'Transformer-Base'"):
+        load_grid(grid)
+    grid = _grid(tmp_path, corpus, out)
+    grid.write_text(grid.read_text().replace("evaluate: {split: test", "evaluate: {splt: test"))
+    with pytest.raises(ConfigError, match="evaluate: unknown key 'splt'; did you mean 'split'"):
+        load_grid(grid)
+
+
+def test_run_config_resolution(tmp_path, corpus):
+    from structnmt.experiment.grid import resolve_run_config
+
+    variant_cfg = tmp_path / "variant.yaml"
+    variant_cfg.write_text("model: {heads: 4}\ntrain: {max_updates: 999}\n")
+    grid = _grid(tmp_path, corpus, tmp_path / "out")
+    grid.write_text(grid.read_text().replace("overrides: [model.pre_norm=false", "config: variant.yaml\n    overrides: [model.pre_norm=false"))
+    g, over = load_grid(grid, ["decode.batch_size=7"])
+    cfg = resolve_run_config(g, g.runs[1], 3, data_path=tmp_path / "d", run_dir=tmp_path / "r", overrides=over)
+    assert cfg.model.heads == 4 and cfg.model.pre_norm is False and cfg.model.encoder_layers == 2
+    assert cfg.model.d_model == 32  # from the inline base
+    assert cfg.train.max_updates == 6 and cfg.train.max_time_minutes == 0 and cfg.train.max_target_tokens == 0
+    assert cfg.train.seed == 3 and cfg.train.save_dir == str(tmp_path / "r") and cfg.data.path == str(tmp_path / "d")
+    assert cfg.decode.batch_size == 7 and cfg.train.progress is False
+
+
+def test_marks_and_params():
+    assert significance_mark(0.004, 0.5) == "⇑" and significance_mark(0.03, 0.5) == "↑"
+    assert significance_mark(0.004, -0.5) == "⇓" and significance_mark(0.2, 0.5) == ""
+    assert significance_mark(None, 0.0) == ""
+    assert format_params(2_634_000) == "2.6M" and format_params(53_210) == "53.2K"
+
+
+def test_failed_training_is_one_clear_error(tmp_path, corpus, monkeypatch):
+    from structnmt.experiment import ExperimentError
+
+    def failing(config_path: Path, log_path: Path) -> int:
+        log_path.write_text("Traceback ...\nRuntimeError: out of memory\n")
+        return 1
+
+    monkeypatch.setattr(runner_mod, "launch_training", failing)
+    grid = _grid(tmp_path, corpus, tmp_path / "out")
+    with pytest.raises(ExperimentError, match=r"training failed with exit status 1; see .*train.log.*out of memory"):
+        run_grid(grid, log=lambda *_: None)
+    assert not (tmp_path / "out" / "runs" / "transformer-base" / "seed1" / "result.json").exists()

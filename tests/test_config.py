@@ -56,7 +56,15 @@ def test_shipped_recipes_load():
     from importlib import resources
     from pathlib import Path
 
-    for path in sorted(Path(__file__).resolve().parents[1].glob("configs/**/*.yaml")):
+    from structnmt.experiment import load_grid
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    recipes = sorted(root.glob("*.yaml"))
+    grids = sorted((root / "grids").glob("*.yaml"))
+    assert recipes and grids
+    for path in recipes:
         load_config(path)
+    for path in grids:
+        load_grid(path, [])
     text = resources.files("structnmt").joinpath("recipes/demo.yaml").read_text()
     assert "model:" in text

@@ -6,8 +6,7 @@ import gzip
 import math
 
 import pytest
-
-sacrebleu = pytest.importorskip("sacrebleu")
+import sacrebleu  # noqa: E402
 
 from structnmt.evaluate.score import (  # noqa: E402
     Score,

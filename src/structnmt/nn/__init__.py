@@ -11,3 +11,5 @@ from .attention import (  # noqa: F401
     register_attention,
     scaled_attention,
 )
+from .mgsa import MGSAAttention, MGSAGroup, PhraseLayout, PhraseMemory  # noqa: F401,E402  (registers "mgsa")
+from .on_lstm import ONLSTM, cumax  # noqa: F401,E402

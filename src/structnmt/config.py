@@ -235,21 +235,25 @@ def apply_overrides(data: dict, overrides: list[str], where: str = "command line
     return data
 
 
+def read_yaml_mapping(path: str | Path, what: str = "config file", expect: str = "a mapping") -> dict:
+    """Read a YAML file whose top level is a mapping; errors name the file and line."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"{p}: {what} not found; check the path.")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{p}{line}: invalid YAML ({err.__class__.__name__}); fix the syntax.") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: the top level must be {expect}.")
+    return data
+
+
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
     """Load a YAML config (or the defaults when ``path`` is None) plus overrides."""
-    data: dict = {}
-    if path is not None:
-        p = Path(path)
-        if not p.exists():
-            raise ConfigError(f"{p}: config file not found; check the path.")
-        try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            line = f" line {mark.line + 1}" if mark is not None else ""
-            raise ConfigError(f"{p}{line}: invalid YAML ({err.__class__.__name__}); fix the syntax.") from err
-        if not isinstance(data, dict):
-            raise ConfigError(f"{p}: the top level must be a mapping with data/model/train/decode sections.")
+    data = {} if path is None else read_yaml_mapping(path, expect="a mapping with data/model/train/decode sections")
     data = apply_overrides(data, overrides or [])
     return from_dict(data, where=str(path) if path else "config")
 

@@ -21,9 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ..config import Config, ConfigError, _build, _nearest, apply_overrides, from_dict
+from ..config import (
+    Config,
+    ConfigError,
+    _build,
+    _nearest,
+    apply_overrides,
+    from_dict,
+    read_yaml_mapping,
+)
 
 #: Train keys a grid owns: they define the shared budget, seeds and layout of the runs.
 BUDGET_KEYS = ("max_updates", "max_target_tokens", "max_time_minutes")
@@ -110,17 +116,7 @@ class GridConfig:
 
 
 def _yaml_file(path: Path, what: str) -> dict:
-    if not path.exists():
-        raise ConfigError(f"{path}: {what} not found; check the path (relative to the grid file).")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}{line}: invalid YAML ({err.__class__.__name__}); fix the syntax.") from err
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping.")
-    return data
+    return read_yaml_mapping(path, f"{what} (relative to the grid file)")
 
 
 def split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:

@@ -49,19 +49,10 @@ from structnmt.config import ModelConfig
 from structnmt.data.dataset import PreparedDataset, collate, make_batches, pad_sources
 from structnmt.data.vocab import EOS, PAD
 from structnmt.decode.beam import beam_search, greedy_search
-from structnmt.models.transformer import TransformerModel
+from structnmt.models.transformer import TransformerModel, sinusoidal_table
 from structnmt.train.loss import label_smoothed_nll
 
 # --------------------------------------------------------------------------- reference model
-
-
-def _sinusoids(n: int, d: int) -> Tensor:
-    pos = torch.arange(n, dtype=torch.float32)[:, None]
-    div = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
-    table = torch.zeros(n, d)
-    table[:, 0::2] = torch.sin(pos * div)
-    table[:, 1::2] = torch.cos(pos * div)[:, : d // 2]
-    return table
 
 
 @dataclass
@@ -85,7 +76,7 @@ class ReferenceTransformer(nn.Module):
         nn.init.normal_(self.embed.weight, mean=0.0, std=d_model**-0.5)
         with torch.no_grad():
             self.embed.weight[PAD].zero_()
-        self.register_buffer("positions", _sinusoids(max_positions, d_model), persistent=False)
+        self.register_buffer("positions", sinusoidal_table(max_positions, d_model), persistent=False)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "enable_nested_tensor is True, but ... norm_first"
             self.transformer = nn.Transformer(

@@ -143,3 +143,21 @@ def test_probing_labels_for_a_corpus():
     assert labels["spc"][0] == ["NP", "VP", "NP", "NP", "PP", "NP"]
     assert labels["pos"][1] == ["DT", "NN", "VBD", "VBN", "IN", "NNP", "."]
     assert set(labels) == {"voice", "tense", "tss", "spc", "pos"}
+
+
+def test_voice_sees_auxiliaries_wrapped_in_unary_vps():
+    """Head projection wraps auxiliaries in unary VPs; the main-verb chain looks through them."""
+    from structnmt.syntax.convert import dependency_to_constituency
+    from structnmt.syntax.probing import tense, voice
+    from structnmt.syntax.trees import DependencyTree
+
+    # "The house has been attacked ." (UD: aux, aux:pass)
+    dep = DependencyTree(["The", "house", "has", "been", "attacked", "."], [2, 5, 5, 5, 0, 5],
+                         ["det", "nsubj:pass", "aux", "aux:pass", "root", "punct"],
+                         ["DET", "NOUN", "AUX", "AUX", "VERB", "PUNCT"], ["DT", "NN", "VBZ", "VBN", "VBN", "."])
+    tree = dependency_to_constituency(dep)
+    assert voice(tree) == "passive" and tense(tree) == "non-past"
+    active = DependencyTree(["The", "man", "has", "attacked", "it", "."], [2, 4, 4, 0, 4, 4],
+                            ["det", "nsubj", "aux", "root", "obj", "punct"],
+                            ["DET", "NOUN", "AUX", "VERB", "PRON", "PUNCT"], ["DT", "NN", "VBZ", "VBN", "PRP", "."])
+    assert voice(dependency_to_constituency(active)) == "active"

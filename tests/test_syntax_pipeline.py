@@ -120,3 +120,16 @@ def test_mechanisms_declare_the_structures_they_need(synth_data, tmp_path):
         assert seen and all(len(s) == 2 for s in seen)
     finally:
         ATTENTION_REGISTRY.pop("_test_needs_wb", None)
+
+
+def test_translate_builds_tree_free_structures_without_a_parser(synth_data, tmp_path):
+    """A model asking for n-gram partitions translates data prepared without a parser."""
+    cfg = _cfg(tmp_path, synth_data, {"ng": StructureSpec("ngram_partition", {"n": 2})})
+    cfg.train.validate_bleu = True
+    state = train(cfg, log=lambda *_: None)
+    assert "bleu" in state.history[-1]
+    tr = Translator(tmp_path / "model" / "checkpoint_last.pt")
+    lines = PreparedDataset(synth_data).split("test").text("src")[:4]
+    assert len(tr.translate(lines)) == 4
+    (_, _), wop = tr._parse(lines[:1])[0]
+    assert int(wop.max()) + 1 == len(lines[0].split())

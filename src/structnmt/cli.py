@@ -9,6 +9,8 @@ Subcommands (``structnmt <cmd> -h`` for their options)::
     average    average the last N checkpoints
     score      sacreBLEU BLEU and chrF with signatures, paired bootstrap resampling
     experiment a grid of configs -> results table with significance, learning curves
+    probe      probing classifiers on a frozen encoder or trained from scratch (MG-SA sec. 4.2)
+    analyze    attention heatmaps (PNG) and statistics of a checkpoint
     demo       the embedded default: synth -> prepare -> train on CPU -> BLEU
 """
 
@@ -144,6 +146,24 @@ def cmd_experiment(args) -> int:
     return 0
 
 
+def cmd_probe(args) -> int:
+    from .analysis.probe import load_probe_config, run_probe
+
+    report = run_probe(load_probe_config(args.config, args.overrides))
+    print(f"probe: results in {report}")
+    return 0
+
+
+def cmd_analyze(args) -> int:
+    from .analysis.heatmaps import run_analyze
+
+    written = run_analyze(checkpoint=args.checkpoint, input_path=args.input, out_dir=args.out,
+                          sentences=args.sentences, parse_dependency=args.parse_dependency,
+                          parse_constituency=args.parse_constituency)
+    print(f"analyze: wrote {len(written)} files to {args.out}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
@@ -231,6 +251,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="grid keys (budget.max_updates=N, seeds=[1,2], evaluate.beam=4, grid.<key>=...) change the "
                         "grid; other section.key=value items apply to every run's config")
     s.set_defaults(func=cmd_experiment)
+
+    s = sub.add_parser("probe", help="probing tasks (MG-SA sec. 4.2): Voice, Tense, TSS, SPC, POS")
+    s.add_argument("config", help="probe YAML (see configs/probe/)")
+    s.add_argument("overrides", nargs="*", help="section.key=value overrides")
+    s.set_defaults(func=cmd_probe)
+
+    s = sub.add_parser("analyze", help="attention maps (PNG) and attention statistics of a checkpoint")
+    s.add_argument("--checkpoint", required=True)
+    s.add_argument("--input", required=True, help="source sentences, one per line")
+    s.add_argument("--out", required=True, help="output directory for the PNGs and statistics")
+    s.add_argument("--sentences", type=int, default=3, help="how many sentences to draw")
+    s.add_argument("--parse-dependency", help="pre-parsed input (CoNLL-U) for models prepared with parser 'file'")
+    s.add_argument("--parse-constituency", help="pre-parsed input (PTB) for models prepared with parser 'file'")
+    s.set_defaults(func=cmd_analyze)
 
     s = sub.add_parser("demo", help="train a small model on the synthetic task and report BLEU")
     s.add_argument("--workdir", default="runs/demo")

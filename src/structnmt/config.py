@@ -173,6 +173,8 @@ def _build(cls: type, data: Any, where: str) -> Any:
     origin = typing.get_origin(cls)
     args = typing.get_args(cls)
     if origin is dict:
+        if data == [] or data is None:  # an empty list for an empty mapping (configs saved by version 0.1.0)
+            return {}
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: expected a mapping, got {data!r}.")
         return {k: _build(args[1], v, f"{where}.{k}") for k, v in data.items()}

@@ -97,6 +97,15 @@ class PreparedSplit:
         o = self.tree_offsets
         return trees_from_json(json.loads(bytes(self.tree_data[o[i]:o[i + 1]]).decode("utf-8")))
 
+    def structure_inputs(self, ids, structures: dict) -> tuple[list, list[np.ndarray]]:
+        """(trees, word_of_piece) of sentences ``ids``; trees are loaded only when a
+        requested feature reads them."""
+        from ..syntax.features import FEATURES
+
+        needs_trees = any(FEATURES[spec.feature].needs for spec in structures.values() if spec.feature in FEATURES)
+        trees = [self.trees(int(i)) for i in ids] if needs_trees else [(None, None)] * len(ids)
+        return trees, [self.word_of_piece(int(i)) for i in ids]
+
     def word_of_piece(self, i: int) -> np.ndarray:
         """Word index of every source piece: the parser's words when the split was
         prepared with a parser, else SentencePiece's words (a piece starting with ▁
@@ -230,11 +239,7 @@ def collate(split: PreparedSplit, ids: np.ndarray, structures: dict | None = Non
     built = {}
     if structures:
         from ..syntax.batching import build_structures
-        from ..syntax.features import FEATURES
-
-        needs_trees = any(FEATURES[spec.feature].needs for spec in structures.values() if spec.feature in FEATURES)
-        trees = [split.trees(int(i)) for i in ids] if needs_trees else [(None, None)] * len(ids)
-        built = build_structures(structures, trees, [split.word_of_piece(int(i)) for i in ids], S, label_ids)
+        built = build_structures(structures, *split.structure_inputs(ids, structures), S, label_ids)
     return Batch(
         src=src_t,
         tgt_in=torch.from_numpy(tgt_in),

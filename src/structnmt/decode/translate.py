@@ -103,11 +103,21 @@ class Translator:
 
             manifest = json.loads((root / "manifest.json").read_text())
             saved = {**manifest["config"].get("parser", {}), **(parser_overrides or {})}
-            self.parser_cfg = _build(ParserConfig, saved, f"{root}/manifest.json parser")
+            parser_cfg = _build(ParserConfig, saved, f"{root}/manifest.json parser")
+            # without a parser, tree-free features take their words from the pieces
+            self.parser_cfg = parser_cfg if parser_cfg.name != "none" else None
             self.label_ids = {x: i for i, x in enumerate((manifest.get("syntax") or {}).get("labels", []))}
 
     def _parse(self, texts: list[str]):
-        """((dependency, constituency), word_of_piece) of every (non-empty, stripped) text."""
+        """((dependency, constituency), word_of_piece) of every (non-empty, stripped) text.
+
+        Without a parser the trees are ``None`` and the words are SentencePiece's (a piece
+        starting with ▁ starts a word), as in the collator.
+        """
+        if self.parser_cfg is None:
+            from ..syntax.features import word_of_piece_from_pieces
+
+            return [((None, None), word_of_piece_from_pieces(p)) for p in self.src_vocab.encode_pieces(texts)]
         from ..syntax.align import (
             AlignmentError,
             align,
@@ -144,7 +154,7 @@ class Translator:
         texts = [lines[i].strip() for i in keep]
         sources = encode_sources(self.src_vocab, texts)
         structures_for = None
-        if self.parser_cfg is not None:
+        if self.structures:
             from ..syntax.batching import build_structures
 
             parsed = self._parse(texts)

@@ -83,11 +83,20 @@ def main_verb_chain(tree: ConstituencyTree) -> list[Node]:
     main verb; the earlier ones are its auxiliaries. For coordinated VPs the first conjunct
     is followed. Empty when the sentence has no verb.
     """
+    def verb_of(c: Node) -> Node | None:
+        """A verb preterminal, or a unary VP over one (how head projection wraps auxiliaries:
+        ``(VP (VP (VBZ has)) (VP (VBN been) ...))``)."""
+        if c.is_preterminal:
+            return c if c.label in VERB_TAGS else None
+        if _base(c.label) == "VP" and len(c.children) == 1:
+            return verb_of(c.children[0])
+        return None
+
     chain: list[Node] = []
     node: Node | None = _top(tree)
     while node is not None:
-        chain.extend(c for c in node.children if c.is_preterminal and c.label in VERB_TAGS)
-        nxt = next((c for c in node.children if _base(c.label) == "VP"), None)
+        chain.extend(v for v in map(verb_of, node.children) if v is not None)
+        nxt = next((c for c in node.children if _base(c.label) == "VP" and verb_of(c) is None), None)
         if nxt is None and not chain:
             nxt = next((c for c in node.children if _base(c.label) in CLAUSE_LABELS), None)
         node = nxt

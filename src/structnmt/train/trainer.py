@@ -343,8 +343,8 @@ class Trainer:
             from ..syntax.batching import build_structures
 
             def structures_for(idx: list[int], S: int) -> dict:
-                return build_structures(self.structures, [split.trees(i) for i in idx],
-                                        [split.word_of_piece(i) for i in idx], S, self.label_ids)
+                return build_structures(self.structures, *split.structure_inputs(idx, self.structures), S,
+                                        self.label_ids)
 
         hyps = translate_ids(self.model, sources, self.cfg.decode, device=self.device,
                              max_positions=self.cfg.model.max_positions, structures_for=structures_for)

@@ -1,0 +1,370 @@
+"""Attention heatmaps (PNG) and attention statistics of a trained checkpoint.
+
+``structnmt analyze --checkpoint CKPT --input SRC.txt --out DIR`` calls
+:func:`run_analyze`. For each of the first ``sentences`` non-empty input lines:
+
+1. the source is encoded and parsed exactly as ``structnmt translate`` does
+   (:class:`~structnmt.decode.translate.Translator`: the parser backend of the training
+   data when the model needs structure tensors; with the ``none`` backend, words come
+   from the SentencePiece pieces, as in training);
+2. the model translates it greedily, and its own translation is fed back as the decoder
+   input of one teacher-forced pass ``model(src, mask, tgt_in, structures,
+   need_weights=True)`` (there is no reference), which gives every attention map;
+3. the :class:`~structnmt.nn.attention.AttentionOutput` of each encoder self-attention
+   is captured with a forward hook on ``encoder_layers[i].self_attn`` — the model's
+   ``encode`` keeps only ``weights`` and drops ``extras``, and a hook reads the full
+   output without re-implementing ``encode`` (so memory extensions, norms and any later
+   change of the encoder loop stay the model's business).
+
+Files written in ``out_dir`` (``n`` = 1-based sentence number):
+
+* ``sent{n}_encoder_self.png`` — one row per encoder layer, one column per head plus the
+  head average; source pieces as tick labels (continuation pieces shown as ``##piece``).
+  MG-SA layers are labelled with each head's granularity; their token-level map spreads
+  each phrase's weight evenly over its tokens. The **layer after an MG-SA layer** is
+  framed in red: MG-SA's weights are over phrases, so the paper visualises "the
+  subsequent layer after MH-SA and MG-SA" (footnote 2, Fig. 3).
+* ``sent{n}_mgsa_layer{l}_phrases.png`` — for every MG-SA layer ``l``: each head over its
+  own memory (``extras["group_weights"]``, (B, H_g, T, M_g)): word heads over pieces,
+  phrase heads over phrases labelled by their tokens (and, for syntactic phrases, their
+  constituent label).
+* ``sent{n}_cross_last.png`` — cross-attention of the last decoder layer, rows = the
+  produced target pieces, columns = source pieces.
+* ``attention_stats.json`` — per layer of each role (``encoder_self``, ``decoder_self``,
+  ``cross``): the mean attention entropy (nats) overall and per head, and for the self
+  attentions the share of attention on the diagonal (the token itself), on the adjacent
+  tokens (|i - j| = 1) and their sum; for MG-SA layers also the entropy of every head
+  group over its own memory. Averages are over heads, query positions and sentences.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SPIECE = "\u2581"
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _read_texts(path: str | Path) -> list[str]:
+    from ..data.corpus import read_lines
+
+    return [line.strip() for line in read_lines(path) if line.strip()]
+
+
+def _display(piece: str) -> str:
+    """A SentencePiece piece as a tick label: word starts plain, continuations ``##x``."""
+    if piece == "</s>":
+        return piece
+    if piece.startswith(SPIECE):
+        return piece[len(SPIECE):] or SPIECE
+    return "##" + piece
+
+
+def _structures_for(tr, texts: list[str], chosen: list[int], lengths: list[int]) -> list[dict | None]:
+    """Structure tensors (batch of one) of each chosen sentence, built like ``translate``."""
+    if not tr.structures:
+        return [None for _ in chosen]
+    from ..syntax.batching import build_structures
+
+    # pre-parsed files hold one tree per input line: parse them all (count check);
+    # without a parser Translator._parse takes the words from the pieces
+    pre_parsed = tr.parser_cfg is not None and tr.parser_cfg.name in ("file", "synthetic")
+    todo = list(range(len(texts))) if pre_parsed else chosen
+    parsed = dict(zip(todo, tr._parse([texts[i] for i in todo])))
+    out = []
+    for i, S in zip(chosen, lengths):
+        trees, wop = parsed[i]
+        out.append({k: v.to(tr.device) for k, v in
+                    build_structures(tr.structures, [trees], [wop], S, tr.label_ids).items()})
+    return out
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _entropy(w: torch.Tensor) -> torch.Tensor:
+    """(..., K) distributions -> (...) entropy in nats."""
+    w = w.float()
+    return -(w * torch.log(w.clamp_min(1e-12))).sum(-1)
+
+
+def _locality(w: torch.Tensor) -> tuple[float, float]:
+    """w (H, T, S) self-attention -> (share on the diagonal, share on |i - j| = 1)."""
+    H, T, S = w.shape
+    i = torch.arange(T)[:, None]
+    j = torch.arange(S)[None, :]
+    diag = (i == j).float()
+    adj = ((i - j).abs() == 1).float()
+    return float((w * diag).sum(-1).mean()), float((w * adj).sum(-1).mean())
+
+
+class _Acc:
+    """Running means of per-layer statistics over sentences."""
+
+    def __init__(self):
+        self.values: dict[tuple, list] = {}
+
+    def add(self, key: tuple, value) -> None:
+        self.values.setdefault(key, []).append(value)
+
+    def mean(self, key: tuple):
+        vals = self.values.get(key)
+        if not vals:
+            return None
+        return np.mean(np.asarray(vals, dtype=np.float64), axis=0).tolist()
+
+
+# --------------------------------------------------------------------------- drawing
+
+
+def _heat(fig, ax, w: np.ndarray, xlabels: list[str], ylabels: list[str], title: str, *, color: str = "black",
+          frame: str | None = None, fontsize: float = 7.0, show_x: bool = True, show_y: bool = True,
+          vmax: float | None = None, colorbar: bool = True) -> None:
+    """One heatmap; tick labels only where asked (drawing thousands of labels is slow)."""
+    vmax = max(float(w.max()) if vmax is None else vmax, 1e-6)
+    im = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest")
+    ax.set_xticks(range(len(xlabels)))
+    ax.set_yticks(range(len(ylabels)))
+    if show_x:
+        ax.set_xticklabels(xlabels, rotation=90, fontsize=fontsize)
+    else:
+        ax.tick_params(labelbottom=False)
+    if show_y:
+        ax.set_yticklabels(ylabels, fontsize=fontsize)
+    else:
+        ax.tick_params(labelleft=False)
+    ax.set_title(title, fontsize=fontsize + 1.5, color=color, fontweight="bold" if frame else "normal")
+    if frame:
+        for spine in ax.spines.values():
+            spine.set_edgecolor(frame)
+            spine.set_linewidth(3.0)
+    if colorbar:
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02).ax.tick_params(labelsize=fontsize - 1)
+
+
+def _save(fig, path: Path) -> Path:
+    fig.savefig(path, dpi=90)
+    return path
+
+
+def _group_labels(attn) -> list[str]:
+    """Per head of an MG-SA layer: its granularity ("word", "2-gram", "syntax L1")."""
+    out = []
+    for g in attn.groups:
+        name = "word" if g.kind == "word" else (f"{g.n}-gram" if g.kind == "ngram" else f"syntax L{g.level}")
+        out += [name] * g.heads
+    return out
+
+
+def _phrase_labels(g, structures: dict, pieces: list[str], M: int, tag_names: dict[int, str]) -> list[str]:
+    """Tick labels of the M phrases of group ``g`` in a batch of one: its tokens (+ label)."""
+    from ..nn.mgsa import SYNTAX_KEY, ngram_key
+
+    if g.kind == "ngram":
+        ids = structures[ngram_key(g.n)][0]
+        labels = None
+    else:
+        ids = structures[SYNTAX_KEY][0, g.level - 1]
+        lab = structures.get(SYNTAX_KEY + ".labels")
+        labels = lab[0, g.level - 1].tolist() if lab is not None else None
+    ids = ids.tolist()
+    out = []
+    for m in range(M):
+        toks = [p for p, x in zip(pieces, ids) if x == m]
+        text = "".join(toks).replace(SPIECE, " ").strip() if toks else "<pad>"  # the phrase's words
+        if len(text) > 28:
+            text = text[:26] + ".."
+        if labels is not None and m < len(labels) and labels[m] >= 0:
+            text = f"{tag_names.get(labels[m], labels[m])}: {text}"
+        out.append(text)
+    return out
+
+
+# --------------------------------------------------------------------------- main entry
+
+
+@torch.no_grad()
+def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str | Path, sentences: int = 3,
+                parse_dependency: str | None = None, parse_constituency: str | None = None) -> list[Path]:
+    """Write attention heatmaps and ``attention_stats.json`` for the first ``sentences``
+    non-empty lines of ``input_path``; returns the written paths (see the module docstring)."""
+    from matplotlib.figure import Figure
+
+    from ..data.dataset import encode_sources
+    from ..data.vocab import BOS
+    from ..decode.beam import greedy_search
+    from ..decode.translate import Translator
+    from ..nn.mgsa import MGSAAttention
+
+    overrides = {k: v for k, v in (("dependency_file", parse_dependency),
+                                   ("constituency_file", parse_constituency)) if v}
+    tr = Translator(checkpoint, parser_overrides=overrides)
+    model, dev = tr.model, tr.device
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    texts = _read_texts(input_path)
+    if not texts:
+        raise ValueError(f"{input_path}: no non-empty lines to analyse.")
+    chosen = list(range(min(max(sentences, 1), len(texts))))
+    sources = encode_sources(tr.src_vocab, [texts[i] for i in chosen])
+    structs = _structures_for(tr, texts, chosen, [len(s) for s in sources])
+    tag_names = {i: x for x, i in tr.label_ids.items()}
+
+    enc_layers = list(getattr(model, "encoder_layers", []))
+    mgsa_at = [isinstance(layer.self_attn, MGSAAttention) for layer in enc_layers]
+    after_mgsa = [i > 0 and mgsa_at[i - 1] and not mgsa_at[i] for i in range(len(enc_layers))]
+    mechanisms = [type(layer.self_attn).__name__ for layer in enc_layers]
+
+    captured: list = []
+    hooks = [layer.self_attn.register_forward_hook(lambda _m, _i, o: captured.append(o)) for layer in enc_layers]
+    acc = _Acc()
+    written: list[Path] = []
+    dcfg = tr.cfg.decode
+    try:
+        for n, (src_ids, structures) in enumerate(zip(sources, structs), start=1):
+            src = torch.tensor([src_ids], dtype=torch.long, device=dev)
+            mask = torch.ones_like(src, dtype=torch.bool)
+            hyp = greedy_search(model, src, mask, max_len_a=dcfg.max_len_a, max_len_b=dcfg.max_len_b,
+                                max_positions=tr.cfg.model.max_positions, structures=structures)[0][0]
+            tgt_in = torch.tensor([[BOS] + hyp.tokens], dtype=torch.long, device=dev)
+            captured.clear()
+            res = model(src, mask, tgt_in, structures, need_weights=True)
+            enc_outs = list(captured)
+            src_pieces = [tr.src_vocab.sp.id_to_piece(int(t)) for t in src_ids[:-1]] + ["</s>"]
+            src_labels = [_display(p) for p in src_pieces]
+            tgt_labels = [_display(tr.tgt_vocab.sp.id_to_piece(int(t))) for t in hyp.tokens] + ["</s>"]
+            S = len(src_labels)
+
+            # ---- statistics
+            for role, maps in (("encoder_self", res.attentions.get("encoder_self", [])),
+                               ("decoder_self", res.attentions.get("decoder_self", [])),
+                               ("cross", res.attentions.get("cross", []))):
+                for li, w in enumerate(maps):
+                    w = w[0].float().cpu()  # (H, T, K)
+                    ent = _entropy(w).mean(-1)  # (H,)
+                    acc.add((role, li, "entropy_per_head"), ent.tolist())
+                    if role != "cross":
+                        T = w.shape[1]
+                        d, a = _locality(w[:, :, :T])
+                        acc.add((role, li, "diagonal"), d)
+                        acc.add((role, li, "adjacent"), a)
+            for li, o in enumerate(enc_outs):
+                if mgsa_at[li] and "group_weights" in o.extras:
+                    for gi, gw in enumerate(o.extras["group_weights"]):
+                        acc.add(("encoder_self", li, f"group{gi}"), float(_entropy(gw[0].float().cpu()).mean()))
+
+            # ---- encoder self-attention, every layer
+            maps = [o.weights[0].float().cpu().numpy() for o in enc_outs if o.weights is not None]
+            if maps:
+                H = maps[0].shape[0]
+                cell = 0.55 + 0.17 * S
+                fig = Figure(figsize=((H + 1) * (cell + 0.9), len(maps) * (cell + 0.6) + 0.8))
+                axes = fig.subplots(len(maps), H + 1, squeeze=False)
+                for li, w in enumerate(maps):
+                    heads = _group_labels(enc_layers[li].self_attn) if mgsa_at[li] else [""] * H
+                    kl = src_labels + [f"+{k}" for k in range(w.shape[2] - S)]  # memory extensions
+                    color, frame, tag = "black", None, ""
+                    if mgsa_at[li]:
+                        color, tag = "tab:blue", " MG-SA"
+                    if after_mgsa[li]:
+                        color, frame, tag = "red", "red", " (after MG-SA, fn. 2)"
+                    show_x = li == len(maps) - 1 or len(kl) != S
+                    vmax = float(w.max())
+                    for h in range(H):
+                        title = f"L{li + 1}{tag} h{h + 1}" + (f" [{heads[h]}]" if heads[h] else "")
+                        _heat(fig, axes[li][h], w[h], kl, src_labels, title, color=color, frame=frame,
+                              show_x=show_x, show_y=h == 0, vmax=vmax, colorbar=False)
+                    _heat(fig, axes[li][H], w.mean(0), kl, src_labels, f"L{li + 1}{tag} mean of heads",
+                          color=color, frame=frame, show_x=show_x, show_y=False, vmax=vmax)
+                fig.suptitle(f"Encoder self-attention, sentence {n}: {texts[chosen[n - 1]][:90]}", fontsize=11)
+                fig.tight_layout(rect=(0, 0, 1, 0.98))
+                written.append(_save(fig, out / f"sent{n}_encoder_self.png"))
+
+            # ---- MG-SA heads over their own memories
+            for li, o in enumerate(enc_outs):
+                if not (mgsa_at[li] and "group_weights" in o.extras):
+                    continue
+                attn = enc_layers[li].self_attn
+                panels = []
+                for g, gw in zip(attn.groups, o.extras["group_weights"]):
+                    gw = gw[0].float().cpu().numpy()  # (H_g, T, M_g)
+                    if g.kind == "word":
+                        xl, name = src_labels, "word"
+                    else:
+                        xl = _phrase_labels(g, structures, src_pieces, gw.shape[2], tag_names)
+                        name = f"{g.n}-gram phrases" if g.kind == "ngram" else f"syntactic phrases, level {g.level}"
+                    panels += [(gw[h], xl, f"{name} (head {len(panels) + 1})") for h in range(gw.shape[0])]
+                cols = min(2, len(panels))
+                rows = math.ceil(len(panels) / cols)
+                cell = 0.8 + 0.2 * S
+                fig = Figure(figsize=(cols * (cell + 2.5), rows * (cell + 1.8) + 0.6))
+                axes = fig.subplots(rows, cols, squeeze=False).reshape(-1)
+                for k, (ax, (w, xl, title)) in enumerate(zip(axes, panels)):
+                    _heat(fig, ax, w, xl, src_labels, title, fontsize=8, show_y=k % cols == 0)
+                for ax in axes[len(panels):]:
+                    ax.set_axis_off()
+                fig.suptitle(f"MG-SA layer {li + 1}: each head over its memory (words or phrases), sentence {n}",
+                             fontsize=11)
+                fig.tight_layout(rect=(0, 0, 1, 0.97))
+                written.append(_save(fig, out / f"sent{n}_mgsa_layer{li + 1}_phrases.png"))
+
+            # ---- cross-attention of the last decoder layer
+            cross = res.attentions.get("cross") or []
+            if cross:
+                w = cross[-1][0].float().cpu().numpy()  # (H, T, S')
+                H, T = w.shape[0], w.shape[1]
+                kl = src_labels + [f"+{k}" for k in range(w.shape[2] - S)]
+                fig = Figure(figsize=((H + 1) * (0.55 + 0.17 * len(kl) + 0.9), 0.55 + 0.17 * T + 1.6))
+                axes = fig.subplots(1, H + 1, squeeze=False)[0]
+                vmax = float(w.max())
+                for h in range(H):
+                    _heat(fig, axes[h], w[h], kl, tgt_labels, f"cross L{len(cross)} h{h + 1}", show_y=h == 0,
+                          vmax=vmax, colorbar=False)
+                _heat(fig, axes[H], w.mean(0), kl, tgt_labels, f"cross L{len(cross)} mean of heads", show_y=False,
+                      vmax=vmax)
+                hyp_text = tr.tgt_vocab.decode(hyp.tokens)
+                fig.suptitle(f"Last decoder layer cross-attention, sentence {n} -> {hyp_text[:90]}", fontsize=11)
+                fig.tight_layout(rect=(0, 0, 1, 0.94))
+                written.append(_save(fig, out / f"sent{n}_cross_last.png"))
+    finally:
+        for h in hooks:
+            h.remove()
+
+    # ---- attention_stats.json
+    stats: dict = {"checkpoint": str(checkpoint), "input": str(input_path), "sentences": len(chosen),
+                   "entropy_unit": "nats"}
+    for role, n_layers in (("encoder_self", len(enc_layers)),
+                           ("decoder_self", len(getattr(model, "decoder_layers", []))),
+                           ("cross", len(getattr(model, "decoder_layers", [])))):
+        layers = []
+        for li in range(n_layers):
+            per_head = acc.mean((role, li, "entropy_per_head"))
+            if per_head is None:
+                continue
+            entry: dict = {"layer": li + 1, "entropy": float(np.mean(per_head)), "entropy_per_head": per_head}
+            if role != "cross":
+                d, a = acc.mean((role, li, "diagonal")), acc.mean((role, li, "adjacent"))
+                entry.update(diagonal=d, adjacent=a, local=d + a)
+            if role == "encoder_self":
+                entry["mechanism"] = mechanisms[li]
+                entry["mgsa"] = mgsa_at[li]
+                entry["after_mgsa"] = after_mgsa[li]
+                if mgsa_at[li]:
+                    attn = enc_layers[li].self_attn
+                    entry["groups"] = [
+                        {"kind": g.kind, "heads": g.heads, "n": g.n, "level": g.level,
+                         "entropy_over_own_memory": acc.mean(("encoder_self", li, f"group{gi}"))}
+                        for gi, g in enumerate(attn.groups)]
+            layers.append(entry)
+        stats[role] = layers
+    path = out / "attention_stats.json"
+    path.write_text(json.dumps(stats, indent=2), encoding="utf-8")
+    written.append(path)
+    return written

@@ -13,3 +13,10 @@ from .attention import (  # noqa: F401
 )
 from .mgsa import MGSAAttention, MGSAGroup, PhraseLayout, PhraseMemory  # noqa: F401,E402  (registers "mgsa")
 from .on_lstm import ONLSTM, cumax  # noqa: F401,E402
+from .phrasal import (  # noqa: F401,E402  (registers "phrasal_homogeneous", "phrasal_heterogeneous")
+    HeterogeneousPhrasalAttention,
+    HomogeneousPhrasalAttention,
+    PhraseBranch,
+    queryk_logits,
+)
+from .phrasal_interleaved import InterleavedPhrasalAttention  # noqa: F401,E402  (registers "phrasal_interleaved")

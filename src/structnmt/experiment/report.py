@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import datetime
-import json
 import math
 import os
 import platform
@@ -134,48 +133,16 @@ def markdown_table(rows: list[dict], *, seeds: int, bleu_name: str = "BLEU") -> 
     return "\n".join(lines)
 
 
-def _curve(path: Path) -> tuple[dict[int, float], dict[int, float]]:
-    """(train loss by update, valid loss by update); a resumed run's repeated steps keep the last value."""
-    train, valid = {}, {}
-    if not path.exists():
-        return train, valid
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if "loss" in rec and "step" in rec:
-            (train if rec.get("kind") == "train" else valid if rec.get("kind") == "valid" else {})[int(rec["step"])] = rec["loss"]
-    return dict(sorted(train.items())), dict(sorted(valid.items()))
-
-
 def plot_learning_curves(grid: GridConfig, results: dict, path: Path) -> None:
-    from matplotlib.figure import Figure
+    from ..analysis.curves import plot_curves
 
-    fig = Figure(figsize=(11, 4.2), dpi=110)
-    ax_t, ax_v = fig.subplots(1, 2)
-    colors = [f"C{i % 10}" for i in range(len(grid.runs))]
-    for color, r in zip(colors, grid.runs):
+    series = []
+    for i, r in enumerate(grid.runs):
         for j, seed in enumerate(grid.seeds):
-            train, valid = _curve(Path(results[(r.name, seed)]["run_dir"]) / "metrics.jsonl")
-            label = r.name if j == 0 else None
-            alpha = 1.0 if j == 0 else 0.35
-            if train:
-                ax_t.plot(list(train), list(train.values()), color=color, alpha=alpha, label=label, lw=1.2)
-            if valid:
-                ax_v.plot(list(valid), list(valid.values()), color=color, alpha=alpha, label=label, lw=1.2,
-                          marker="o", ms=3)
-    for ax, title in ((ax_t, "training loss"), (ax_v, "validation loss")):
-        ax.set_xlabel("update")
-        ax.set_ylabel("label-smoothed loss (bits/token)")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
+            series.append((r.name if j == 0 else None, Path(results[(r.name, seed)]["run_dir"]) / "metrics.jsonl",
+                           f"C{i % 10}", 1.0 if j == 0 else 0.35))
     extra = f"; faded lines: seeds {', '.join(map(str, grid.seeds[1:]))}" if len(grid.seeds) > 1 else ""
-    fig.suptitle(f"{grid.name}: learning curves (seed {grid.seeds[0]}{extra})", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
+    plot_curves(series, f"{grid.name}: learning curves (seed {grid.seeds[0]}{extra})", path)
 
 
 def plot_ngram_gain(grid: GridConfig, results: dict, path: Path) -> None:

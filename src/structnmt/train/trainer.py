@@ -209,6 +209,16 @@ class Trainer:
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
+    def _plot_curve(self) -> None:
+        """learning_curve.png beside the checkpoints (losses of metrics.jsonl)."""
+        from ..analysis.curves import plot_curves
+
+        try:
+            plot_curves([(None, self.save_dir / "metrics.jsonl", "C0", 1.0)],
+                        f"{self.save_dir.name}: learning curve", self.save_dir / "learning_curve.png")
+        except (ImportError, OSError) as err:  # a missing matplotlib or a full disk must not fail the run
+            self.log(f"learning curve not drawn: {err}")
+
     def save(self, is_best: bool = False) -> None:
         self.state.peak_memory_mb = max(self.state.peak_memory_mb, self._peak_memory_mb())
         if not self.is_main:
@@ -409,7 +419,7 @@ class Trainer:
                        mininterval=2.0, dynamic_ncols=True)
         seg_start = time.time()
         reason = self._stop_reason(seg_start)
-        window_tokens, window_start = 0, time.time()
+        window_tokens, window_start, window_loss = 0, time.time(), 0.0
         while reason is None:
             order = self.batches.epoch_order(self.state.epoch)
             while self.state.batches_done < len(order) and reason is None:
@@ -420,11 +430,13 @@ class Trainer:
                     continue
                 self.state.tgt_tokens += int(stats["tokens"])
                 window_tokens += int(stats["tokens"])
+                window_loss += stats["loss"] * stats["tokens"]
                 n = self.state.num_updates
                 if n % tc.log_interval == 0 or n == 1:
                     now = time.time()
                     stats["tok_per_s"] = window_tokens / max(now - window_start, 1e-9)
-                    window_tokens, window_start = 0, now
+                    stats["loss"] = window_loss / window_tokens  # mean over the updates since the last log
+                    window_tokens, window_start, window_loss = 0, now, 0.0
                     self.metrics.log("train", n, {k: v for k, v in stats.items() if k != "tokens"})
                     if bar is not None:
                         bar.set_postfix(loss=f"{stats['loss']:.3f}", lr=f"{stats['lr']:.2e}",
@@ -454,6 +466,7 @@ class Trainer:
         if bar is not None:
             bar.close()
         if self.is_main:
+            self._plot_curve()
             self.log(f"training stopped: {reason}; {self.state.num_updates} updates, "
                      f"{self.state.nonfinite_total} skipped non-finite, {self.state.train_seconds:.0f} s.")
         self.metrics.close()

@@ -89,21 +89,23 @@ class PreparedSplit:
         o = self.offsets[side]
         return np.asarray(self.data[side][o[i]:o[i + 1]])
 
-    def trees(self, i: int):
-        """(DependencyTree | None, ConstituencyTree | None) of source sentence ``i``."""
+    def trees(self, i: int, kinds: frozenset[str] = frozenset({"dependency", "constituency"})):
+        """(DependencyTree | None, ConstituencyTree | None) of source sentence ``i``; only
+        the ``kinds`` asked for are built (the other is None)."""
         if not self.has_trees:
             raise ValueError(f"{self.root}: the {self.split} split has no trees; prepare it with a parser "
                              "(parser.name: spacy | file | synthetic).")
         o = self.tree_offsets
-        return trees_from_json(json.loads(bytes(self.tree_data[o[i]:o[i + 1]]).decode("utf-8")))
+        return trees_from_json(json.loads(bytes(self.tree_data[o[i]:o[i + 1]]).decode("utf-8")), kinds)
 
     def structure_inputs(self, ids, structures: dict) -> tuple[list, list[np.ndarray]]:
         """(trees, word_of_piece) of sentences ``ids``; trees are loaded only when a
         requested feature reads them."""
         from ..syntax.features import FEATURES
 
-        needs_trees = any(FEATURES[spec.feature].needs for spec in structures.values() if spec.feature in FEATURES)
-        trees = [self.trees(int(i)) for i in ids] if needs_trees else [(None, None)] * len(ids)
+        kinds = frozenset(k for spec in structures.values() if spec.feature in FEATURES
+                          for k in FEATURES[spec.feature].needs)
+        trees = [self.trees(int(i), kinds) for i in ids] if kinds else [(None, None)] * len(ids)
         return trees, [self.word_of_piece(int(i)) for i in ids]
 
     def word_of_piece(self, i: int) -> np.ndarray:

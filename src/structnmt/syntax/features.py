@@ -140,20 +140,22 @@ def _strip_root_wrappers(root: Node) -> Node:
 def _preterminal_paths(tree: ConstituencyTree) -> list[list[Node]]:
     """For each word, the path of nodes from the root down to its preterminal (inclusive)."""
     paths: list[list[Node] | None] = [None] * len(tree)
+    path: list[Node] = []  # the current root-to-node path, shared (copied only at preterminals)
 
-    def visit(node: Node, path: list[Node]) -> None:
-        path = path + [node]
-        if node.is_preterminal:
+    def visit(node: Node) -> None:
+        path.append(node)
+        if not node.children:
             if node.end != node.start + 1:
                 raise ValueError(
                     f"Preterminal {node.label!r} spans words [{node.start}, {node.end}); it must span one word."
                 )
-            paths[node.start] = path
-            return
-        for c in node.children:
-            visit(c, path)
+            paths[node.start] = path.copy()
+        else:
+            for c in node.children:
+                visit(c)
+        path.pop()
 
-    visit(tree.root, [])
+    visit(tree.root)
     missing = [i for i, p in enumerate(paths) if p is None]
     if missing:
         raise ValueError(f"Constituency tree has no preterminal over words {missing}.")
@@ -243,17 +245,23 @@ def dependency_mask(tree: DependencyTree, word_of_piece: np.ndarray | Sequence[i
 
 
 # ----------------------------------------------------------------------------- RHE: LPEA
-def word_depths(tree: ConstituencyTree) -> np.ndarray:
+def word_depths(tree: ConstituencyTree, paths: list[list[Node]] | None = None) -> np.ndarray:
     """``(W,)`` int64 layer of each word: depth of its preterminal below the root (root = 0).
 
     Only differences of layers are used by LPEA, so the origin does not matter (RHE Fig. 3
-    counts "held" in layer 3 and "talk" in layer 4; here they are 2 and 3).
+    counts "held" in layer 3 and "talk" in layer 4; here they are 2 and 3). ``paths``
+    (from ``_preterminal_paths``) may be passed to avoid a second traversal.
     """
-    return np.array([len(p) - 1 for p in _preterminal_paths(tree)], dtype=np.int64)
+    paths = _preterminal_paths(tree) if paths is None else paths
+    return np.array([len(p) - 1 for p in paths], dtype=np.int64)
 
 
 def local_phrases(
-    tree: ConstituencyTree, rule: str = "rule2", *, literal_j_lt_i: bool = False
+    tree: ConstituencyTree,
+    rule: str = "rule2",
+    *,
+    literal_j_lt_i: bool = False,
+    paths: list[list[Node]] | None = None,
 ) -> np.ndarray:
     """``(W, W)`` bool, ``[i, j]`` True iff ``x_j`` is in ``local_phrase(x_i)`` (RHE §4.1).
 
@@ -270,7 +278,7 @@ def local_phrases(
         raise ValueError(f"Unknown local-phrase rule {rule!r}; use one of {LPEA_RULES}.")
     n = len(tree)
     lp = np.zeros((n, n), dtype=bool)
-    for i, path in enumerate(_preterminal_paths(tree)):
+    for i, path in enumerate(_preterminal_paths(tree) if paths is None else paths):
         multi = [a for a in path if a.end - a.start > 1]
         if multi:
             a = multi[-1]
@@ -309,8 +317,9 @@ def local_phrase_positions(
     if k < 0:
         raise ValueError(f"local_phrase_positions: k must be >= 0, got {k}.")
     w = check_word_of_piece(word_of_piece, len(tree))
-    lp = local_phrases(tree, rule, literal_j_lt_i=literal_j_lt_i)
-    depth = word_depths(tree)
+    paths = _preterminal_paths(tree)
+    lp = local_phrases(tree, rule, literal_j_lt_i=literal_j_lt_i, paths=paths)
+    depth = word_depths(tree, paths)
     rp = np.clip(depth[None, :] - depth[:, None], -k, k)
     rp = np.where(lp, rp, OUT_OF_PHRASE).astype(np.int64)
     return rp[np.ix_(w, w)]

@@ -113,13 +113,15 @@ def node_from_list(data: list) -> Node:
     return Node(label, start, end, [node_from_list(k) for k in kids])
 
 
-def trees_from_json(obj: dict) -> tuple[DependencyTree | None, ConstituencyTree | None]:
-    """Inverse of the storage format written by ``prepare`` (see structnmt.data.prepare)."""
+def trees_from_json(obj: dict, kinds: frozenset[str] = frozenset({"dependency", "constituency"})
+                    ) -> tuple[DependencyTree | None, ConstituencyTree | None]:
+    """Inverse of the storage format written by ``prepare`` (see structnmt.data.prepare);
+    only the tree ``kinds`` asked for are built."""
     dep = const = None
-    if "dep" in obj:
+    if "dep" in obj and "dependency" in kinds:
         words, heads, rels, upos, xpos = obj["dep"]
         dep = DependencyTree(words, heads, rels, upos, xpos)
-    if "const" in obj:
+    if "const" in obj and "constituency" in kinds:
         words, root = obj["const"]
         const = ConstituencyTree(words, node_from_list(root))
     return dep, const

@@ -46,7 +46,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-import yaml
 from torch import nn
 
 from ..config import (
@@ -57,6 +56,7 @@ from ..config import (
     _build,
     apply_overrides,
     from_dict,
+    read_yaml_mapping,
     to_dict,
 )
 from ..syntax.parsers import ParserConfig
@@ -170,18 +170,9 @@ def _check(cfg: ProbeConfig, where: str) -> ProbeConfig:
 
 def load_probe_config(path: str | Path | None, overrides: list[str] | None = None) -> ProbeConfig:
     """Strictly load a probe YAML (unknown keys -> :class:`ConfigError` with the nearest name) plus overrides."""
-    data: dict = {}
     where = str(path) if path else "probe config"
-    if path is not None:
-        p = Path(path)
-        if not p.exists():
-            raise ConfigError(f"{p}: probe config not found; check the path (examples in configs/probe/).")
-        try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{p}: invalid YAML ({err.__class__.__name__}); fix the syntax.") from err
-        if not isinstance(data, dict):
-            raise ConfigError(f"{p}: the top level must be a mapping (corpus, split, tasks, mode, ...).")
+    data = {} if path is None else read_yaml_mapping(
+        path, "probe config (examples in configs/probe/)", expect="a mapping (corpus, split, tasks, mode, ...)")
     data = apply_overrides(data, overrides or [])
     cfg = _build(ProbeConfig, data, where)
     cfg.split.ratios = tuple(cfg.split.ratios)

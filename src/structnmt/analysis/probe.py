@@ -267,14 +267,7 @@ def sentence_labels(trees: list, train_idx: list[int], n_tss: int = 19) -> dict[
 def align_items(raw: list, labels: dict[str, list], sp, max_len: int, skipped: Counter) -> list[Item | None]:
     """Encode each text with ``sp`` and align its words to pieces; None for a skipped sentence."""
     from ..data.vocab import EOS
-    from ..syntax.align import (
-        AlignmentError,
-        align,
-        find_word_spans,
-        merge_constituency,
-        merge_dependency,
-        piece_char_spans,
-    )
+    from ..syntax.align import AlignmentError, align_trees
 
     out: list[Item | None] = []
     for i, (text, dep, const, spans) in enumerate(raw):
@@ -289,17 +282,13 @@ def align_items(raw: list, labels: dict[str, list], sp, max_len: int, skipped: C
             out.append(None)
             continue
         try:
-            words = dep.words if dep is not None else const.words
-            wspans = spans if spans is not None else find_word_spans(text, words)
-            al = align(wspans, piece_char_spans(text, [(x.begin, x.end) for x in pieces]))
+            dep, const, al = align_trees(text, [(x.begin, x.end) for x in pieces], dep, const, spans)
         except AlignmentError:
             skipped["unalignable"] += 1
             out.append(None)
             continue
         if al.merged:
             skipped["(words merged by SentencePiece, kept)"] += al.merged
-            dep = merge_dependency(dep, al.groups) if dep is not None else None
-            const = merge_constituency(const, al.groups)
         lab: dict[str, Any] = {t: labels[t][i] for t in SENTENCE_TASKS}
         for t in WORD_TASKS:
             lab[t] = [labels[t][i][g[0]] for g in al.groups]

@@ -39,14 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..syntax.align import (
-    AlignmentError,
-    align,
-    find_word_spans,
-    merge_constituency,
-    merge_dependency,
-    piece_char_spans,
-)
+from ..syntax.align import AlignmentError, align_trees
 from ..syntax.parsers import Parsed, ParserConfig, build_parser
 from ..syntax.trees import node_to_list
 from .corpus import CorpusError, PairStats, file_digest, read_lines, read_pairs, resolve
@@ -260,17 +253,13 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
                         lineno, text = chunk[i][0], chunk[i][1]
                         parsed = _parsed_for_line(parsed_stream, lineno)
                         try:
-                            spans = parsed.spans if parsed.spans is not None else find_word_spans(text, parsed.words)
-                            pieces = piece_char_spans(text, [(p.begin, p.end) for p in protos[i].pieces])
-                            al = align(spans, pieces)
+                            dep, const, al = align_trees(text, [(p.begin, p.end) for p in protos[i].pieces],
+                                                         parsed.dependency, parsed.constituency, parsed.spans)
                         except AlignmentError:
                             unaligned.append(lineno)
                             continue
-                        if al.merged:
-                            merged_words += al.merged
-                            parsed = Parsed(
-                                merge_dependency(parsed.dependency, al.groups) if parsed.dependency else None,
-                                merge_constituency(parsed.constituency, al.groups) if parsed.constituency else None)
+                        merged_words += al.merged
+                        parsed = Parsed(dep, const)
                         if parsed.constituency is not None:
                             labels.update(n.label for n in parsed.constituency.root.walk() if not n.is_preterminal)
                         blob = _trees_json(parsed)

@@ -118,14 +118,7 @@ class Translator:
             from ..syntax.features import word_of_piece_from_pieces
 
             return [((None, None), word_of_piece_from_pieces(p)) for p in self.src_vocab.encode_pieces(texts)]
-        from ..syntax.align import (
-            AlignmentError,
-            align,
-            find_word_spans,
-            merge_constituency,
-            merge_dependency,
-            piece_char_spans,
-        )
+        from ..syntax.align import AlignmentError, align_trees
         from ..syntax.parsers import build_parser
 
         backend = build_parser(self.parser_cfg)
@@ -134,15 +127,11 @@ class Translator:
         for i, (text, p) in enumerate(zip(texts, parsed)):
             proto = self.src_vocab.sp.encode(text, return_type="proto")
             try:
-                spans = p.spans if p.spans is not None else find_word_spans(text, p.words)
-                al = align(spans, piece_char_spans(text, [(x.begin, x.end) for x in proto.pieces]))
+                dep, const, al = align_trees(text, [(x.begin, x.end) for x in proto.pieces],
+                                             p.dependency, p.constituency, p.spans)
             except AlignmentError as err:
                 raise ValueError(f"input sentence {i + 1}: its parse cannot be aligned with the text ({err}); "
                                  "check that the pre-parsed input matches the input lines.") from None
-            dep, const = p.dependency, p.constituency
-            if al.merged:
-                dep = merge_dependency(dep, al.groups) if dep is not None else None
-                const = merge_constituency(const, al.groups) if const is not None else None
             out.append(((dep, const), al.word_of_piece))
         return out
 

@@ -194,3 +194,28 @@ def merge_constituency(tree: ConstituencyTree, groups: list[list[int]]) -> Const
     assert root is not None
     words = ["".join(tree.words[w] for w in g) for g in groups]
     return ConstituencyTree(words, root)
+
+
+def align_trees(
+    text: str,
+    byte_spans: list[tuple[int, int]],
+    dependency: DependencyTree | None,
+    constituency: ConstituencyTree | None,
+    word_spans: list[tuple[int, int]] | None = None,
+) -> tuple[DependencyTree | None, ConstituencyTree | None, Alignment]:
+    """Align a parsed line to its SentencePiece pieces and merge words that share a piece.
+
+    ``byte_spans`` are the pieces' SentencePiece byte offsets in ``text``; ``word_spans``
+    the words' character spans when the parser knows them (else found in ``text``).
+    Returns the (merged) trees and the :class:`Alignment`; raises :class:`AlignmentError`.
+    The one implementation used by ``prepare``, ``translate`` and the probing tasks.
+    """
+    tree = dependency if dependency is not None else constituency
+    if tree is None:
+        raise AlignmentError("the line has no parse")
+    spans = word_spans if word_spans is not None else find_word_spans(text, tree.words)
+    al = align(spans, piece_char_spans(text, byte_spans))
+    if al.merged:
+        dependency = merge_dependency(dependency, al.groups) if dependency is not None else None
+        constituency = merge_constituency(constituency, al.groups) if constituency is not None else None
+    return dependency, constituency, al

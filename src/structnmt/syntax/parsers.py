@@ -25,6 +25,7 @@ span of every word in the line (for alignment with SentencePiece pieces, see
 from __future__ import annotations
 
 import difflib
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,14 +63,15 @@ class Parsed:
         return tree.words
 
 
-class ParserBackend:
+class ParserBackend(ABC):
     """Base class: ``parse`` yields one :class:`Parsed` per line of ``lines``."""
 
     name = "base"
     produces_trees = True
 
+    @abstractmethod
     def parse(self, lines: Iterator[str], *, prefix: str | None = None, lang: str | None = None) -> Iterator[Parsed]:
-        raise NotImplementedError
+        """One :class:`Parsed` per line, in order."""
 
 
 class NoParser(ParserBackend):

@@ -132,6 +132,18 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path, corpus, monkeypatch):
     with pytest.raises(ConfigError, match="different configuration"):
         run_grid(grid, overrides=["train.threads=1", "budget.max_updates=8"], log=lines.append)
 
+    # two runs trained at once (--jobs 2) give the same models and translations as one after the other
+    out2 = tmp_path / "out_jobs2"
+    lines.clear()
+    monkeypatch.setattr(runner_mod, "launch_training", real_launch)
+    run_grid(grid, out_dir=out2, overrides=["train.threads=1"], jobs_at_once=2, log=lines.append)
+    assert any("training up to 2 runs at once" in x for x in lines)
+    for d in ("transformer-base", "post-norm-2-layers"):
+        assert (out2 / "runs" / d / "seed1" / "test.hyp").read_text() == (out / "runs" / d / "seed1" / "test.hyp").read_text()
+    with open(out2 / "results.csv", encoding="utf-8") as f:
+        assert [r["system"] for r in csv.DictReader(f)] == ["Transformer-Base", "+ post-norm (2 layers)"]
+    assert "--jobs 2" in (out2 / "results.md").read_text(encoding="utf-8")
+
 
 def test_grid_validation(tmp_path, corpus):
     out = tmp_path / "out"

@@ -141,7 +141,7 @@ def cmd_score(args) -> int:
 def cmd_experiment(args) -> int:
     from .experiment import run_grid
 
-    report = run_grid(args.grid, out_dir=args.out, overrides=args.overrides)
+    report = run_grid(args.grid, out_dir=args.out, overrides=args.overrides, jobs_at_once=args.jobs)
     print(f"experiment: results in {report}")
     return 0
 
@@ -247,6 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("experiment", help="train, decode and score a grid of configs; write a results table")
     s.add_argument("grid", help="grid YAML (see configs/grids/)")
     s.add_argument("--out", help="output directory (default: the grid's out_dir)")
+    s.add_argument("--jobs", type=int, default=1,
+                   help="train this many runs at once (default 1: one after the other, each run's speed measured "
+                        "alone); give each its share of the cores with train.threads=N")
     s.add_argument("overrides", nargs="*",
                    help="grid keys (budget.max_updates=N, seeds=[1,2], evaluate.beam=4, grid.<key>=...) change the "
                         "grid; other section.key=value items apply to every run's config")

@@ -191,10 +191,12 @@ def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, src: list[str], 
     return result
 
 
-def _command_line(grid: str | Path, out_dir, overrides: list[str]) -> str:
+def _command_line(grid: str | Path, out_dir, overrides: list[str], jobs_at_once: int = 1) -> str:
     parts = ["structnmt", "experiment", str(grid)]
     if out_dir is not None:
         parts += ["--out", str(out_dir)]
+    if jobs_at_once > 1:
+        parts += ["--jobs", str(jobs_at_once)]
     parts += list(overrides)
     env = [f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES") if k in os.environ]
     return shlex.join(env + parts) if not env else " ".join(env) + " " + shlex.join(parts)
@@ -204,13 +206,17 @@ def _command_line(grid: str | Path, out_dir, overrides: list[str]) -> str:
 
 
 def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: list[str] | None = None, *,
-             log=print) -> Path:
+             jobs_at_once: int = 1, log=print) -> Path:
     """Train, decode and score every (run, seed) of ``grid``; write the report; return results.md.
 
     ``overrides`` (``key=value``): grid keys such as ``budget.max_updates=200``,
     ``seeds=[1,2]`` or ``evaluate.beam=4`` change the grid (a ``budget.*`` override
     replaces the grid's budget); ``model.*``/``train.*``/``data.*``/``decode.*`` keys
     are applied to every run's config (e.g. ``train.threads=1``).
+
+    ``jobs_at_once`` > 1 trains that many runs at the same time (one subprocess each; give
+    each a share of the cores with ``train.threads``); the default trains one after the
+    other, so that every run's speed is measured alone.
     """
     from ..data.dataset import PreparedDataset
     from .report import write_report
@@ -221,13 +227,18 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
     out.mkdir(parents=True, exist_ok=True)
     log_file = out / "experiment.log"
 
+    import threading
+
+    say_lock = threading.Lock()  # training threads announce their runs too
+
     def say(msg: str) -> None:
-        log(msg)
-        with open(log_file, "a", encoding="utf-8") as f:
-            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}\n")
+        with say_lock:
+            log(msg)
+            with open(log_file, "a", encoding="utf-8") as f:
+                f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}\n")
 
     t_start = time.time()
-    command = _command_line(grid, out_dir, overrides)
+    command = _command_line(grid, out_dir, overrides, jobs_at_once)
     say(f"experiment {g.name}: {len(g.runs)} runs x {len(g.seeds)} seeds, budget {g.budget.describe()}; "
         f"output in {out}")
     data_path = _prepare_data(g, out, say)
@@ -247,6 +258,8 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
     jobs = [(seed, r) for seed in g.seeds for r in g.runs]
     results: dict[tuple[str, int], dict] = {}
     configs: dict[tuple[str, int], Config] = {}
+    to_train: list[tuple[str, int, Path, str]] = []  # (run name, seed, run_dir, tag)
+    to_evaluate: list[tuple[str, int, Path, str]] = []
     for i, (seed, r) in enumerate(jobs, 1):
         tag = f"[{i}/{len(jobs)}] {r.name} (seed {seed})"
         run_dir = out / "runs" / dirs[r.name] / f"seed{seed}"
@@ -268,32 +281,72 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
             continue
         run_dir.mkdir(parents=True, exist_ok=True)
         resolved.write_text(yaml.safe_dump(new, sort_keys=False, allow_unicode=True), encoding="utf-8")
-        done = run_dir / "train_done.json"
-        if not done.exists():
-            if (run_dir / "checkpoint_last.pt").exists():
-                import torch
-
-                at = torch.load(run_dir / "checkpoint_last.pt", map_location="cpu", weights_only=False)["run"]["num_updates"]
-                say(f"{tag}: resuming training from update {at} ({run_dir}).")
-            else:
-                say(f"{tag}: training started ({run_dir}).")
-            t0 = time.time()
-            rc = launch_training(resolved, run_dir / "train.log")
-            if rc != 0:
-                raise ExperimentError(
-                    f"{tag}: training failed with exit status {rc}; see {run_dir / 'train.log'} "
-                    f"(last lines: {_tail(run_dir / 'train.log')}); fix it and run the same command to resume.")
-            _write_json(done, {"exit_status": rc, "seconds_this_launch": time.time() - t0})
-            say(f"{tag}: training done in {time.time() - t0:.0f} s.")
-        else:
+        if (run_dir / "train_done.json").exists():
             say(f"{tag}: training finished earlier; decoding.")
+            to_evaluate.append((r.name, seed, run_dir, tag))
+        else:
+            to_train.append((r.name, seed, run_dir, tag))
+
+    def train(item: tuple[str, int, Path, str]) -> tuple[int, float]:
+        _, _, run_dir, tag = item
+        if (run_dir / "checkpoint_last.pt").exists():
+            import torch
+
+            at = torch.load(run_dir / "checkpoint_last.pt", map_location="cpu", weights_only=False)["run"]["num_updates"]
+            say(f"{tag}: resuming training from update {at} ({run_dir}).")
+        else:
+            say(f"{tag}: training started ({run_dir}).")
         t0 = time.time()
-        res = _evaluate_run(g, cfg, run_dir, src, refs)
-        res.update({"name": r.name, "seed": seed, "run_dir": str(run_dir)})
-        _write_json(result_path, res)
-        results[(r.name, seed)] = res
+        return launch_training(run_dir / "resolved.yaml", run_dir / "train.log"), t0
+
+    def finish_training(item: tuple[str, int, Path, str], rc: int, t0: float) -> None:
+        _, _, run_dir, tag = item
+        if rc != 0:
+            raise ExperimentError(
+                f"{tag}: training failed with exit status {rc}; see {run_dir / 'train.log'} "
+                f"(last lines: {_tail(run_dir / 'train.log')}); fix it and run the same command to resume.")
+        _write_json(run_dir / "train_done.json", {"exit_status": rc, "seconds_this_launch": time.time() - t0})
+        say(f"{tag}: training done in {time.time() - t0:.0f} s.")
+
+    def evaluate(item: tuple[str, int, Path, str]) -> None:
+        name, seed, run_dir, tag = item
+        t0 = time.time()
+        res = _evaluate_run(g, configs[(name, seed)], run_dir, src, refs)
+        res.update({"name": name, "seed": seed, "run_dir": str(run_dir)})
+        _write_json(run_dir / "result.json", res)
+        results[(name, seed)] = res
         say(f"{tag}: BLEU {res['bleu']:.2f}, chrF {res['chrf']:.2f} after {res['num_updates']} updates "
             f"(decoded {len(src)} sentences in {time.time() - t0:.0f} s).")
+
+    for item in to_evaluate:
+        evaluate(item)
+    if jobs_at_once <= 1:  # one run after the other: nothing shares the machine with a run
+        for item in to_train:
+            rc, t0 = train(item)
+            finish_training(item, rc, t0)
+            evaluate(item)
+    else:  # several training subprocesses at once; each run is decoded as soon as it finishes
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+        say(f"training up to {jobs_at_once} runs at once: they share the machine, so their speed and "
+            "decoding-speed columns are not those of a run alone.")
+        with ThreadPoolExecutor(max_workers=jobs_at_once) as pool:
+            pending = {pool.submit(train, item): item for item in to_train}
+            failure: ExperimentError | None = None
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    item = pending.pop(fut)
+                    rc, t0 = fut.result()
+                    try:
+                        finish_training(item, rc, t0)
+                    except ExperimentError as e:  # let the other runs finish (they stay resumable)
+                        failure = failure or e
+                        say(str(e))
+                        continue
+                    evaluate(item)
+            if failure is not None:
+                raise failure
 
     report = write_report(g, out, results, configs, refs, dirs=dirs, command=command, data_path=data_path, log=say)
     say(f"experiment {g.name}: report {report} ({time.time() - t_start:.0f} s this invocation).")

@@ -250,3 +250,61 @@ def test_collate_with_structures(parsed_split):
         assert torch.equal(st["syn"][b, :, :Sa], alone["syn"][0])
     # padding rows of the dependency mask keep their diagonal
     assert torch.diagonal(st["dep"], dim1=1, dim2=2).all()
+
+
+def test_structure_values_are_computed_once_and_equal_fresh_ones(tmp_path, monkeypatch):
+    """The split keeps each sentence's feature values: the second batch of the same
+    sentences computes nothing, and cached, uncached (0 MB) and fresh tensors are equal."""
+    import structnmt.syntax.batching as batching_mod
+
+    root = tmp_path / "c"
+    write_corpus(SynthConfig(seed=6, n_train=30, n_valid=3, n_test=3), root / "corpus")
+    prepare(PrepareConfig(source_lang="src", target_lang="tgt", trainpref=str(root / "corpus" / "train"),
+                          vocab_size=200, parser=ParserConfig(name="synthetic")),
+            root / "out", progress=False, log=lambda *_: None)
+    ds = PreparedDataset(root / "out")
+    cached, uncached = ds.split("train"), ds.split("train", structure_cache_mb=0)
+    calls: list[int] = []
+    real = batching_mod.feature_values
+
+    def counting(spec, trees, wops):
+        calls.append(len(wops))
+        return real(spec, trees, wops)
+
+    monkeypatch.setattr(batching_mod, "feature_values", counting)
+    ids = np.array([0, 5, 7, 11])
+    first = collate(cached, ids, SPECS, LABEL_IDS).structures
+    assert sum(calls) == len(ids) * len(SPECS)
+    calls.clear()
+    again = collate(cached, ids[::-1].copy(), SPECS, LABEL_IDS).structures  # other order, same sentences
+    assert calls == []
+    calls.clear()
+    plain = collate(uncached, ids, SPECS, LABEL_IDS).structures
+    assert sum(calls) == len(ids) * len(SPECS)  # nothing kept at 0 MB ...
+    assert not uncached._feature_cache_used and cached._feature_cache_used > 0
+    for key, t in first.items():  # ... and the same tensors
+        assert torch.equal(t, plain[key]), key
+        assert t.dtype == plain[key].dtype, key
+        assert torch.equal(again[key].flip(0), t), key
+    # fresh values from the trees, without the split's machinery
+    S_ = first["ng"].shape[1]
+    trees = [cached.trees(int(i)) for i in ids]
+    fresh = build_structures(SPECS, trees, [cached.word_of_piece(int(i)) for i in ids], S_, LABEL_IDS)
+    for key, t in fresh.items():
+        assert torch.equal(first[key], t), key
+
+
+def test_precompute_keeps_every_sentence_or_stops_at_the_cache_limit(parsed_split):
+    ds_root = parsed_split.root
+    ds = PreparedDataset(ds_root)
+    full = ds.split("train")
+    specs = {"dep": SPECS["dep"], "ng": SPECS["ng"]}
+    assert full.precompute_structures(specs, chunk=7) == len(full)
+    assert full.structures_kept_mb > 0
+    tiny = ds.split("train", structure_cache_mb=full.structures_kept_mb / 4)
+    kept = tiny.precompute_structures(specs, chunk=7)
+    assert 0 < kept < len(tiny)
+    # sentences beyond the limit are still batched correctly (computed per batch)
+    ids = np.array([len(tiny) - 1, 0])
+    a, b = collate(tiny, ids, specs).structures, collate(full, ids, specs).structures
+    assert all(torch.equal(a[k], b[k]) for k in b)

@@ -94,6 +94,8 @@ class DataConfig:
     bucket_width: int = 0  # 0: sort by length within a shuffled window (fairseq-like)
     # structure tensors the collator builds: key -> {feature, params} (structnmt.syntax.batching)
     structures: dict[str, StructureSpec] = field(default_factory=dict)
+    # per-sentence structure features are computed once and kept up to this size (per split, per process)
+    structure_cache_mb: float = 1024
 
 
 @dataclass

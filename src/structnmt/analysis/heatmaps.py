@@ -191,6 +191,33 @@ def _phrase_labels(g, structures: dict, pieces: list[str], M: int, tag_names: di
 
 
 @torch.no_grad()
+def _quadrant_figure(*, fig_cls, layers: list, qlab: list[str], klab: list[str], role: str, title: str,
+                     path: Path) -> Path:
+    """One panel per phrasal layer: the quadrant matrix (token / phrase queries x token /
+    phrase keys, head mean) with the quadrant lines."""
+    from .phrasal_stats import quadrant_matrix
+
+    panels = [(li, *quadrant_matrix(w[0].cpu(), lay, qlab, klab)) for li, lay, w in layers]
+    R = max(p[1].shape[0] for p in panels)
+    C = max(p[1].shape[1] for p in panels)
+    cols = min(2, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig = fig_cls(figsize=(cols * (1.5 + 0.16 * C), rows * (1.6 + 0.16 * R) + 0.6))
+    axes = fig.subplots(rows, cols, squeeze=False).reshape(-1)
+    for ax, (li, mat, rl, cl, t_rows, starts) in zip(axes, panels):
+        _heat(fig, ax, mat.numpy(), cl, rl, f"{role} layer {li + 1}", fontsize=6)
+        if len(rl) > t_rows:
+            ax.axhline(t_rows - 0.5, color="white", linewidth=1.5)
+        for c in starts[1:]:
+            ax.axvline(c - 0.5, color="white", linewidth=1.5)
+    for ax in axes[len(panels):]:
+        ax.set_axis_off()
+    fig.suptitle(f"Token/phrase quadrants ({role}; rows: token queries, then phrase queries; columns: token keys, "
+                 f"then phrase keys), {title}", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    return _save(fig, path)
+
+
 def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str | Path, sentences: int = 3,
                 parse_dependency: str | None = None, parse_constituency: str | None = None) -> list[Path]:
     """Write attention heatmaps and ``attention_stats.json`` for the first ``sentences``
@@ -202,6 +229,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
     from ..decode.beam import greedy_search
     from ..decode.translate import Translator
     from ..nn.mgsa import MGSAAttention
+    from .phrasal_stats import phrasal_layout, quadrant_mass, quadrant_percentages, quadrant_table
 
     overrides = {k: v for k, v in (("dependency_file", parse_dependency),
                                    ("constituency_file", parse_constituency)) if v}
@@ -222,6 +250,10 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
     after_mgsa = [i > 0 and mgsa_at[i - 1] and not mgsa_at[i] for i in range(len(enc_layers))]
     mechanisms = [type(layer.self_attn).__name__ for layer in enc_layers]
 
+    modules = {"encoder_self": [layer.self_attn for layer in enc_layers],
+               "decoder_self": [layer.self_attn for layer in getattr(model, "decoder_layers", [])],
+               "cross": [layer.cross_attn for layer in getattr(model, "decoder_layers", [])]}
+    quad: dict[tuple[str, int], dict] = {}
     captured: list = []
     hooks = [layer.self_attn.register_forward_hook(lambda _m, _i, o: captured.append(o)) for layer in enc_layers]
     acc = _Acc()
@@ -235,7 +267,8 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                                 max_positions=tr.cfg.model.max_positions, structures=structures)[0][0]
             tgt_in = torch.tensor([[BOS] + hyp.tokens], dtype=torch.long, device=dev)
             captured.clear()
-            res = model(src, mask, tgt_in, structures, need_weights=True)
+            with torch.no_grad():
+                res = model(src, mask, tgt_in, structures, need_weights=True)
             enc_outs = list(captured)
             src_pieces = [tr.src_vocab.sp.id_to_piece(int(t)) for t in src_ids[:-1]] + ["</s>"]
             src_labels = [_display(p) for p in src_pieces]
@@ -248,6 +281,12 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                                ("cross", res.attentions.get("cross", []))):
                 for li, w in enumerate(maps):
                     w = w[0].float().cpu()  # (H, T, K)
+                    lay = phrasal_layout(modules[role][li])
+                    if lay is not None:  # token/phrase quadrants (phrase-based attentions, Tables 3-4)
+                        m = quadrant_mass(w, lay, w.shape[1])
+                        tot = quad.setdefault((role, li), dict.fromkeys(m, 0.0))
+                        for k, v in m.items():
+                            tot[k] += v
                     ent = _entropy(w).mean(-1)  # (H,)
                     acc.add((role, li, "entropy_per_head"), ent.tolist())
                     if role != "cross":
@@ -315,6 +354,18 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                 fig.tight_layout(rect=(0, 0, 1, 0.97))
                 written.append(_save(fig, out / f"sent{n}_mgsa_layer{li + 1}_phrases.png"))
 
+            # ---- token/phrase quadrants of every phrase-based attention layer (Figs. 4-6)
+            tgt_in_labels = ["<s>"] + [_display(tr.tgt_vocab.sp.id_to_piece(int(t))) for t in hyp.tokens]
+            for role, qlab, klab in (("encoder_self", src_labels, src_labels), ("decoder_self", tgt_in_labels, tgt_in_labels),
+                                     ("cross", tgt_in_labels, src_labels)):
+                maps = res.attentions.get(role) or []
+                layers = [(li, phrasal_layout(modules[role][li]), w) for li, w in enumerate(maps)]
+                layers = [(li, lay, w) for li, lay, w in layers if lay is not None]
+                if layers:
+                    written.append(_quadrant_figure(fig_cls=Figure, layers=layers, qlab=qlab, klab=klab, role=role,
+                                                    title=f"sentence {n}: {texts[chosen[n - 1]][:80]}",
+                                                    path=out / f"sent{n}_{role}_quadrants.png"))
+
             # ---- cross-attention of the last decoder layer
             cross = res.attentions.get("cross") or []
             if cross:
@@ -352,6 +403,10 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
             if role != "cross":
                 d, a = acc.mean((role, li, "diagonal")), acc.mean((role, li, "adjacent"))
                 entry.update(diagonal=d, adjacent=a, local=d + a)
+            if (role, li) in quad:
+                entry["phrasal"] = phrasal_layout(modules[role][li])["kind"]
+                entry["quadrants"] = quadrant_percentages(quad[(role, li)])
+                entry["quadrant_rows"] = {k: quad[(role, li)][k] for k in ("rows_token", "rows_phrase")}
             if role == "encoder_self":
                 entry["mechanism"] = mechanisms[li]
                 entry["mgsa"] = mgsa_at[li]
@@ -367,4 +422,13 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
     path = out / "attention_stats.json"
     path.write_text(json.dumps(stats, indent=2), encoding="utf-8")
     written.append(path)
+    tables = [t for t in (quadrant_table(stats, r) for r in ("encoder_self", "decoder_self", "cross")) if t]
+    if tables:
+        md = out / "phrase_quadrants.md"
+        md.write_text(
+            f"# Attention mass per token/phrase quadrant (%), {len(chosen)} sentences of `{input_path}`\n\n"
+            f"Checkpoint `{checkpoint}`. Each real query row sums to 1 (see `structnmt.analysis.phrasal_stats`): "
+            "the four quadrants are shares of the total mass; the last two columns are the share of each query "
+            "type's mass that goes to phrase keys.\n\n" + "\n\n".join(tables) + "\n", encoding="utf-8")
+        written.append(md)
     return written

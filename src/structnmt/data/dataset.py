@@ -59,9 +59,14 @@ class Batch:
 class PreparedSplit:
     """One split of a prepared dataset, memory-mapped."""
 
-    def __init__(self, root: str | Path, split: str, src_vocab: Vocab | None = None):
+    def __init__(self, root: str | Path, split: str, src_vocab: Vocab | None = None, *,
+                 structure_cache_mb: float = 1024):
         self.root = Path(root)
         self.split = split
+        # per-sentence structure features, computed once (see structure_values)
+        self.structure_cache_bytes = int(structure_cache_mb * 2**20)
+        self._feature_cache: dict[tuple, dict[int, object]] = {}
+        self._feature_cache_used = 0
         self.src_vocab = src_vocab  # derives word boundaries from pieces when there are no parses
         self.data = {}
         self.offsets = {}
@@ -108,6 +113,64 @@ class PreparedSplit:
         trees = [self.trees(int(i), kinds) for i in ids] if kinds else [(None, None)] * len(ids)
         return trees, [self.word_of_piece(int(i)) for i in ids]
 
+    def structure_values(self, ids, structures: dict) -> dict[str, list]:
+        """Unpadded feature values (key -> one value per sentence of ``ids``) of the
+        requested structures.
+
+        A feature is a pure function of the stored trees and alignment, so each
+        (feature, params, sentence) is computed once and kept, up to
+        ``structure_cache_mb`` (after that, sentences not yet kept are computed every
+        time they are batched). From the second epoch on, batching a structure is then
+        only padding; integer matrices are kept in the smallest integer type that holds
+        them.
+        """
+        from ..syntax.batching import feature_values
+
+        out: dict[str, list] = {}
+        ids = [int(i) for i in ids]
+        for key, spec in structures.items():
+            ckey = (spec.feature, tuple(sorted((k, repr(v)) for k, v in spec.params.items())))
+            cache = self._feature_cache.setdefault(ckey, {})
+            missing = [i for i in ids if i not in cache]
+            if missing:
+                trees, wops = self.structure_inputs(missing, {key: spec})
+                for i, v in zip(missing, feature_values(spec, trees, wops)):
+                    v = _compact(v)
+                    size = _nbytes(v)
+                    if self._feature_cache_used + size <= self.structure_cache_bytes:
+                        cache[i] = v
+                        self._feature_cache_used += size
+                    else:
+                        cache.setdefault(-1 - i, v)  # this batch only (removed below)
+            out[key] = [cache[i] if i in cache else cache.pop(-1 - i) for i in ids]
+        return out
+
+    @property
+    def structures_kept_mb(self) -> float:
+        """Memory (MB) of the feature values this split keeps."""
+        return self._feature_cache_used / 2**20
+
+    def precompute_structures(self, structures: dict, *, chunk: int = 1000, progress: bool = False) -> int:
+        """Compute and keep the requested features of every sentence, before training
+        (within ``structure_cache_mb``); returns how many sentences are kept. Batches then
+        only pad (see :meth:`structure_values`)."""
+        if not structures:
+            return 0
+        from tqdm import tqdm
+
+        n = len(self)
+        bar = tqdm(total=n, desc=f"structures {self.split}", unit="sent", disable=not progress, leave=False)
+        kept = 0
+        for start in range(0, n, chunk):
+            ids = range(start, min(n, start + chunk))
+            self.structure_values(ids, structures)
+            bar.update(len(ids))
+            kept = min(len(cache) for cache in self._feature_cache.values()) if self._feature_cache else 0
+            if kept < start + len(ids):  # the cache is full: the rest are computed per batch
+                break
+        bar.close()
+        return kept
+
     def word_of_piece(self, i: int) -> np.ndarray:
         """Word index of every source piece: the parser's words when the split was
         prepared with a parser, else SentencePiece's words (a piece starting with ▁
@@ -144,12 +207,34 @@ class PreparedDataset:
         self.src_vocab = Vocab(self.root / files["src"]["file"])
         self.tgt_vocab = self.src_vocab if self.manifest["joint_vocab"] else Vocab(self.root / files["tgt"]["file"])
 
-    def split(self, name: str) -> PreparedSplit:
-        return PreparedSplit(self.root, name, self.src_vocab)
+    def split(self, name: str, *, structure_cache_mb: float = 1024) -> PreparedSplit:
+        return PreparedSplit(self.root, name, self.src_vocab, structure_cache_mb=structure_cache_mb)
 
     @property
     def splits(self) -> list[str]:
         return list(self.manifest["counts"])
+
+
+def _compact(value):
+    """A feature value with its integer matrices in the smallest integer type that holds them."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "i" and value.ndim >= 2 and value.size:
+            lo, hi = int(value.min()), int(value.max())
+            for t in (np.int8, np.int16, np.int32):
+                if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max:
+                    return value.astype(t)
+        return value
+    if isinstance(value, tuple):
+        return tuple(_compact(v) for v in value)
+    return value
+
+
+def _nbytes(value) -> int:
+    if isinstance(value, np.ndarray):
+        return value.nbytes + 112
+    if isinstance(value, (tuple, list)):
+        return 64 + sum(_nbytes(v) for v in value)
+    return 64
 
 
 def make_batches(
@@ -240,8 +325,8 @@ def collate(split: PreparedSplit, ids: np.ndarray, structures: dict | None = Non
     src_t = torch.from_numpy(src)
     built = {}
     if structures:
-        from ..syntax.batching import build_structures
-        built = build_structures(structures, *split.structure_inputs(ids, structures), S, label_ids)
+        from ..syntax.batching import pad_structures
+        built = pad_structures(structures, split.structure_values(ids, structures), S, label_ids)
     return Batch(
         src=src_t,
         tgt_in=torch.from_numpy(tgt_in),

@@ -37,7 +37,8 @@ from ..config import Config, ConfigError, _build, to_dict
 from .grid import ExperimentError, GridConfig, load_grid, resolve_run_config, slug
 
 #: Config keys that change speed or logging only: a run may resume with other values.
-_SPEED_ONLY = {"train.threads", "train.progress", "train.tensorboard", "train.log_interval", "decode.batch_size"}
+_SPEED_ONLY = {"train.threads", "train.progress", "train.tensorboard", "train.log_interval", "decode.batch_size",
+               "data.structure_cache_mb"}
 
 
 def launch_training(config_path: Path, log_path: Path) -> int:

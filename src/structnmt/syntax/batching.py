@@ -49,6 +49,13 @@ def _check(specs: dict[str, StructureSpec]) -> None:
             raise ValueError(f"data.structures.{key}: unknown feature '{spec.feature}'; valid: {', '.join(FEATURES)}.")
 
 
+def feature_values(spec: StructureSpec, trees: list[tuple[DependencyTree | None, ConstituencyTree | None]],
+                   wops: list[np.ndarray]) -> list[Any]:
+    """The unpadded value of feature ``spec`` for every sentence (see :data:`FEATURES`)."""
+    feat = FEATURES[spec.feature]
+    return [feat(w, dependency=d, constituency=c, **spec.params) for w, (d, c) in zip(wops, trees)]
+
+
 def build_structures(
     specs: dict[str, StructureSpec],
     trees: list[tuple[DependencyTree | None, ConstituencyTree | None]],
@@ -58,11 +65,23 @@ def build_structures(
 ) -> dict[str, torch.Tensor]:
     """Padded structure tensors for one batch (see the module docstring)."""
     _check(specs)
+    return pad_structures(specs, {key: feature_values(spec, trees, wops) for key, spec in specs.items()},
+                          S, label_ids)
+
+
+def pad_structures(
+    specs: dict[str, StructureSpec],
+    values_of: dict[str, list[Any]],
+    S: int,
+    label_ids: dict[str, int] | None = None,
+) -> dict[str, torch.Tensor]:
+    """Pad per-sentence feature values (``values_of[key]``, one per sentence, as
+    :func:`feature_values` returns them) into the batch tensors of the module docstring."""
+    _check(specs)
     out: dict[str, torch.Tensor] = {}
-    B = len(wops)
     for key, spec in specs.items():
-        feat = FEATURES[spec.feature]
-        values = [feat(w, dependency=d, constituency=c, **spec.params) for w, (d, c) in zip(wops, trees)]
+        values = values_of[key]
+        B = len(values)
         name = spec.feature
         # pad in numpy (cheap slicing), convert once
         if name == "ngram_partition":

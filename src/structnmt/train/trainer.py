@@ -157,8 +157,9 @@ class Trainer:
         torch.manual_seed(tc.seed)
 
         self.data = PreparedDataset(cfg.data.path)
-        self.train_split = self.data.split("train")
-        self.valid_split = self.data.split("valid") if "valid" in self.data.splits else None
+        cache = cfg.data.structure_cache_mb
+        self.train_split = self.data.split("train", structure_cache_mb=cache)
+        self.valid_split = self.data.split("valid", structure_cache_mb=cache) if "valid" in self.data.splits else None
         batches, filtered = make_batches(
             self.train_split.src_lens, self.train_split.tgt_lens, max_tokens=cfg.data.max_tokens,
             max_sentences=cfg.data.max_sentences, max_len=cfg.data.max_len, seed=tc.seed)
@@ -350,11 +351,11 @@ class Trainer:
         sources = [split.get("src", i).tolist() + [EOS] for i in ids]
         structures_for = None
         if self.structures:
-            from ..syntax.batching import build_structures
+            from ..syntax.batching import pad_structures
 
             def structures_for(idx: list[int], S: int) -> dict:
-                return build_structures(self.structures, *split.structure_inputs(idx, self.structures), S,
-                                        self.label_ids)
+                return pad_structures(self.structures, split.structure_values(idx, self.structures), S,
+                                      self.label_ids)
 
         hyps = translate_ids(self.model, sources, self.cfg.decode, device=self.device,
                              max_positions=self.cfg.model.max_positions, structures_for=structures_for)
@@ -411,6 +412,18 @@ class Trainer:
             self.log(f"model: {self.cfg.model.family}, {self.n_params:,} parameters; {len(self.train_split):,} training "
                      f"pairs in {len(self.batches.batches):,} batches; device {self.device}, {self.world} process(es).")
             (self.save_dir / "config.yaml").write_text(__import__("yaml").safe_dump(to_dict(self.cfg), sort_keys=False))
+        if self.structures:  # structures are data: computed once, before the first update
+            t0 = time.time()
+            for split in (self.train_split, self.valid_split):
+                if split is not None:
+                    kept = split.precompute_structures(self.structures, progress=self.is_main and tc.progress)
+                    if self.is_main and kept < len(split):
+                        self.log(f"structures: data.structure_cache_mb={self.cfg.data.structure_cache_mb:g} holds "
+                                 f"{kept:,} of {len(split):,} {split.split} sentences; the others are computed "
+                                 "per batch (raise it to keep all).")
+            if self.is_main:
+                self.log(f"structures {', '.join(sorted(self.structures))}: computed for every sentence in "
+                         f"{time.time() - t0:.1f} s ({sum(sp.structures_kept_mb for sp in (self.train_split, self.valid_split) if sp):.1f} MB kept).")
         bar = None
         if self.is_main and tc.progress:
             from tqdm import tqdm

@@ -91,3 +91,27 @@ def test_state_is_threaded_through_calls():
     first, state = model(x[:, :2])
     second, _ = model(x[:, 2:], state=state)
     torch.testing.assert_close(torch.cat([first, second], 1), full)
+
+
+def test_gradients_equal_those_of_the_per_step_reference():
+    """Parameter and input gradients of the batched, padded module equal those of the
+    per-step autograd reference run sentence by sentence."""
+    torch.manual_seed(4)
+    model = ONLSTM(5, 8, 2)
+    lengths = [4, 2]
+    x = torch.randn(2, 4, 5, requires_grad=True)
+    mask = torch.arange(4)[None] < torch.tensor(lengths)[:, None]
+    weights = torch.randn(2, 4, 8)
+    out, (h, _) = model(x, mask)
+    ((out * weights).sum() + h.sum()).backward()
+    ours = {n: p.grad.clone() for n, p in model.named_parameters()}
+    ours_x = x.grad.clone()
+    model.zero_grad()
+    x.grad = None
+    loss = sum((ref * weights[b, :n]).sum() + ref[-1].sum()
+               for b, n in enumerate(lengths) for ref in [_reference(model, x[b, :n])])
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert float(ours[name].abs().sum()) > 0, name
+        torch.testing.assert_close(ours[name], p.grad, msg=name)
+    torch.testing.assert_close(ours_x, x.grad)

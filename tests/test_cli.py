@@ -105,3 +105,28 @@ def test_demo_prints_bleu_last(tmp_path):
                         "train.tensorboard=false"])
     assert "BLEU = " in lines[-1] and "nrefs:1" in lines[-1]
     assert any("agreement accuracy" in line for line in lines)
+
+
+def test_overrides_may_follow_options_and_unknown_flags_are_refused(monkeypatch, capsys):
+    import structnmt.cli as cli
+
+    seen = {}
+
+    def fake_experiment(args):
+        seen.update(grid=args.grid, jobs=args.jobs, out=args.out, overrides=args.overrides)
+        return 0
+
+    parser = cli.build_parser
+    monkeypatch.setattr(cli, "cmd_experiment", fake_experiment)
+
+    def patched():
+        p = parser()
+        p._subparsers._group_actions[0].choices["experiment"].set_defaults(func=fake_experiment)
+        return p
+
+    monkeypatch.setattr(cli, "build_parser", patched)
+    assert cli.main(["experiment", "g.yaml", "a.b=1", "--jobs", "2", "c.d=2", "--out", "o"]) == 0
+    assert seen == {"grid": "g.yaml", "jobs": 2, "out": "o", "overrides": ["a.b=1", "c.d=2"]}
+    with pytest.raises(SystemExit):
+        cli.main(["experiment", "g.yaml", "--jobs", "2", "--jbos", "3"])
+    assert "unrecognized arguments: --jbos" in capsys.readouterr().err

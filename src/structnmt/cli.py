@@ -279,7 +279,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # argparse cannot put `key=value` overrides after an option that follows the positional
+    # argument (`experiment GRID --jobs 2 budget.max_updates=800`); take them here
+    if extra:
+        if hasattr(args, "overrides") and all("=" in x and not x.startswith("-") for x in extra):
+            args.overrides = list(args.overrides or []) + extra
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     from .data.corpus import CorpusError
     from .syntax.io import TreeFormatError
     from .syntax.parsers import ParserError

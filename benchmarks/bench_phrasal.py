@@ -21,9 +21,10 @@ rounds of the summed step times and its ratio to the baseline (and target tokens
 
 Decoding: beam search (``--beam``) with the incremental cache over ``--decode-sentences``
 source sentences in batches of ``--decode-batch``, every variant back to back per
-round; the models are untrained, so every hypothesis runs to the length limit
-(``max_len_a * |src| + max_len_b``) and all variants decode the same number of steps.
-Reported: median sentences/s and the ratio of time to the baseline.
+round. The models are untrained and would stop at random lengths, so EOS is blocked
+until the length limit (``max_len_a * |src| + max_len_b``, where beam search forces it):
+every variant decodes the same number of steps of the same beams. Reported: median
+sentences/s and the ratio of time to the baseline.
 
 Usage::
 
@@ -48,6 +49,7 @@ from structnmt.config import AttentionSpec, ModelConfig
 from structnmt.data.dataset import PreparedDataset, collate, make_batches
 from structnmt.data.prepare import PrepareConfig, prepare
 from structnmt.data.synthetic import SynthConfig, write_corpus
+from structnmt.data.vocab import EOS
 from structnmt.decode.beam import beam_search
 from structnmt.models.transformer import TransformerModel
 from structnmt.train.loss import label_smoothed_nll
@@ -102,12 +104,29 @@ def train_step(model, opt, b) -> float:
     return time.perf_counter() - t0
 
 
+class _FullLength:
+    """The model with EOS blocked before the length limit (see the module docstring)."""
+
+    def __init__(self, model: TransformerModel):
+        self.model = model
+
+    def encode(self, *args, **kwargs):
+        return self.model.encode(*args, **kwargs)
+
+    def decode_step(self, *args, **kwargs):
+        lprobs = self.model.decode_step(*args, **kwargs).float()
+        lprobs[:, EOS] = float("-inf")
+        return lprobs
+
+
 @torch.no_grad()
 def decode(model, srcs: list, beam: int) -> float:
     model.eval()
     t0 = time.perf_counter()
     for src, mask in srcs:
-        beam_search(model, src, mask, beam=beam, max_len_a=1.2, max_len_b=10)
+        hyps = beam_search(_FullLength(model), src, mask, beam=beam, max_len_a=1.2, max_len_b=10)
+        assert all(len(h[0].tokens) >= int(1.2 * n + 10) - 2 for h, n in zip(hyps, mask.sum(1).tolist())), \
+            "a hypothesis stopped before the length limit"
     sync(srcs[0][0].device)
     return time.perf_counter() - t0
 
@@ -124,6 +143,7 @@ def main() -> None:
     ap.add_argument("--decode-batch", type=int, default=32)
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument("--only", nargs="*", help="variants to run besides the baseline")
+    ap.add_argument("--skip-train", action="store_true", help="measure decoding only")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave as is)")
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "structnmt-bench-phrasal"))
@@ -152,6 +172,8 @@ def main() -> None:
         b = collate(split, order[start:start + args.decode_batch]).to(device)
         srcs.append((b.src, b.src_mask))
 
+    if args.skip_train:
+        batches = []
     for b in batches:  # warm-up
         for name in names:
             train_step(models[name], opts[name], b)
@@ -166,10 +188,13 @@ def main() -> None:
         for n in names:
             train_t[n].append(tot[n])
         k = r % len(names)
+        if r == 0:  # warm-up
+            for name in names:
+                decode(models[name], srcs[:1], args.beam)
         for name in names[k:] + names[:k]:
             dec_t[name].append(decode(models[name], srcs, args.beam))
 
-    ntok = sum(b.n_tgt_tokens for b in batches)
+    ntok = sum(b.n_tgt_tokens for b in batches) or float("nan")
     med = statistics.median
     print(f"# bench_phrasal  size={args.size} {SIZES[args.size]}  device={device} threads={torch.get_num_threads()}"
           f"  torch {torch.__version__}  {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
@@ -177,9 +202,10 @@ def main() -> None:
           f"rounds; decoding: {len(order)} sentences, beam {args.beam}, batches of {args.decode_batch}, cached")
     print("| variant | params | train step (s, sum) | train ratio | target tok/s | decode sent/s | decode time ratio |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    base_t, base_d = med(train_t["baseline"]), med(dec_t["baseline"])
+    base_t = med(train_t["baseline"]) if batches else float("nan")
+    base_d = med(dec_t["baseline"])
     for n in names:
-        t, d = med(train_t[n]), med(dec_t[n])
+        t, d = (med(train_t[n]) if batches else float("nan")), med(dec_t[n])
         nparam = sum(p.numel() for p in {id(p): p for p in models[n].parameters()}.values())
         print(f"| {n} | {nparam:,} | {t:.3f} | {t / base_t:.2f}x | {ntok / t:,.0f} | {len(order) / d:.1f} | "
               f"{d / base_d:.2f}x |")

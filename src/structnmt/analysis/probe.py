@@ -36,6 +36,7 @@ import math
 import os
 import platform
 import random
+import shlex
 import sys
 import time
 from collections import Counter
@@ -691,7 +692,8 @@ def run_probe(cfg: ProbeConfig, log=print) -> Path:
         hw += f" ({torch.cuda.get_device_name(device)})"
     result = {
         "name": name,
-        "command": "structnmt " + " ".join(sys.argv[1:]) if Path(sys.argv[0]).name == "structnmt" else " ".join(sys.argv),
+        "command": ("structnmt " + shlex.join(sys.argv[1:]) if Path(sys.argv[0]).name == "structnmt"
+                    else shlex.join(sys.argv)),
         "config": to_dict(cfg),
         "corpus": {"path": cfg.corpus.path, "kind": cfg.corpus.kind, "read": n_read, "used": sum(len(v) for v in splits.values()),
                    **{k: len(v) for k, v in splits.items()},

@@ -205,3 +205,30 @@ def test_failed_training_is_one_clear_error(tmp_path, corpus, monkeypatch):
     with pytest.raises(ExperimentError, match=r"training failed with exit status 1; see .*train.log.*out of memory"):
         run_grid(grid, log=lambda *_: None)
     assert not (tmp_path / "out" / "runs" / "transformer-base" / "seed1" / "result.json").exists()
+
+
+def test_a_failing_decode_is_reported_at_once_and_the_other_runs_finish(tmp_path, corpus, monkeypatch):
+    out = tmp_path / "out"
+    grid = _grid(tmp_path, corpus, out)
+    real_eval = runner_mod._evaluate_run
+
+    def failing_eval(g, cfg, run_dir, src, refs):
+        if "transformer-base" in str(run_dir):
+            raise RuntimeError("decoder exploded")
+        return real_eval(g, cfg, run_dir, src, refs)
+
+    monkeypatch.setattr(runner_mod, "_evaluate_run", failing_eval)
+    lines: list[str] = []
+    with pytest.raises(RuntimeError, match="decoder exploded"):
+        run_grid(grid, overrides=["train.threads=1"], jobs_at_once=2, log=lines.append)
+    said = [x for x in lines if "decoder exploded" in x]
+    assert said and "run the same command again" in said[0]
+    assert (out / "runs" / "post-norm-2-layers" / "seed1" / "result.json").exists()  # the other run finished
+    base = out / "runs" / "transformer-base" / "seed1"
+    assert (base / "train_done.json").exists() and not (base / "result.json").exists()
+    # fixed: the same command decodes the failed run only
+    monkeypatch.setattr(runner_mod, "_evaluate_run", real_eval)
+    lines.clear()
+    run_grid(grid, overrides=["train.threads=1"], jobs_at_once=2, log=lines.append)
+    assert any("Transformer-Base (seed 1): training finished earlier; decoding." in x for x in lines)
+    assert (base / "result.json").exists()

@@ -341,11 +341,11 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
                     rc, t0 = fut.result()
                     try:
                         finish_training(item, rc, t0)
-                    except ExperimentError as e:  # let the other runs finish (they stay resumable)
+                        evaluate(item)
+                    except Exception as e:  # say it now; the other runs finish (and stay resumable)
                         failure = failure or e
-                        say(str(e))
-                        continue
-                    evaluate(item)
+                        say(f"{item[3]}: {type(e).__name__}: {e} (the other runs go on; run the same "
+                            "command again once it is fixed)")
             if failure is not None:
                 raise failure
 

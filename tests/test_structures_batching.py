@@ -308,3 +308,14 @@ def test_precompute_keeps_every_sentence_or_stops_at_the_cache_limit(parsed_spli
     ids = np.array([len(tiny) - 1, 0])
     a, b = collate(tiny, ids, specs).structures, collate(full, ids, specs).structures
     assert all(torch.equal(a[k], b[k]) for k in b)
+
+
+def test_a_sentence_twice_in_a_batch_past_the_memory_bound(parsed_split):
+    ds = PreparedDataset(parsed_split.root)
+    none_kept = ds.split("train", structure_cache_mb=0)
+    specs = {"dep": SPECS["dep"]}
+    a = none_kept.structure_values([4, 4, 2], specs)["dep"]
+    assert len(a) == 3 and np.array_equal(a[0], a[1])
+    full = ds.split("train")
+    b = full.structure_values([4, 4, 2], specs)["dep"]
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))

@@ -120,18 +120,18 @@ class PreparedSplit:
         A feature is a pure function of the stored trees and alignment, so each
         (feature, params, sentence) is computed once and kept, up to
         ``structure_cache_mb`` (after that, sentences not yet kept are computed every
-        time they are batched). From the second epoch on, batching a structure is then
-        only padding; integer matrices are kept in the smallest integer type that holds
-        them.
+        time they are batched). The trainer fills it before the first update
+        (:meth:`precompute_structures`), so batching a structure is only padding;
+        integer matrices are kept in the smallest integer type that holds them.
         """
         from ..syntax.batching import feature_values
 
         out: dict[str, list] = {}
         ids = [int(i) for i in ids]
         for key, spec in structures.items():
-            ckey = (spec.feature, tuple(sorted((k, repr(v)) for k, v in spec.params.items())))
-            cache = self._feature_cache.setdefault(ckey, {})
-            missing = [i for i in ids if i not in cache]
+            cache = self._feature_cache.setdefault(_spec_key(spec), {})
+            missing = [i for i in dict.fromkeys(ids) if i not in cache]
+            extra: dict[int, object] = {}  # past the memory bound: this call only
             if missing:
                 trees, wops = self.structure_inputs(missing, {key: spec})
                 for i, v in zip(missing, feature_values(spec, trees, wops)):
@@ -141,8 +141,8 @@ class PreparedSplit:
                         cache[i] = v
                         self._feature_cache_used += size
                     else:
-                        cache.setdefault(-1 - i, v)  # this batch only (removed below)
-            out[key] = [cache[i] if i in cache else cache.pop(-1 - i) for i in ids]
+                        extra[i] = v
+            out[key] = [cache[i] if i in cache else extra[i] for i in ids]
         return out
 
     @property
@@ -165,7 +165,7 @@ class PreparedSplit:
             ids = range(start, min(n, start + chunk))
             self.structure_values(ids, structures)
             bar.update(len(ids))
-            kept = min(len(cache) for cache in self._feature_cache.values()) if self._feature_cache else 0
+            kept = min(len(self._feature_cache[_spec_key(spec)]) for spec in structures.values())
             if kept < start + len(ids):  # the cache is full: the rest are computed per batch
                 break
         bar.close()
@@ -213,6 +213,11 @@ class PreparedDataset:
     @property
     def splits(self) -> list[str]:
         return list(self.manifest["counts"])
+
+
+def _spec_key(spec) -> tuple:
+    """Cache key of a structure request: its feature and parameters."""
+    return spec.feature, tuple(sorted((k, repr(v)) for k, v in spec.params.items()))
 
 
 def _compact(value):

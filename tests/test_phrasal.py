@@ -7,10 +7,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from random_batches import random_batch
 from torch.testing import assert_close
 
 from structnmt.config import AttentionSpec, ConfigError, ModelConfig
-from structnmt.data.vocab import BOS, PAD
+from structnmt.data.vocab import PAD
 from structnmt.models import build_model
 from structnmt.nn import (
     AttentionContext,
@@ -51,14 +52,7 @@ def make_model(name: str, options: dict, roles=("encoder_self", "decoder_self", 
 
 
 def batch(B: int = 3, S: int = 7, T: int = 6, seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, V, (B, S), generator=g)
-    tgt = torch.randint(4, V, (B, T), generator=g)
-    tgt[:, 0] = BOS
-    mask = torch.ones(B, S, dtype=torch.bool)
-    mask[1, S - 2 :] = False
-    src[~mask] = PAD
-    return src, mask, tgt
+    return random_batch(V, B, S, T, seed)
 
 
 def module(name: str, options: dict, role: str = "encoder_self", seed: int = 0):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from random_batches import random_batch
 from torch import nn
 from torch.testing import assert_close
 
 from structnmt.config import AttentionSpec, ConfigError, ModelConfig
-from structnmt.data.vocab import BOS, PAD
+from structnmt.data.vocab import PAD
 from structnmt.models import build_model
 from structnmt.nn import (
     ATTENTION_REGISTRY,
@@ -30,14 +31,7 @@ def make_model(pre_norm: bool = True, **kw) -> nn.Module:
 
 
 def batch(B: int = 3, S: int = 7, T: int = 6, seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, V, (B, S), generator=g)
-    tgt = torch.randint(4, V, (B, T), generator=g)
-    tgt[:, 0] = BOS
-    mask = torch.ones(B, S, dtype=torch.bool)
-    mask[1, S - 2 :] = False
-    src[~mask] = PAD
-    return src, mask, tgt
+    return random_batch(V, B, S, T, seed)
 
 
 @pytest.mark.parametrize("pre_norm", [True, False])

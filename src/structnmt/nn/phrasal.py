@@ -247,6 +247,14 @@ class _PhrasalAttention(nn.Module):
             cache.set(key, store)
         return out
 
+    def phrase_memory(self, memory: Tensor, ctx: AttentionContext) -> tuple[list[tuple[Tensor, Tensor]],
+                                                                              list[Tensor | None], int]:
+        """:meth:`memory_kv` and :meth:`branch_valid` together: ``(kvs, valid, L)`` with L
+        the number of phrase end positions (the key length of every branch)."""
+        kvs = self.memory_kv(memory, ctx)
+        B, L = kvs[0][0].shape[0], kvs[0][0].shape[2]
+        return kvs, self.branch_valid(ctx, B, L, memory.device), L
+
     def branch_valid(self, ctx: AttentionContext, B: int, L: int, device) -> list[Tensor | None]:
         """Per branch (B, L) bool phrase validity, or None when every phrase is valid."""
         if ctx.key_mask is None and self.homogeneous:
@@ -299,10 +307,8 @@ class HomogeneousPhrasalAttention(_PhrasalAttention):
         self.options = options
 
     def forward(self, query: Tensor, memory: Tensor, ctx: AttentionContext) -> AttentionOutput:
-        kvs = self.memory_kv(memory, ctx)
+        kvs, valid, L = self.phrase_memory(memory, ctx)
         B, T = query.shape[:2]
-        L = kvs[0][0].shape[2]
-        valid = self.branch_valid(ctx, B, L, query.device)
         outs, weights = [], []
         for branch, (k, v), ok in zip(self.branches, kvs, valid):
             o, w = scaled_attention(
@@ -352,10 +358,8 @@ class HeterogeneousPhrasalAttention(_PhrasalAttention):
         self.options = options
 
     def forward(self, query: Tensor, memory: Tensor, ctx: AttentionContext) -> AttentionOutput:
-        kvs = self.memory_kv(memory, ctx)
+        kvs, valid, L = self.phrase_memory(memory, ctx)
         B, T = query.shape[:2]
-        L = kvs[0][0].shape[2]
-        valid = self.branch_valid(ctx, B, L, query.device)
         allowed = torch.cat([ok[:, None, None, :].expand(B, 1, T, L) for ok in valid], dim=-1)  # (B, 1, T, N*L)
         if ctx.causal:
             cmask = _causal_allowed(T, L, ctx.query_offset, query.device).repeat(1, len(self.branches))

@@ -109,11 +109,9 @@ class InterleavedPhrasalAttention(_PhrasalAttention):
         q_tail = prev["q_tail"] if prev is not None and "q_tail" in prev else query.new_zeros(B, 1, D)
         q_ext = torch.cat([q_tail, query], dim=1)
         q_win = phrase_windows(q_ext, 2, T).flatten(2)  # (B, T, 2D): [q_{t-1}; q_t]
-        kvs = self.memory_kv(memory, ctx)
+        kvs, valid, L = self.phrase_memory(memory, ctx)
         if cache is not None:
             cache.get(key)["q_tail"] = q_ext[:, -1:]
-        L = kvs[0][0].shape[2]
-        valid = self.branch_valid(ctx, B, L, query.device)
         allowed = torch.cat([ok[:, None, None, :].expand(B, 1, T, L) for ok in valid], dim=-1)
         if ctx.causal:
             allowed = allowed & _causal_allowed(T, L, ctx.query_offset, query.device).repeat(1, 2)

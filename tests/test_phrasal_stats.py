@@ -136,3 +136,15 @@ def test_analyze_writes_quadrant_tables_and_pictures(tmp_path, name, options):
                 assert 0 < rows["rows_phrase"] < rows["rows_token"]
     md = (tmp_path / "out" / "phrase_quadrants.md").read_text()
     assert "| Layer (cross) |" in md and "token-to-phrase" in md
+
+    # statistics over 2 sentences, pictures of the first only: same numbers, one sentence drawn
+    written = run_analyze(checkpoint=tmp_path / "m" / "checkpoint_last.pt", input_path=src,
+                          out_dir=tmp_path / "out1", sentences=1, stats_sentences=2)
+    names = {p.name for p in written}
+    assert "sent1_cross_quadrants.png" in names and not any(n.startswith("sent2_") for n in names)
+    stats1 = json.loads((tmp_path / "out1" / "attention_stats.json").read_text())
+    assert stats1["sentences"] == 2 and stats1["drawn_sentences"] == 1
+    for role in ("encoder_self", "decoder_self", "cross"):
+        for a, b in zip(stats[role], stats1[role]):
+            assert a["quadrants"] == pytest.approx(b["quadrants"])
+            assert a["entropy"] == pytest.approx(b["entropy"])

@@ -158,8 +158,9 @@ def cmd_analyze(args) -> int:
     from .analysis.heatmaps import run_analyze
 
     written = run_analyze(checkpoint=args.checkpoint, input_path=args.input, out_dir=args.out,
-                          sentences=args.sentences, parse_dependency=args.parse_dependency,
-                          parse_constituency=args.parse_constituency)
+                          sentences=args.sentences, stats_sentences=args.stats_sentences,
+                          parse_dependency=args.parse_dependency, parse_constituency=args.parse_constituency,
+                          progress=not args.no_progress)
     print(f"analyze: wrote {len(written)} files to {args.out}")
     return 0
 
@@ -265,6 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--input", required=True, help="source sentences, one per line")
     s.add_argument("--out", required=True, help="output directory for the PNGs and statistics")
     s.add_argument("--sentences", type=int, default=3, help="how many sentences to draw")
+    s.add_argument("--stats-sentences", type=int, default=0,
+                   help="compute attention_stats.json / phrase_quadrants.md over this many sentences "
+                        "(default: the drawn ones); pictures stay the first --sentences")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("--parse-dependency", help="pre-parsed input (CoNLL-U) for models prepared with parser 'file'")
     s.add_argument("--parse-constituency", help="pre-parsed input (PTB) for models prepared with parser 'file'")
     s.set_defaults(func=cmd_analyze)

@@ -1,7 +1,9 @@
 """Attention heatmaps (PNG) and attention statistics of a trained checkpoint.
 
 ``structnmt analyze --checkpoint CKPT --input SRC.txt --out DIR`` calls
-:func:`run_analyze`. For each of the first ``sentences`` non-empty input lines:
+:func:`run_analyze`. For each of the first ``max(sentences, stats_sentences)`` non-empty
+input lines (``--stats-sentences``: statistics over many sentences, pictures of the first
+``sentences`` only):
 
 1. the source is encoded and parsed exactly as ``structnmt translate`` does
    (:class:`~structnmt.decode.translate.Translator`: the parser backend of the training
@@ -219,9 +221,11 @@ def _quadrant_figure(*, fig_cls, layers: list, qlab: list[str], klab: list[str],
 
 
 def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str | Path, sentences: int = 3,
-                parse_dependency: str | None = None, parse_constituency: str | None = None) -> list[Path]:
-    """Write attention heatmaps and ``attention_stats.json`` for the first ``sentences``
-    non-empty lines of ``input_path``; returns the written paths (see the module docstring)."""
+                stats_sentences: int = 0, parse_dependency: str | None = None,
+                parse_constituency: str | None = None, progress: bool = False) -> list[Path]:
+    """Write attention heatmaps for the first ``sentences`` non-empty lines of ``input_path``
+    and ``attention_stats.json`` (and ``phrase_quadrants.md``) over the first
+    ``max(sentences, stats_sentences)``; returns the written paths (see the module docstring)."""
     from matplotlib.figure import Figure
 
     from ..data.dataset import encode_sources
@@ -240,7 +244,8 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
     texts = _read_texts(input_path)
     if not texts:
         raise ValueError(f"{input_path}: no non-empty lines to analyse.")
-    chosen = list(range(min(max(sentences, 1), len(texts))))
+    chosen = list(range(min(max(sentences, stats_sentences, 1), len(texts))))
+    drawn = min(max(sentences, 0), len(chosen))
     sources = encode_sources(tr.src_vocab, [texts[i] for i in chosen])
     structs = _structures_for(tr, texts, chosen, [len(s) for s in sources])
     tag_names = {i: x for x, i in tr.label_ids.items()}
@@ -259,8 +264,15 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
     acc = _Acc()
     written: list[Path] = []
     dcfg = tr.cfg.decode
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(chosen), desc="analyze", unit=" sent", mininterval=1.0)
     try:
         for n, (src_ids, structures) in enumerate(zip(sources, structs), start=1):
+            if bar is not None:
+                bar.update(1)
             src = torch.tensor([src_ids], dtype=torch.long, device=dev)
             mask = torch.ones_like(src, dtype=torch.bool)
             hyp = greedy_search(model, src, mask, max_len_a=dcfg.max_len_a, max_len_b=dcfg.max_len_b,
@@ -298,6 +310,9 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                 if mgsa_at[li] and "group_weights" in o.extras:
                     for gi, gw in enumerate(o.extras["group_weights"]):
                         acc.add(("encoder_self", li, f"group{gi}"), float(_entropy(gw[0].float().cpu()).mean()))
+
+            if n > drawn:  # statistics only past the pictures' sentences
+                continue
 
             # ---- encoder self-attention, every layer
             maps = [o.weights[0].float().cpu().numpy() for o in enc_outs if o.weights is not None]
@@ -387,10 +402,12 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
     finally:
         for h in hooks:
             h.remove()
+        if bar is not None:
+            bar.close()
 
     # ---- attention_stats.json
     stats: dict = {"checkpoint": str(checkpoint), "input": str(input_path), "sentences": len(chosen),
-                   "entropy_unit": "nats"}
+                   "drawn_sentences": drawn, "entropy_unit": "nats"}
     for role, n_layers in (("encoder_self", len(enc_layers)),
                            ("decoder_self", len(getattr(model, "decoder_layers", []))),
                            ("cross", len(getattr(model, "decoder_layers", [])))):

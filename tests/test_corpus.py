@@ -68,11 +68,14 @@ def test_missing_file(tmp_path):
         count_lines(p)
 
 
-def test_resolve_prefers_plain_then_gz_and_names_missing(tmp_path):
+def test_resolve_finds_plain_or_gz_refuses_both_and_names_missing(tmp_path):
     _write(tmp_path / "train.de.gz", ["x"], gz=True)
     assert resolve(tmp_path / "train", "de") == tmp_path / "train.de.gz"
-    _write(tmp_path / "train.de", ["x"])
-    assert resolve(tmp_path / "train", "de") == tmp_path / "train.de"
+    _write(tmp_path / "train.en", ["x"])
+    assert resolve(tmp_path / "train", "en") == tmp_path / "train.en"
+    _write(tmp_path / "train.de", ["x"])  # both train.de and train.de.gz: which one is meant?
+    with pytest.raises(CorpusError, match="train.de and train.de.gz both exist"):
+        resolve(tmp_path / "train", "de")
     with pytest.raises(CorpusError) as info:
         resolve(tmp_path / "train", "fr")
     assert str(tmp_path / "train.fr") in str(info.value)

@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .config import ConfigError
+from .errors import UserError
 
 
 def _err(msg: str) -> int:
@@ -50,7 +50,7 @@ def cmd_prepare(args) -> int:
         source_lang=args.source_lang, target_lang=args.target_lang, trainpref=args.trainpref,
         validpref=args.validpref, testprefs=args.testpref or [], joint_vocab=not args.separate_vocab,
         vocab_size=args.vocab_size, tgt_vocab_size=args.tgt_vocab_size, model_type=args.model_type,
-        max_len=args.max_len, parser=parser,
+        max_len=args.max_len, eval_too_long=args.eval_too_long, parser=parser,
     )
     manifest = prepare(cfg, args.destdir, progress=not args.no_progress)
     for split, c in manifest["counts"].items():
@@ -69,7 +69,7 @@ def cmd_train(args) -> int:
     cfg = load_config(args.config, args.overrides)
     if args.no_progress:
         cfg.train.progress = False
-    train(cfg)
+    train(cfg, allow_config_change=args.allow_config_change)
     return 0
 
 
@@ -86,7 +86,12 @@ def cmd_translate(args) -> int:
 
     overrides = {k: v for k, v in (("dependency_file", args.parse_dependency),
                                    ("constituency_file", args.parse_constituency)) if v}
-    tr = Translator(args.checkpoint, data_dir=args.data, device=args.device, parser_overrides=overrides)
+    from .config import validate_decode
+
+    if args.output and args.input not in (None, "-") and Path(args.output).resolve() == Path(args.input).resolve():
+        return _err(f"--output {args.output} is the input file; write the translations to another file.")
+    tr = Translator(args.checkpoint, data_dir=args.data, device=args.device, parser_overrides=overrides,
+                    too_long=args.too_long)
     d = tr.cfg.decode
     for name in ("beam", "lenpen", "max_len_a", "max_len_b", "nbest", "batch_size"):
         value = getattr(args, name)
@@ -94,8 +99,15 @@ def cmd_translate(args) -> int:
             setattr(d, name, value)
     if args.greedy:
         d.beam, d.nbest = 1, 1
+    validate_decode(d, "translate options (--beam, --nbest, --batch-size, ...)")
     lines = _read_input(args.input)
     results = tr.translate(lines, d, progress=not args.no_progress and args.output is not None)
+    if tr.too_long:
+        shown = ", ".join(map(str, tr.too_long[:20])) + (", ..." if len(tr.too_long) > 20 else "")
+        done = ("were cut to their first pieces" if args.too_long == "truncate"
+                else "got an empty translation (--too-long truncate translates their beginning)")
+        print(f"translate: {len(tr.too_long)} input line(s) longer than model.max_positions="
+              f"{tr.cfg.model.max_positions} pieces {done}: line {shown}.", file=sys.stderr)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
         for i, hyps in enumerate(results):
@@ -113,6 +125,10 @@ def cmd_translate(args) -> int:
 def cmd_average(args) -> int:
     from .train.average import average_checkpoints, last_checkpoints
 
+    if not args.checkpoints and not args.inputs:
+        return _err("average needs checkpoints: --inputs SAVE_DIR (its last --num) or --checkpoints FILE [FILE ...].")
+    if args.num < 1:
+        return _err(f"--num {args.num}: average at least 1 checkpoint.")
     paths = [Path(p) for p in args.checkpoints] if args.checkpoints else last_checkpoints(args.inputs, args.num)
     average_checkpoints(paths, args.output)
     print(f"average: {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) -> {args.output}")
@@ -123,7 +139,15 @@ def cmd_score(args) -> int:
     from .evaluate.score import corpus_scores, format_report, paired_bootstrap, read_lines
 
     refs = read_lines(args.ref)
+    if not refs:
+        return _err(f"{args.ref}: the reference file is empty; give the references, one per line.")
     systems = {h: read_lines(h) for h in args.hyp}
+    for name, hyps in systems.items():
+        if len(hyps) != len(refs):
+            return _err(f"{name} has {len(hyps)} lines but the references {args.ref} have {len(refs)}; "
+                        "give one hypothesis per reference line (an empty line for an empty output).")
+    if args.bootstrap < 0:
+        return _err(f"--bootstrap {args.bootstrap}: give a number of samples >= 0.")
     for name, hyps in systems.items():
         print(f"== {name}")
         scores = corpus_scores(hyps, refs, lowercase_tokenized=args.lc_tok, lang=args.lang)
@@ -175,7 +199,8 @@ def cmd_demo(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="structnmt", description="Structure-aware neural machine translation.")
+    p = argparse.ArgumentParser(prog="structnmt", description="Structure-aware neural machine translation.",
+                                epilog="--debug (anywhere on the line) shows the traceback of an error.")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("synth", help="write the synthetic syntactic-transduction corpus")
@@ -197,7 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--separate-vocab", action="store_true", help="one SentencePiece model per side")
     s.add_argument("--tgt-vocab-size", type=int, default=0)
     s.add_argument("--model-type", default="bpe", choices=["bpe", "unigram"])
-    s.add_argument("--max-len", type=int, default=256, help="training pairs with more pieces are dropped and counted")
+    s.add_argument("--max-len", type=int, default=256,
+                   help="pairs with more pieces are dropped (train) or handled by --eval-too-long (valid/test), "
+                        "and counted")
+    s.add_argument("--eval-too-long", choices=["truncate", "drop"], default="truncate",
+                   help="valid/test pairs over --max-len: keep them with their pieces cut to --max-len (the raw text "
+                        "stays whole for BLEU; default) or drop them; either way counted")
     s.add_argument("--parser", default="none", help="parse the source side: none | spacy | file | synthetic")
     s.add_argument("--spacy-pipeline", default="en_core_web_sm", help="spaCy pipeline package (parser spacy)")
     s.add_argument("--spacy-processes", type=int, default=1, help="spaCy worker processes")
@@ -210,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("config")
     s.add_argument("overrides", nargs="*", help="section.key=value, e.g. train.max_updates=1000")
     s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--allow-config-change", action="store_true",
+                   help="resume even though the config differs from the saved one in more than budget, logging, "
+                        "threads and device (the differing keys are printed)")
     s.set_defaults(func=cmd_train)
 
     s = sub.add_parser("translate", help="translate text with a checkpoint")
@@ -224,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--nbest", type=int)
     s.add_argument("--batch-size", type=int)
     s.add_argument("--greedy", action="store_true")
+    s.add_argument("--too-long", choices=["empty", "truncate"], default="empty",
+                   help="a line longer than the model's positions: empty output (default) or translate its beginning; "
+                        "either way its line number is reported")
     s.add_argument("--parse-dependency", help="pre-parsed input (CoNLL-U) for models prepared with parser 'file'")
     s.add_argument("--parse-constituency", help="pre-parsed input (PTB) for models prepared with parser 'file'")
     s.add_argument("--device", default="auto")
@@ -284,6 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # anywhere on the line: show tracebacks of user errors too
+    argv = [a for a in argv if a != "--debug"]
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # argparse cannot put `key=value` overrides after an option that follows the positional
@@ -293,13 +332,11 @@ def main(argv: list[str] | None = None) -> int:
             args.overrides = list(args.overrides or []) + extra
         else:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    from .data.corpus import CorpusError
-    from .syntax.io import TreeFormatError
-    from .syntax.parsers import ParserError
-
     try:
         return args.func(args) or 0
-    except (ConfigError, CorpusError, FileNotFoundError, ParserError, TreeFormatError) as err:
+    except (UserError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as err:
+        if debug:
+            raise
         return _err(str(err))
     except KeyboardInterrupt:
         return _err("interrupted")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,10 +27,11 @@ from typing import Any
 
 import yaml
 
+from .errors import UserError
 from .syntax.batching import StructureSpec
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A user-facing configuration error (one sentence naming the place and the fix)."""
 
 
@@ -216,7 +218,77 @@ def to_dict(cfg: Any) -> Any:
 
 
 def from_dict(data: dict, where: str = "config") -> Config:
-    return _build(Config, data, where)
+    cfg = _build(Config, data, where)
+    validate(cfg, where)
+    return cfg
+
+
+# --------------------------------------------------------------------------- values
+
+
+def _need(ok: bool, where: str, key: str, value: Any, rule: str) -> None:
+    if not ok:
+        raise ConfigError(f"{where}: {key}={value!r} {rule}.")
+
+
+def _finite(x: float) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def validate_decode(d: DecodeConfig, where: str = "config") -> None:
+    """Reject decoding settings that cannot work (raises :class:`ConfigError`)."""
+    _need(d.beam >= 1, where, "decode.beam", d.beam, "must be at least 1 (1 = greedy)")
+    _need(d.nbest >= 1, where, "decode.nbest", d.nbest, "must be at least 1")
+    _need(d.nbest <= d.beam, where, "decode.nbest", d.nbest,
+          f"cannot exceed decode.beam={d.beam} (a beam of {d.beam} keeps {d.beam} hypotheses); raise the beam")
+    _need(d.batch_size >= 1, where, "decode.batch_size", d.batch_size, "must be at least 1")
+    _need(_finite(d.lenpen), where, "decode.lenpen", d.lenpen, "must be a finite number")
+    _need(_finite(d.max_len_a) and d.max_len_a >= 0, where, "decode.max_len_a", d.max_len_a, "must be >= 0")
+    _need(d.max_len_a > 0 or d.max_len_b >= 1, where, "decode.max_len_b", d.max_len_b,
+          "must be at least 1 when decode.max_len_a is 0 (no output could be produced)")
+
+
+def validate(cfg: Config, where: str = "config") -> None:
+    """Reject values that cannot work, each with one sentence naming the key and the rule.
+
+    Types and unknown keys are checked while building; this checks ranges and
+    relations (``model.heads`` divides ``model.d_model``, a positive learning rate...).
+    Whether a run has a budget at all is checked by the trainer (a config for
+    ``translate`` needs none).
+    """
+    m, t, d = cfg.model, cfg.train, cfg.data
+    _need(m.d_model >= 1 and m.heads >= 1, where, "model.heads", m.heads, "and model.d_model must be positive")
+    _need(m.d_model % m.heads == 0, where, "model.heads", m.heads,
+          f"must divide model.d_model={m.d_model} (each head gets d_model / heads dimensions)")
+    _need(m.ffn_dim >= 1, where, "model.ffn_dim", m.ffn_dim, "must be at least 1")
+    _need(m.encoder_layers >= 1, where, "model.encoder_layers", m.encoder_layers, "must be at least 1")
+    _need(m.decoder_layers >= 1, where, "model.decoder_layers", m.decoder_layers, "must be at least 1")
+    for key in ("dropout", "attention_dropout", "activation_dropout"):
+        value = getattr(m, key)
+        _need(_finite(value) and 0 <= value < 1, where, f"model.{key}", value, "must be in [0, 1)")
+    _need(m.activation in ("relu", "gelu"), where, "model.activation", m.activation, "must be relu or gelu")
+    _need(m.max_positions >= 2, where, "model.max_positions", m.max_positions, "must be at least 2")
+    _need(d.max_tokens >= 1, where, "data.max_tokens", d.max_tokens, "must be at least 1")
+    _need(d.max_sentences >= 0, where, "data.max_sentences", d.max_sentences, "must be >= 0 (0 = no limit)")
+    _need(d.max_len >= 0, where, "data.max_len", d.max_len, "must be >= 0 (0 = no limit)")
+    _need(_finite(t.lr) and t.lr > 0, where, "train.lr", t.lr, "must be a positive number")
+    _need(_finite(t.warmup_init_lr) and t.warmup_init_lr >= 0, where, "train.warmup_init_lr", t.warmup_init_lr,
+          "must be >= 0")
+    _need(t.warmup_updates >= 0, where, "train.warmup_updates", t.warmup_updates, "must be >= 0")
+    _need(_finite(t.label_smoothing) and 0 <= t.label_smoothing < 1, where, "train.label_smoothing",
+          t.label_smoothing, "must be in [0, 1)")
+    _need(_finite(t.clip_norm) and t.clip_norm >= 0, where, "train.clip_norm", t.clip_norm, "must be >= 0 (0 = off)")
+    for key in ("update_freq", "save_interval_updates", "validate_interval_updates", "log_interval", "keep_last"):
+        value = getattr(t, key)
+        _need(value >= 1, where, f"train.{key}", value, "must be at least 1")
+    for key in ("max_updates", "max_epochs", "max_target_tokens", "patience", "threads"):
+        value = getattr(t, key)
+        _need(value >= 0, where, f"train.{key}", value, "must be >= 0 (0 = no limit)")
+    _need(_finite(t.max_time_minutes) and t.max_time_minutes >= 0, where, "train.max_time_minutes",
+          t.max_time_minutes, "must be >= 0 (0 = no limit)")
+    _need(t.early_stop_metric in ("loss", "bleu"), where, "train.early_stop_metric", t.early_stop_metric,
+          "must be loss or bleu")
+    validate_decode(cfg.decode, where)
 
 
 def apply_overrides(data: dict, overrides: list[str], where: str = "command line") -> dict:

@@ -353,24 +353,23 @@ def _mlp(d: int, mc: MLPConfig, n_out: int) -> nn.Module:
 
 def load_frozen(checkpoint: str, data_dir: str = ""):
     """(model, sp, label_ids, structure specs, model config dict) of an NMT checkpoint."""
-    from ..data.vocab import Vocab
     from ..models import build_model
+    from ..train.checkpoint import checkpoint_vocabs, load_checkpoint, load_model_state
 
-    if not Path(checkpoint).exists():
-        raise ConfigError(f"checkpoint {checkpoint} not found; train a model first (see docs/probing.md).")
-    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    state = load_checkpoint(checkpoint)
     saved = copy.deepcopy(state["config"])
     if saved.get("data", {}).get("structures") == []:  # older checkpoints saved an empty list
         saved["data"]["structures"] = {}
     cfg = from_dict(saved, where=f"{checkpoint} (saved config)")
-    root = Path(data_dir or cfg.data.path)
-    vocab = Vocab(root / state["vocab"]["src"])
-    model = build_model(cfg.model, len(vocab), len(vocab) if state["vocab"]["src"] == state["vocab"]["tgt"]
-                        else len(Vocab(root / state["vocab"]["tgt"])))
-    model.load_state_dict(state["model"])
+    vocab, tgt_vocab = checkpoint_vocabs(state, checkpoint, data_dir or None)
+    model = build_model(cfg.model, len(vocab), len(tgt_vocab))
+    load_model_state(model, state, checkpoint)
     specs = {**cfg.data.structures, **model.required_structures()}
     label_ids: dict[str, int] = {}
-    if specs and (root / "manifest.json").exists():
+    root = Path(data_dir or cfg.data.path)
+    if specs and state.get("data_syntax"):
+        label_ids = {x: i for i, x in enumerate(state["data_syntax"].get("labels") or [])}
+    elif specs and (root / "manifest.json").exists():
         manifest = json.loads((root / "manifest.json").read_text())
         label_ids = {x: i for i, x in enumerate((manifest.get("syntax") or {}).get("labels", []))}
     return model, vocab.sp, label_ids, specs, to_dict(cfg.model)

@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import UserError
 
-class CorpusError(ValueError):
+
+class CorpusError(UserError, ValueError):
     """A user-facing data error: one sentence naming the file, the line and the fix."""
 
 
@@ -47,9 +50,11 @@ class PairStats:
 
 
 def resolve(prefix: str | Path, lang: str) -> Path:
-    """``{prefix}.{lang}`` or ``{prefix}.{lang}.gz``, whichever exists."""
+    """``{prefix}.{lang}`` or ``{prefix}.{lang}.gz``, whichever exists (both: an error)."""
     plain = Path(f"{prefix}.{lang}")
     gz = Path(f"{prefix}.{lang}.gz")
+    if plain.exists() and gz.exists():
+        raise CorpusError(f"{plain} and {gz.name} both exist; it is unclear which to read: remove or rename one.")
     if plain.exists():
         return plain
     if gz.exists():
@@ -57,33 +62,61 @@ def resolve(prefix: str | Path, lang: str) -> Path:
     raise CorpusError(f"{plain}: file not found (nor {gz.name}); check --{{train,valid,test}}pref and the language codes.")
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
 def _open_binary(path: Path):
+    """The file opened for binary reading, decompressed when its bytes are gzip."""
     if not path.exists():
         raise CorpusError(f"{path}: file not found; check the path.")
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    if path.is_dir():
+        raise CorpusError(f"{path}: is a directory, not a text file; give the file's path.")
+    with open(path, "rb") as probe:
+        is_gzip = probe.read(2) == _GZIP_MAGIC
+    if is_gzip:
+        return gzip.open(path, "rb")
+    if path.suffix == ".gz":
+        raise CorpusError(f"{path}: named .gz but not gzip-compressed; rename it without .gz or compress it with gzip.")
+    return open(path, "rb")
+
+
+def _utf8_error(path: Path, lineno: int, raw: bytes, err: UnicodeDecodeError) -> CorpusError:
+    column = len(raw[: err.start].decode("utf-8", errors="replace")) + 1
+    return CorpusError(
+        f"{path} line {lineno} column {column}: invalid UTF-8 (byte 0x{raw[err.start]:02x}); re-encode the file "
+        "as UTF-8 (e.g. iconv -f latin1 -t utf-8)."
+    )
 
 
 def read_lines(path: str | Path) -> Iterator[str]:
     """Yield the lines of a text file (plain or gzip) without the line ending.
 
-    Raises :class:`CorpusError` on invalid UTF-8, naming the file and line.
+    Only ``\\n`` ends a line (``\\r``, ``\\u2028``, ``\\x0b``... stay inside it, so that
+    parallel files stay aligned); a trailing ``\\r`` is removed. Gzip is recognised by
+    its magic bytes. Raises :class:`CorpusError` naming the file (and the line and
+    column) on invalid UTF-8, on truncated or corrupt gzip data, and on a file named
+    ``.gz`` that is not gzip.
     """
     path = Path(path)
+    lineno = 0
     with _open_binary(path) as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise CorpusError(
-                    f"{path} line {lineno}: invalid UTF-8 (byte {err.start}); re-encode the file as UTF-8 "
-                    "(e.g. iconv -f latin1 -t utf-8)."
-                ) from None
-            yield text.rstrip("\r\n")
+        try:
+            for raw in f:
+                lineno += 1
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise _utf8_error(path, lineno, raw, err) from None
+                yield text.rstrip("\r\n")
+        except (EOFError, OSError, zlib.error) as err:
+            raise CorpusError(
+                f"{path} after line {lineno}: the gzip data is truncated or corrupt ({err}); re-download or "
+                "re-compress the file."
+            ) from None
 
 
 def count_lines(path: str | Path) -> int:
-    with _open_binary(Path(path)) as f:
-        return sum(1 for _ in f)
+    return sum(1 for _ in read_lines(path))
 
 
 def read_pairs(src_path: str | Path, tgt_path: str | Path, stats: PairStats) -> Iterator[tuple[int, str, str]]:

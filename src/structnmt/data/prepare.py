@@ -25,12 +25,26 @@ encode), encoded in chunks and appended to the ``.bin`` files, so a corpus of mi
 of pairs never sits in memory. Re-running with the same config on inputs with the same
 SHA-256 reuses the directory; a changed input or config is detected and the dataset
 is rebuilt (and the reason printed).
+
+Over-long pairs (more than ``max_len`` pieces on either side) are dropped from the
+training split. In valid/test splits they are kept with their pieces cut to
+``max_len`` (``eval_too_long="truncate"``, the default: the raw text stays whole, so
+BLEU is computed on every reference; a pair whose parsed source is too long is dropped,
+since its trees cover the whole sentence) or dropped (``"drop"``); both are counted.
+
+The destination directory is never a place to lose files: ``prepare`` builds in a new
+hidden directory beside it and then moves its files in. It replaces only files it
+wrote itself (the manifest lists them under ``files``), refuses a non-empty directory
+that is not a prepared dataset (no ``manifest.json``), a path that is a file, and a
+new file whose name is taken by a file it did not write.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import tempfile
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -60,6 +74,7 @@ class PrepareConfig:
     tgt_vocab_size: int = 0  # separate vocabularies only; 0 = same as vocab_size
     model_type: str = "bpe"  # bpe | unigram
     max_len: int = 256  # pieces per side; longer training pairs are dropped and counted
+    eval_too_long: str = "truncate"  # valid/test pairs over max_len: truncate | drop (both counted)
     spm_max_sentences: int = 2_000_000
     chunk: int = 10000
     parser: ParserConfig = field(default_factory=ParserConfig)
@@ -130,23 +145,33 @@ def _chunks(pairs: Iterator[tuple[int, str, str]], size: int) -> Iterator[list[t
 def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, log=print) -> dict:
     """Build (or reuse) the dataset in ``out_dir``; returns the manifest."""
     out = Path(out_dir)
+    if cfg.eval_too_long not in ("truncate", "drop"):
+        raise CorpusError(f"eval_too_long={cfg.eval_too_long!r}: choose truncate or drop.")
+    old = existing_manifest(out)  # refuses a destination that is not ours before any work
     splits = _split_files(cfg)
     backend = build_parser(cfg.parser)  # fails early on an unknown parser or a missing pipeline
     digests = {str(p): file_digest(p) for pair in splits.values() for p in pair}
     key = _manifest_key(cfg, digests)
-    manifest_path = out / "manifest.json"
-    if manifest_path.exists():
-        old = json.loads(manifest_path.read_text())
-        if {k: old.get(k) for k in key} == key:
+    if old is not None:
+        if {k: old.get(k) for k in key} == key and not old.get("installing"):
             log(f"prepare: {out} is up to date with its inputs; reusing it.")
             return old
         changed = [p for p in digests if old.get("inputs", {}).get(p) != digests[p]]
         reason = f"inputs changed: {', '.join(changed)}" if changed else "the prepare config changed"
         log(f"prepare: {out} is stale ({reason}); rebuilding.")
-    tmp = out.with_name(out.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.prepare-", dir=out.parent))
+    try:
+        manifest = _build(cfg, splits, backend, key, tmp, progress=progress, log=log)
+        _install(tmp, out, old)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return manifest
+
+
+def _build(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, progress: bool, log) -> dict:
+    """Train the vocabularies and encode every split into the empty directory ``tmp``."""
     t0 = time.time()
 
     # 1. SentencePiece on a bounded sample of the training stream
@@ -210,6 +235,7 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
     counts = {}
     for split, (sp, tp) in splits.items():
         stats = PairStats()
+        truncated = 0
         unaligned: list[int] = []
         merged_words = 0
         if parsing:
@@ -244,9 +270,17 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
                 else:
                     src_ids = vocabs["src"].encode([c[1] for c in chunk])
                 enc = {"src": src_ids, "tgt": vocabs["tgt"].encode([c[2] for c in chunk])}
-                keep = [i for i in range(len(chunk))
-                        if split != "train" or (len(enc["src"][i]) <= cfg.max_len and len(enc["tgt"][i]) <= cfg.max_len)]
-                stats.too_long += len(chunk) - len(keep)
+                keep = []
+                for i in range(len(chunk)):
+                    src_long, tgt_long = len(enc["src"][i]) > cfg.max_len, len(enc["tgt"][i]) > cfg.max_len
+                    if not (src_long or tgt_long):
+                        keep.append(i)
+                    elif split == "train" or cfg.eval_too_long == "drop" or (src_long and parsing):
+                        stats.too_long += 1
+                    else:  # valid/test: keep the pair, cut its pieces (the raw text stays whole)
+                        enc["src"][i], enc["tgt"][i] = enc["src"][i][: cfg.max_len], enc["tgt"][i][: cfg.max_len]
+                        truncated += 1
+                        keep.append(i)
                 if parsing:
                     aligned_keep = []
                     for i in keep:
@@ -294,13 +328,12 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
             if bar is not None:
                 bar.close()
         if stats.kept == 0:
-            shutil.rmtree(tmp)
             raise CorpusError(
                 f"{sp} / {tp}: no usable sentence pairs ({stats.lines} lines, {stats.empty} empty, "
                 f"{stats.too_long} too long); check the files or raise max_len."
             )
-        counts[split] = {**stats.as_dict(), "src_tokens": n_tok["src"], "tgt_tokens": n_tok["tgt"],
-                         "src_file": str(sp), "tgt_file": str(tp)}
+        counts[split] = {**stats.as_dict(), "truncated_too_long": truncated, "src_tokens": n_tok["src"],
+                         "tgt_tokens": n_tok["tgt"], "src_file": str(sp), "tgt_file": str(tp)}
         if parsing:
             counts[split].update(dropped_unaligned=len(unaligned), first_unaligned_lines=unaligned[:10],
                                  merged_words=merged_words)
@@ -310,6 +343,9 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
         if stats.empty or stats.too_long:
             log(f"prepare {split}: dropped {stats.empty} empty pairs (first lines {stats.empty_examples}) "
                 f"and {stats.too_long} pairs longer than {cfg.max_len} pieces, of {stats.lines}.")
+        if truncated:
+            log(f"prepare {split}: kept {truncated} pairs longer than {cfg.max_len} pieces with their pieces cut to "
+                f"{cfg.max_len} (their text stays whole for BLEU; --eval-too-long drop drops them).")
 
     manifest = {
         **key,
@@ -319,11 +355,73 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
         "syntax": {"parser": cfg.parser.name, "labels": sorted(labels)} if parsing else None,
         "seconds": round(time.time() - t0, 2),
     }
+    manifest["files"] = sorted([p.name for p in tmp.iterdir()] + ["manifest.json"])
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
     return manifest
+
+
+def existing_manifest(out: Path) -> dict | None:
+    """The manifest of the prepared dataset in ``out``, None when ``out`` is new or
+    empty; :class:`CorpusError` when ``out`` is a file or a directory of other files."""
+    if out.exists() and not out.is_dir():
+        raise CorpusError(f"--destdir {out}: is a file; give a directory (new, empty, or prepared before).")
+    if not out.is_dir() or not any(out.iterdir()):
+        return None
+    path = out / "manifest.json"
+    if not path.is_file():
+        raise CorpusError(f"--destdir {out}: holds files but no manifest.json, so it is not a dataset prepared by "
+                          "structnmt; give a new or empty directory (prepare never replaces files it did not write).")
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        old = None
+    if not isinstance(old, dict) or "counts" not in old or "vocab" not in old:
+        raise CorpusError(f"--destdir {out}: its manifest.json is not one written by structnmt prepare; give a new "
+                          "or empty directory.")
+    return old
+
+
+_SPLIT_FILES = ("src.bin", "src.idx", "tgt.bin", "tgt.idx", "lines", "ref.txt", "src.txt", "src.wop.bin",
+                "src.trees.bin", "src.trees.idx")
+
+
+def _owned_files(manifest: dict) -> set[str]:
+    """Names of the files a prepared directory's build wrote; manifests older than the
+    ``files`` entry get the names of the layout (module docstring), exactly."""
+    if "files" in manifest:
+        return set(manifest["files"])
+    return {"manifest.json", *(f"{stem}.{ext}" for stem in ("spm", "spm.src", "spm.tgt") for ext in ("model", "vocab")),
+            *(f"{split}.{name}" for split in manifest.get("counts", {}) for name in _SPLIT_FILES)}
+
+
+def _install(tmp: Path, out: Path, old: dict | None) -> None:
+    """Move the new build from ``tmp`` into ``out``, replacing only what the old build wrote.
+
+    The manifest goes last; while files move, ``out``'s manifest lists the old and the
+    new files and says ``installing``, so an interrupted install is rebuilt next time
+    and every file in it stays known as ours.
+    """
+    if old is None:
+        out.mkdir(parents=True, exist_ok=True)
+        old_files: set[str] = set()
+    else:
+        owned = _owned_files(old)
+        old_files = {p.name for p in out.iterdir() if p.name in owned}
+    new_files = sorted(p.name for p in tmp.iterdir())
+    foreign = [name for name in new_files if (out / name).exists() and name not in old_files]
+    if foreign:
+        raise CorpusError(f"--destdir {out}: holds {', '.join(foreign[:5])}, which prepare did not write and would "
+                          "replace; move it away or give another directory.")
+    if old is not None:
+        marker = {**old, "installing": True, "files": sorted(old_files | set(new_files))}
+        (tmp / ".installing.json").write_text(json.dumps(marker, indent=2))
+        os.replace(tmp / ".installing.json", out / "manifest.json")
+    for name in set(old_files) - set(new_files):
+        (out / name).unlink(missing_ok=True)
+    for name in new_files:
+        if name != "manifest.json":
+            os.replace(tmp / name, out / name)
+    os.replace(tmp / "manifest.json", out / "manifest.json")
 
 
 def _parsed_for_line(stream, lineno: int) -> Parsed:

@@ -6,6 +6,7 @@ beam search never need to ask which id is which.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -17,10 +18,24 @@ PAD, UNK, BOS, EOS = 0, 1, 2, 3
 class Vocab:
     """A trained SentencePiece model: text <-> piece ids."""
 
-    def __init__(self, model_path: str | Path):
-        self.path = Path(model_path)
-        self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+    def __init__(self, model_path: str | Path | None = None, *, proto: bytes | None = None):
+        """From a ``.model`` file, or from the bytes of one (``proto``, as a checkpoint keeps it)."""
+        self.path = Path(model_path) if model_path is not None else None
+        if proto is not None:
+            self.sp = spm.SentencePieceProcessor(model_proto=proto)
+        else:
+            self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
         assert self.sp.pad_id() == PAD and self.sp.eos_id() == EOS, "vocabulary built with other special ids"
+
+    @property
+    def proto(self) -> bytes:
+        """The serialized SentencePiece model (the bytes of its ``.model`` file)."""
+        return self.sp.serialized_model_proto()
+
+    @property
+    def sha256(self) -> str:
+        """Identity of the pieces: SHA-256 of the serialized model."""
+        return hashlib.sha256(self.proto).hexdigest()
 
     def __len__(self) -> int:
         return self.sp.get_piece_size()

@@ -1,4 +1,10 @@
-"""Translate raw text with a trained checkpoint: encode, batch by length, search, detokenise."""
+"""Translate raw text with a trained checkpoint: encode, batch by length, search, detokenise.
+
+A source longer than the model's positions (``model.max_positions``, EOS included)
+cannot be encoded. It does not stop the others: by default it gets an empty
+translation; with ``too_long="truncate"`` its first ``max_positions - 1`` pieces are
+translated. Either way :attr:`Translator.too_long` lists its 1-based line number.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +17,10 @@ import torch
 
 from ..config import Config, DecodeConfig, from_dict
 from ..data.dataset import encode_sources, pad_sources
-from ..data.vocab import Vocab
+from ..data.vocab import EOS
+from ..errors import CheckpointError, UserError
 from ..models import build_model
+from ..train.checkpoint import checkpoint_vocabs, load_checkpoint, load_model_state
 from .beam import beam_search, greedy_search
 
 
@@ -45,11 +53,13 @@ def translate_ids(
 ) -> list[list]:
     """Piece-id sources (with EOS) -> per sentence the n-best :class:`Hypothesis` list, in input order.
 
+    A source longer than ``max_positions`` is not decoded: its list is empty.
+
     ``structures_for(indices, S)`` builds the structure tensors of the sentences
     ``indices`` padded to length ``S``, for mechanisms that need them.
     """
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    results: list[list] = [[] for _ in sources]
+    order = sorted((i for i in range(len(sources)) if len(sources[i]) <= max_positions), key=lambda i: len(sources[i]))
+    results: list[list] = [[] for _ in sources]  # a source longer than max_positions keeps []
     bar = None
     if progress:
         from tqdm import tqdm
@@ -81,18 +91,20 @@ class Translator:
     """
 
     def __init__(self, checkpoint: str | Path, *, data_dir: str | Path | None = None, device: str = "auto",
-                 parser_overrides: dict | None = None):
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+                 parser_overrides: dict | None = None, too_long: str = "empty"):
+        if too_long not in ("empty", "truncate"):
+            raise ValueError(f"too_long must be 'empty' or 'truncate', not {too_long!r}")
+        self.too_long_policy = too_long
+        self.too_long: list[int] = []  # 1-based numbers of the input lines over max_positions (last call)
+        state = load_checkpoint(checkpoint)
         self.cfg: Config = from_dict(state["config"], where=f"{checkpoint} (saved config)")
-        root = Path(data_dir or self.cfg.data.path)
-        vocab = state["vocab"]
-        self.src_vocab = Vocab(root / vocab["src"])
-        self.tgt_vocab = self.src_vocab if vocab["src"] == vocab["tgt"] else Vocab(root / vocab["tgt"])
+        # the checkpoint's own vocabularies; a --data directory must hold the same ones
+        self.src_vocab, self.tgt_vocab = checkpoint_vocabs(state, checkpoint, data_dir)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
         self.model = build_model(self.cfg.model, len(self.src_vocab), len(self.tgt_vocab))
-        self.model.load_state_dict(state["model"])
+        load_model_state(self.model, state, checkpoint)
         self.model.to(self.device).eval()
         self.parser_cfg = None
         self.label_ids: dict[str, int] = {}
@@ -101,12 +113,22 @@ class Translator:
             from ..config import _build
             from ..syntax.parsers import ParserConfig
 
-            manifest = json.loads((root / "manifest.json").read_text())
-            saved = {**manifest["config"].get("parser", {}), **(parser_overrides or {})}
-            parser_cfg = _build(ParserConfig, saved, f"{root}/manifest.json parser")
+            syntax = state.get("data_syntax")
+            where = f"{checkpoint} (data_syntax)"
+            if syntax is None:  # older checkpoints: the dataset's manifest
+                root = Path(data_dir or self.cfg.data.path)
+                if not (root / "manifest.json").is_file():
+                    raise CheckpointError(f"{checkpoint}: its parser settings are in {root}/manifest.json, which "
+                                          "does not exist; pass --data DIR, the dataset it was trained on.")
+                manifest = json.loads((root / "manifest.json").read_text())
+                syntax = {"parser": manifest["config"].get("parser", {}),
+                          "labels": (manifest.get("syntax") or {}).get("labels", [])}
+                where = f"{root}/manifest.json parser"
+            saved = {**(syntax.get("parser") or {}), **(parser_overrides or {})}
+            parser_cfg = _build(ParserConfig, saved, where)
             # without a parser, tree-free features take their words from the pieces
             self.parser_cfg = parser_cfg if parser_cfg.name != "none" else None
-            self.label_ids = {x: i for i, x in enumerate((manifest.get("syntax") or {}).get("labels", []))}
+            self.label_ids = {x: i for i, x in enumerate(syntax.get("labels") or [])}
 
     def _parse(self, texts: list[str]):
         """((dependency, constituency), word_of_piece) of every (non-empty, stripped) text.
@@ -142,6 +164,13 @@ class Translator:
         keep = [i for i, line in enumerate(lines) if line.strip()]
         texts = [lines[i].strip() for i in keep]
         sources = encode_sources(self.src_vocab, texts)
+        limit = self.cfg.model.max_positions
+        self.too_long = [keep[j] + 1 for j, s in enumerate(sources) if len(s) > limit]
+        if self.too_long and self.too_long_policy == "truncate":
+            if self.structures:
+                raise UserError(f"line {self.too_long[0]}: cannot be truncated for a model that reads parses (the "
+                                "parse covers the whole sentence); drop --too-long truncate to give it an empty output.")
+            sources = [s if len(s) <= limit else s[: limit - 1] + [EOS] for s in sources]
         structures_for = None
         if self.structures:
             from ..syntax.batching import build_structures

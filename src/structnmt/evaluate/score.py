@@ -20,7 +20,6 @@ convention).
 
 from __future__ import annotations
 
-import gzip
 import math
 import os
 from collections.abc import Iterable, Sequence
@@ -37,8 +36,6 @@ __all__ = [
     "format_report",
     "moses_lc_tokenize",
 ]
-
-_GZIP_MAGIC = b"\x1f\x8b"
 
 #: Metric keys accepted by :func:`corpus_scores` / :func:`paired_bootstrap`.
 _METRIC_ALIASES = {
@@ -79,44 +76,16 @@ class Score:
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """Read a UTF-8 text file (optionally gzip-compressed) into a list of lines.
+    """The lines of a UTF-8 text file (plain or gzip) without their line endings.
 
-    Gzip input is detected by a ``.gz`` suffix or by the gzip magic bytes.
-    Only ``"\\n"`` (and a ``"\\r"`` right before it) terminate a line; other
-    Unicode line separators are kept inside the line, so the line count
-    matches ``wc -l`` style counting of parallel files. Line terminators are
-    removed, all other whitespace is kept.
-
-    Args:
-        path: File to read.
-
-    Returns:
-        The lines, without their line terminators.
-
-    Raises:
-        ValueError: If a line is not valid UTF-8; the message names the file
-            and the (1-based) line number.
-        FileNotFoundError: If ``path`` does not exist.
+    :func:`structnmt.data.corpus.read_lines` as a list: only ``"\\n"`` ends a line,
+    and a bad file (missing, invalid UTF-8, truncated gzip) raises
+    :class:`~structnmt.data.corpus.CorpusError` (a ``ValueError``) naming the file, the
+    line and the column.
     """
-    path = Path(path)
-    with open(path, "rb") as probe:
-        is_gzip = path.suffix == ".gz" or probe.read(2) == _GZIP_MAGIC
-    opener = gzip.open if is_gzip else open
-    lines: list[str] = []
-    with opener(path, "rb") as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            if raw.endswith(b"\n"):
-                raw = raw[:-1]
-                if raw.endswith(b"\r"):
-                    raw = raw[:-1]
-            try:
-                lines.append(raw.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                raise ValueError(
-                    f"{path}: line {lineno} is not valid UTF-8 "
-                    f"(byte {raw[exc.start : exc.start + 1]!r} at column {exc.start + 1})"
-                ) from exc
-    return lines
+    from ..data.corpus import read_lines as stream_lines
+
+    return list(stream_lines(path))
 
 
 # --------------------------------------------------------------------------

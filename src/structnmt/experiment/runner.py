@@ -131,9 +131,10 @@ def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, src: list[str], 
     from ..decode.translate import Translator
     from ..evaluate.score import corpus_scores
     from ..train.average import average_checkpoints, last_checkpoints
+    from ..train.checkpoint import load_checkpoint
 
     ev = grid.evaluate
-    last = torch.load(run_dir / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    last = load_checkpoint(run_dir / "checkpoint_last.pt")
     run = last["run"]
     n_params = int(last["n_params"])
     paths = last_checkpoints(run_dir, ev.average_last)
@@ -291,9 +292,9 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
     def train(item: tuple[str, int, Path, str]) -> tuple[int, float]:
         _, _, run_dir, tag = item
         if (run_dir / "checkpoint_last.pt").exists():
-            import torch
+            from ..train.checkpoint import load_checkpoint
 
-            at = torch.load(run_dir / "checkpoint_last.pt", map_location="cpu", weights_only=False)["run"]["num_updates"]
+            at = load_checkpoint(run_dir / "checkpoint_last.pt")["run"]["num_updates"]
             say(f"{tag}: resuming training from update {at} ({run_dir}).")
         else:
             say(f"{tag}: training started ({run_dir}).")

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from structnmt.errors import UserError
 from structnmt.syntax.trees import ConstituencyTree, DependencyTree, Node
 
 __all__ = [
@@ -45,7 +46,7 @@ __all__ = [
 ]
 
 
-class TreeFormatError(ValueError):
+class TreeFormatError(UserError, ValueError):
     """Malformed tree input. ``path`` and ``line`` (1-based) locate the problem."""
 
     def __init__(self, path: str, line: int, problem: str, fix: str) -> None:

@@ -30,10 +30,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import UserError
 from .trees import ConstituencyTree, DependencyTree
 
 
-class ParserError(ValueError):
+class ParserError(UserError, ValueError):
     """A user-facing parser configuration or input error."""
 
 

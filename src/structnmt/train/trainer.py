@@ -16,6 +16,13 @@ resuming from ``checkpoint_last.pt`` reproduces the uninterrupted run exactly.
 
 A NaN or infinite loss or gradient skips the update and is counted; more than
 ``max_consecutive_nonfinite`` in a row stop the run with :class:`TrainingError`.
+
+Safety: a run holds a lock on its save_dir (:mod:`structnmt.train.lock`), so a second
+process on the same directory is refused; a resume must keep the saved config except
+budget, logging, threads and device (``allow_config_change`` lifts that) and the
+vocabulary (checked by the SentencePiece model's hash); an unreadable
+``checkpoint_last.pt`` falls back to the newest readable numbered checkpoint
+(:mod:`structnmt.train.checkpoint`). A run without any budget is refused.
 """
 
 from __future__ import annotations
@@ -35,12 +42,21 @@ import torch.distributed as dist
 
 from ..config import Config, to_dict
 from ..data.dataset import EpochBatchIterator, PreparedDataset, collate, make_batches
+from ..errors import UserError
 from ..models import build_model
+from .checkpoint import (
+    check_same_vocab,
+    load_model_state,
+    remove_stale_temporaries,
+    resume_state,
+    vocab_entry,
+)
+from .lock import SaveDirLock, config_changes
 from .loss import label_smoothed_nll
 from .schedule import inverse_sqrt_lr
 
 
-class TrainingError(RuntimeError):
+class TrainingError(UserError, RuntimeError):
     """The run cannot continue (e.g. repeated non-finite losses)."""
 
 
@@ -130,11 +146,47 @@ class MetricsLog:
 # --------------------------------------------------------------------------- trainer
 
 
+def budget_text(tc) -> str:
+    """The run's budget in words ("8,000 updates or 3 minutes, whichever comes first");
+    :class:`TrainingError` when there is none."""
+    parts = [f"{tc.max_updates:,} updates" if tc.max_updates else "",
+             f"{tc.max_epochs:,} epochs" if tc.max_epochs else "",
+             f"{tc.max_time_minutes:g} minutes" if tc.max_time_minutes else "",
+             f"{tc.max_target_tokens:,} target tokens" if tc.max_target_tokens else ""]
+    parts = [p for p in parts if p]
+    if not parts:
+        raise TrainingError("the run has no budget (train.max_updates, max_epochs, max_time_minutes and "
+                            "max_target_tokens are all 0) and would train forever; set one, e.g. "
+                            "train.max_updates=8000.")
+    text = " or ".join(parts) + (", whichever comes first" if len(parts) > 1 else "")
+    return text + (f"; early stop after {tc.patience} validations without improvement" if tc.patience else "")
+
+
+def budget_fraction(tc, state: RunState, elapsed: float, epoch_fraction: float) -> float:
+    """How far the run is through its budget, in [0, 1]: the largest fraction over the
+    budgets that are set (the one that binds first), for the progress bar.
+
+    ``elapsed`` is the training wall-clock in seconds, ``epoch_fraction`` the share of
+    the current epoch's batches consumed."""
+    fractions = [0.0]
+    if tc.max_updates:
+        fractions.append(state.num_updates / tc.max_updates)
+    if tc.max_epochs:
+        fractions.append((state.epoch - 1 + epoch_fraction) / tc.max_epochs)
+    if tc.max_time_minutes:
+        fractions.append(elapsed / (tc.max_time_minutes * 60))
+    if tc.max_target_tokens:
+        fractions.append(state.tgt_tokens / tc.max_target_tokens)
+    return min(1.0, max(fractions))
+
+
 class Trainer:
-    def __init__(self, cfg: Config, *, log=print):
+    def __init__(self, cfg: Config, *, log=print, allow_config_change: bool = False):
         self.cfg = cfg
         self.log = log
         tc = cfg.train
+        self.budget = budget_text(tc)
+        self.allow_config_change = allow_config_change
         self.distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
         if self.distributed and not dist.is_initialized():
             backend = "nccl" if torch.cuda.is_available() and tc.device != "cpu" else "gloo"
@@ -149,8 +201,26 @@ class Trainer:
         if tc.threads > 0:
             torch.set_num_threads(tc.threads)
         self.save_dir = Path(tc.save_dir)
+        if self.save_dir.exists() and not self.save_dir.is_dir():
+            raise TrainingError(f"train.save_dir={self.save_dir} is a file; give a directory.")
+        self.lock = None
         if self.is_main:
             self.save_dir.mkdir(parents=True, exist_ok=True)
+            self.lock = SaveDirLock(self.save_dir, log)
+            remove_stale_temporaries(self.save_dir, log)
+        try:
+            self._setup(cfg, log)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Release the save_dir's lock (the run is over)."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def _setup(self, cfg: Config, log) -> None:
+        tc = cfg.train
 
         random.seed(tc.seed)
         np.random.seed(tc.seed)
@@ -160,16 +230,34 @@ class Trainer:
         cache = cfg.data.structure_cache_mb
         self.train_split = self.data.split("train", structure_cache_mb=cache)
         self.valid_split = self.data.split("valid", structure_cache_mb=cache) if "valid" in self.data.splits else None
+        # a pair (with EOS or BOS) must fit the model's positions as well as data.max_len
+        positions = cfg.model.max_positions
+        self.max_len = min(cfg.data.max_len, positions) if cfg.data.max_len else positions
+        limit = (f"data.max_len={cfg.data.max_len}" if self.max_len == cfg.data.max_len
+                 else f"model.max_positions={positions}")
         batches, filtered = make_batches(
             self.train_split.src_lens, self.train_split.tgt_lens, max_tokens=cfg.data.max_tokens,
-            max_sentences=cfg.data.max_sentences, max_len=cfg.data.max_len, seed=tc.seed)
+            max_sentences=cfg.data.max_sentences, max_len=self.max_len, seed=tc.seed)
         if filtered and self.is_main:
-            log(f"train: filtered {filtered} of {len(self.train_split)} pairs longer than data.max_len={cfg.data.max_len}.")
+            log(f"train: filtered {filtered} of {len(self.train_split)} pairs longer than {limit}.")
+        if not batches:
+            raise TrainingError(f"{cfg.data.path}: every training pair is longer than {limit}; raise it.")
         self.filtered = filtered
+        self.valid_batches: list[np.ndarray] = []
+        if self.valid_split is not None:
+            self.valid_batches, valid_long = make_batches(
+                self.valid_split.src_lens, self.valid_split.tgt_lens, max_tokens=cfg.data.max_tokens,
+                max_len=self.max_len, seed=tc.seed)
+            if valid_long and self.is_main:
+                log(f"valid: {valid_long} of {len(self.valid_split)} pairs are longer than {limit} and left out "
+                    "of the validation loss.")
+            if not self.valid_batches:
+                self.valid_split = None
         self.batches = EpochBatchIterator(batches, seed=tc.seed, rank=self.rank, world_size=self.world)
 
         syntax = self.data.manifest.get("syntax") or {}
         self.label_ids = {label: i for i, label in enumerate(syntax.get("labels", []))}
+        self.vocab_models = vocab_entry(self.data.src_vocab, self.data.tgt_vocab)
         self.model = build_model(cfg.model, len(self.data.src_vocab), len(self.data.tgt_vocab)).to(self.device)
         self.n_params = param_count(self.model)
         # what the collator builds: the config's structures plus what the attention asks for
@@ -183,11 +271,12 @@ class Trainer:
         self.metrics = MetricsLog(self.save_dir, tc.tensorboard, self.is_main)
         self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
                          if self.device.type == "cuda" and tc.bf16 else nullcontext())
-        last = self.save_dir / "checkpoint_last.pt"
-        if last.exists():
-            self.load(last)
+        found = resume_state(self.save_dir, log if self.is_main else (lambda _msg: None))
+        if found is not None:
+            path, state = found
+            self.load(state, path)
             if self.is_main:
-                log(f"resumed from {last} at update {self.state.num_updates} (epoch {self.state.epoch}).")
+                log(f"resumed from {path} at update {self.state.num_updates} (epoch {self.state.epoch}).")
 
     # ---------------------------------------------------------------- checkpoints
 
@@ -200,6 +289,9 @@ class Trainer:
             "run": to_dict(self.state),
             "rng": rng_state(),
             "vocab": {"src": files["src"]["file"], "tgt": files["tgt"]["file"]},
+            "vocab_models": self.vocab_models,
+            "data_syntax": {"parser": self.data.manifest["config"].get("parser"),
+                            "labels": list(self.label_ids)} if self.data.manifest.get("syntax") else None,
             "n_params": self.n_params,
         }
 
@@ -234,14 +326,26 @@ class Trainer:
         for old in numbered[: max(0, len(numbered) - self.cfg.train.keep_last)]:
             old.unlink()
 
-    def load(self, path: Path) -> None:
-        st = torch.load(path, map_location="cpu", weights_only=False)
+    def load(self, st: dict, path: Path) -> None:
+        """Resume from checkpoint ``st`` (read from ``path``) after checking that it is this run's."""
         saved_model = st["config"]["model"]
         if saved_model != to_dict(self.cfg.model):
+            changed = config_changes({"model": saved_model}, {"model": to_dict(self.cfg.model)})
             raise TrainingError(
-                f"{path}: its model config differs from this run's; use a new train.save_dir or the same model settings."
+                f"{path}: its model config differs from this run's ({'; '.join(changed[:4])}); use a new "
+                "train.save_dir or the same model settings."
             )
-        self.model.load_state_dict(st["model"])
+        changed = config_changes(st["config"], to_dict(self.cfg))
+        if changed and not self.allow_config_change:
+            raise TrainingError(
+                f"{path}: this run's config differs from the one it would resume ({'; '.join(changed[:6])}"
+                f"{'; ...' if len(changed) > 6 else ''}); use a new train.save_dir, the same settings, or "
+                "--allow-config-change to resume with them."
+            )
+        if changed and self.is_main:
+            self.log(f"resuming with a changed config (--allow-config-change): {'; '.join(changed)}.")
+        check_same_vocab(st, self.data.src_vocab, self.data.tgt_vocab, checkpoint=path, data=self.cfg.data.path)
+        load_model_state(self.model, st, path)
         self.optimizer.load_state_dict(st["optimizer"])
         run = dict(st["run"])
         self.state = RunState(**run)
@@ -319,9 +423,7 @@ class Trainer:
     def valid_loss(self) -> dict:
         self.model.eval()
         split = self.valid_split
-        batches, _ = make_batches(split.src_lens, split.tgt_lens, max_tokens=self.cfg.data.max_tokens,
-                                  seed=self.cfg.train.seed)
-        mine = batches[self.rank :: self.world]
+        mine = self.valid_batches[self.rank :: self.world]
         loss_sum = nll_sum = tokens = 0.0
         for ids in mine:
             b = collate(split, ids, self.structures, self.label_ids).to(self.device)
@@ -411,6 +513,7 @@ class Trainer:
         if self.is_main:
             self.log(f"model: {self.cfg.model.family}, {self.n_params:,} parameters; {len(self.train_split):,} training "
                      f"pairs in {len(self.batches.batches):,} batches; device {self.device}, {self.world} process(es).")
+            self.log(f"budget: {self.budget}.")
             (self.save_dir / "config.yaml").write_text(__import__("yaml").safe_dump(to_dict(self.cfg), sort_keys=False))
         if self.structures:  # structures are data: computed once, before the first update
             t0 = time.time()
@@ -428,8 +531,9 @@ class Trainer:
         if self.is_main and tc.progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=tc.max_updates or None, initial=self.state.num_updates, desc="train", unit=" upd",
-                       mininterval=2.0, dynamic_ncols=True)
+            # progress against whichever budget binds first (updates, epochs, time or tokens)
+            bar = tqdm(total=100.0, desc="train", mininterval=2.0, dynamic_ncols=True,
+                       bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
         seg_start = time.time()
         reason = self._stop_reason(seg_start)
         window_tokens, window_start, window_loss = 0, time.time(), 0.0
@@ -455,7 +559,10 @@ class Trainer:
                         bar.set_postfix(loss=f"{stats['loss']:.3f}", lr=f"{stats['lr']:.2e}",
                                         tok_s=f"{stats['tok_per_s']:.0f}", refresh=False)
                 if bar is not None:
-                    bar.update(1)
+                    elapsed = self.state.train_seconds + time.time() - seg_start
+                    done = 100 * budget_fraction(tc, self.state, elapsed, self.state.batches_done / len(order))
+                    bar.set_postfix_str(f"upd {n}", refresh=False)
+                    bar.update(max(0.0, done - bar.n))
                 reason = self._stop_reason(seg_start)
                 validate_now = self.valid_split is not None and (
                     n % tc.validate_interval_updates == 0 or reason is not None)
@@ -488,10 +595,11 @@ class Trainer:
         return self.state
 
 
-def train(cfg: Config, log=print) -> RunState:
-    trainer = Trainer(cfg, log=log)
+def train(cfg: Config, log=print, *, allow_config_change: bool = False) -> RunState:
+    trainer = Trainer(cfg, log=log, allow_config_change=allow_config_change)
     try:
         return trainer.train()
     finally:
+        trainer.close()
         if trainer.distributed and dist.is_initialized():
             dist.destroy_process_group()

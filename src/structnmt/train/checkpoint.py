@@ -1,0 +1,166 @@
+"""Checkpoints: reading them safely, the vocabularies they carry, what to resume from.
+
+A checkpoint written by ``structnmt train`` (or ``average``) is a dict with the model's
+parameters, its full config (``config``), the run's bookkeeping (``run``) and:
+
+* ``vocab_models``: per side (``src``, ``tgt``) the SentencePiece model's bytes
+  (``proto``), its SHA-256 and its size. A checkpoint therefore translates without the
+  prepared dataset, and a dataset (``translate --data``, or the ``data.path`` of a
+  resumed run) whose pieces differ from the checkpoint's is refused instead of
+  producing wrong output silently;
+* ``data_syntax``: the parser config the training data was prepared with and the
+  constituent labels of its trees, so that new input is parsed the same way.
+
+Checkpoints written before these entries existed still load: their vocabulary is read
+from ``data.path`` (or, when that relative path does not exist from the current
+directory, next to the checkpoint), and a size mismatch is a one-sentence error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..data.vocab import Vocab
+from ..errors import CheckpointError
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """The checkpoint at ``path``; :class:`CheckpointError` naming the file when it is
+    missing, a directory, empty, corrupt or not a structnmt checkpoint."""
+    p = Path(path)
+    if not p.exists():
+        raise CheckpointError(f"{p}: checkpoint not found; check the path (training writes "
+                              "<save_dir>/checkpoint_last.pt).")
+    if p.is_dir():
+        raise CheckpointError(f"{p}: is a directory, not a checkpoint; give a file in it such as "
+                              f"{p / 'checkpoint_last.pt'}.")
+    if p.stat().st_size == 0:
+        raise CheckpointError(f"{p}: is empty (an interrupted save or copy); use another checkpoint.")
+    try:
+        state = torch.load(p, map_location="cpu", weights_only=False)
+    except Exception as err:  # noqa: BLE001 - torch.load raises many kinds on a file that is no checkpoint
+        reason = str(err).strip().splitlines()[0][:120] if str(err).strip() else ""
+        raise CheckpointError(f"{p}: not a readable checkpoint ({type(err).__name__}{': ' + reason if reason else ''}); "
+                              "it is truncated, corrupt or not a torch file: use another checkpoint.") from None
+    if not isinstance(state, dict) or not isinstance(state.get("config"), dict) or "model" not in state:
+        raise CheckpointError(f"{p}: a torch file but not a structnmt checkpoint (it holds no model config); "
+                              "give a checkpoint written by `structnmt train` or `structnmt average`.")
+    return state
+
+
+def vocab_entry(src: Vocab, tgt: Vocab) -> dict:
+    """The ``vocab_models`` entry of a checkpoint (see the module docstring)."""
+    return {side: {"sha256": v.sha256, "size": len(v), "proto": v.proto} for side, v in (("src", src), ("tgt", tgt))}
+
+
+def check_same_vocab(state: dict, src: Vocab, tgt: Vocab, *, checkpoint: str | Path, data: str | Path) -> None:
+    """Refuse vocabularies whose pieces differ from the checkpoint's (a different size
+    included). Checkpoints without ``vocab_models`` are checked by size only."""
+    saved = state.get("vocab_models")
+    for side, v in (("src", src), ("tgt", tgt)):
+        if saved:
+            same = saved[side]["sha256"] == v.sha256
+            have = f"{saved[side]['size']} pieces, sha256 {saved[side]['sha256'][:12]}"
+        else:
+            size = _embedding_rows(state["model"], side)
+            same = size is None or size == len(v)
+            have = f"{size} pieces"
+        if not same:
+            raise CheckpointError(
+                f"{checkpoint}: its {'source' if side == 'src' else 'target'} vocabulary ({have}) is not the one "
+                f"of {data} ({len(v)} pieces, sha256 {v.sha256[:12]}); use the dataset the checkpoint was trained "
+                "on, or a new train.save_dir for this dataset.")
+
+
+def _embedding_rows(model_state: dict, side: str) -> int | None:
+    """Vocabulary size of an older checkpoint, read from its embedding matrix."""
+    keys = ("src_embed.weight", "encoder.embed.weight") if side == "src" else ("tgt_embed.weight", "decoder.embed.weight")
+    for key in keys:
+        if key in model_state:
+            return int(model_state[key].shape[0])
+    return None
+
+
+def checkpoint_vocabs(state: dict, checkpoint: str | Path, data_dir: str | Path | None = None) -> tuple[Vocab, Vocab]:
+    """(source, target) vocabularies of a checkpoint.
+
+    With ``data_dir`` the dataset's vocabularies are used, after checking that they are
+    the checkpoint's. Without it, the vocabularies the checkpoint carries; for older
+    checkpoints, the files named in it under ``data.path``, or next to the checkpoint.
+    """
+    if data_dir is not None:
+        src, tgt = dataset_vocabs(Path(data_dir), state["vocab"])
+        check_same_vocab(state, src, tgt, checkpoint=checkpoint, data=data_dir)
+        return src, tgt
+    saved = state.get("vocab_models")
+    if saved:
+        src = Vocab(proto=saved["src"]["proto"])
+        same = saved["src"]["sha256"] == saved["tgt"]["sha256"]
+        return src, (src if same else Vocab(proto=saved["tgt"]["proto"]))
+    data_path = Path(state["config"].get("data", {}).get("path", "") or ".")
+    ckpt_dir = Path(checkpoint).resolve().parent
+    for root in (data_path, ckpt_dir / data_path, ckpt_dir):
+        if (root / state["vocab"]["src"]).is_file():
+            return dataset_vocabs(root, state["vocab"])
+    raise CheckpointError(
+        f"{checkpoint}: its vocabulary {state['vocab']['src']} is neither in data.path={data_path} (from the current "
+        "directory) nor next to the checkpoint; pass --data DIR, the prepared dataset it was trained on.")
+
+
+def dataset_vocabs(root: Path, files: dict) -> tuple[Vocab, Vocab]:
+    """The vocabularies named ``files`` (``{"src": ..., "tgt": ...}``) in directory ``root``."""
+    for side in ("src", "tgt"):
+        if not (root / files[side]).is_file():
+            raise CheckpointError(f"{root}: has no {files[side]}; give the prepared dataset directory "
+                                  "(the --destdir of `structnmt prepare`).")
+    src = Vocab(root / files["src"])
+    return src, (src if files["src"] == files["tgt"] else Vocab(root / files["tgt"]))
+
+
+def load_model_state(model: torch.nn.Module, state: dict, checkpoint: str | Path) -> None:
+    """``model.load_state_dict`` with a one-sentence error when the shapes do not fit."""
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()
+        detail = next((line.strip() for line in first if "size mismatch" in line or "Missing" in line
+                       or "Unexpected" in line), first[0] if first else "")
+        raise CheckpointError(f"{checkpoint}: its parameters do not fit the model built from its config "
+                              f"({detail[:160]}); the vocabulary or the model settings differ.") from None
+
+
+def resume_state(save_dir: Path, log) -> tuple[Path, dict] | None:
+    """The newest loadable checkpoint of ``save_dir`` to resume from, or None for a new run.
+
+    ``checkpoint_last.pt`` first, then the numbered checkpoints, newest first; every
+    unreadable file is named in the log, and if none is readable the run stops with a
+    :class:`CheckpointError` rather than starting over on top of them.
+    """
+    numbered = sorted(save_dir.glob("checkpoint_[0-9]*.pt"), key=lambda p: int(p.stem.split("_")[1]), reverse=True)
+    candidates = [p for p in [save_dir / "checkpoint_last.pt", *numbered] if p.exists()]
+    bad: list[Path] = []
+    for path in candidates:
+        try:
+            state = load_checkpoint(path)
+        except CheckpointError as err:
+            log(f"resume: {err}")
+            bad.append(path)
+            continue
+        if bad:
+            log(f"resume: falling back to {path.name} (update {state['run']['num_updates']}) because "
+                f"{', '.join(b.name for b in bad)} could not be read.")
+        return path, state
+    if bad:
+        raise CheckpointError(f"{save_dir}: none of its checkpoints can be read ({', '.join(b.name for b in bad)}); "
+                              "move them away to start afresh, or use another train.save_dir.")
+    return None
+
+
+def remove_stale_temporaries(save_dir: Path, log) -> None:
+    """Delete the ``checkpoint*.pt.tmp`` files of saves that were interrupted (only the
+    trainer writes them, and the caller holds the save_dir's lock)."""
+    for tmp in sorted(save_dir.glob("checkpoint*.pt.tmp")):
+        tmp.unlink()
+        log(f"removed {tmp.name}, the temporary file of an interrupted checkpoint save.")

@@ -1,0 +1,436 @@
+"""Bad input, as a user gives it, through the command line.
+
+Each case runs ``structnmt ...`` (``structnmt.cli.main``, the console script's entry
+point, in this process; a few in a subprocess where a second process or the exit of
+one matters) and asserts the one-sentence message naming the file or option, the exit
+status 2 without a traceback, and that no file of the user's was lost or changed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from structnmt.cli import main
+from structnmt.data.prepare import PrepareConfig, prepare
+from structnmt.data.vocab import Vocab
+from structnmt.train.checkpoint import load_checkpoint
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    """Run ``structnmt ARGS``; (exit status, stdout, stderr)."""
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_user_error(code: int, err: str, *fragments: str) -> None:
+    assert code == 2, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("structnmt: error:")]
+    assert len(lines) == 1, err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def tree_snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def write_config(path: Path, data: Path, save_dir: Path, **train) -> Path:
+    train_opts = {"save_dir": str(save_dir), "lr": 0.002, "warmup_updates": 4, "max_updates": 4,
+                  "save_interval_updates": 2, "validate_interval_updates": 4, "log_interval": 1, "keep_last": 5,
+                  "tensorboard": False, "progress": False, "seed": 3, **train}
+    import yaml
+
+    path.write_text(yaml.safe_dump({
+        "data": {"path": str(data), "max_tokens": 600},
+        "model": {"d_model": 32, "ffn_dim": 64, "heads": 4, "encoder_layers": 1, "decoder_layers": 1,
+                  "dropout": 0.1, "share_all_embeddings": True, "max_positions": 64},
+        "train": train_opts,
+        "decode": {"beam": 2, "max_len_a": 1.0, "max_len_b": 5},
+    }))
+    return path
+
+
+@pytest.fixture(scope="module")
+def trained(synth_data, tmp_path_factory):
+    """A checkpoint trained for 4 updates on the shared synthetic dataset."""
+    work = tmp_path_factory.mktemp("bad_inputs")
+    cfg = write_config(work / "cfg.yaml", synth_data, work / "run")
+    assert main(["train", str(cfg), "--no-progress"]) == 0
+    return work
+
+
+@pytest.fixture(scope="module")
+def other_vocab_data(synth_data, tmp_path_factory):
+    """The same corpus prepared with another SentencePiece model of the same size."""
+    corpus = synth_data.parent / "corpus"
+    out = tmp_path_factory.mktemp("other") / "data-bin"
+    prepare(PrepareConfig(source_lang="src", target_lang="tgt", trainpref=str(corpus / "train"),
+                          validpref=str(corpus / "valid"), vocab_size=600, model_type="unigram"),
+            out, progress=False, log=lambda *_: None)
+    return out
+
+
+def corpus_files(folder: Path, n: int = 30, long_line: int | None = None) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    src = [f"the cat {i} sees a dog" for i in range(n)]
+    tgt = [f"die katze {i} sieht einen hund" for i in range(n)]
+    if long_line is not None:
+        src[long_line] = " ".join(["word"] * 80)
+        tgt[long_line] = " ".join(["wort"] * 80)
+    (folder / "train.en").write_text("\n".join(src) + "\n")
+    (folder / "train.de").write_text("\n".join(tgt) + "\n")
+
+
+# --------------------------------------------------------------------------- 1. prepare never deletes
+
+
+def test_prepare_refuses_the_corpus_folder_and_loses_nothing(tmp_path, capsys):
+    corpus_files(tmp_path / "corpus")
+    before = tree_snapshot(tmp_path / "corpus")
+    code, _, err = cli(capsys, "prepare", "-s", "en", "-t", "de", "--trainpref", tmp_path / "corpus" / "train",
+                       "--destdir", tmp_path / "corpus", "--vocab-size", "40", "--no-progress")
+    assert_user_error(code, err, str(tmp_path / "corpus"), "no manifest.json", "new or empty directory")
+    assert tree_snapshot(tmp_path / "corpus") == before
+
+
+def test_prepare_rebuild_replaces_only_its_own_files(tmp_path, capsys):
+    corpus_files(tmp_path / "corpus")
+    dest = tmp_path / "bin"
+    args = ["prepare", "-s", "en", "-t", "de", "--trainpref", tmp_path / "corpus" / "train", "--destdir", dest,
+            "--vocab-size", "40", "--no-progress"]
+    assert cli(capsys, *args)[0] == 0
+    (dest / "NOTES.md").write_text("my notes")  # the user's own file in a prepared directory
+    corpus_files(tmp_path / "corpus", n=31)  # the input changes: rebuild
+    code, out, _ = cli(capsys, *args)
+    assert code == 0 and "31 pairs kept" in out
+    assert (dest / "NOTES.md").read_text() == "my notes"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".bin.prepare-")]  # no temporary left
+
+
+def test_prepare_refuses_a_destdir_that_is_a_file(tmp_path, capsys):
+    corpus_files(tmp_path / "corpus")
+    (tmp_path / "dest").write_text("precious")
+    code, _, err = cli(capsys, "prepare", "-s", "en", "-t", "de", "--trainpref", tmp_path / "corpus" / "train",
+                       "--destdir", tmp_path / "dest", "--vocab-size", "40", "--no-progress")
+    assert_user_error(code, err, "--destdir", "is a file")
+    assert (tmp_path / "dest").read_text() == "precious"
+
+
+def test_prepare_never_clears_a_user_folder_named_like_its_temporary(tmp_path, capsys):
+    corpus_files(tmp_path / "corpus")
+    (tmp_path / "bin.tmp").mkdir()
+    (tmp_path / "bin.tmp" / "keep.txt").write_text("mine")
+    assert cli(capsys, "prepare", "-s", "en", "-t", "de", "--trainpref", tmp_path / "corpus" / "train",
+               "--destdir", tmp_path / "bin", "--vocab-size", "40", "--no-progress")[0] == 0
+    assert (tmp_path / "bin.tmp" / "keep.txt").read_text() == "mine"
+
+
+# --------------------------------------------------------------------------- 2. one process per save_dir
+
+
+def test_a_second_training_process_on_a_live_save_dir_is_refused(synth_data, tmp_path, capsys):
+    save = tmp_path / "run"
+    save.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from structnmt.train.lock import "
+         "SaveDirLock; lock = SaveDirLock(Path(sys.argv[1]), log=lambda m: None); print('locked', flush=True); "
+         "time.sleep(120)", str(save)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        cfg = write_config(tmp_path / "cfg.yaml", synth_data, save)
+        code, _, err = cli(capsys, "train", cfg, "--no-progress")
+        assert_user_error(code, err, str(save), "in use by a running training process", f"pid {holder.pid}")
+        assert not list(save.glob("checkpoint*"))
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder died without cleaning up: its lock is stale and the next run takes it
+    code, out, _ = cli(capsys, "train", cfg, "--no-progress")
+    assert code == 0
+    assert "replaced the stale lock" in out and f"pid {holder.pid}" in out
+    assert not (save / "train.lock").exists()  # a finished run removes its lock
+
+
+def test_resume_with_another_config_names_the_keys_unless_allowed(trained, synth_data, tmp_path, capsys):
+    save = tmp_path / "run"
+    shutil.copytree(trained / "run", save)
+    cfg = write_config(tmp_path / "cfg.yaml", synth_data, save, max_updates=6, lr=0.01, log_interval=2)
+    before = tree_snapshot(save)
+    code, _, err = cli(capsys, "train", cfg, "--no-progress")
+    assert_user_error(code, err, "train.lr: 0.002 -> 0.01", "--allow-config-change")
+    assert "max_updates" not in err and "log_interval" not in err  # budget and logging may change
+    assert tree_snapshot(save) == before
+    code, out, _ = cli(capsys, "train", cfg, "--no-progress", "--allow-config-change")
+    assert code == 0 and "resuming with a changed config" in out
+    assert load_checkpoint(save / "checkpoint_last.pt")["run"]["num_updates"] == 6
+
+
+# --------------------------------------------------------------------------- 3. the checkpoint's vocabulary
+
+
+def test_translate_and_resume_refuse_another_vocabulary(trained, other_vocab_data, synth_data, tmp_path, capsys):
+    ours = Vocab(synth_data / "spm.model")
+    other = Vocab(other_vocab_data / "spm.model")
+    assert ours.sha256 != other.sha256
+    (tmp_path / "in.txt").write_text("the dog sees the cat\n")
+    code, _, err = cli(capsys, "translate", "--checkpoint", trained / "run" / "checkpoint_last.pt", "--data",
+                       other_vocab_data, "--input", tmp_path / "in.txt")
+    assert_user_error(code, err, "source vocabulary", str(other_vocab_data), "is not the one of")
+    save = tmp_path / "run"
+    shutil.copytree(trained / "run", save)
+    cfg = write_config(tmp_path / "cfg.yaml", other_vocab_data, save, max_updates=6)
+    code, _, err = cli(capsys, "train", cfg, "--no-progress", "--allow-config-change")
+    assert_user_error(code, err, "vocabulary", "is not the one of", str(other_vocab_data))
+
+
+def test_a_different_vocabulary_size_is_the_same_error(trained, synth_data, tmp_path, capsys):
+    corpus = synth_data.parent / "corpus"
+    small = tmp_path / "small"
+    prepare(PrepareConfig(source_lang="src", target_lang="tgt", trainpref=str(corpus / "train"), vocab_size=300),
+            small, progress=False, log=lambda *_: None)
+    (tmp_path / "in.txt").write_text("the dog sees the cat\n")
+    code, _, err = cli(capsys, "translate", "--checkpoint", trained / "run" / "checkpoint_last.pt", "--data", small,
+                       "--input", tmp_path / "in.txt")
+    assert_user_error(code, err, "vocabulary", "is not the one of")
+    assert "size mismatch" not in err
+
+
+def test_translate_from_another_directory_needs_no_dataset(trained, synth_data, tmp_path, monkeypatch, capsys):
+    """The checkpoint carries its vocabulary: a relative data.path elsewhere does not matter."""
+    ckpt = load_checkpoint(trained / "run" / "checkpoint_last.pt")
+    ckpt["config"]["data"]["path"] = "data-bin/relative/nowhere"
+    torch.save(ckpt, tmp_path / "moved.pt")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.txt").write_text((synth_data.parent / "corpus" / "test.src").read_text().splitlines()[0] + "\n")
+    code, _, err = cli(capsys, "translate", "--checkpoint", "moved.pt", "--input", "in.txt", "--output", "out.txt",
+                       "--no-progress")
+    assert code == 0, err
+    assert (tmp_path / "out.txt").read_text().count("\n") == 1
+
+
+# --------------------------------------------------------------------------- 4. a run needs a budget
+
+
+def test_a_run_without_budget_is_refused_and_a_budget_is_announced(synth_data, tmp_path, capsys):
+    cfg = write_config(tmp_path / "cfg.yaml", synth_data, tmp_path / "run")
+    code, _, err = cli(capsys, "train", cfg, "train.max_updates=0")
+    assert_user_error(code, err, "no budget", "train.max_updates=")
+    assert not (tmp_path / "run").exists()
+    code, out, _ = cli(capsys, "train", cfg, "train.max_updates=2", "train.max_time_minutes=5", "--no-progress")
+    assert code == 0 and "budget: 2 updates or 5 minutes, whichever comes first." in out
+
+
+# --------------------------------------------------------------------------- 5. one long line
+
+
+def test_translate_gives_a_long_line_empty_output_and_translates_the_rest(trained, synth_data, tmp_path, capsys):
+    lines = (synth_data.parent / "corpus" / "test.src").read_text().splitlines()[:3]
+    lines.insert(1, " ".join(lines * 8))  # far more than max_positions=64 pieces
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    ckpt = trained / "run" / "checkpoint_last.pt"
+    code, _, err = cli(capsys, "translate", "--checkpoint", ckpt, "--input", tmp_path / "in.txt", "--output",
+                       tmp_path / "out.txt", "--no-progress")
+    assert code == 0, err
+    out = (tmp_path / "out.txt").read_text().split("\n")[:-1]
+    assert len(out) == 4 and out[1] == "" and all(out[i] for i in (0, 2, 3))
+    assert "1 input line(s) longer than model.max_positions=64" in err and "line 2." in err
+    code, _, err = cli(capsys, "translate", "--checkpoint", ckpt, "--input", tmp_path / "in.txt", "--output",
+                       tmp_path / "out2.txt", "--too-long", "truncate", "--no-progress")
+    assert code == 0 and "were cut" in err
+    assert (tmp_path / "out2.txt").read_text().split("\n")[1] != ""
+
+
+def test_over_long_valid_pairs_are_counted_by_prepare_and_do_not_stop_training(tmp_path, capsys):
+    corpus_files(tmp_path / "c", n=200)
+    corpus_files(tmp_path / "v", n=10, long_line=4)
+    dest = tmp_path / "bin"
+    code, out, _ = cli(capsys, "prepare", "-s", "en", "-t", "de", "--trainpref", tmp_path / "c" / "train",
+                       "--validpref", tmp_path / "v" / "train", "--destdir", dest, "--vocab-size", "60",
+                       "--max-len", "40", "--no-progress")
+    assert code == 0
+    assert "kept 1 pairs longer than 40 pieces with their pieces cut to 40" in out
+    cfg = write_config(tmp_path / "cfg.yaml", dest, tmp_path / "run", max_updates=2, validate_interval_updates=1)
+    # a model whose positions are fewer than the truncated pair's: left out of validation, said so
+    code, out, err = cli(capsys, "train", cfg, "model.max_positions=24", "data.max_len=0", "--no-progress")
+    assert code == 0, err
+    assert "valid: 1 of 10 pairs are longer than model.max_positions=24" in out
+    code, out, _ = cli(capsys, "prepare", "-s", "en", "-t", "de", "--trainpref", tmp_path / "c" / "train",
+                       "--validpref", tmp_path / "v" / "train", "--destdir", tmp_path / "bin2", "--vocab-size", "60",
+                       "--max-len", "40", "--eval-too-long", "drop", "--no-progress")
+    assert code == 0 and "prepare valid: 9 pairs kept of 10 lines (0 empty, 1 too long)" in out
+
+
+# --------------------------------------------------------------------------- 6. corrupt checkpoints
+
+
+@pytest.mark.parametrize("damage", ["random", "truncated", "empty"])
+def test_resume_falls_back_from_a_corrupt_last_checkpoint(trained, synth_data, tmp_path, capsys, damage):
+    save = tmp_path / "run"
+    shutil.copytree(trained / "run", save)
+    last = save / "checkpoint_last.pt"
+    data = last.read_bytes()
+    last.write_bytes({"random": os.urandom(4096), "truncated": data[: len(data) // 2], "empty": b""}[damage])
+    (save / "checkpoint_4.pt").unlink()  # the newest readable one is then checkpoint_2.pt
+    (save / "checkpoint_6.pt.tmp").write_bytes(b"half a save")
+    cfg = write_config(tmp_path / "cfg.yaml", synth_data, save, max_updates=6)
+    code, out, err = cli(capsys, "train", cfg, "--no-progress")
+    assert code == 0, err
+    assert "checkpoint_last.pt" in out and "falling back to checkpoint_2.pt (update 2)" in out
+    assert "removed checkpoint_6.pt.tmp" in out and not (save / "checkpoint_6.pt.tmp").exists()
+    assert load_checkpoint(last)["run"]["num_updates"] == 6
+
+
+def test_no_readable_checkpoint_stops_without_overwriting(trained, synth_data, tmp_path, capsys):
+    save = tmp_path / "run"
+    save.mkdir()
+    (save / "checkpoint_last.pt").write_bytes(b"garbage")
+    cfg = write_config(tmp_path / "cfg.yaml", synth_data, save)
+    code, _, err = cli(capsys, "train", cfg, "--no-progress")
+    assert_user_error(code, err, "none of its checkpoints can be read")
+    assert (save / "checkpoint_last.pt").read_bytes() == b"garbage"
+
+
+# --------------------------------------------------------------------------- 7. compressed input
+
+
+def test_gzip_problems_name_the_file(tmp_path, capsys):
+    corpus_files(tmp_path / "c", n=200)
+    src = (tmp_path / "c" / "train.en").read_bytes()
+    packed = gzip.compress(src * 20)
+    (tmp_path / "c" / "train.en").unlink()
+    (tmp_path / "c" / "train.en.gz").write_bytes(packed[: len(packed) // 2])  # truncated download
+    args = ["prepare", "-s", "en", "-t", "de", "--trainpref", tmp_path / "c" / "train", "--destdir", tmp_path / "bin",
+            "--vocab-size", "40", "--no-progress"]
+    code, _, err = cli(capsys, *args)
+    assert_user_error(code, err, "train.en.gz", "truncated or corrupt")
+    (tmp_path / "c" / "train.en.gz").write_bytes(src)  # plain text named .gz
+    code, _, err = cli(capsys, *args)
+    assert_user_error(code, err, "train.en.gz", "not gzip-compressed")
+    (tmp_path / "c" / "train.en").write_bytes(src)  # and both names present
+    code, _, err = cli(capsys, *args)
+    assert_user_error(code, err, "train.en and train.en.gz both exist")
+    assert not (tmp_path / "bin").exists()
+
+
+# --------------------------------------------------------------------------- 8. errors, not tracebacks
+
+
+def test_score_errors_name_the_file(tmp_path, capsys):
+    (tmp_path / "ref.txt").write_text("a b\nc d\n")
+    (tmp_path / "short.txt").write_text("a b\n")
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "bad.txt").write_bytes(b"a b\nc \xff d\n")
+    code, _, err = cli(capsys, "score", "--hyp", tmp_path / "short.txt", "--ref", tmp_path / "ref.txt")
+    assert_user_error(code, err, "short.txt has 1 lines", "ref.txt have 2")
+    code, _, err = cli(capsys, "score", "--hyp", tmp_path / "ref.txt", "--ref", tmp_path / "empty.txt")
+    assert_user_error(code, err, "empty.txt", "empty")
+    code, _, err = cli(capsys, "score", "--hyp", tmp_path / "bad.txt", "--ref", tmp_path / "ref.txt")
+    assert_user_error(code, err, "bad.txt line 2 column 3", "invalid UTF-8")
+
+
+@pytest.mark.parametrize("override,fragment", [
+    ("train.lr=0", "train.lr=0.0 must be a positive number"),
+    ("train.lr=.nan", "train.lr=nan must be a positive number"),
+    ("train.save_interval_updates=0", "train.save_interval_updates=0 must be at least 1"),
+    ("model.heads=3", "model.heads=3 must divide model.d_model=32"),
+    ("train.max_updates", "override 'train.max_updates' has no '='"),
+])
+def test_bad_config_values_are_one_sentence(synth_data, tmp_path, capsys, override, fragment):
+    cfg = write_config(tmp_path / "cfg.yaml", synth_data, tmp_path / "run")
+    code, _, err = cli(capsys, "train", cfg, override)
+    assert_user_error(code, err, fragment)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("options,fragment", [
+    (["--beam", "0"], "decode.beam=0 must be at least 1"),
+    (["--batch-size", "0"], "decode.batch_size=0 must be at least 1"),
+    (["--beam", "2", "--nbest", "3"], "decode.nbest=3 cannot exceed decode.beam=2"),
+])
+def test_bad_decoding_options_are_refused(trained, tmp_path, capsys, options, fragment):
+    (tmp_path / "in.txt").write_text("the dog\n")
+    code, _, err = cli(capsys, "translate", "--checkpoint", trained / "run" / "checkpoint_last.pt", "--input",
+                       tmp_path / "in.txt", *options)
+    assert_user_error(code, err, fragment)
+
+
+def test_bad_checkpoints_are_named(trained, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("the dog\n")
+    (tmp_path / "cfg.yaml").write_text("train: {lr: 0.1}\n")
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "plain.pt")
+    for ckpt, fragment in [(trained / "run", "is a directory"), (tmp_path / "cfg.yaml", "not a readable checkpoint"),
+                           (tmp_path / "plain.pt", "not a structnmt checkpoint"), (tmp_path / "nope.pt", "not found")]:
+        code, _, err = cli(capsys, "translate", "--checkpoint", ckpt, "--input", tmp_path / "in.txt")
+        assert_user_error(code, err, str(ckpt), fragment)
+
+
+def test_average_needs_checkpoints_and_keeps_them(trained, tmp_path, capsys):
+    code, _, err = cli(capsys, "average", "--output", tmp_path / "avg.pt")
+    assert_user_error(code, err, "--inputs SAVE_DIR", "--checkpoints")
+    ckpt = trained / "run" / "checkpoint_2.pt"
+    before = ckpt.read_bytes()
+    code, _, err = cli(capsys, "average", "--checkpoints", ckpt, "--output", ckpt)
+    assert_user_error(code, err, "is one of the checkpoints being averaged")
+    assert ckpt.read_bytes() == before
+
+
+def test_translate_refuses_to_write_over_its_input(trained, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("the dog\n")
+    code, _, err = cli(capsys, "translate", "--checkpoint", trained / "run" / "checkpoint_last.pt", "--input",
+                       tmp_path / "in.txt", "--output", tmp_path / "in.txt")
+    assert_user_error(code, err, "is the input file")
+    assert (tmp_path / "in.txt").read_text() == "the dog\n"
+
+
+def test_errors_exit_2_without_traceback_in_a_real_process_and_debug_shows_it(tmp_path):
+    (tmp_path / "a.txt").write_text("x\n")
+    proc = subprocess.run([sys.executable, "-m", "structnmt.cli", "score", "--hyp", str(tmp_path / "a.txt"),
+                           "--ref", str(tmp_path / "missing.txt")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "missing.txt" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "structnmt.cli", "--debug", "score", "--hyp",
+                           str(tmp_path / "a.txt"), "--ref", str(tmp_path / "missing.txt")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+# --------------------------------------------------------------------------- 10. the progress bar
+
+
+def test_progress_follows_the_budget_that_binds():
+    from structnmt.config import TrainConfig
+    from structnmt.train.trainer import RunState, budget_fraction
+
+    demo = TrainConfig(max_updates=100_000, max_time_minutes=3.0)
+    state = RunState(num_updates=300, tgt_tokens=10_000)
+    assert budget_fraction(demo, state, elapsed=90.0, epoch_fraction=0.1) == pytest.approx(0.5)  # time binds
+    by_updates = TrainConfig(max_updates=400, max_time_minutes=60.0)
+    assert budget_fraction(by_updates, state, elapsed=90.0, epoch_fraction=0.1) == pytest.approx(0.75)
+    by_epochs = TrainConfig(max_updates=0, max_epochs=2)
+    assert budget_fraction(by_epochs, RunState(epoch=2), elapsed=1.0, epoch_fraction=0.5) == pytest.approx(0.75)
+    by_tokens = TrainConfig(max_updates=0, max_target_tokens=40_000)
+    assert budget_fraction(by_tokens, state, elapsed=1.0, epoch_fraction=0.0) == pytest.approx(0.25)
+
+
+def test_the_lock_file_names_its_holder_and_goes_with_the_run():
+    """The lock names its holder: pid, host and start time."""
+    import tempfile
+
+    from structnmt.train.lock import SaveDirLock
+
+    with tempfile.TemporaryDirectory() as d:
+        lock = SaveDirLock(Path(d), log=lambda m: None)
+        text = (Path(d) / "train.lock").read_text()
+        assert f"pid {os.getpid()}" in text and time.strftime("%Y-%m-%d") in text
+        lock.release()
+        assert not (Path(d) / "train.lock").exists()

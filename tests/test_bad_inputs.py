@@ -434,3 +434,21 @@ def test_the_lock_file_names_its_holder_and_goes_with_the_run():
         assert f"pid {os.getpid()}" in text and time.strftime("%Y-%m-%d") in text
         lock.release()
         assert not (Path(d) / "train.lock").exists()
+
+
+def test_synth_and_demo_refuse_empty_sizes_before_writing(tmp_path, capsys):
+    code, _, err = cli(capsys, "synth", "--out", tmp_path / "s", "--n-train", "0")
+    assert_user_error(code, err, "--n-train 0")
+    code, _, err = cli(capsys, "demo", "--workdir", tmp_path / "d", "--minutes", "0")
+    assert_user_error(code, err, "--minutes 0")
+    assert not (tmp_path / "s").exists() and not (tmp_path / "d").exists()
+
+
+def test_shared_embeddings_with_separate_vocabularies_is_a_config_error(tmp_path, capsys):
+    corpus_files(tmp_path / "c", n=60)
+    assert cli(capsys, "prepare", "-s", "en", "-t", "de", "--trainpref", tmp_path / "c" / "train", "--destdir",
+               tmp_path / "bin", "--vocab-size", "40", "--tgt-vocab-size", "45", "--separate-vocab",
+               "--no-progress")[0] == 0
+    cfg = write_config(tmp_path / "cfg.yaml", tmp_path / "bin", tmp_path / "run")
+    code, _, err = cli(capsys, "train", cfg)
+    assert_user_error(code, err, "share_all_embeddings needs one joint vocabulary", "--separate-vocab")

@@ -34,6 +34,9 @@ def _err(msg: str) -> int:
 def cmd_synth(args) -> int:
     from .data.synthetic import SynthConfig, write_corpus
 
+    for flag, value in (("--n-train", args.n_train), ("--n-valid", args.n_valid), ("--n-test", args.n_test)):
+        if value < 1:
+            return _err(f"{flag} {value}: give a number of sentences of at least 1.")
     cfg = SynthConfig(seed=args.seed, n_train=args.n_train, n_valid=args.n_valid, n_test=args.n_test)
     counts = write_corpus(cfg, args.out)
     print(f"synth: wrote {counts} to {args.out}")
@@ -192,6 +195,8 @@ def cmd_analyze(args) -> int:
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
+    if not args.minutes > 0:
+        return _err(f"--minutes {args.minutes}: give a training time above 0 minutes, e.g. --minutes 3.")
     return run_demo(args.workdir, minutes=args.minutes, seed=args.seed, overrides=args.overrides)
 
 

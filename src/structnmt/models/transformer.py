@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import ModelConfig
+from ..config import ConfigError, ModelConfig
 from ..data.vocab import PAD
 from ..nn.attention import AttentionContext, AttentionDims, IncrementalCache, build_attention
 
@@ -149,7 +149,9 @@ class TransformerModel(nn.Module):
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int):
         super().__init__()
         if cfg.share_all_embeddings and src_vocab_size != tgt_vocab_size:
-            raise ValueError("model.share_all_embeddings needs a joint vocabulary (prepare with joint_vocab).")
+            raise ConfigError(f"model.share_all_embeddings needs one joint vocabulary, but the source has "
+                              f"{src_vocab_size} pieces and the target {tgt_vocab_size}; prepare without "
+                              "--separate-vocab or set model.share_all_embeddings=false.")
         self.cfg = cfg
         d = cfg.d_model
         self.src_embed = nn.Embedding(src_vocab_size, d, padding_idx=PAD)

@@ -7,7 +7,8 @@ stale lock of the dead process (whose pid the file still names). A second proces
 a live run's directory is refused with the other's pid.
 
 :func:`config_changes` lists what a resumed run changes in the saved config; only the
-budget, logging, threads and device (:data:`RESUMABLE_KEYS`) may change without
+budget, logging, threads, device and memory or batch knobs that leave the results alone
+(:data:`RESUMABLE_KEYS`) may change without
 ``--allow-config-change``.
 """
 
@@ -25,7 +26,7 @@ from ..errors import UserError
 RESUMABLE_KEYS = frozenset({
     "train.max_updates", "train.max_epochs", "train.max_time_minutes", "train.max_target_tokens", "train.patience",
     "train.log_interval", "train.tensorboard", "train.progress",
-    "train.threads", "train.device", "train.save_dir", "data.structure_cache_mb",
+    "train.threads", "train.device", "train.save_dir", "data.structure_cache_mb", "decode.batch_size",
 })
 
 

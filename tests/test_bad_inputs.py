@@ -452,3 +452,17 @@ def test_shared_embeddings_with_separate_vocabularies_is_a_config_error(tmp_path
     cfg = write_config(tmp_path / "cfg.yaml", tmp_path / "bin", tmp_path / "run")
     code, _, err = cli(capsys, "train", cfg)
     assert_user_error(code, err, "share_all_embeddings needs one joint vocabulary", "--separate-vocab")
+
+
+def test_a_broken_gzip_parse_file_names_the_file(tmp_path, capsys):
+    corpus_files(tmp_path / "c", n=40)
+    rows = "".join(f"# text = the cat {i} sees a dog\n" + "".join(
+        f"{j + 1}\t{w}\t_\tX\tX\t_\t{0 if j == 0 else 1}\t{'root' if j == 0 else 'dep'}\t_\t_\n"
+        for j, w in enumerate(f"the cat {i} sees a dog".split())) + "\n" for i in range(40))
+    packed = gzip.compress(rows.encode())
+    (tmp_path / "c" / "train.en.conllu.gz").write_bytes(packed[: len(packed) // 2])
+    code, _, err = cli(capsys, "prepare", "-s", "en", "-t", "de", "--trainpref", tmp_path / "c" / "train",
+                       "--destdir", tmp_path / "bin", "--vocab-size", "40", "--parser", "file", "--parse-dependency",
+                       str(tmp_path / "c" / "train.en.conllu.gz"), "--no-progress")
+    assert_user_error(code, err, "train.en.conllu.gz", "truncated or corrupt")
+    assert not (tmp_path / "bin").exists()

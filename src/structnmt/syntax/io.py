@@ -60,6 +60,15 @@ class TreeFormatError(UserError, ValueError):
 # ---------------------------------------------------------------------------- files
 
 
+def _read_lines(path: str) -> Iterator[str]:
+    """Lines without endings, read like parallel text (only ``\\n`` ends a line, gzip by
+    its magic bytes); a missing file, invalid UTF-8 or broken gzip data raise
+    :class:`~structnmt.data.corpus.CorpusError` naming the file and line."""
+    from ..data.corpus import read_lines
+
+    return read_lines(path)
+
+
 def _open_text(path: str | Path, mode: str = "rt"):
     p = str(path)
     if p.endswith(".gz"):
@@ -241,8 +250,7 @@ def read_ptb(path: str | Path, *, strip_empty: bool = False,
              strip_function_tags: bool = False) -> Iterator[ConstituencyTree]:
     """Yield the trees of a bracket file (one per line, or multi-line ``.mrg``; ``.gz`` ok)."""
     p = str(path)
-    with _open_text(p) as fh:
-        yield from _iter_ptb_lines(fh, p, strip_empty, strip_function_tags)
+    yield from _iter_ptb_lines(_read_lines(p), p, strip_empty, strip_function_tags)
 
 
 def _iter_ptb_lines(lines: Iterable[str], path: str, strip_empty: bool,
@@ -406,15 +414,13 @@ def read_conllu_sentences(path: str | Path) -> Iterator[ConlluSentence]:
     """Yield every sentence with its comments, text and multi-word tokens."""
     p = str(path)
     block: list[tuple[int, str]] = []
-    with _open_text(p) as fh:
-        for lineno, line in enumerate(fh, 1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                if block:
-                    yield _parse_conllu_block(block, p)
-                    block = []
-                continue
-            block.append((lineno, line))
+    for lineno, line in enumerate(_read_lines(p), 1):
+        if not line.strip():
+            if block:
+                yield _parse_conllu_block(block, p)
+                block = []
+            continue
+        block.append((lineno, line))
     if block:  # no final blank line: fine
         yield _parse_conllu_block(block, p)
 

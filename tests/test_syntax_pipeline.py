@@ -77,6 +77,12 @@ def test_training_and_translation_with_structures(parsed_data):
         sdep, sconst = split.trees(i)
         assert dep.heads == sdep.heads and const == sconst
         assert torch.equal(torch.from_numpy(wop), torch.from_numpy(split.word_of_piece(i)))
+    # one line whose pre-parsed tree does not fit its text: that line is empty, the others are translated
+    bad = list(lines)
+    bad[3] = "zz " * len(bad[3].split())
+    out = tr.translate(bad)
+    assert tr.unaligned == [4] and out[3][0].text == "" and out[3][0].score == float("-inf")
+    assert all(out[i][0].score > float("-inf") for i in range(len(bad)) if i != 3)
 
 
 def test_structures_without_trees_give_a_clear_error(synth_data, tmp_path):

@@ -105,6 +105,11 @@ def cmd_translate(args) -> int:
     validate_decode(d, "translate options (--beam, --nbest, --batch-size, ...)")
     lines = _read_input(args.input)
     results = tr.translate(lines, d, progress=not args.no_progress and args.output is not None)
+    if tr.unaligned:
+        shown = ", ".join(map(str, tr.unaligned[:20])) + (", ..." if len(tr.unaligned) > 20 else "")
+        print(f"translate: {len(tr.unaligned)} input line(s) whose parse cannot be aligned with the text got an "
+              f"empty translation (check that the pre-parsed input matches the input lines): line {shown}.",
+              file=sys.stderr)
     if tr.too_long:
         shown = ", ".join(map(str, tr.too_long[:20])) + (", ..." if len(tr.too_long) > 20 else "")
         done = ("were cut to their first pieces" if args.too_long == "truncate"

@@ -48,6 +48,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..errors import UserError
+
 SPIECE = "\u2581"
 
 
@@ -82,6 +84,9 @@ def _structures_for(tr, texts: list[str], chosen: list[int], lengths: list[int])
     parsed = dict(zip(todo, tr._parse([texts[i] for i in todo])))
     out = []
     for i, S in zip(chosen, lengths):
+        if parsed[i] is None:
+            raise UserError(f"input sentence {i + 1}: its parse cannot be aligned with the text; check that the "
+                            "pre-parsed input matches the input lines (one tree per non-empty line).")
         trees, wop = parsed[i]
         out.append({k: v.to(tr.device) for k, v in
                     build_structures(tr.structures, [trees], [wop], S, tr.label_ids).items()})

@@ -96,6 +96,7 @@ class Translator:
             raise ValueError(f"too_long must be 'empty' or 'truncate', not {too_long!r}")
         self.too_long_policy = too_long
         self.too_long: list[int] = []  # 1-based numbers of the input lines over max_positions (last call)
+        self.unaligned: list[int] = []  # 1-based numbers of the input lines whose parse does not fit their text
         state = load_checkpoint(checkpoint)
         self.cfg: Config = from_dict(state["config"], where=f"{checkpoint} (saved config)")
         # the checkpoint's own vocabularies; a --data directory must hold the same ones
@@ -131,7 +132,8 @@ class Translator:
             self.label_ids = {x: i for i, x in enumerate(syntax.get("labels") or [])}
 
     def _parse(self, texts: list[str]):
-        """((dependency, constituency), word_of_piece) of every (non-empty, stripped) text.
+        """((dependency, constituency), word_of_piece) of every (non-empty, stripped) text;
+        None for a text whose parse cannot be aligned with it.
 
         Without a parser the trees are ``None`` and the words are SentencePiece's (a piece
         starting with ▁ starts a word), as in the collator.
@@ -146,14 +148,14 @@ class Translator:
         backend = build_parser(self.parser_cfg)
         out = []
         parsed = list(backend.parse(iter(texts)))  # exhausted: pre-parsed files get their count check
-        for i, (text, p) in enumerate(zip(texts, parsed)):
+        for text, p in zip(texts, parsed):
             proto = self.src_vocab.sp.encode(text, return_type="proto")
             try:
                 dep, const, al = align_trees(text, [(x.begin, x.end) for x in proto.pieces],
                                              p.dependency, p.constituency, p.spans)
-            except AlignmentError as err:
-                raise ValueError(f"input sentence {i + 1}: its parse cannot be aligned with the text ({err}); "
-                                 "check that the pre-parsed input matches the input lines.") from None
+            except AlignmentError:
+                out.append(None)  # one bad parse does not stop the others: the caller reports it
+                continue
             out.append(((dep, const), al.word_of_piece))
         return out
 
@@ -171,19 +173,27 @@ class Translator:
                 raise UserError(f"line {self.too_long[0]}: cannot be truncated for a model that reads parses (the "
                                 "parse covers the whole sentence); drop --too-long truncate to give it an empty output.")
             sources = [s if len(s) <= limit else s[: limit - 1] + [EOS] for s in sources]
+        parsed: list = []
+        self.unaligned = []
+        if self.structures:
+            parsed = self._parse(texts)
+            self.unaligned = [keep[j] + 1 for j, p in enumerate(parsed) if p is None]
+        # sentences that are decoded: not over the positions, with a usable parse
+        todo = [j for j, s in enumerate(sources) if len(s) <= limit and (not parsed or parsed[j] is not None)]
         structures_for = None
         if self.structures:
             from ..syntax.batching import build_structures
 
-            parsed = self._parse(texts)
-
             def structures_for(idx: list[int], S: int) -> dict[str, torch.Tensor]:
-                return build_structures(self.structures, [parsed[j][0] for j in idx],
-                                        [parsed[j][1] for j in idx], S, self.label_ids)
+                chosen = [parsed[todo[k]] for k in idx]
+                return build_structures(self.structures, [c[0] for c in chosen], [c[1] for c in chosen], S,
+                                        self.label_ids)
 
-        hyps = translate_ids(self.model, sources, dcfg, device=self.device, max_positions=self.cfg.model.max_positions,
-                             progress=progress, structures_for=structures_for)
-        out = [[Translation("", 0.0, [])] for _ in lines]
-        for j, i in enumerate(keep):
-            out[i] = [Translation(self.tgt_vocab.decode(h.tokens), h.score, h.tokens) for h in hyps[j]]
+        hyps = translate_ids(self.model, [sources[j] for j in todo], dcfg, device=self.device,
+                             max_positions=limit, progress=progress, structures_for=structures_for)
+        # empty lines, and lines that could not be translated, get one empty translation in place
+        kept = set(keep)
+        out = [[Translation("", float("-inf") if i in kept else 0.0, [])] for i in range(len(lines))]
+        for k, j in enumerate(todo):
+            out[keep[j]] = [Translation(self.tgt_vocab.decode(h.tokens), h.score, h.tokens) for h in hyps[k]]
         return out

@@ -205,17 +205,23 @@ def test_queryk_shifted_products_equal_explicit_convolution():
 
 @pytest.mark.parametrize("name", ["phrasal_homogeneous", "phrasal_heterogeneous"])
 def test_queryk_module_logits_are_shifted_products(name):
-    options = {"variant": "queryk", **({"ngram_heads": [0, 4]} if name == "phrasal_homogeneous" else {"ngrams": [2]})}
+    # heterogeneous attention needs unigram keys ([2] alone is refused): one softmax over [1, 2]
+    options = {"variant": "queryk", **({"ngram_heads": [0, 4]} if name == "phrasal_homogeneous" else {"ngrams": [1, 2]})}
     attn = module(name, options)
-    br = attn.branches[0]
     x = torch.randn(2, 5, D)
     w = attn(x, x, AttentionContext(need_weights=True)).weights.detach()
-    q = br.q_proj(x).view(2, 5, 2, H, D // H).permute(0, 3, 1, 2, 4)  # (B, H, T, n, d)
-    k = br.k_proj(x).view(2, 5, H, D // H).transpose(1, 2)
-    logits = queryk_logits(q, k) / math.sqrt(2 * D // H)
-    if name == "phrasal_heterogeneous":  # no padding: the bigram ending at 0 does not exist
-        logits[..., 0] = float("-inf")
-    assert_close(w, torch.softmax(logits, -1), atol=1e-5, rtol=1e-5)
+    blocks = []
+    for br in attn.branches:
+        n = br.n
+        q = br.q_proj(x).view(2, 5, n, H, D // H).permute(0, 3, 1, 2, 4)  # (B, H, T, n, d)
+        k = br.k_proj(x).view(2, 5, H, D // H).transpose(1, 2)
+        logits = queryk_logits(q, k) / math.sqrt(n * D // H)
+        if name == "phrasal_heterogeneous" and n == 2:  # no padding: the bigram ending at 0 does not exist
+            logits[..., 0] = float("-inf")
+        blocks.append(logits)
+    if name == "phrasal_homogeneous":
+        blocks = blocks[-1:]  # the 4 bigram heads
+    assert_close(w, torch.softmax(torch.cat(blocks, -1), -1), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("variant", ["convkv", "queryk"])

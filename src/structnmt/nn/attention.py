@@ -173,6 +173,22 @@ def build_attention(name: str, options: Mapping[str, Any], dims: AttentionDims) 
 # --------------------------------------------------------------------------- the core op
 
 
+def masked_softmax(scores: Tensor, allowed: Tensor | None) -> Tensor:
+    """Softmax over the last axis of ``scores`` (..., S) restricted to ``allowed`` keys.
+
+    ``allowed`` is a bool mask broadcastable to ``scores`` (True = may attend). A row with
+    no allowed key at all (a padded query under a structural mask, a decoder position
+    with no valid phrase) gets all-zero weights instead of the NaN of a softmax over
+    only ``-inf``, and no NaN reaches the gradient. Computed in float32; the caller casts.
+    """
+    scores = scores.float()
+    if allowed is None:
+        return torch.softmax(scores, dim=-1)
+    live = allowed.any(dim=-1, keepdim=True)  # (..., 1): the row has a key
+    scores = scores.masked_fill(~(allowed | ~live), float("-inf"))  # dead rows stay finite here
+    return torch.softmax(scores, dim=-1).masked_fill(~live, 0.0)
+
+
 def scaled_attention(
     q: Tensor,
     k: Tensor,
@@ -195,7 +211,8 @@ def scaled_attention(
 
     Fast path: ``F.scaled_dot_product_attention`` (causal without other masks uses its
     ``is_causal`` kernel). The explicit matmul-softmax path runs when weights are
-    requested or the bias requires grad.
+    requested or the bias requires grad. A query row with no allowed key gets a zero
+    output and zero weights on every path (see :func:`masked_softmax`).
     """
     B, H, T, _ = q.shape
     S = k.shape[-2]
@@ -212,6 +229,10 @@ def scaled_attention(
         allowed = cmask if allowed is None else allowed & cmask
     explicit = need_weights or (bias is not None and bias.requires_grad)
     if not explicit:
+        live = None
+        if allowed is not None:  # a query with no allowed key gets a zero output (not NaN) on every torch
+            live = allowed.any(dim=-1, keepdim=True)
+            allowed = allowed | ~live
         attn_mask: Tensor | None = allowed
         if bias is not None:
             attn_mask = bias.to(q.dtype)
@@ -220,15 +241,13 @@ def scaled_attention(
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=use_is_causal, scale=scale
         )
-        return out, None
+        return (out if live is None else out.masked_fill(~live, 0.0)), None
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
     if bias is not None:
         scores = scores + bias
     if use_is_causal:
         allowed = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    weights = masked_softmax(scores, allowed).to(q.dtype)
     dropped = F.dropout(weights, p=dropout_p, training=dropout_p > 0)
     return torch.matmul(dropped, v), weights
 

@@ -64,6 +64,7 @@ from .attention import (
     AttentionContext,
     AttentionDims,
     AttentionOutput,
+    masked_softmax,
     merge_heads,
     register_attention,
     scaled_attention,
@@ -352,6 +353,10 @@ class HeterogeneousPhrasalAttention(_PhrasalAttention):
         ngrams = list(options.ngrams)
         if not ngrams or any(n < 1 for n in ngrams) or len(set(ngrams)) != len(ngrams):
             raise _config_error(f"{where}: ngrams {ngrams} must be distinct lengths >= 1, e.g. [1, 2].")
+        if 1 not in ngrams:  # without unigram keys, position 0 of a decoder and 1-token sentences have no key
+            raise _config_error(f"{where}: ngrams {ngrams} must include 1 (unigram keys), or the first decoder "
+                                f"position and sentences shorter than {min(ngrams)} tokens have no key at all; "
+                                f"e.g. {sorted({1, *ngrams})}.")
         super().__init__(dims=dims, variant=options.variant, branches=[(n, dims.heads) for n in ngrams],
                          own_query=options.variant == "queryk")
         self.q_proj = nn.Linear(dims.d_model, dims.d_model) if options.variant == "convkv" else None
@@ -375,8 +380,7 @@ class HeterogeneousPhrasalAttention(_PhrasalAttention):
             logits = torch.cat(
                 [torch.matmul(br.query(query), k.transpose(-1, -2)) / math.sqrt(self.head_dim * br.n)
                  for br, (k, _) in zip(self.branches, kvs)], dim=-1)
-            logits = logits.masked_fill(~allowed, float("-inf"))
-            w = torch.softmax(logits.float(), dim=-1).to(values.dtype)
+            w = masked_softmax(logits, allowed).to(values.dtype)
             out = torch.matmul(F.dropout(w, p=dropout_p, training=dropout_p > 0), values)
             weights = w if ctx.need_weights else None
         extras = {"key_blocks": list(self.ngrams)} if ctx.need_weights else {}

@@ -39,6 +39,7 @@ from .attention import (
     AttentionContext,
     AttentionDims,
     AttentionOutput,
+    masked_softmax,
     merge_heads,
     register_attention,
     split_heads,
@@ -97,8 +98,7 @@ class InterleavedPhrasalAttention(_PhrasalAttention):
         """One softmax over unigram+bigram keys; queries per key type (B, H, T, n*d)."""
         logits = torch.cat([torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
                             for q, (k, _) in zip(queries, kvs)], dim=-1)
-        w = torch.softmax(logits.masked_fill(~allowed, float("-inf")).float(), dim=-1)
-        w = w.to(kvs[0][1].dtype)
+        w = masked_softmax(logits, allowed).to(kvs[0][1].dtype)
         values = torch.cat([v for _, v in kvs], dim=2)
         return torch.matmul(F.dropout(w, p=dropout_p, training=dropout_p > 0), values), w
 

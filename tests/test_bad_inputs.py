@@ -466,3 +466,17 @@ def test_a_broken_gzip_parse_file_names_the_file(tmp_path, capsys):
                        str(tmp_path / "c" / "train.en.conllu.gz"), "--no-progress")
     assert_user_error(code, err, "train.en.conllu.gz", "truncated or corrupt")
     assert not (tmp_path / "bin").exists()
+
+
+def test_repeated_nan_losses_and_a_missing_gpu_are_one_sentence(synth_data, tmp_path, capsys, monkeypatch):
+    from structnmt.train import trainer as trainer_mod
+
+    real = trainer_mod.label_smoothed_nll
+    monkeypatch.setattr(trainer_mod, "label_smoothed_nll", lambda *a: tuple(x * float("nan") for x in real(*a)))
+    cfg = write_config(tmp_path / "cfg.yaml", synth_data, tmp_path / "run", max_consecutive_nonfinite=2)
+    code, _, err = cli(capsys, "train", cfg, "--no-progress")
+    assert_user_error(code, err, "3 consecutive updates had a NaN or infinite loss", "lower train.lr")
+    assert not (tmp_path / "run" / "train.lock").exists()  # the failed run let go of its save_dir
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, _, err = cli(capsys, "train", cfg, "train.device=cuda", "train.save_dir=" + str(tmp_path / "r2"))
+    assert_user_error(code, err, "'cuda'", "no CUDA GPU")

@@ -52,7 +52,7 @@ def corpus(draw, min_size: int, max_size: int) -> list[tuple[str, str, str]]:
 
 def write(path: Path, lines: list[str], endings: list[str], final_newline: bool) -> None:
     data = "".join(line + end for line, end in zip(lines, endings))
-    if not final_newline:
+    if not final_newline and lines[-1]:  # an empty last line without its newline is no line at all
         data = data[: -len(endings[-1])]
     path.write_bytes(data.encode("utf-8"))
 

@@ -21,6 +21,7 @@ from ..data.vocab import EOS
 from ..errors import CheckpointError, UserError
 from ..models import build_model
 from ..train.checkpoint import checkpoint_vocabs, load_checkpoint, load_model_state
+from ..train.trainer import get_device
 from .beam import beam_search, greedy_search
 
 
@@ -101,9 +102,7 @@ class Translator:
         self.cfg: Config = from_dict(state["config"], where=f"{checkpoint} (saved config)")
         # the checkpoint's own vocabularies; a --data directory must hold the same ones
         self.src_vocab, self.tgt_vocab = checkpoint_vocabs(state, checkpoint, data_dir)
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
+        self.device = get_device(device)
         self.model = build_model(self.cfg.model, len(self.src_vocab), len(self.tgt_vocab))
         load_model_state(self.model, state, checkpoint)
         self.model.to(self.device).eval()

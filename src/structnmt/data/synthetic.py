@@ -88,7 +88,9 @@ __all__ = [
     "SynthExample",
     "generate",
     "write_corpus",
+    "write_examples",
     "agreement_accuracy",
+    "agreement_outcomes",
     "realize",
     "target_lexicon",
     "source_vocabulary",
@@ -377,9 +379,16 @@ def _at(probs: tuple[float, ...], depth: int) -> float:
 
 
 class _Sampler:
-    def __init__(self, rng: random.Random, max_depth: int) -> None:
+    """Draws clause structures. ``np_pp`` / ``np_rc`` (probabilities of a PP / relative
+    clause on an NP, by nesting depth) default to the corpus's; the generalization test
+    splits draw with more nesting (:mod:`structnmt.data.generalization`)."""
+
+    def __init__(self, rng: random.Random, max_depth: int, *, np_pp: tuple[float, ...] = _P_NP_PP,
+                 np_rc: tuple[float, ...] = _P_NP_RC) -> None:
         self.rng = rng
         self.max_depth = max_depth
+        self.np_pp = np_pp
+        self.np_rc = np_rc
 
     def core_np(self) -> _NP:
         r = self.rng
@@ -395,11 +404,11 @@ class _Sampler:
             return _NPCoord(self.core_np(), self.core_np())
         np = self.core_np()
         if depth < self.max_depth:
-            if r.random() < _at(_P_NP_PP, depth):
+            if r.random() < _at(self.np_pp, depth):
                 n_pp = 2 if r.random() < _P_NP_PP2 else 1
                 for _ in range(n_pp):
                     np.pps.append(_PP(r.choice(_PREPOSITIONS), self.np(depth + 1, False)))
-            elif r.random() < _at(_P_NP_RC, depth):
+            elif r.random() < _at(self.np_rc, depth):
                 np.rel = self.rc(depth + 1, np.plural)
         return np
 
@@ -901,6 +910,23 @@ def _conllu(ex: SynthExample) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+def write_examples(examples: list[SynthExample], out_dir: str | Path, split: str) -> None:
+    """Write one split: ``{split}.src``, ``{split}.tgt`` (space-joined tokens),
+    ``{split}.src.tree`` (PTB), ``{split}.src.conllu`` and ``{split}.agreement.jsonl``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / f"{split}.src", "w", encoding="utf-8") as f:
+        f.writelines(" ".join(ex.src) + "\n" for ex in examples)
+    with open(out / f"{split}.tgt", "w", encoding="utf-8") as f:
+        f.writelines(" ".join(ex.tgt) + "\n" for ex in examples)
+    with open(out / f"{split}.src.tree", "w", encoding="utf-8") as f:
+        f.writelines(ex.tree + "\n" for ex in examples)
+    with open(out / f"{split}.src.conllu", "w", encoding="utf-8") as f:
+        f.writelines(_conllu(ex) for ex in examples)
+    with open(out / f"{split}.agreement.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(ex.agreement) + "\n" for ex in examples)
+
+
 def write_corpus(cfg: SynthConfig, out_dir: str | Path) -> dict[str, int]:
     """Generate the corpus and write it to ``out_dir``; return the number of sentences per split.
 
@@ -909,21 +935,11 @@ def write_corpus(cfg: SynthConfig, out_dir: str | Path) -> dict[str, int]:
     ``{split}.agreement.jsonl`` (one JSON list per line); plus ``synth.json``.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     data = generate(cfg)
     counts: dict[str, int] = {}
     for split, examples in data.items():
         counts[split] = len(examples)
-        with open(out / f"{split}.src", "w", encoding="utf-8") as f:
-            f.writelines(" ".join(ex.src) + "\n" for ex in examples)
-        with open(out / f"{split}.tgt", "w", encoding="utf-8") as f:
-            f.writelines(" ".join(ex.tgt) + "\n" for ex in examples)
-        with open(out / f"{split}.src.tree", "w", encoding="utf-8") as f:
-            f.writelines(ex.tree + "\n" for ex in examples)
-        with open(out / f"{split}.src.conllu", "w", encoding="utf-8") as f:
-            f.writelines(_conllu(ex) for ex in examples)
-        with open(out / f"{split}.agreement.jsonl", "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(ex.agreement) + "\n" for ex in examples)
+        write_examples(examples, out, split)
     meta = {
         "config": asdict(cfg),
         "counts": counts,
@@ -937,29 +953,35 @@ def write_corpus(cfg: SynthConfig, out_dir: str | Path) -> dict[str, int]:
 # --------------------------------------------------------------------------- evaluation
 
 
-def agreement_accuracy(hypotheses: list[str], examples: list[SynthExample]) -> tuple[float, int]:
-    """Accuracy of target verb agreement in ``hypotheses`` (detokenised strings).
+def agreement_outcomes(hypotheses: list[str], examples: list[SynthExample]) -> list[tuple[dict, bool]]:
+    """(agreement item, correct?) for every agreement item of ``examples``, in order.
 
-    For each agreement item, the hypothesis occurrences of the verb (tokens equal to
-    ``expected`` or ``wrong``) are listed; the item is matched to the k-th occurrence, where k
-    is the number of such tokens before it in the reference target (or to the last one if the
-    hypothesis has fewer).  It is correct when that token is ``expected``; an absent verb
-    counts as wrong.  Returns ``(accuracy, number_of_items)``; accuracy is 0.0 without items.
+    For each item, the hypothesis occurrences of the verb (tokens equal to ``expected`` or
+    ``wrong``) are listed; the item is matched to the k-th occurrence, where k is the
+    number of such tokens before it in the reference target (or to the last one if the
+    hypothesis has fewer). It is correct when that token is ``expected``; an absent verb
+    counts as wrong.
     """
     if len(hypotheses) != len(examples):
         raise ValueError(
             f"got {len(hypotheses)} hypotheses for {len(examples)} examples"
         )
-    correct = total = 0
+    out = []
     for hyp, ex in zip(hypotheses, examples):
         toks = hyp.split()
         for item in ex.agreement:
-            total += 1
             forms = {item["expected"], item["wrong"]}
             rank = sum(1 for t in ex.tgt[: item["tgt_index"]] if t in forms)
             occ = [t for t in toks if t in forms]
-            if not occ:
-                continue
-            chosen = occ[rank] if rank < len(occ) else occ[-1]
-            correct += chosen == item["expected"]
-    return (correct / total if total else 0.0), total
+            chosen = (occ[rank] if rank < len(occ) else occ[-1]) if occ else None
+            out.append((item, chosen == item["expected"]))
+    return out
+
+
+def agreement_accuracy(hypotheses: list[str], examples: list[SynthExample]) -> tuple[float, int]:
+    """Accuracy of target verb agreement in ``hypotheses`` (detokenised strings), matched
+    as in :func:`agreement_outcomes`. Returns ``(accuracy, number_of_items)``; accuracy is
+    0.0 without items.
+    """
+    outcomes = agreement_outcomes(hypotheses, examples)
+    return (sum(ok for _, ok in outcomes) / len(outcomes) if outcomes else 0.0), len(outcomes)

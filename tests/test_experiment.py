@@ -232,3 +232,44 @@ def test_a_failing_decode_is_reported_at_once_and_the_other_runs_finish(tmp_path
     run_grid(grid, overrides=["train.threads=1"], jobs_at_once=2, log=lines.append)
     assert any("Transformer-Base (seed 1): training finished earlier; decoding." in x for x in lines)
     assert (base / "result.json").exists()
+
+
+def test_a_grid_on_the_generalization_benchmark_reports_every_split(tmp_path):
+    """evaluate.benchmark: every run translates each split; one table per split with
+    mean ± std over seeds and paired tests; training stops early on patience."""
+    import json
+
+    from structnmt.data.generalization import BenchmarkConfig, write_benchmark
+    from structnmt.experiment.generalization_report import paired_randomization
+
+    bench = tmp_path / "bench"
+    write_benchmark(BenchmarkConfig(seed=2, n_train=300, n_valid=10, n_test=8, n_gen=6), bench)
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(f"""
+name: tiny generalization grid
+out_dir: {tmp_path / 'out'}
+data:
+  prepare: {{source_lang: src, target_lang: tgt, trainpref: {bench / 'train'}, validpref: {bench / 'valid'},
+            testprefs: [{bench / 'test'}], vocab_size: 300, destdir: {tmp_path / 'bin'}}}
+{TINY_BASE}
+budget: {{max_updates: 6, patience: 1}}
+seeds: [1, 2]
+runs:
+  - name: Transformer-Base
+  - name: + post-norm
+    overrides: [model.pre_norm=false]
+evaluate: {{split: test, average_last: 2, beam: 2, bootstrap_samples: 20, benchmark: {bench}}}
+""")
+    report = run_grid(grid, log=lambda *_: None).read_text()
+    for split in ("test", "attraction2", "attraction3", "attraction4", "depth2", "depth3", "length", "recombination"):
+        assert f"### {split}: " in report
+    assert "| Transformer-Base | " in report and "agreement_by_attractors.png" in report
+    assert (tmp_path / "out" / "agreement_by_attractors.png").stat().st_size > 0
+    result = json.loads((tmp_path / "out" / "runs" / "transformer-base" / "seed2" / "result.json").read_text())
+    assert set(result["benchmark"]) == {"test", "attraction2", "attraction3", "attraction4", "depth2", "depth3",
+                                        "length", "recombination"}
+    assert result["benchmark"]["attraction4"]["sentences"] == 6
+    resolved = (tmp_path / "out" / "runs" / "transformer-base" / "seed1" / "resolved.yaml").read_text()
+    assert "patience: 1" in resolved
+    assert paired_randomization([1, 1, 1, 1, 1, 1, 1, 1], [0] * 8) < 0.02
+    assert paired_randomization([1, 0, 1, 0], [1, 0, 1, 0]) == 1.0

@@ -215,3 +215,31 @@ def write_benchmark(cfg: BenchmarkConfig, out_dir: str | Path) -> dict:
                        "no sentence occurs twice"}
     (out / "benchmark.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return meta
+
+
+def benchmark_splits(directory: str | Path) -> dict[str, str]:
+    """The evaluation splits of a written benchmark (i.i.d. test first): name -> statement."""
+    path = Path(directory) / "benchmark.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no generalization benchmark here; write one with "
+                                "`structnmt synth --generalization --out DIR`.")
+    splits = json.loads(path.read_text(encoding="utf-8"))["splits"]
+    names = ["test"] + [s.name for s in SPLITS if s.held_out and s.name in splits]
+    return {n: splits[n]["statement"] for n in names}
+
+
+def load_examples(directory: str | Path, split: str) -> list[SynthExample]:
+    """The examples of one written split (source, target, gold trees, agreement probes)."""
+    from ..syntax.io import read_conllu
+
+    d = Path(directory)
+    src = (d / f"{split}.src").read_text(encoding="utf-8").splitlines()
+    tgt = (d / f"{split}.tgt").read_text(encoding="utf-8").splitlines()
+    trees = (d / f"{split}.src.tree").read_text(encoding="utf-8").splitlines()
+    agreement = [json.loads(x) for x in (d / f"{split}.agreement.jsonl").read_text(encoding="utf-8").splitlines()]
+    deps = list(read_conllu(d / f"{split}.src.conllu"))
+    if not len(src) == len(tgt) == len(trees) == len(agreement) == len(deps):
+        raise ValueError(f"{d}: the files of split {split} have different numbers of sentences; rewrite it.")
+    return [SynthExample(src=s.split(), tgt=t.split(), tree=tr, heads=dp.heads, deprels=dp.deprels, upos=dp.upos,
+                         xpos=dp.xpos or [], agreement=a)
+            for s, t, tr, a, dp in zip(src, tgt, trees, agreement, deps)]

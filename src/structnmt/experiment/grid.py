@@ -58,11 +58,15 @@ class DataSpec:
 
 @dataclass
 class BudgetSpec:
-    """The training budget of every run: exactly one of the three is non-zero."""
+    """The training budget of every run: exactly one of the three is non-zero.
+
+    ``patience`` > 0 trains to convergence: a run stops after that many validations
+    without a lower validation loss, the budget being the cap."""
 
     max_updates: int = 0
     max_target_tokens: int = 0
     max_time_minutes: float = 0.0
+    patience: int = 0
 
     def which(self) -> tuple[str, float]:
         set_ = [(k, getattr(self, k)) for k in BUDGET_KEYS if getattr(self, k)]
@@ -71,10 +75,15 @@ class BudgetSpec:
     def describe(self) -> str:
         key, value = self.which()
         if key == "max_updates":
-            return f"{int(value):,} updates per run (train.max_updates={int(value)})"
-        if key == "max_target_tokens":
-            return f"{int(value):,} training target tokens per run (train.max_target_tokens={int(value)})"
-        return f"{value:g} minutes of training wall-clock per run (train.max_time_minutes={value:g})"
+            text = f"{int(value):,} updates per run (train.max_updates={int(value)})"
+        elif key == "max_target_tokens":
+            text = f"{int(value):,} training target tokens per run (train.max_target_tokens={int(value)})"
+        else:
+            text = f"{value:g} minutes of training wall-clock per run (train.max_time_minutes={value:g})"
+        if self.patience:
+            text = (f"until the validation loss has not improved for {self.patience} validations "
+                    f"(train.patience={self.patience}), at most {text}")
+        return text
 
 
 @dataclass
@@ -98,6 +107,9 @@ class EvaluateSpec:
     lc_tok: bool = False  # the BLEU column is lowercased BLEU on Moses-tokenized text
     lang: str = "en"  # target language for the Moses tokenizer (lc_tok)
     device: str = "auto"  # decoding device: auto | cpu | cuda
+    # a synthetic generalization benchmark directory (`structnmt synth --generalization`):
+    # every run also translates its i.i.d. and held-out splits, scored per split
+    benchmark: str = ""
 
 
 @dataclass
@@ -156,8 +168,9 @@ def load_grid(path: str | Path, overrides: list[str] | None = None) -> tuple[Gri
     p = Path(path)
     data = _yaml_file(p, "grid file")
     grid_over, run_over = split_overrides(list(overrides or []))
-    if any(o.split("=", 1)[0].startswith("budget.") for o in grid_over):
-        data["budget"] = {}  # a budget given on the command line replaces the grid's
+    if any(o.split("=", 1)[0].startswith("budget.max_") for o in grid_over):
+        # a budget given on the command line replaces the grid's (its patience stays)
+        data["budget"] = {k: v for k, v in (data.get("budget") or {}).items() if k not in BUDGET_KEYS}
     data = apply_overrides(data, grid_over)
     _check_not_owned(run_over, "command line")
     if "source" in data:
@@ -176,7 +189,7 @@ def validate_grid(grid: GridConfig, where: str) -> None:
         found = f"got {', '.join(set_)}" if set_ else "none is set"
         raise ConfigError(f"{where}: budget needs exactly one of {', '.join(BUDGET_KEYS)} ({found}); "
                           "every run of a grid trains under the same single budget.")
-    if any(getattr(grid.budget, k) < 0 for k in BUDGET_KEYS):
+    if any(getattr(grid.budget, k) < 0 for k in BUDGET_KEYS) or grid.budget.patience < 0:
         raise ConfigError(f"{where}: budget values must be positive.")
     if bool(grid.data.path) == bool(grid.data.prepare):
         raise ConfigError(f"{where}: data needs exactly one of 'path' (a prepared dataset) or 'prepare' "
@@ -246,7 +259,7 @@ def resolve_run_config(grid: GridConfig, run: RunSpec, seed: int, *, data_path: 
     if not isinstance(data["data"], dict) or not isinstance(data["train"], dict):
         raise ConfigError(f"{where}: 'data' and 'train' must be mappings.")
     data["data"]["path"] = str(data_path)
-    data["train"].update({"save_dir": str(run_dir), "seed": seed, "max_epochs": 0, "patience": 0,
-                          "progress": False})
+    data["train"].update({"save_dir": str(run_dir), "seed": seed, "max_epochs": 0,
+                          "patience": grid.budget.patience, "progress": False})
     data["train"].update({k: (budget_value if k == budget_key else 0) for k in BUDGET_KEYS})
     return from_dict(data, where=where)

@@ -239,6 +239,10 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
             lines.append(f"| {r.name} | {seed} | {res['num_updates']:,} | {res['train_target_tokens']:,} | "
                          f"{res['train_seconds']:.0f} | {res[bkey]:.2f} | {res['chrf']:.2f} | {prec} | "
                          f"`runs/{dirs[r.name]}/seed{seed}` |")
+    if ev.benchmark:
+        from .generalization_report import generalization_section
+
+        lines += ["", *generalization_section(grid, results, out)]
     path = out / "results.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path

@@ -190,7 +190,29 @@ def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, src: list[str], 
         s = scores["BLEU (lc,tok)"]
         result.update({"bleu_lc_tok": s.score, "bleu_lc_tok_signature": s.signature,
                        "bleu_lc_tok_precisions": s.precisions})
+    if ev.benchmark:
+        result["benchmark"] = _evaluate_benchmark(ev.benchmark, tr, dcfg, run_dir)
     return result
+
+
+def _evaluate_benchmark(directory: str, tr, dcfg, run_dir: Path) -> dict:
+    """Translate every evaluation split of a generalization benchmark and score it
+    (:func:`structnmt.evaluate.generalization.split_metrics`); per split the summary,
+    with the hypotheses in ``bench_<split>.hyp`` and the per-sentence outcomes (for the
+    report's paired tests) in ``bench_<split>.json``."""
+    from ..data.generalization import benchmark_splits, load_examples
+    from ..evaluate.generalization import split_metrics
+
+    seed = json.loads((Path(directory) / "benchmark.json").read_text(encoding="utf-8"))["config"]["seed"]
+    summary = {}
+    for name in benchmark_splits(directory):
+        examples = load_examples(directory, name)
+        hyps = [h[0].text if h else "" for h in tr.translate([" ".join(ex.src) for ex in examples], dcfg)]
+        (run_dir / f"bench_{name}.hyp").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+        metrics = split_metrics(hyps, examples, seed=seed)
+        _write_json(run_dir / f"bench_{name}.json", metrics)
+        summary[name] = {k: v for k, v in metrics.items() if k != "per_sentence"}
+    return summary
 
 
 def _command_line(grid: str | Path, out_dir, overrides: list[str], jobs_at_once: int = 1) -> str:

@@ -37,6 +37,19 @@ def cmd_synth(args) -> int:
     for flag, value in (("--n-train", args.n_train), ("--n-valid", args.n_valid), ("--n-test", args.n_test)):
         if value < 1:
             return _err(f"{flag} {value}: give a number of sentences of at least 1.")
+    if args.generalization:
+        from .data.generalization import BenchmarkConfig, write_benchmark
+
+        if args.n_gen < 1 or args.train_max_len < 3:
+            return _err("--n-gen must be at least 1 and --train-max-len at least 3.")
+        meta = write_benchmark(BenchmarkConfig(seed=args.seed, n_train=args.n_train, n_valid=args.n_valid,
+                                               n_test=args.n_test, n_gen=args.n_gen,
+                                               train_max_len=args.train_max_len), args.out)
+        for name, s in meta["splits"].items():
+            print(f"synth: {name:>13}: {s['sentences']:>6,} sentences, {s['length'][0]}-{s['length'][1]} words; "
+                  f"{s['statement']}")
+        print(f"synth: benchmark in {args.out} (checked: {meta['checked']}; see benchmark.json)")
+        return 0
     cfg = SynthConfig(seed=args.seed, n_train=args.n_train, n_valid=args.n_valid, n_test=args.n_test)
     counts = write_corpus(cfg, args.out)
     print(f"synth: wrote {counts} to {args.out}")
@@ -219,6 +232,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--n-train", type=int, default=20000)
     s.add_argument("--n-valid", type=int, default=500)
     s.add_argument("--n-test", type=int, default=500)
+    s.add_argument("--generalization", action="store_true",
+                   help="the structural generalization benchmark: training without the held-out structures, "
+                        "plus attraction2-4, depth2-3, length and recombination test splits (docs/generalization.md)")
+    s.add_argument("--n-gen", type=int, default=500, help="sentences per held-out split (--generalization)")
+    s.add_argument("--train-max-len", type=int, default=20,
+                   help="longest training sentence in words; the length split is longer (--generalization)")
     s.set_defaults(func=cmd_synth)
 
     s = sub.add_parser("prepare", help="encode parallel text into a dataset directory")

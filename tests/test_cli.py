@@ -104,7 +104,9 @@ def test_demo_prints_bleu_last(tmp_path):
              overrides=["model.encoder_layers=1", "model.decoder_layers=1", "train.progress=false",
                         "train.tensorboard=false"])
     assert "BLEU = " in lines[-1] and "nrefs:1" in lines[-1]
-    assert any("agreement accuracy" in line for line in lines)
+    assert any("agreement accuracy" in line and "(i.i.d. test)" in line for line in lines)
+    assert any("on the hardest held-out split: 4 attractors" in line for line in lines)
+    assert (tmp_path / "demo" / "attraction4.hyp").read_text().count("\n") == 20
 
 
 def test_overrides_may_follow_options_and_unknown_flags_are_refused(monkeypatch, capsys):

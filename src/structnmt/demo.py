@@ -1,10 +1,13 @@
 """``structnmt demo``: the embedded default, end to end on CPU.
 
-1. write the synthetic syntactic-transduction corpus (:mod:`structnmt.data.synthetic`);
+1. write the synthetic generalization benchmark (:mod:`structnmt.data.generalization`):
+   the syntactic-transduction corpus without the held-out structures, plus its test splits;
 2. prepare it (joint SentencePiece vocabulary);
 3. train the small Transformer of ``recipes/demo.yaml`` for a wall-clock budget;
-4. average the last checkpoints, translate the held-out test set with beam search;
-5. print sacreBLEU (with its signature) and the subject-verb agreement accuracy.
+4. average the last checkpoints, translate the i.i.d. test set and the hardest held-out
+   split (4 attractors between subject and verb) with beam search;
+5. print chrF, the subject-verb agreement accuracy on both and, last, sacreBLEU (with its
+   signature) on the i.i.d. test set.
 
 The last line printed contains ``BLEU``.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 
@@ -30,8 +34,9 @@ def demo_config(workdir: Path, minutes: float, seed: int, overrides: list[str] |
 
 def run_demo(workdir: str | Path, *, minutes: float = 3.0, seed: int = 1, overrides: list[str] | None = None,
              n_train: int = 20000, n_test: int = 500, log=print) -> int:
+    from .data.generalization import BenchmarkConfig, load_examples, write_benchmark
     from .data.prepare import PrepareConfig, prepare
-    from .data.synthetic import SynthConfig, agreement_accuracy, generate, write_corpus
+    from .data.synthetic import agreement_accuracy
     from .decode.translate import Translator
     from .evaluate.score import corpus_scores
     from .train.average import average_checkpoints, last_checkpoints
@@ -39,12 +44,13 @@ def run_demo(workdir: str | Path, *, minutes: float = 3.0, seed: int = 1, overri
 
     work = Path(workdir)
     t0 = time.time()
-    scfg = SynthConfig(seed=seed, n_train=n_train, n_valid=min(500, n_test), n_test=n_test)
+    bcfg = BenchmarkConfig(seed=seed, n_train=n_train, n_valid=min(500, n_test), n_test=n_test, n_gen=n_test)
     corpus = work / "corpus"
-    if not (corpus / "synth.json").exists() or json.loads((corpus / "synth.json").read_text()).get("config") != \
-            {k: getattr(scfg, k) for k in scfg.__dataclass_fields__}:
-        write_corpus(scfg, corpus)
-    log(f"demo: synthetic corpus in {corpus} ({n_train} train / {n_test} test pairs, seed {seed})")
+    meta = corpus / "benchmark.json"
+    if not meta.exists() or json.loads(meta.read_text()).get("config") != asdict(bcfg):
+        write_benchmark(bcfg, corpus)
+    log(f"demo: synthetic corpus in {corpus} ({n_train} train / {n_test} test pairs, seed {seed}; training holds "
+        "no sentence with more than 1 attractor between subject and verb)")
     pcfg = PrepareConfig(source_lang="src", target_lang="tgt", trainpref=str(corpus / "train"),
                          validpref=str(corpus / "valid"), testprefs=[str(corpus / "test")],
                          vocab_size=1500, max_len=128)
@@ -55,16 +61,20 @@ def run_demo(workdir: str | Path, *, minutes: float = 3.0, seed: int = 1, overri
     avg = Path(cfg.train.save_dir) / "checkpoint_avg.pt"
     average_checkpoints(ckpts, avg)
     tr = Translator(avg)
-    test_src = (corpus / "test.src").read_text(encoding="utf-8").splitlines()
-    refs = (corpus / "test.tgt").read_text(encoding="utf-8").splitlines()
-    hyps = [h[0].text for h in tr.translate(test_src)]
+    test, hard = load_examples(corpus, "test"), load_examples(corpus, "attraction4")
+    hyps = [h[0].text for h in tr.translate([" ".join(ex.src) for ex in test])]
+    hard_hyps = [h[0].text for h in tr.translate([" ".join(ex.src) for ex in hard])]
     (work / "test.hyp").write_text("\n".join(hyps) + "\n", encoding="utf-8")
-    examples = generate(scfg)["test"]
-    acc, n_items = agreement_accuracy(hyps, examples)
-    bleu, chrf = corpus_scores(hyps, refs)
+    (work / "attraction4.hyp").write_text("\n".join(hard_hyps) + "\n", encoding="utf-8")
+    acc, n_items = agreement_accuracy(hyps, test)
+    hard_acc, hard_items = agreement_accuracy(hard_hyps, hard)
+    bleu, chrf = corpus_scores(hyps, [" ".join(ex.tgt) for ex in test])
     log(f"demo: {len(hyps)} held-out sentences translated with beam {cfg.decode.beam} "
         f"from the average of {len(ckpts)} checkpoints; hypotheses in {work / 'test.hyp'}")
     log(f"chrF = {chrf.score:.2f} ({chrf.signature})")
-    log(f"subject-verb agreement accuracy = {100 * acc:.2f}% of {n_items} verbs")
+    log(f"subject-verb agreement accuracy = {100 * acc:.2f}% of {n_items} verbs (i.i.d. test)")
+    log(f"subject-verb agreement accuracy = {100 * hard_acc:.2f}% of {hard_items} verbs on the hardest held-out "
+        f"split: 4 attractors between subject and verb, never seen in training ({len(hard)} sentences, "
+        f"{work / 'attraction4.hyp'}); see docs/generalization.md")
     log(f"demo finished in {time.time() - t0:.0f} s. BLEU = {bleu.score:.2f} ({bleu.signature})")
     return 0

@@ -71,7 +71,8 @@ def cmd_prepare(args) -> int:
     manifest = prepare(cfg, args.destdir, progress=not args.no_progress)
     for split, c in manifest["counts"].items():
         print(f"prepare {split}: {c['kept']:,} pairs kept of {c['lines']:,} lines "
-              f"({c['dropped_empty']} empty, {c['dropped_too_long']} too long); "
+              f"({c['dropped_empty']} empty, {c['dropped_too_long']} too long"
+              + (f", {c['dropped_no_pieces']} without pieces" if c.get("dropped_no_pieces") else "") + "); "
               f"{c['src_tokens']:,} source / {c['tgt_tokens']:,} target pieces"
               + (f"; {c['dropped_unaligned']} unaligned parses dropped, {c['merged_words']} words merged"
                  if "dropped_unaligned" in c else ""))

@@ -9,6 +9,7 @@ the dataset manifest:
 * invalid UTF-8                              -> error naming the file and the line
 * an empty line on either side               -> the pair is dropped and counted
 * an over-long pair (if a limit is given)    -> filtered by the caller and counted
+* a side with no piece after encoding        -> dropped by the caller (prepare) and counted
 * an empty corpus (nothing left)             -> error
 
 Files ending in ``.gz`` are decompressed on the fly. Nothing is held in memory: the
@@ -37,7 +38,9 @@ class PairStats:
     kept: int = 0
     empty: int = 0  # dropped: empty on either side
     too_long: int = 0  # dropped: over the length limit (counted by the caller)
+    no_pieces: int = 0  # dropped: a side that encodes to no piece at all, e.g. only "\u200b" (counted by the caller)
     empty_examples: list[int] = field(default_factory=list)  # first few 1-based line numbers
+    no_pieces_examples: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {
@@ -45,7 +48,9 @@ class PairStats:
             "kept": self.kept,
             "dropped_empty": self.empty,
             "dropped_too_long": self.too_long,
+            "dropped_no_pieces": self.no_pieces,
             "first_empty_lines": self.empty_examples,
+            "first_no_pieces_lines": self.no_pieces_examples,
         }
 
 

@@ -272,6 +272,11 @@ def _build(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, p
                 enc = {"src": src_ids, "tgt": vocabs["tgt"].encode([c[2] for c in chunk])}
                 keep = []
                 for i in range(len(chunk)):
+                    if not enc["src"][i] or not enc["tgt"][i]:  # e.g. a line of zero-width characters only
+                        stats.no_pieces += 1
+                        if len(stats.no_pieces_examples) < 10:
+                            stats.no_pieces_examples.append(chunk[i][0])
+                        continue
                     src_long, tgt_long = len(enc["src"][i]) > cfg.max_len, len(enc["tgt"][i]) > cfg.max_len
                     if not (src_long or tgt_long):
                         keep.append(i)
@@ -343,6 +348,9 @@ def _build(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, p
         if stats.empty or stats.too_long:
             log(f"prepare {split}: dropped {stats.empty} empty pairs (first lines {stats.empty_examples}) "
                 f"and {stats.too_long} pairs longer than {cfg.max_len} pieces, of {stats.lines}.")
+        if stats.no_pieces:
+            log(f"prepare {split}: dropped {stats.no_pieces} pairs with a side that has no SentencePiece piece "
+                f"(only characters the model drops, such as zero-width spaces; first lines {stats.no_pieces_examples}).")
         if truncated:
             log(f"prepare {split}: kept {truncated} pairs longer than {cfg.max_len} pieces with their pieces cut to "
                 f"{cfg.max_len} (their text stays whole for BLEU; --eval-too-long drop drops them).")

@@ -250,14 +250,16 @@ name: tiny generalization grid
 out_dir: {tmp_path / 'out'}
 data:
   prepare: {{source_lang: src, target_lang: tgt, trainpref: {bench / 'train'}, validpref: {bench / 'valid'},
-            testprefs: [{bench / 'test'}], vocab_size: 300, destdir: {tmp_path / 'bin'}}}
+            testprefs: [{bench / 'test'}], vocab_size: 300, destdir: {tmp_path / 'bin'}, parser: {{name: synthetic}}}}
 {TINY_BASE}
 budget: {{max_updates: 6, patience: 1}}
 seeds: [1, 2]
 runs:
   - name: Transformer-Base
-  - name: + post-norm
-    overrides: [model.pre_norm=false]
+  - name: + MG-SA (syntactic)
+    overrides:
+      - 'model.attention.overrides={{"encoder_self.0": {{name: mgsa, options: {{preset: syntax, composition: san, interaction: none}}}}}}'
+      - model.heads=4
 evaluate: {{split: test, average_last: 2, beam: 2, bootstrap_samples: 20, benchmark: {bench}}}
 """)
     report = run_grid(grid, log=lambda *_: None).read_text()

@@ -130,7 +130,7 @@ class Translator:
             self.parser_cfg = parser_cfg if parser_cfg.name != "none" else None
             self.label_ids = {x: i for i, x in enumerate(syntax.get("labels") or [])}
 
-    def _parse(self, texts: list[str]):
+    def _parse(self, texts: list[str], prefix: str | None = None, lang: str | None = None):
         """((dependency, constituency), word_of_piece) of every (non-empty, stripped) text;
         None for a text whose parse cannot be aligned with it.
 
@@ -146,7 +146,8 @@ class Translator:
 
         backend = build_parser(self.parser_cfg)
         out = []
-        parsed = list(backend.parse(iter(texts)))  # exhausted: pre-parsed files get their count check
+        # exhausted: pre-parsed files get their count check; {prefix}/{lang} in their paths are filled in
+        parsed = list(backend.parse(iter(texts), prefix=prefix, lang=lang))
         for text, p in zip(texts, parsed):
             proto = self.src_vocab.sp.encode(text, return_type="proto")
             try:
@@ -158,8 +159,12 @@ class Translator:
             out.append(((dep, const), al.word_of_piece))
         return out
 
-    def translate(self, lines: Iterable[str], dcfg: DecodeConfig | None = None, progress: bool = False) -> list[list[Translation]]:
-        """Translate raw lines; an empty line gives an empty translation, kept in place."""
+    def translate(self, lines: Iterable[str], dcfg: DecodeConfig | None = None, progress: bool = False, *,
+                  parse_prefix: str | None = None, parse_lang: str | None = None) -> list[list[Translation]]:
+        """Translate raw lines; an empty line gives an empty translation, kept in place.
+
+        ``parse_prefix`` / ``parse_lang`` fill ``{prefix}`` / ``{lang}`` in the paths of
+        pre-parsed trees (parser ``file`` or ``synthetic``), as ``prepare`` does for a split."""
         dcfg = dcfg or self.cfg.decode
         lines = list(lines)
         keep = [i for i, line in enumerate(lines) if line.strip()]
@@ -175,7 +180,7 @@ class Translator:
         parsed: list = []
         self.unaligned = []
         if self.structures:
-            parsed = self._parse(texts)
+            parsed = self._parse(texts, parse_prefix, parse_lang)
             self.unaligned = [keep[j] + 1 for j, p in enumerate(parsed) if p is None]
         # sentences that are decoded: not over the positions, with a usable parse
         todo = [j for j, s in enumerate(sources) if len(s) <= limit and (not parsed or parsed[j] is not None)]

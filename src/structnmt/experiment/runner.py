@@ -147,8 +147,9 @@ def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, src: list[str], 
         dcfg = dataclasses.replace(tr.cfg.decode, beam=ev.beam, lenpen=ev.lenpen, nbest=1)
         if ev.batch_size:
             dcfg.batch_size = ev.batch_size
+        prefix, lang = _split_prefix(cfg, ev.split)
         start = time.perf_counter()
-        out = tr.translate(src, dcfg)
+        out = tr.translate(src, dcfg, parse_prefix=prefix, parse_lang=lang)
         if tr.device.type == "cuda":
             torch.cuda.synchronize(tr.device)
         decode_seconds = time.perf_counter() - start
@@ -195,6 +196,19 @@ def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, src: list[str], 
     return result
 
 
+def _split_prefix(cfg: Config, split: str) -> tuple[str | None, str | None]:
+    """(corpus prefix, source language) a split was prepared from (read from the dataset's
+    manifest), for models that read pre-parsed trees of their input."""
+    manifest_path = Path(cfg.data.path) / "manifest.json"
+    if not manifest_path.is_file():
+        return None, None
+    pc = json.loads(manifest_path.read_text(encoding="utf-8"))["config"]
+    tests = pc.get("testprefs") or []
+    prefixes = {"train": pc.get("trainpref"), "valid": pc.get("validpref"),
+                **{("test" if i == 0 else f"test{i}"): p for i, p in enumerate(tests)}}
+    return prefixes.get(split), pc.get("source_lang")
+
+
 def _evaluate_benchmark(directory: str, tr, dcfg, run_dir: Path) -> dict:
     """Translate every evaluation split of a generalization benchmark and score it
     (:func:`structnmt.evaluate.generalization.split_metrics`); per split the summary,
@@ -207,7 +221,8 @@ def _evaluate_benchmark(directory: str, tr, dcfg, run_dir: Path) -> dict:
     summary = {}
     for name in benchmark_splits(directory):
         examples = load_examples(directory, name)
-        hyps = [h[0].text if h else "" for h in tr.translate([" ".join(ex.src) for ex in examples], dcfg)]
+        hyps = [h[0].text if h else "" for h in tr.translate([" ".join(ex.src) for ex in examples], dcfg,
+                                                             parse_prefix=str(Path(directory) / name), parse_lang="src")]
         (run_dir / f"bench_{name}.hyp").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
         metrics = split_metrics(hyps, examples, seed=seed)
         _write_json(run_dir / f"bench_{name}.json", metrics)

@@ -11,6 +11,7 @@ from .attention import (  # noqa: F401
     register_attention,
     scaled_attention,
 )
+from .localness import LocalnessAttention  # noqa: F401,E402  (registers "localness")
 from .mgsa import MGSAAttention, MGSAGroup, PhraseLayout, PhraseMemory  # noqa: F401,E402  (registers "mgsa")
 from .on_lstm import ONLSTM, cumax  # noqa: F401,E402
 from .phrasal import (  # noqa: F401,E402  (registers "phrasal_homogeneous", "phrasal_heterogeneous")
@@ -20,3 +21,6 @@ from .phrasal import (  # noqa: F401,E402  (registers "phrasal_homogeneous", "ph
     queryk_logits,
 )
 from .phrasal_interleaved import InterleavedPhrasalAttention  # noqa: F401,E402  (registers "phrasal_interleaved")
+from .relative_position import RelativePositionAttention  # noqa: F401,E402  (registers "rel_pos")
+from .rhe import RHEAttention, identify_heads  # noqa: F401,E402  (registers "rhe")
+from .sea import LocalPhraseBias  # noqa: F401,E402

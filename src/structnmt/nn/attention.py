@@ -202,7 +202,8 @@ def scaled_attention(
     dropout_p: float = 0.0,
     need_weights: bool = False,
     scale: float | None = None,
-) -> tuple[Tensor, Tensor | None]:
+    return_dropped: bool = False,
+) -> tuple[Tensor, Any]:
     """softmax(q k^T * scale + bias) v with masks; returns (out, weights or None).
 
     q (B, H, T, d), k (B, H, S, d), v (B, H, S, dv);
@@ -213,6 +214,8 @@ def scaled_attention(
     ``is_causal`` kernel). The explicit matmul-softmax path runs when weights are
     requested or the bias requires grad. A query row with no allowed key gets a zero
     output and zero weights on every path (see :func:`masked_softmax`).
+    ``return_dropped=True`` (explicit path) returns ``(weights, dropped weights)`` as the
+    second element, for mechanisms that also read the weights that met the values.
     """
     B, H, T, _ = q.shape
     S = k.shape[-2]
@@ -227,7 +230,7 @@ def scaled_attention(
         pos_q = torch.arange(T, device=q.device)[:, None] + query_offset
         cmask = torch.arange(S, device=q.device)[None, :] <= pos_q
         allowed = cmask if allowed is None else allowed & cmask
-    explicit = need_weights or (bias is not None and bias.requires_grad)
+    explicit = need_weights or return_dropped or (bias is not None and bias.requires_grad)
     if not explicit:
         live = None
         if allowed is not None:  # a query with no allowed key gets a zero output (not NaN) on every torch
@@ -249,7 +252,7 @@ def scaled_attention(
         allowed = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()
     weights = masked_softmax(scores, allowed).to(q.dtype)
     dropped = F.dropout(weights, p=dropout_p, training=dropout_p > 0)
-    return torch.matmul(dropped, v), weights
+    return torch.matmul(dropped, v), ((weights, dropped) if return_dropped else weights)
 
 
 # --------------------------------------------------------------------------- plain MHA
@@ -309,6 +312,17 @@ class MultiHeadAttention(nn.Module):
         """Additive logits (B or 1, H or 1, T, S) for subclasses; plain MHA has none."""
         return None
 
+    def value_term(self, weights: Tensor, ctx: AttentionContext) -> Tensor | None:
+        """Added to ``weights @ v``: (B, H, T, d) computed from the weights (B, H, T, S).
+
+        Subclasses that change the values as well as the logits (relative positions,
+        Shaw et al. 2018 eq. 3) override it and set ``uses_value_term = True``, which
+        makes :meth:`forward` take the explicit path. Plain MHA has none.
+        """
+        return None
+
+    uses_value_term: bool = False
+
     def forward(self, query: Tensor, memory: Tensor, ctx: AttentionContext) -> AttentionOutput:
         q = split_heads(self.q_proj(query), self.heads)
         k, v = self.project_kv(memory, ctx)
@@ -321,7 +335,12 @@ class MultiHeadAttention(nn.Module):
             query_offset=ctx.query_offset,
             bias=self.logit_bias(query, q, k, ctx),
             dropout_p=self.dims.dropout if self.training else 0.0,
-            need_weights=ctx.need_weights,
+            need_weights=ctx.need_weights or self.uses_value_term,
+            return_dropped=self.uses_value_term,
         )
-        return AttentionOutput(output=self.out_proj(merge_heads(out)), weights=weights)
+        if self.uses_value_term:
+            weights, dropped = weights
+            out = out + self.value_term(dropped, ctx)
+        return AttentionOutput(output=self.out_proj(merge_heads(out)),
+                               weights=weights if ctx.need_weights else None)
 

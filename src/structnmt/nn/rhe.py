@@ -1,0 +1,238 @@
+"""Redundant Head Enlivening (RHE; Wang et al., "Enlivening Redundant Heads in Multi-head
+Self-attention for Machine Translation", §4.2-4.3): identify, per sentence and head,
+the heads whose plain attention carries no syntactic function, and give only those the
+syntax-enhanced attention of :mod:`structnmt.nn.sea` (DEA or LPEA).
+
+Identification (per sentence ``b`` and head ``h``, on the head's **plain** attention
+``A`` (B, H, T, S) — before any enhancement, detached; after DEA every head would look
+syntactic):
+
+* head confidence, eq. 3 (Voita et al. 2019): ``h_conf = 1/n sum_i max_j A_ij`` over the
+  sentence's real query tokens (padding excluded; EOS too unless ``exclude_eos: false``;
+  Voita et al. exclude it);
+* syntactic attention, eq. 9: ``Syn_attn = 1/n sum_i sum_j Dep_mask_ij A_ij`` — the mass
+  on the word itself and its head and dependents (the DEA mask of eq. 5), same tokens;
+* eq. 10: ``h_label = 1`` (important) iff ``Syn_attn > Syn_gate``; the gate is
+  ``dynamic``: ``sigmoid(h_conf)`` (eq. 10, the default), ``fixed``: a constant
+  (``fixed_gate``, Fig. 4's 0.1..0.5, the criterion of Voita et al.'s fixed gate), or
+  ``confidence``: ``h_conf`` itself (the prose of §4.2: "when the average of syntactic
+  attention weights is higher than the average of maximum attention weights").
+
+Enlivening: the output weights are ``where(important, A, A_SEA)`` per (sentence, head),
+with ``A_SEA`` the same head's DEA or LPEA distribution (same queries, keys, values);
+``redundant_action: prune`` gives redundant heads a zero output instead (Table 2's
+pruning row). ``heads: all`` gives every head ``A_SEA`` — the paper's "+DEA"/"+LPEA" rows
+(Table 1), where no identification is needed.
+
+The base attention is any plain mechanism that only changes logits and values:
+``mha`` (Table 1), ``rel_pos`` or ``localness`` (Table 2's "Rel_Pos + RHE",
+"Localness + RHE"): "plain" then means the base's own distribution (its relative-position
+or Gaussian term included), and the enhancement is added on top of the base's logits.
+The base's parameters live in ``self.base``, so RHE adds only LPEA's.
+
+Inference: identification runs the same way on every sentence being translated (its own
+plain attention in eval mode, no dropout), so the parse of the test sentence decides which
+heads are enlivened, as in training. Nothing is stored on the module.
+
+Placement: encoder self-attention only (the paper's setting); the layer is chosen with a
+per-layer override, the first encoder layer by default (configs/rhe/).
+
+Extras (for analysis, ``structnmt analyze``, the head-role statistics):
+``head_important`` (B, H) bool, ``h_conf`` (B, H), ``syn_attn`` (B, H) — whenever
+identification ran — and ``plain_weights`` (B, H, T, S) when weights were requested.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..syntax.batching import StructureSpec
+from .attention import (
+    AttentionContext,
+    AttentionDims,
+    AttentionOutput,
+    MultiHeadAttention,
+    build_attention,
+    masked_softmax,
+    merge_heads,
+    register_attention,
+    split_heads,
+)
+from .sea import DEP_MASK_KEY, LocalPhraseBias, dep_mask_spec, dependency_allowed, structure
+
+ENHANCEMENTS = ("dea", "lpea", "none")
+HEAD_SETS = ("redundant", "all")
+ACTIONS = ("enliven", "prune")
+GATES = ("dynamic", "fixed", "confidence")
+BASES = ("mha", "rel_pos", "localness")
+
+
+@dataclass
+class HeadRoles:
+    """Result of identification: every tensor (B, H)."""
+
+    important: Tensor  # bool, h_label = 1
+    h_conf: Tensor  # eq. 3
+    syn_attn: Tensor  # eq. 9
+    gate: Tensor  # the Syn_gate compared with
+
+
+def query_tokens(key_mask: Tensor, exclude_eos: bool) -> Tensor:
+    """(B, S) bool: the real tokens whose rows count in eqs. 3 and 9.
+
+    The EOS the collator appends is the last real position of each row; with
+    ``exclude_eos`` it is left out (a sentence of EOS alone keeps it, so n >= 1).
+    """
+    if not exclude_eos:
+        return key_mask
+    length = key_mask.sum(-1)  # (B,)
+    pos = torch.arange(key_mask.shape[1], device=key_mask.device)
+    eos = pos[None, :] == (length - 1)[:, None]
+    keep = key_mask & ~eos
+    return torch.where(length[:, None] > 1, keep, key_mask)
+
+
+def identify_heads(
+    weights: Tensor,
+    dep_allowed: Tensor,
+    queries: Tensor,
+    *,
+    gate: str = "dynamic",
+    fixed_gate: float = 0.3,
+) -> HeadRoles:
+    """Eqs. 3, 9, 10 per sentence and head.
+
+    weights (B, H, T, S) plain attention (detached here); dep_allowed (B, 1 or H, T, S)
+    bool, the DEA mask (self included); queries (B, T) bool, the rows that count.
+    """
+    w = weights.detach().float()
+    q = queries[:, None, :].to(w.dtype)  # (B, 1, T)
+    n = q.sum(-1).clamp_min(1.0)  # (B, 1)
+    h_conf = (w.amax(-1) * q).sum(-1) / n  # (B, H)  eq. 3
+    syn = ((w * dep_allowed.to(w.dtype)).sum(-1) * q).sum(-1) / n  # (B, H)  eq. 9
+    if gate == "dynamic":
+        g = torch.sigmoid(h_conf)  # eq. 10
+    elif gate == "confidence":
+        g = h_conf
+    elif gate == "fixed":
+        g = torch.full_like(h_conf, fixed_gate)
+    else:
+        raise ValueError(f"unknown gate '{gate}'; use one of {', '.join(GATES)}.")
+    return HeadRoles(important=syn > g, h_conf=h_conf, syn_attn=syn, gate=g)
+
+
+@register_attention("rhe")
+class RHEAttention(nn.Module):
+    """Encoder self-attention with DEA/LPEA for all heads or for the redundant ones only."""
+
+    @dataclass
+    class Options:
+        base: str = "mha"  # mha | rel_pos | localness: the plain attention being enlivened
+        base_options: dict[str, Any] = field(default_factory=dict)  # options of the base mechanism
+        enhancement: str = "lpea"  # dea (eqs. 4-5) | lpea (eqs. 6-8) | none (identification only)
+        heads: str = "redundant"  # redundant: the +RHE rows | all: the +DEA / +LPEA rows
+        redundant_action: str = "enliven"  # enliven (SEA) | prune (zero output; Table 2)
+        gate: str = "dynamic"  # dynamic: sigmoid(h_conf) (eq. 10) | fixed | confidence (Syn_attn > h_conf)
+        fixed_gate: float = 0.3  # the constant of gate: fixed (Fig. 4 sweeps 0.1..0.5)
+        exclude_eos: bool = True  # leave the EOS row out of eqs. 3 and 9 (Voita et al.)
+        k: int = 6  # LPEA clipping distance (Table 3 sweeps 0..16)
+        rule: str = "rule2"  # local-phrase rules of §4.1 (syntax layer: rule1 | rule2)
+
+    def __init__(self, *, dims: AttentionDims, options: RHEAttention.Options | None = None):
+        super().__init__()
+        from ..config import ConfigError
+
+        options = options if options is not None else RHEAttention.Options()
+        where = f"model.attention ({dims.cache_key}) rhe options"
+        if dims.role != "encoder_self":
+            raise ConfigError(
+                f"model.attention ({dims.cache_key}): rhe is defined for encoder self-attention (the paper's setting); "
+                "use it under encoder_self or an 'encoder_self.<layer>' override."
+            )
+        for name, value, valid in (("base", options.base, BASES), ("enhancement", options.enhancement, ENHANCEMENTS),
+                                   ("heads", options.heads, HEAD_SETS), ("redundant_action", options.redundant_action,
+                                                                         ACTIONS), ("gate", options.gate, GATES)):
+            if value not in valid:
+                raise ConfigError(f"{where}: unknown {name} '{value}'; use one of {', '.join(valid)}.")
+        if options.redundant_action == "prune" and options.heads != "redundant":
+            raise ConfigError(f"{where}: redundant_action 'prune' removes the redundant heads, so it needs "
+                              "heads: redundant (heads: all would prune every head).")
+        if not 0.0 < options.fixed_gate <= 1.0:
+            raise ConfigError(f"{where}: fixed_gate must be in (0, 1], got {options.fixed_gate}.")
+        if options.k < 0:
+            raise ConfigError(f"{where}: k must be >= 0, got {options.k}.")
+        self.options = options
+        self.dims = dims
+        self.heads = dims.heads
+        self.base = build_attention(options.base, options.base_options, dims)
+        if not isinstance(self.base, MultiHeadAttention):
+            raise ConfigError(f"{where}: base '{options.base}' is not a plain multi-head attention.")
+        self.lpea = (LocalPhraseBias(k=options.k, d=dims.d_model // dims.heads, rule=options.rule)
+                     if options.enhancement == "lpea" else None)
+
+    # -- what the collator must build
+    def required_structures(self) -> dict[str, StructureSpec]:
+        out = dep_mask_spec()  # identification (eq. 9) and DEA
+        if self.lpea is not None:
+            out.update(self.lpea.required_structures())
+        return out
+
+    @property
+    def identifies(self) -> bool:
+        return self.options.heads == "redundant"
+
+    def forward(self, query: Tensor, memory: Tensor, ctx: AttentionContext) -> AttentionOutput:
+        """query = memory (B, S, D); ctx.key_mask (B, S); structures: the DEA mask (and LPEA positions)."""
+        base, opt = self.base, self.options
+        who = f"rhe ({self.dims.cache_key})"
+        q = split_heads(base.q_proj(query), self.heads)  # (B, H, T, d)
+        k, v = base.project_kv(memory, ctx)
+        B, H, T, d = q.shape
+        S = k.shape[2]
+        scores = torch.matmul(q, k.transpose(-1, -2)) / d**0.5
+        bias = base.logit_bias(query, q, k, ctx)
+        if bias is not None:
+            scores = scores + bias
+        allowed = None if ctx.key_mask is None else ctx.key_mask[:, None, None, :]
+        plain = masked_softmax(scores, allowed)  # (B, H, T, S) float32: the base's own distribution
+
+        dep = dependency_allowed(structure(ctx.structures, DEP_MASK_KEY, who), T, S)
+        extras: dict[str, Any] = {}
+        roles = None
+        if self.identifies or ctx.need_weights:
+            key_mask = ctx.key_mask if ctx.key_mask is not None else torch.ones(B, S, dtype=torch.bool,
+                                                                                 device=q.device)
+            roles = identify_heads(plain, dep, query_tokens(key_mask, opt.exclude_eos), gate=opt.gate,
+                                   fixed_gate=opt.fixed_gate)
+            extras.update(head_important=roles.important, h_conf=roles.h_conf, syn_attn=roles.syn_attn)
+
+        if opt.redundant_action == "prune":
+            enhanced = torch.zeros_like(plain)
+        elif opt.enhancement == "dea":
+            dea_allowed = dep if allowed is None else dep & allowed
+            enhanced = masked_softmax(scores, dea_allowed)  # eq. 4: + D (0 / -inf)
+        elif opt.enhancement == "lpea":
+            p_bias, inside = self.lpea(structure(ctx.structures, self.lpea.key, who), T, S)
+            lp_allowed = inside if allowed is None else inside & allowed
+            enhanced = masked_softmax(scores + p_bias, lp_allowed)  # eq. 6: + P
+        else:
+            enhanced = plain
+
+        if opt.heads == "all":
+            weights = enhanced
+        else:
+            weights = torch.where(roles.important[:, :, None, None], plain, enhanced)
+        weights = weights.to(q.dtype)
+        dropped = F.dropout(weights, p=self.dims.dropout, training=self.training and self.dims.dropout > 0)
+        out = torch.matmul(dropped, v)
+        if base.uses_value_term:
+            out = out + base.value_term(dropped, ctx)
+        if ctx.need_weights:
+            extras["plain_weights"] = plain.to(q.dtype)
+        return AttentionOutput(output=base.out_proj(merge_heads(out)),
+                               weights=weights if ctx.need_weights else None, extras=extras)

@@ -1,0 +1,447 @@
+"""RHE (Wang et al.): DEA, LPEA, redundant-head identification and enlivening, and the two
+baselines Rel_Pos (Shaw et al. 2018) and Localness (Yang et al. 2018) — against the
+papers' equations written out literally, on hand-built attention maps and trees."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from random_batches import random_batch
+from torch.testing import assert_close
+
+from structnmt.config import AttentionPlan, AttentionSpec, ConfigError, ModelConfig
+from structnmt.data.vocab import PAD
+from structnmt.models import build_model
+from structnmt.nn import IncrementalCache, build_attention
+from structnmt.nn.attention import AttentionContext, AttentionDims, masked_softmax, scaled_attention
+from structnmt.nn.localness import gaussian_bias
+from structnmt.nn.relative_position import bucket_weights, relative_index
+from structnmt.nn.rhe import identify_heads, query_tokens
+from structnmt.nn.sea import DEP_MASK_KEY, lpea_key
+from structnmt.syntax.features import OUT_OF_PHRASE, dependency_mask, local_phrase_positions
+from structnmt.syntax.trees import ConstituencyTree, DependencyTree, Node
+
+D, H = 16, 4
+
+
+def dims(role: str = "encoder_self") -> AttentionDims:
+    return AttentionDims(D, H, 0.0, role, f"{role}.0")
+
+
+def build(name: str, options: dict | None = None, role: str = "encoder_self", seed: int = 0):
+    torch.manual_seed(seed)
+    return build_attention(name, options or {}, dims(role)).eval()
+
+
+def inputs(B: int = 2, S: int = 6, seed: int = 0):
+    """x (B, S, D); key mask with sentence 1 padded in its last 2 positions;
+    a dependency mask (chain: word i attached to i+1) and LPEA positions per sentence."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, S, D, generator=g)
+    mask = torch.ones(B, S, dtype=torch.bool)
+    if B > 1:
+        mask[1, S - 2:] = False
+    dep = torch.zeros(B, S, S, dtype=torch.bool)
+    rp = torch.full((B, S, S), OUT_OF_PHRASE, dtype=torch.long)
+    for b in range(B):
+        n = int(mask[b].sum())
+        for i in range(n):
+            dep[b, i, i] = True
+            if i + 1 < n:
+                dep[b, i, i + 1] = dep[b, i + 1, i] = True
+        for i in range(n, S):
+            dep[b, i, i] = True  # the collator's convention for padded query rows
+        layer = torch.randint(0, 4, (n,), generator=g)
+        phrase = torch.randint(0, 2, (n,), generator=g)
+        for i in range(n):
+            for j in range(n):
+                if phrase[i] == phrase[j] or i == j:
+                    rp[b, i, j] = layer[j] - layer[i]
+    return x, mask, dep, rp
+
+
+def ctx_for(mask, dep, rp, k: int = 6, need_weights: bool = True) -> AttentionContext:
+    return AttentionContext(key_mask=mask, need_weights=need_weights,
+                            structures={DEP_MASK_KEY: dep, lpea_key(k, "rule2"): rp.clamp(-k, k).where(
+                                rp != OUT_OF_PHRASE, rp)})
+
+
+def plain_scores(module, x):
+    """q k^T / sqrt(d) of the module's base (B, H, S, S), recomputed from its parameters."""
+    base = getattr(module, "base", module)
+    B, S, _ = x.shape
+    q = base.q_proj(x).view(B, S, H, -1).transpose(1, 2)
+    k, _ = base.kv_proj(x).chunk(2, -1)
+    k = k.view(B, S, H, -1).transpose(1, 2)
+    return q @ k.transpose(-1, -2) / math.sqrt(D // H)
+
+
+# ----------------------------------------------------------------------------- DEA
+
+
+def test_dea_with_a_full_mask_equals_plain_attention():
+    x, mask, dep, rp = inputs()
+    full = torch.ones_like(dep)
+    dea = build("rhe", {"enhancement": "dea", "heads": "all"})
+    mha = build("mha")
+    mha.load_state_dict({k.removeprefix("base."): v for k, v in dea.state_dict().items()})
+    a = dea(x, x, ctx_for(mask, full, rp))
+    b = mha(x, x, AttentionContext(key_mask=mask, need_weights=True))
+    assert_close(a.output, b.output)
+    assert_close(a.weights, b.weights)
+
+
+def test_dea_puts_weight_only_on_dependency_neighbours():
+    x, mask, dep, rp = inputs()
+    dea = build("rhe", {"enhancement": "dea", "heads": "all"})
+    w = dea(x, x, ctx_for(mask, dep, rp)).weights
+    assert (w[~dep[:, None].expand_as(w)] == 0).all()
+    rows = w.sum(-1)[:, :, :][mask[:, None, :].expand(-1, H, -1)]
+    assert_close(rows, torch.ones_like(rows))
+    # eq. 4 literally: softmax(scores + D) with D in {0, -inf}, on the real rows
+    scores = plain_scores(dea, x)
+    add = torch.where(dep & mask[:, None, :], 0.0, float("-inf"))[:, None]
+    want = torch.softmax(scores + add, -1)
+    real = mask[:, None, :, None].expand_as(w)
+    assert_close(w[real], want[real])
+
+
+# ----------------------------------------------------------------------------- LPEA
+
+
+def test_lpea_with_k0_equals_local_phrase_masking_alone():
+    x, mask, dep, rp = inputs()
+    lpea = build("rhe", {"enhancement": "lpea", "heads": "all", "k": 0})
+    w = lpea(x, x, ctx_for(mask, dep, rp, k=0)).weights
+    inside = (rp != OUT_OF_PHRASE) & mask[:, None, :]
+    want = masked_softmax(plain_scores(lpea, x), inside[:, None])
+    assert_close(w, want)
+
+
+def test_gathered_lpea_bias_equals_literal_eq8():
+    k = 3
+    lpea = build("rhe", {"enhancement": "lpea", "heads": "all", "k": k}).lpea
+    _, _, _, rp = inputs(S=7)
+    bias, inside = lpea(rp, 7, 7)
+    # eq. 7 (as the prose means it) and eq. 8, with the full (n, n, d) tensor M
+    w_table = lpea.table.weight
+    W_P, b_P, U_P = lpea.w_p.weight, lpea.w_p.bias, lpea.u_p.weight
+    for b in range(rp.shape[0]):
+        n = rp.shape[1]
+        M = torch.zeros(n, n, w_table.shape[1])
+        for i in range(n):
+            for j in range(n):
+                r = int(rp[b, i, j])
+                if r != OUT_OF_PHRASE:
+                    M[i, j] = w_table[max(-k, min(k, r)) + k]
+        P = -torch.abs(torch.tanh(M @ W_P.t() + b_P) @ U_P.t()).squeeze(-1)
+        ins = rp[b] != OUT_OF_PHRASE
+        assert_close(bias[b, 0][ins], P[ins])
+        assert (inside[b, 0] == ins).all()
+    assert lpea.values().shape == (2 * k + 1,)
+    assert (lpea.values() <= 0).all()
+
+
+def bush_trees():
+    def N(label, s, e, *c):
+        return Node(label, s, e, list(c))
+
+    words = "Bush held a talk with Sharon".split()
+    cons = ConstituencyTree(words, N("S", 0, 6, N("NP", 0, 1, N("NNP", 0, 1)), N(
+        "VP", 1, 6, N("VBD", 1, 2), N("NP", 2, 4, N("DT", 2, 3), N("NN", 3, 4)),
+        N("PP", 4, 6, N("IN", 4, 5), N("NP", 5, 6, N("NNP", 5, 6))))))
+    dep = DependencyTree(words=words, heads=[2, 0, 4, 2, 2, 5], deprels=["nsubj", "root", "det", "obj", "obl", "pobj"],
+                         upos=["PROPN", "VERB", "DET", "NOUN", "ADP", "PROPN"])
+    return cons, dep
+
+
+def test_lpea_on_the_papers_fig3_example():
+    """Fig. 3: 'held'/'talk' get the vector of RP = +1, 'talk'/'Sharon' are masked."""
+    cons, dep = bush_trees()
+    k = 2
+    rp = torch.from_numpy(local_phrase_positions(cons, np.arange(6), k))[None]
+    lpea = build("rhe", {"enhancement": "lpea", "heads": "all", "k": k}).lpea
+    bias, inside = lpea(rp, 6, 6)
+    vals = lpea.values()
+    assert not inside[0, 0, 3, 5] and not inside[0, 0, 5, 3]  # talk / Sharon: different local phrases
+    assert_close(bias[0, 0, 1, 3], vals[1 + k])  # held -> talk: layer 3 -> 4, RP = +1
+    assert_close(bias[0, 0, 3, 1], vals[-1 + k])
+    assert_close(bias[0, 0, 0, 5], vals[2 + k])  # Bush -> Sharon: RP = 2 (clipped at k = 2)
+    assert_close(bias[0, 0, 2, 2], vals[k])
+
+
+# ----------------------------------------------------------------------------- identification
+
+
+def test_identification_on_constructed_maps():
+    """Head 0 attends to dependency neighbours (important), head 1 to a far word
+    (redundant), head 2 uniformly (redundant under the dynamic gate, important under a low
+    fixed gate), head 3 to itself (important: self is in the DEA mask)."""
+    n = 5
+    dep = torch.zeros(n, n, dtype=torch.bool)
+    for i in range(n):
+        dep[i, i] = True
+        if i + 1 < n:
+            dep[i, i + 1] = dep[i + 1, i] = True
+    w = torch.zeros(1, 4, n, n)
+    for i in range(n):
+        w[0, 0, i, min(i + 1, n - 1)] = 1.0
+        w[0, 1, i, (i + 3) % n if abs((i + 3) % n - i) > 1 else (i + 2) % n] = 1.0
+        w[0, 3, i, i] = 1.0
+    w[0, 2] = 1.0 / n
+    queries = torch.ones(1, n, dtype=torch.bool)
+    roles = identify_heads(w, dep[None, None], queries)
+    assert roles.important[0].tolist() == [True, False, False, True]
+    assert_close(roles.h_conf[0], torch.tensor([1.0, 1.0, 1 / n, 1.0]))
+    syn_uniform = dep.sum().item() / (n * n)
+    assert_close(roles.syn_attn[0, 2], torch.tensor(syn_uniform))
+    assert_close(roles.gate[0], torch.sigmoid(roles.h_conf[0]))
+    fixed = identify_heads(w, dep[None, None], queries, gate="fixed", fixed_gate=0.3)
+    assert fixed.important[0].tolist() == [True, False, True, True]  # uniform: syn 0.52 > 0.3
+    prose = identify_heads(w, dep[None, None], queries, gate="confidence")
+    assert prose.important[0].tolist() == [False, False, True, False]  # 1.0 > 1.0 is false
+    # padding and EOS rows do not count
+    q = query_tokens(torch.tensor([[True, True, True, False]]), exclude_eos=True)
+    assert q.tolist() == [[True, True, False, False]]
+    assert query_tokens(torch.tensor([[True, False]]), exclude_eos=True).tolist() == [[True, False]]
+
+
+def test_identification_uses_pre_enhancement_weights():
+    x, mask, dep, rp = inputs()
+    rhe = build("rhe", {"enhancement": "dea"})
+    out = rhe(x, x, ctx_for(mask, dep, rp))
+    plain = masked_softmax(plain_scores(rhe, x), mask[:, None, None, :])
+    assert_close(out.extras["plain_weights"], plain)
+    want = identify_heads(plain, dep[:, None], query_tokens(mask, True))
+    assert (out.extras["head_important"] == want.important).all()
+    # the enhanced weights would make every head look syntactic: all of them put their mass on dep
+    after = identify_heads(masked_softmax(plain_scores(rhe, x), (dep & mask[:, None, :])[:, None]), dep[:, None],
+                           query_tokens(mask, True))
+    assert after.important.all() and not want.important.all()
+
+
+@pytest.mark.parametrize("enhancement", ["dea", "lpea"])
+@pytest.mark.parametrize("base", ["mha", "rel_pos", "localness"])
+def test_selection_per_sentence_and_head_equals_the_two_mechanisms(enhancement, base):
+    x, mask, dep, rp = inputs(B=3, S=7)
+    opts = {"enhancement": enhancement, "base": base}
+    rhe = build("rhe", opts)
+    all_heads = build("rhe", {**opts, "heads": "all"})
+    plain = build("rhe", {**opts, "heads": "all", "enhancement": "none"})
+    sd = rhe.state_dict()
+    all_heads.load_state_dict(sd)
+    plain.load_state_dict({k: v for k, v in sd.items() if not k.startswith("lpea.")})
+    ctx = ctx_for(mask, dep, rp)
+    r, a, p = rhe(x, x, ctx), all_heads(x, x, ctx), plain(x, x, ctx)
+    imp = r.extras["head_important"]
+    assert imp.any() and not imp.all(), "the random heads should include both roles"
+    sel = imp[:, :, None, None]
+    assert_close(r.weights, torch.where(sel, p.weights, a.weights))
+    # the output is the per-head mix: rebuild it from the two mechanisms' weights
+    if base != "rel_pos":
+        B, S, _ = x.shape
+        _, v = rhe.base.kv_proj(x).chunk(2, -1)
+        v = v.view(B, S, H, -1).transpose(1, 2)
+        heads = torch.where(sel, p.weights, a.weights) @ v
+        want = rhe.base.out_proj(heads.transpose(1, 2).reshape(B, S, D))
+        assert_close(r.output, want)
+
+
+def test_pruning_zeroes_exactly_the_redundant_heads():
+    x, mask, dep, rp = inputs(B=3, S=7)
+    pruned = build("rhe", {"redundant_action": "prune"})
+    w = pruned(x, x, ctx_for(mask, dep, rp)).weights
+    imp = pruned(x, x, ctx_for(mask, dep, rp)).extras["head_important"]
+    assert (w[~imp] == 0).all()
+    assert (w[imp].sum(-1) > 0).any()
+    with pytest.raises(ConfigError, match="prune"):
+        build("rhe", {"redundant_action": "prune", "heads": "all"})
+
+
+# ----------------------------------------------------------------------------- Rel_Pos
+
+
+def test_rel_pos_k0_equals_plain_attention_plus_a_constant_value_vector():
+    x, mask, _, _ = inputs()
+    rel = build("rel_pos", {"k": 0})
+    mha = build("mha")
+    mha.load_state_dict({k: v for k, v in rel.state_dict().items() if not k.startswith("rel_")})
+    a = rel(x, x, AttentionContext(key_mask=mask, need_weights=True))
+    b = mha(x, x, AttentionContext(key_mask=mask, need_weights=True))
+    # k = 0: one relative vector a^K for every pair shifts all logits of a row equally
+    assert_close(a.weights, b.weights)
+    const = rel.rel_v.weight[0].repeat(H)  # the same a^V added to every head's output
+    assert_close(a.output, b.output + const @ rel.out_proj.weight.t())
+
+
+def test_rel_pos_gather_equals_the_literal_formula():
+    x, mask, _, _ = inputs(S=8)
+    k = 2
+    rel = build("rel_pos", {"k": k})
+    got = rel(x, x, AttentionContext(key_mask=mask, need_weights=True))
+    B, S, _ = x.shape
+    q = rel.q_proj(x).view(B, S, H, -1).transpose(1, 2)
+    kk, vv = rel.kv_proj(x).chunk(2, -1)
+    kk, vv = (t.view(B, S, H, -1).transpose(1, 2) for t in (kk, vv))
+    idx = torch.tensor([[max(-k, min(k, j - i)) + k for j in range(S)] for i in range(S)])
+    aK, aV = rel.rel_k.weight[idx], rel.rel_v.weight[idx]  # (S, S, d): the literal tensor
+    e = (q[:, :, :, None, :] * (kk[:, :, None, :, :] + aK)).sum(-1) / math.sqrt(D // H)
+    alpha = masked_softmax(e, mask[:, None, None, :])
+    z = (alpha[..., None] * (vv[:, :, None, :, :] + aV)).sum(-2)
+    want = rel.out_proj(z.transpose(1, 2).reshape(B, S, D))
+    assert_close(got.weights, alpha)
+    assert_close(got.output, want)
+    assert relative_index(1, 4, 1, query_offset=3).tolist() == [[0, 0, 0, 1]]
+    w = torch.rand(1, 1, 2, 3)
+    assert_close(bucket_weights(w, relative_index(2, 3, 1), 3).sum(-1), w.sum(-1))
+
+
+def test_rel_pos_shared_table_and_roles():
+    shared = build("rel_pos", {"shared_table": True})
+    assert shared.rel_k is shared.rel_v
+    assert build("rel_pos").rel_k is not build("rel_pos").rel_v
+    with pytest.raises(ConfigError, match="self-attention only"):
+        build("rel_pos", role="cross")
+
+
+def model_with(plan: AttentionPlan):
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=2, decoder_layers=2, dropout=0.0,
+                      attention=plan)
+    return build_model(cfg, 40, 40).eval()
+
+
+def test_rel_pos_incremental_equals_full_decoding_with_beam_reordering():
+    spec = AttentionSpec("rel_pos", {"k": 2})
+    model = model_with(AttentionPlan(encoder_self=spec, decoder_self=spec))
+    src, mask, tgt = random_batch(40, B=3, S=7, T=8)
+    full = torch.log_softmax(model(src, mask, tgt).logits, dim=-1)
+    enc = model.encode(src, mask)
+    cache = IncrementalCache()
+    steps = [model.decode_step(tgt[:, : t + 1], enc, cache) for t in range(tgt.shape[1])]
+    assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
+    perm = torch.tensor([2, 0, 0])
+    cache = IncrementalCache()
+    for t in range(4):
+        model.decode_step(tgt[:, : t + 1], enc, cache)
+    cache.reorder(perm)
+    new_tgt = tgt[perm]
+    got = [model.decode_step(new_tgt[:, : t + 1], enc.reorder(perm), cache) for t in range(4, 8)]
+    want = torch.log_softmax(model(src[perm], mask[perm], new_tgt).logits, dim=-1)[:, 4:]
+    assert_close(torch.stack(got, 1), want, atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- Localness
+
+
+@pytest.mark.parametrize("options", [{}, {"window": "fixed"}, {"per_head": True}])
+def test_localness_padding_invariance(options):
+    x, _, _, _ = inputs(B=1, S=5)
+    loc = build("localness", options)
+    alone = loc(x, x, AttentionContext(key_mask=torch.ones(1, 5, dtype=torch.bool), need_weights=True))
+    padded = torch.cat([x, torch.randn(1, 3, D)], 1)
+    pmask = torch.tensor([[True] * 5 + [False] * 3])
+    got = loc(padded, padded, AttentionContext(key_mask=pmask, need_weights=True))
+    assert_close(got.output[:, :5], alone.output)
+    assert_close(got.weights[..., :5, :5], alone.weights)
+
+
+def test_localness_bias_is_the_gaussian_of_eq5():
+    centre = torch.tensor([[1.5]])
+    window = torch.tensor([[4.0]])
+    g = gaussian_bias(centre, window, 4)
+    want = torch.tensor([[[-(j - 1.5) ** 2 / (2 * 2.0**2) for j in range(4)]]])
+    assert_close(g, want)
+    loc = build("localness", {"window": "fixed", "fixed_window": 10.0})
+    x, mask, _, _ = inputs()
+    q = loc.q_proj(x).view(2, 6, H, -1).transpose(1, 2)
+    bias = loc.logit_bias(x, q, q, AttentionContext(key_mask=mask))
+    # sentence 1 has 4 real tokens: its centres lie in (0, 4), not (0, 6)
+    centre1 = bias[1, 0].argmax(-1)
+    assert (centre1 <= 4).all()
+    with pytest.raises(ConfigError, match="encoder self-attention only"):
+        build("localness", role="decoder_self")
+
+
+# ----------------------------------------------------------------------------- no NaN
+
+
+MECHANISMS = [
+    ("mha", {}),
+    ("rel_pos", {"k": 2}),
+    ("localness", {}),
+    ("localness", {"window": "fixed", "per_head": True}),
+    ("rhe", {"enhancement": "dea"}),
+    ("rhe", {"enhancement": "lpea"}),
+    ("rhe", {"enhancement": "dea", "heads": "all"}),
+    ("rhe", {"enhancement": "lpea", "heads": "all"}),
+    ("rhe", {"base": "rel_pos", "enhancement": "lpea"}),
+    ("rhe", {"base": "localness", "enhancement": "dea"}),
+    ("rhe", {"redundant_action": "prune"}),
+]
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("name,options", MECHANISMS)
+def test_no_nan_with_padding_and_fully_masked_rows(name, options, need_weights):
+    """Padded rows (an LPEA row of a padded query has no allowed key at all), a word whose
+    only allowed key is itself, and a sentence that is all padding but one token."""
+    x, mask, dep, rp = inputs(B=3, S=6)
+    mask[2, 1:] = False
+    dep[0] = torch.eye(6, dtype=torch.bool)  # every word alone
+    rp[0, 2, :] = OUT_OF_PHRASE  # a real word with no key in its phrase at all
+    x.requires_grad_(True)
+    m = build(name, options)
+    m.train()
+    out = m(x, x, ctx_for(mask, dep, rp, need_weights=need_weights))
+    assert torch.isfinite(out.output).all()
+    if out.weights is not None:
+        assert torch.isfinite(out.weights).all()
+    out.output[mask].sum().backward()
+    assert torch.isfinite(x.grad).all()
+    for p in m.parameters():
+        assert p.grad is None or torch.isfinite(p.grad).all()
+
+
+def test_scaled_attention_need_weights_on_a_fully_masked_row_is_zero_not_nan():
+    q = torch.randn(1, 1, 2, 4)
+    mask = torch.tensor([[[[True, True], [False, False]]]])
+    out, w = scaled_attention(q, q, q, mask=mask, need_weights=True)
+    assert torch.isfinite(out).all() and torch.isfinite(w).all()
+    assert (w[0, 0, 1] == 0).all() and (out[0, 0, 1] == 0).all()
+
+
+def test_a_model_with_rhe_in_layer_one_is_padding_invariant_and_nan_free():
+    """The whole model: structures padded as the collator pads them, one sentence alone vs padded."""
+    plan = AttentionPlan(overrides={"encoder_self.0": AttentionSpec("rhe", {"enhancement": "lpea", "k": 2})})
+    model = model_with(plan)
+    cons, dep_tree = bush_trees()
+    n = 6
+    dm = torch.from_numpy(dependency_mask(dep_tree, np.arange(n)))
+    rp = torch.from_numpy(local_phrase_positions(cons, np.arange(n), 2))
+
+    def pad(S):
+        d = torch.zeros(S, S, dtype=torch.bool)
+        r = torch.full((S, S), OUT_OF_PHRASE, dtype=torch.long)
+        d[:n, :n], r[:n, :n] = dm, rp
+        d[n, n], r[n, n] = True, 0  # EOS
+        for i in range(n + 1, S):
+            d[i, i] = True
+        return d, r
+
+    src = torch.randint(4, 40, (1, n + 1))
+    tgt = torch.randint(4, 40, (1, 5))
+    d1, r1 = pad(n + 1)
+    alone = model(src, torch.ones_like(src, dtype=torch.bool), tgt,
+                  {DEP_MASK_KEY: d1[None], lpea_key(2, "rule2"): r1[None]}).logits
+    S = n + 4
+    psrc = torch.full((1, S), PAD)
+    psrc[0, : n + 1] = src
+    d2, r2 = pad(S)
+    padded = model(psrc, psrc != PAD, tgt, {DEP_MASK_KEY: d2[None], lpea_key(2, "rule2"): r2[None]}).logits
+    assert torch.isfinite(padded).all()
+    assert_close(padded, alone, atol=1e-5, rtol=1e-5)
+    assert set(model.required_structures()) == {DEP_MASK_KEY, lpea_key(2, "rule2")}

@@ -13,7 +13,7 @@ import pytest
 from structnmt.data.dataset import PreparedDataset
 from structnmt.data.prepare import PrepareConfig, prepare
 from structnmt.data.synthetic import SynthConfig, write_corpus
-from structnmt.syntax.io import read_conllu, write_conllu
+from structnmt.syntax.io import format_ptb, read_conllu, write_conllu
 from structnmt.syntax.parsers import FileParser, ParserConfig, ParserError, build_parser
 from structnmt.syntax.trees import DependencyTree
 
@@ -107,6 +107,27 @@ def test_synthetic_backend_requires_both_files(tmp_path):
     assert backend.name == "synthetic"
     with pytest.raises(ParserError, match=r"train\.src\.tree"):
         list(backend.parse(iter(lines), prefix=str(tmp_path / "train"), lang="src"))
+
+
+def test_conversion_style_decides_the_converted_constituency_trees(tmp_path):
+    """RHE's parser-quality study: the same dependency trees, constituency trees of another style."""
+    from structnmt.syntax.convert import dependency_to_constituency
+
+    sentence = "the old man saw a dog with a telescope".split()
+    tree = DependencyTree(sentence, [3, 3, 4, 0, 6, 4, 6, 9, 7], ["det", "amod", "nsubj", "root", "det", "obj",
+                                                                  "prep", "det", "pobj"],
+                          ["DET", "ADJ", "NOUN", "VERB", "DET", "NOUN", "ADP", "DET", "NOUN"])
+    conllu = tmp_path / "p.conllu"
+    write_conllu([tree], conllu)
+    got = {}
+    for style in ("hybrid", "flat", "xbar"):
+        backend = build_parser(ParserConfig(name="file", dependency_file=str(conllu), conversion_style=style))
+        (parsed,) = list(backend.parse(iter([" ".join(sentence)])))
+        assert format_ptb(parsed.constituency) == format_ptb(dependency_to_constituency(tree, style))
+        got[style] = format_ptb(parsed.constituency)
+    assert len(set(got.values())) == 3, got
+    with pytest.raises(ParserError, match="conversion_style 'cky'"):
+        build_parser(ParserConfig(name="spacy", conversion_style="cky"))
 
 
 # ----------------------------------------------------------------------------- file backend counts

@@ -61,7 +61,8 @@ def cmd_prepare(args) -> int:
     from .syntax.parsers import ParserConfig
 
     parser = ParserConfig(name=args.parser, pipeline=args.spacy_pipeline, n_process=args.spacy_processes,
-                          dependency_file=args.parse_dependency or "", constituency_file=args.parse_constituency or "")
+                          dependency_file=args.parse_dependency or "", constituency_file=args.parse_constituency or "",
+                          conversion_style=args.conversion_style)
     cfg = PrepareConfig(
         source_lang=args.source_lang, target_lang=args.target_lang, trainpref=args.trainpref,
         validpref=args.validpref, testprefs=args.testpref or [], joint_vocab=not args.separate_vocab,
@@ -263,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--spacy-processes", type=int, default=1, help="spaCy worker processes")
     s.add_argument("--parse-dependency", help="parser file: CoNLL-U, may use {prefix} and {lang}")
     s.add_argument("--parse-constituency", help="parser file: PTB trees one per line, may use {prefix} and {lang}")
+    s.add_argument("--conversion-style", choices=["hybrid", "flat", "xbar"], default="hybrid",
+                   help="constituency trees converted from dependency trees (spacy, or file without a PTB file): "
+                        "the conversion style (bracket F1 on the PTB sample in docs/syntax.md; default hybrid)")
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_prepare)
 

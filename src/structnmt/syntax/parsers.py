@@ -46,6 +46,9 @@ class ParserConfig:
     n_process: int = 1  # spacy: worker processes
     dependency_file: str = ""  # file: CoNLL-U, may use {prefix} and {lang}
     constituency_file: str = ""  # file: PTB brackets one per line, may use {prefix} and {lang}
+    # constituency trees converted from dependency trees (spacy; file without a PTB file):
+    # flat | xbar | hybrid (structnmt.syntax.convert; their bracket F1 on the PTB sample: docs/syntax.md)
+    conversion_style: str = "hybrid"
 
 
 @dataclass
@@ -143,7 +146,8 @@ class SpacyParser(ParserBackend):
                     heads.append(index[t.head.i] + 1)
                     rels.append(t.dep_)
             dep = DependencyTree([t.text for t in toks], heads, rels, [t.pos_ for t in toks], [t.tag_ for t in toks])
-            yield Parsed(dep, dependency_to_constituency(dep), [(t.idx, t.idx + len(t.text)) for t in toks])
+            const = dependency_to_constituency(dep, self.cfg.conversion_style)
+            yield Parsed(dep, const, [(t.idx, t.idx + len(t.text)) for t in toks])
 
 
 class FileParser(ParserBackend):
@@ -193,7 +197,7 @@ class FileParser(ParserBackend):
                     "both files must tokenise the same way."
                 )
             if const is None and dep is not None:
-                const = dependency_to_constituency(dep)
+                const = dependency_to_constituency(dep, self.cfg.conversion_style)
             yield Parsed(dep, const, None)
         for it, path in ((dep_it, self.cfg.dependency_file), (const_it, self.cfg.constituency_file)):
             if it is not None:
@@ -208,7 +212,13 @@ class FileParser(ParserBackend):
 PARSERS = ("none", "spacy", "file", "synthetic")
 
 
+CONVERSION_STYLES = ("hybrid", "flat", "xbar")
+
+
 def build_parser(cfg: ParserConfig) -> ParserBackend:
+    if cfg.conversion_style not in CONVERSION_STYLES:
+        raise ParserError(f"unknown parser.conversion_style '{cfg.conversion_style}'; use one of "
+                          f"{', '.join(CONVERSION_STYLES)}.")
     if cfg.name == "none":
         return NoParser()
     if cfg.name == "spacy":

@@ -212,6 +212,14 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def cmd_head_roles(args) -> int:
+    from .analysis.head_roles import compare_runs
+
+    written = compare_runs(args.runs, args.labels, args.out)
+    print(f"head-roles: wrote {', '.join(str(p) for p in written)}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
@@ -330,6 +338,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("config", help="probe YAML (see configs/probe/)")
     s.add_argument("overrides", nargs="*", help="section.key=value overrides")
     s.set_defaults(func=cmd_probe)
+
+    s = sub.add_parser("head-roles", help="redundant encoder heads (RHE) over training, compared across runs (PNG + table)")
+    s.add_argument("runs", nargs="+", help="save_dirs of runs trained with train.head_roles=true")
+    s.add_argument("--labels", nargs="*", help="one label per run (default: the directory names)")
+    s.add_argument("--out", required=True, help="output directory for head_roles.png and head_roles.md")
+    s.set_defaults(func=cmd_head_roles)
 
     s = sub.add_parser("analyze", help="attention maps (PNG) and attention statistics of a checkpoint")
     s.add_argument("--checkpoint", required=True)

@@ -141,6 +141,10 @@ class TrainConfig:
     log_interval: int = 50
     tensorboard: bool = True
     progress: bool = True
+    # RHE analysis: at every validation, the redundant fraction of every encoder head on up to
+    # head_roles_sentences validation sentences -> head_roles.jsonl / .png (needs parsed data)
+    head_roles: bool = False
+    head_roles_sentences: int = 500
 
 
 @dataclass
@@ -278,7 +282,8 @@ def validate(cfg: Config, where: str = "config") -> None:
     _need(_finite(t.label_smoothing) and 0 <= t.label_smoothing < 1, where, "train.label_smoothing",
           t.label_smoothing, "must be in [0, 1)")
     _need(_finite(t.clip_norm) and t.clip_norm >= 0, where, "train.clip_norm", t.clip_norm, "must be >= 0 (0 = off)")
-    for key in ("update_freq", "save_interval_updates", "validate_interval_updates", "log_interval", "keep_last"):
+    for key in ("update_freq", "save_interval_updates", "validate_interval_updates", "log_interval", "keep_last",
+                "head_roles_sentences"):
         value = getattr(t, key)
         _need(value >= 1, where, f"train.{key}", value, "must be at least 1")
     for key in ("max_updates", "max_epochs", "max_target_tokens", "patience", "threads"):

@@ -30,6 +30,12 @@ Files written in ``out_dir`` (``n`` = 1-based sentence number):
   own memory (``extras["group_weights"]``, (B, H_g, T, M_g)): word heads over pieces,
   phrase heads over phrases labelled by their tokens (and, for syntactic phrases, their
   constituent label).
+* ``sent{n}_rhe_layer{l}.png`` — for every RHE layer ``l`` (redundant-head enlivening):
+  each head's plain attention (top; redundant heads in red, with ``Syn_attn`` and
+  ``h_conf`` of eqs. 9 and 3) and the distribution the layer used (bottom: the DEA/LPEA
+  distribution for a redundant head, the plain one kept for an important head) — the
+  panels (a), (b) and (e) of RHE Fig. 5; Rel_Pos and Localness heads (panels (c), (d)) are
+  in ``sent{n}_encoder_self.png`` of those models.
 * ``sent{n}_cross_last.png`` — cross-attention of the last decoder layer, rows = the
   produced target pieces, columns = source pieces.
 * ``attention_stats.json`` — per layer of each role (``encoder_self``, ``decoder_self``,
@@ -373,6 +379,32 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                              fontsize=11)
                 fig.tight_layout(rect=(0, 0, 1, 0.97))
                 written.append(_save(fig, out / f"sent{n}_mgsa_layer{li + 1}_phrases.png"))
+
+            # ---- RHE layers: every head before (plain) and after enlivening (RHE Fig. 5 (a)/(b), (e))
+            for li, o in enumerate(enc_outs):
+                if "plain_weights" not in o.extras or o.weights is None:
+                    continue
+                plain = o.extras["plain_weights"][0].float().cpu().numpy()  # (H, S, S)
+                after = o.weights[0].float().cpu().numpy()
+                imp = o.extras["head_important"][0].tolist()
+                syn = o.extras["syn_attn"][0].tolist()
+                conf = o.extras["h_conf"][0].tolist()
+                H = plain.shape[0]
+                cell = 0.55 + 0.17 * S
+                fig = Figure(figsize=(H * (cell + 0.9), 2 * (cell + 0.7) + 0.8))
+                axes = fig.subplots(2, H, squeeze=False)
+                for h in range(H):
+                    role = "important" if imp[h] else "REDUNDANT"
+                    info = f"Syn_attn {syn[h]:.2f}, h_conf {conf[h]:.2f}"
+                    _heat(fig, axes[0][h], plain[h], src_labels, src_labels, f"L{li + 1} h{h + 1} plain ({role})\n{info}",
+                          color="black" if imp[h] else "red", show_x=False, show_y=h == 0, fontsize=8)
+                    title = "kept (important)" if imp[h] else "after enlivening"
+                    _heat(fig, axes[1][h], after[h], src_labels, src_labels, f"L{li + 1} h{h + 1} {title}",
+                          color="black" if imp[h] else "tab:green", show_y=h == 0, fontsize=8)
+                fig.suptitle(f"RHE layer {li + 1}, sentence {n}: each head's plain attention (top) and what the "
+                             f"layer used (bottom)", fontsize=11)
+                fig.tight_layout(rect=(0, 0, 1, 0.96))
+                written.append(_save(fig, out / f"sent{n}_rhe_layer{li + 1}.png"))
 
             # ---- token/phrase quadrants of every phrase-based attention layer (Figs. 4-6)
             tgt_in_labels = ["<s>"] + [_display(tr.tgt_vocab.sp.id_to_piece(int(t))) for t in hyp.tokens]

@@ -25,7 +25,7 @@ from ..errors import UserError
 #: config keys a resume may change: the budget, logging, and the hardware it runs on
 RESUMABLE_KEYS = frozenset({
     "train.max_updates", "train.max_epochs", "train.max_time_minutes", "train.max_target_tokens", "train.patience",
-    "train.log_interval", "train.tensorboard", "train.progress",
+    "train.log_interval", "train.tensorboard", "train.progress", "train.head_roles", "train.head_roles_sentences",
     "train.threads", "train.device", "train.save_dir", "data.structure_cache_mb", "decode.batch_size",
 })
 

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..config import Config, to_dict
+from ..config import Config, ConfigError, to_dict
 from ..data.dataset import EpochBatchIterator, PreparedDataset, collate, make_batches
 from ..errors import UserError
 from ..models import build_model
@@ -270,6 +270,13 @@ class Trainer:
         self.n_params = param_count(self.model)
         # what the collator builds: the config's structures plus what the attention asks for
         self.structures = {**cfg.data.structures, **self.model.required_structures()}
+        if tc.head_roles:  # the DEA mask is the syntactic reference of head identification (RHE eq. 9)
+            if not self.data.manifest.get("syntax"):
+                raise ConfigError(f"train.head_roles needs dependency trees, but {cfg.data.path} was prepared "
+                                  "without a parser; prepare it with --parser (spacy, file or synthetic).")
+            from ..nn.sea import dep_mask_spec
+
+            self.structures.update(dep_mask_spec())
         self.ddp = (torch.nn.parallel.DistributedDataParallel(
             self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
             if self.distributed else self.model)
@@ -474,6 +481,30 @@ class Trainer:
         bleu = corpus_scores(text, refs, metrics=("bleu",))[0]
         return {"bleu": bleu.score}
 
+    @torch.no_grad()
+    def _head_roles(self) -> None:
+        """Append the redundant fraction of every encoder head on the validation set to head_roles.jsonl."""
+        from ..analysis.head_roles import HeadRoleCounter, encoder_head_roles
+
+        self.model.eval()
+        counter = HeadRoleCounter()
+        first = list(range(min(self.cfg.train.head_roles_sentences, len(self.valid_split))))  # the first sentences
+        for start in range(0, len(first), 32):
+            b = collate(self.valid_split, first[start : start + 32], self.structures, self.label_ids).to(self.device)
+            counter.add(encoder_head_roles(self.model, b.src, b.src_mask, b.structures))
+        record = {"step": self.state.num_updates, "sentences": counter.sentences, "redundant": counter.fractions()}
+        with open(self.save_dir / "head_roles.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def _plot_head_roles(self) -> None:
+        from ..analysis.head_roles import plot_head_roles, read_head_roles
+
+        try:
+            plot_head_roles([(self.save_dir.name, read_head_roles(self.save_dir / "head_roles.jsonl"))],
+                            self.save_dir / "head_roles.png")
+        except (ImportError, OSError, UserError) as err:
+            self.log(f"head roles not drawn: {err}")
+
     def validate(self) -> tuple[dict, bool]:
         """Returns (metrics, improved)."""
         tc = self.cfg.train
@@ -486,6 +517,8 @@ class Trainer:
                 obj = [values.get("bleu")]
                 dist.broadcast_object_list(obj, src=0)
                 values["bleu"] = obj[0]
+        if tc.head_roles and self.is_main:
+            self._head_roles()
         self.state.valid_seconds += time.time() - start
         metric = values["bleu"] if tc.early_stop_metric == "bleu" else values["loss"]
         better = (self.state.best_metric is None or
@@ -595,6 +628,8 @@ class Trainer:
             bar.close()
         if self.is_main:
             self._plot_curve()
+            if tc.head_roles:
+                self._plot_head_roles()
             self.log(f"training stopped: {reason}; {self.state.num_updates} updates, "
                      f"{self.state.nonfinite_total} skipped non-finite, {self.state.train_seconds:.0f} s.")
         self.metrics.close()

@@ -169,7 +169,7 @@ def test_lpea_on_the_papers_fig3_example():
     assert not inside[0, 0, 3, 5] and not inside[0, 0, 5, 3]  # talk / Sharon: different local phrases
     assert_close(bias[0, 0, 1, 3], vals[1 + k])  # held -> talk: layer 3 -> 4, RP = +1
     assert_close(bias[0, 0, 3, 1], vals[-1 + k])
-    assert_close(bias[0, 0, 0, 5], vals[2 + k])  # Bush -> Sharon: RP = 2 (clipped at k = 2)
+    assert_close(bias[0, 0, 0, 5], vals[2 + k])  # Bush -> Sharon: RP = 2 (= k; clipping is tested below)
     assert_close(bias[0, 0, 2, 2], vals[k])
 
 
@@ -268,12 +268,12 @@ def test_rel_pos_k0_equals_plain_attention_plus_a_constant_value_vector():
     x, mask, _, _ = inputs()
     rel = build("rel_pos", {"k": 0})
     mha = build("mha")
-    mha.load_state_dict({k: v for k, v in rel.state_dict().items() if not k.startswith("rel_")})
+    mha.load_state_dict({k: v for k, v in rel.state_dict().items() if not k.startswith("rel.")})
     a = rel(x, x, AttentionContext(key_mask=mask, need_weights=True))
     b = mha(x, x, AttentionContext(key_mask=mask, need_weights=True))
     # k = 0: one relative vector a^K for every pair shifts all logits of a row equally
     assert_close(a.weights, b.weights)
-    const = rel.rel_v.weight[0].repeat(H)  # the same a^V added to every head's output
+    const = rel.rel.rel_v.weight[0].repeat(H)  # the same a^V added to every head's output
     assert_close(a.output, b.output + const @ rel.out_proj.weight.t())
 
 
@@ -287,7 +287,7 @@ def test_rel_pos_gather_equals_the_literal_formula():
     kk, vv = rel.kv_proj(x).chunk(2, -1)
     kk, vv = (t.view(B, S, H, -1).transpose(1, 2) for t in (kk, vv))
     idx = torch.tensor([[max(-k, min(k, j - i)) + k for j in range(S)] for i in range(S)])
-    aK, aV = rel.rel_k.weight[idx], rel.rel_v.weight[idx]  # (S, S, d): the literal tensor
+    aK, aV = rel.rel.rel_k.weight[idx], rel.rel.rel_v.weight[idx]  # (S, S, d): the literal tensor
     e = (q[:, :, :, None, :] * (kk[:, :, None, :, :] + aK)).sum(-1) / math.sqrt(D // H)
     alpha = masked_softmax(e, mask[:, None, None, :])
     z = (alpha[..., None] * (vv[:, :, None, :, :] + aV)).sum(-2)
@@ -301,8 +301,8 @@ def test_rel_pos_gather_equals_the_literal_formula():
 
 def test_rel_pos_shared_table_and_roles():
     shared = build("rel_pos", {"shared_table": True})
-    assert shared.rel_k is shared.rel_v
-    assert build("rel_pos").rel_k is not build("rel_pos").rel_v
+    assert shared.rel.rel_k is shared.rel.rel_v
+    assert build("rel_pos").rel.rel_k is not build("rel_pos").rel.rel_v
     with pytest.raises(ConfigError, match="self-attention only"):
         build("rel_pos", role="cross")
 
@@ -359,9 +359,13 @@ def test_localness_bias_is_the_gaussian_of_eq5():
     x, mask, _, _ = inputs()
     q = loc.q_proj(x).view(2, 6, H, -1).transpose(1, 2)
     bias = loc.logit_bias(x, q, q, AttentionContext(key_mask=mask))
-    # sentence 1 has 4 real tokens: its centres lie in (0, 4), not (0, 6)
-    centre1 = bias[1, 0].argmax(-1)
-    assert (centre1 <= 4).all()
+    # eqs. 5-7 literally, with I = 4 for sentence 1 (its unpadded length), 6 for sentence 0
+    for b, length in ((0, 6), (1, 4)):
+        for i in range(6):
+            qi = q[b, :, i].reshape(-1)  # the full query vector of position i
+            p = length * torch.sigmoid(loc.bias.u_p.weight @ torch.tanh(loc.bias.w_p.weight @ qi))
+            want = torch.tensor([-((j - p.item()) ** 2) / (2 * 5.0**2) for j in range(6)])
+            assert_close(bias[b, 0, i], want, atol=1e-4, rtol=1e-4)
     with pytest.raises(ConfigError, match="encoder self-attention only"):
         build("localness", role="decoder_self")
 
@@ -381,6 +385,14 @@ MECHANISMS = [
     ("rhe", {"base": "rel_pos", "enhancement": "lpea"}),
     ("rhe", {"base": "localness", "enhancement": "dea"}),
     ("rhe", {"redundant_action": "prune"}),
+    ("rhe", {"base": "rel_pos", "enhancement": "dea"}),
+    ("rhe", {"enhancement": "lpea", "gate": "fixed", "fixed_gate": 0.2}),
+    ("rhe", {"enhancement": "dea", "gate": "confidence"}),
+    ("rhe", {"enhancement": "none", "heads": "all"}),
+    ("rhe", {"enhancement": "rel_pos", "enhancement_options": {"k": 2, "shared_table": True}}),
+    ("rhe", {"enhancement": "localness", "enhancement_options": {"per_head": True}}),
+    ("rel_pos", {"k": 2, "shared_table": True}),
+    ("localness", {"per_head": True}),
 ]
 
 
@@ -400,6 +412,9 @@ def test_no_nan_with_padding_and_fully_masked_rows(name, options, need_weights):
     assert torch.isfinite(out.output).all()
     if out.weights is not None:
         assert torch.isfinite(out.weights).all()
+        if options.get("enhancement") == "lpea" and options.get("heads") == "all":
+            assert (out.weights[0, :, 2] == 0).all()  # the word with no key in its phrase: zero weights
+            assert (out.weights[1, :, 4:] == 0).all()  # padded query rows: no key in any phrase
     out.output[mask].sum().backward()
     assert torch.isfinite(x.grad).all()
     for p in m.parameters():
@@ -445,3 +460,124 @@ def test_a_model_with_rhe_in_layer_one_is_padding_invariant_and_nan_free():
     assert torch.isfinite(padded).all()
     assert_close(padded, alone, atol=1e-5, rtol=1e-5)
     assert set(model.required_structures()) == {DEP_MASK_KEY, lpea_key(2, "rule2")}
+
+
+# ----------------------------------------------------------------------------- review additions
+
+
+def test_lpea_bias_enters_the_rhe_layer_literally():
+    """heads: all, k = 1 with relative layers beyond +-1 (clipping): the layer's weights are
+    softmax(q k / sqrt(d) + P) over the local phrase, P from eq. 8 written out."""
+    x, mask, dep, rp = inputs(B=2, S=7, seed=3)
+    k = 1
+    lpea = build("rhe", {"enhancement": "lpea", "heads": "all", "k": k})
+    w = lpea(x, x, ctx_for(mask, dep, rp, k=k)).weights
+    L = lpea.lpea
+    table, W_P, b_P, U_P = L.table.weight, L.w_p.weight, L.w_p.bias, L.u_p.weight
+    assert (rp.abs() > k).logical_and(rp != OUT_OF_PHRASE).any(), "the example must need clipping"
+    P = torch.zeros(rp.shape)
+    for b in range(rp.shape[0]):
+        for i in range(rp.shape[1]):
+            for j in range(rp.shape[2]):
+                r = int(rp[b, i, j])
+                if r != OUT_OF_PHRASE:
+                    m = table[max(-k, min(k, r)) + k]
+                    P[b, i, j] = -torch.abs(torch.tanh(W_P @ m + b_P) @ U_P.t()).squeeze()
+    inside = (rp != OUT_OF_PHRASE) & mask[:, None, :]
+    want = masked_softmax(plain_scores(lpea, x) + P[:, None], inside[:, None])
+    assert_close(w, want)
+    # and the sign matters: without P (or with +|.|) the weights differ
+    assert not torch.allclose(w, masked_softmax(plain_scores(lpea, x), inside[:, None]), atol=1e-4)
+
+
+@pytest.mark.parametrize("base,options", [("rel_pos", {"k": 2}), ("localness", {}), ("localness", {"per_head": True})])
+def test_rhe_on_a_base_without_enhancement_equals_the_base_alone(base, options):
+    x, mask, dep, rp = inputs(B=2, S=7)
+    rhe = build("rhe", {"base": base, "base_options": options, "enhancement": "none", "heads": "all"})
+    alone = build(base, options)
+    alone.load_state_dict({k.removeprefix("base."): v for k, v in rhe.state_dict().items()})
+    a = rhe(x, x, ctx_for(mask, dep, rp))
+    b = alone(x, x, AttentionContext(key_mask=mask, need_weights=True))
+    assert_close(a.weights, b.weights)
+    assert_close(a.output, b.output)
+
+
+@pytest.mark.parametrize("enh,options", [("rel_pos", {"k": 2}), ("localness", {})])
+def test_baseline_as_enhancement_of_the_redundant_heads(enh, options):
+    """The other reading of Table 2: Rel_Pos / Localness given to the redundant heads only.
+    With heads: all it is the baseline mechanism itself; with RHE the selection per head."""
+    x, mask, dep, rp = inputs(B=3, S=7)
+    all_heads = build("rhe", {"enhancement": enh, "enhancement_options": options, "heads": "all"})
+    alone = build(enh, options)
+    sd = {}
+    for k_, v in all_heads.state_dict().items():
+        if k_.startswith("base."):
+            sd[k_.removeprefix("base.")] = v
+        elif k_.startswith("rel."):
+            sd[k_] = v
+        elif k_.startswith("loc."):
+            sd["bias." + k_.removeprefix("loc.")] = v
+    alone.load_state_dict(sd)
+    a = all_heads(x, x, ctx_for(mask, dep, rp))
+    b = alone(x, x, AttentionContext(key_mask=mask, need_weights=True))
+    assert_close(a.weights, b.weights)
+    assert_close(a.output, b.output)
+    rhe = build("rhe", {"enhancement": enh, "enhancement_options": options})
+    rhe.load_state_dict(all_heads.state_dict())
+    r = rhe(x, x, ctx_for(mask, dep, rp))
+    imp = r.extras["head_important"][:, :, None, None]
+    assert imp.any() and not imp.all()
+    assert_close(r.weights, torch.where(imp, r.extras["plain_weights"], a.weights))
+    if enh == "rel_pos":  # the value term only on the heads that got Rel_Pos
+        B, S, _ = x.shape
+        _, v = rhe.base.kv_proj(x).chunk(2, -1)
+        v = v.view(B, S, H, -1).transpose(1, 2)
+        heads = r.weights @ v + rhe.rel.value_term(r.weights.masked_fill(imp, 0.0))
+        assert_close(r.output, rhe.base.out_proj(heads.transpose(1, 2).reshape(B, S, D)))
+
+
+def test_padding_and_eos_rows_do_not_count_in_identification():
+    n = 4
+    dep = torch.eye(n + 2, dtype=torch.bool)[None, None]
+    w = torch.zeros(1, 1, n + 2, n + 2)
+    for i in range(n):
+        w[0, 0, i, i] = 1.0  # the real words attend to themselves: syntactic, confident
+    w[0, 0, n, 0] = 1.0  # the EOS row (position n) attends far away
+    w[0, 0, n + 1, 1] = 1.0  # a padding row too
+    key_mask = torch.tensor([[True] * (n + 1) + [False]])
+    roles = identify_heads(w, dep, query_tokens(key_mask, exclude_eos=True))
+    assert_close(roles.syn_attn, torch.ones(1, 1))
+    assert_close(roles.h_conf, torch.ones(1, 1))
+    with_eos = identify_heads(w, dep, query_tokens(key_mask, exclude_eos=False))
+    assert_close(with_eos.syn_attn, torch.full((1, 1), n / (n + 1)))
+
+
+def test_rel_pos_value_term_uses_the_weights_after_dropout():
+    x, mask, _, _ = inputs(S=6)
+    torch.manual_seed(0)
+    rel = build_attention("rel_pos", {"k": 2}, AttentionDims(D, H, 0.5, "encoder_self", "e")).train()
+    torch.manual_seed(11)
+    got = rel(x, x, AttentionContext(key_mask=mask))
+    B, S, _ = x.shape
+    q = rel.q_proj(x).view(B, S, H, -1).transpose(1, 2)
+    kk, vv = rel.kv_proj(x).chunk(2, -1)
+    kk, vv = (t.view(B, S, H, -1).transpose(1, 2) for t in (kk, vv))
+    idx = relative_index(S, S, 2)
+    aK, aV = rel.rel.rel_k.weight[idx], rel.rel.rel_v.weight[idx]
+    e = (q[:, :, :, None, :] * (kk[:, :, None, :, :] + aK)).sum(-1) / math.sqrt(D // H)
+    alpha = masked_softmax(e, mask[:, None, None, :])
+    torch.manual_seed(11)
+    dropped = torch.nn.functional.dropout(alpha, 0.5, training=True)
+    z = (dropped[..., None] * (vv[:, :, None, :, :] + aV)).sum(-2)
+    assert_close(got.output, rel.out_proj(z.transpose(1, 2).reshape(B, S, D)))
+
+
+def test_lpea_alone_needs_no_dependency_trees():
+    lpea = build("rhe", {"enhancement": "lpea", "heads": "all"})
+    assert set(lpea.required_structures()) == {lpea_key(6, "rule2")}
+    x, mask, dep, rp = inputs()
+    out = lpea(x, x, AttentionContext(key_mask=mask, structures={lpea_key(6, "rule2"): rp}, need_weights=True))
+    assert "head_important" not in out.extras and torch.isfinite(out.output).all()
+    assert DEP_MASK_KEY in build("rhe", {"enhancement": "lpea"}).required_structures()
+    with pytest.raises(ConfigError, match="enhancement_options"):
+        build("rhe", {"enhancement": "dea", "enhancement_options": {"k": 2}})

@@ -41,6 +41,10 @@ ROWS: dict[str, tuple[list[type], type, dict]] = {
     "table2_rel_pos_rhe": ([RHE, REL, REL, REL], REL, lpea_rhe(base="rel_pos")),
     "table2_localness_rhe": ([RHE, LOC, MHA, MHA], MHA, lpea_rhe(base="localness")),
     "table2_lpea_rhe_pruning": ([RHE, MHA, MHA, MHA], MHA, lpea_rhe(redundant_action="prune")),
+    "table2_rel_pos_on_redundant_heads": ([RHE, MHA, MHA, MHA], MHA,
+                                          {"enhancement": "rel_pos", "enhancement_options": {"k": 16}, "base": "mha"}),
+    "table2_localness_on_redundant_heads": ([RHE, MHA, MHA, MHA], MHA,
+                                            {"enhancement": "localness", "heads": "redundant", "base": "mha"}),
     **{f"table3_lpea_rhe_k{k}": ([RHE, MHA, MHA, MHA], MHA, lpea_rhe(k=k)) for k in (0, 1, 2, 3, 4, 5, 6, 8, 10, 16)},
     **{f"layers_lpea_rhe_layer{n}": ([RHE if i == n - 1 else MHA for i in range(4)], MHA, lpea_rhe())
        for n in (1, 2, 3, 4)},
@@ -79,6 +83,7 @@ def test_config_builds_the_rows_mechanism_in_the_rows_layers(stem):
         for key, value in recipe[section].items():
             if (section, key) not in {("data", "path"), ("train", "save_dir")}:
                 assert mine[section][key] == value, (stem, section, key)
+    assert cfg.train.head_roles, stem  # every row records its head roles (docs/rhe.md, analyses)
     if stem.startswith("tablea3_") and not stem.endswith("hybrid"):
         assert f"--conversion-style {stem.rsplit('_', 1)[1]}" in text
 
@@ -92,7 +97,7 @@ def test_rhe_rows_add_only_lpea_parameters():
     assert n["table3_lpea_rhe_k2"] - n["table1_transformer"] == 5 * d + d * d + d + d
 
 
-GRID_ROWS = {"rhe_table1": 7, "rhe_table1_en_cs": 7, "rhe_table2": 7, "rhe_table3": 11, "rhe_fig4": 8,
+GRID_ROWS = {"rhe_table1": 7, "rhe_table1_en_cs": 7, "rhe_table2": 9, "rhe_table3": 11, "rhe_fig4": 8,
              "rhe_layers": 6, "rhe_parsers": 2, "cross_paper_multi30k": 8}
 
 

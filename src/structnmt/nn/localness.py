@@ -24,7 +24,7 @@ Options:
 
 Layers: apply it to the lower encoder layers with per-layer overrides
 (``model.attention.overrides: {"encoder_self.0": {name: localness}, ...}``), as Yang et
-al. do (configs/rhe/ uses the first layer, the RHE setting). Encoder self-attention only:
+al. do (configs/rhe/ uses layers 1-2 of the 4-layer recipe). Encoder self-attention only:
 in the decoder ``I`` would be the length of the unfinished prefix, which the paper does
 not define.
 """
@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import (
@@ -58,6 +59,46 @@ def gaussian_bias(centre: Tensor, window: Tensor, S: int) -> Tensor:
     return -((j - centre[..., None]) ** 2) / (2 * sigma[..., None] ** 2)
 
 
+class LocalnessBias(nn.Module):
+    """Yang et al.'s parameters (``W_p``, ``U_p``, ``U_d``) and the bias G they predict;
+    used by ``localness`` and by ``rhe`` (``enhancement: localness``).
+
+    d_model, heads: the attention's sizes; options: :class:`LocalnessAttention.Options`.
+    """
+
+    def __init__(self, *, d_model: int, heads: int, options: LocalnessAttention.Options):
+        super().__init__()
+        self.options = options
+        width = d_model // heads if options.per_head else d_model
+        self.w_p = nn.Linear(width, width, bias=False)
+        self.u_p = nn.Linear(width, 1, bias=False)
+        self.u_d = nn.Linear(width, 1, bias=False) if options.window == "predicted" else None
+
+    def forward(self, q: Tensor, key_mask: Tensor | None, S: int) -> Tensor:
+        """q (B, H, T, d) -> G (B, H or 1, T, S) in float32, ``I`` the unpadded length of each sentence."""
+        B = q.shape[0]
+        q = q.float()  # positions in float32 (a bf16 centre would be quantised to whole positions)
+        length = q.new_full((B,), float(S)) if key_mask is None else key_mask.sum(-1).float()  # (B,) I
+        x = q if self.options.per_head else merge_heads(q)[:, None]  # (B, H or 1, T, width)
+        hidden = torch.tanh(F.linear(x, self.w_p.weight.float()))
+        size = length[:, None, None]  # (B, 1, 1)
+        centre = size * torch.sigmoid(F.linear(hidden, self.u_p.weight.float()).squeeze(-1))  # (B, H|1, T)  P_i
+        if self.u_d is not None:
+            window = size * torch.sigmoid(F.linear(hidden, self.u_d.weight.float()).squeeze(-1))  # D_i
+        else:
+            window = torch.full_like(centre, self.options.fixed_window)
+        return gaussian_bias(centre, window, S)
+
+
+def check_options(options: LocalnessAttention.Options, where: str) -> None:
+    from ..config import ConfigError
+
+    if options.window not in WINDOWS:
+        raise ConfigError(f"{where}: unknown window '{options.window}'; use one of {', '.join(WINDOWS)}.")
+    if options.fixed_window <= 0:
+        raise ConfigError(f"{where}: fixed_window must be > 0, got {options.fixed_window}.")
+
+
 @register_attention("localness")
 class LocalnessAttention(MultiHeadAttention):
     """Multi-head self-attention with a learned Gaussian localness bias (Yang et al. 2018)."""
@@ -73,36 +114,14 @@ class LocalnessAttention(MultiHeadAttention):
         from ..config import ConfigError
 
         options = options if options is not None else LocalnessAttention.Options()
-        where = f"model.attention ({dims.cache_key}) localness options"
         if dims.role != "encoder_self":
             raise ConfigError(
                 f"model.attention ({dims.cache_key}): localness is defined for encoder self-attention only (its "
                 "formula needs the sentence length I); use it under encoder_self or an 'encoder_self.<layer>' override."
             )
-        if options.window not in WINDOWS:
-            raise ConfigError(f"{where}: unknown window '{options.window}'; use one of {', '.join(WINDOWS)}.")
-        if options.fixed_window <= 0:
-            raise ConfigError(f"{where}: fixed_window must be > 0, got {options.fixed_window}.")
-        self.options = options
-        width = dims.d_model // dims.heads if options.per_head else dims.d_model
-        self.w_p = nn.Linear(width, width, bias=False)
-        self.u_p = nn.Linear(width, 1, bias=False)
-        self.u_d = nn.Linear(width, 1, bias=False) if options.window == "predicted" else None
+        check_options(options, f"model.attention ({dims.cache_key}) localness options")
+        self.bias = LocalnessBias(d_model=dims.d_model, heads=dims.heads, options=options)
 
     def logit_bias(self, query: Tensor, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
         """G (B, H or 1, T, S): eqs. 5-9 with ``I`` the unpadded length of each sentence."""
-        B, H, T, _ = q.shape
-        S = k.shape[2]
-        if ctx.key_mask is None:
-            length = q.new_full((B,), float(S))
-        else:
-            length = ctx.key_mask.sum(-1).to(q.dtype)  # (B,) I, unpadded
-        x = q if self.options.per_head else merge_heads(q)[:, None]  # (B, H or 1, T, width)
-        hidden = torch.tanh(self.w_p(x))
-        size = length[:, None, None]  # (B, 1, 1)
-        centre = size * torch.sigmoid(self.u_p(hidden).squeeze(-1))  # (B, H|1, T)  P_i
-        if self.u_d is not None:
-            window = size * torch.sigmoid(self.u_d(hidden).squeeze(-1))  # D_i
-        else:
-            window = torch.full_like(centre, self.options.fixed_window)
-        return gaussian_bias(centre, window, S)
+        return self.bias(q, ctx.key_mask, k.shape[2])

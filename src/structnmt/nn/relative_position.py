@@ -60,6 +60,34 @@ def bucket_weights(weights: Tensor, index: Tensor, buckets: int) -> Tensor:
     return out.scatter_add(-1, index.expand(B, H, T, S), weights)
 
 
+class RelativePositions(nn.Module):
+    """The two tables of Shaw et al. (keys ``a^K``, values ``a^V``; 2k+1 vectors of the head
+    size ``d``, shared by the heads) and the two terms they add; used by ``rel_pos`` and by
+    ``rhe`` (``enhancement: rel_pos``)."""
+
+    def __init__(self, *, k: int, d: int, shared_table: bool = False):
+        super().__init__()
+        if k < 0:
+            raise ValueError(f"relative positions: k must be >= 0, got {k}.")
+        self.k = k
+        self.rel_k = nn.Embedding(2 * k + 1, d)
+        self.rel_v = self.rel_k if shared_table else nn.Embedding(2 * k + 1, d)
+        for table in {id(self.rel_k): self.rel_k, id(self.rel_v): self.rel_v}.values():
+            nn.init.normal_(table.weight, std=d**-0.5)
+
+    def key_term(self, q: Tensor, S: int, query_offset: int = 0) -> Tensor:
+        """``q_i a^K_ij / sqrt(d)`` (B, H, T, S) for q (B, H, T, d): eq. 4's second term, by gather."""
+        scores = torch.matmul(q, self.rel_k.weight.t().to(q.dtype))  # (B, H, T, 2k+1)
+        index = relative_index(q.shape[2], S, self.k, query_offset, q.device)
+        return gather_relative(scores, index) / math.sqrt(q.shape[-1])
+
+    def value_term(self, weights: Tensor, query_offset: int = 0) -> Tensor:
+        """``sum_j alpha_ij a^V_ij`` (B, H, T, d) for weights (B, H, T, S): eq. 3's second term, by buckets."""
+        T, S = weights.shape[-2:]
+        index = relative_index(T, S, self.k, query_offset, weights.device)
+        return torch.matmul(bucket_weights(weights, index, 2 * self.k + 1), self.rel_v.weight.to(weights.dtype))
+
+
 @register_attention("rel_pos")
 class RelativePositionAttention(MultiHeadAttention):
     """Multi-head self-attention with clipped relative positions (Shaw et al. 2018).
@@ -87,24 +115,10 @@ class RelativePositionAttention(MultiHeadAttention):
             )
         if options.k < 0:
             raise ConfigError(f"model.attention ({dims.cache_key}) rel_pos options: k must be >= 0, got {options.k}.")
-        self.k = options.k
-        d = dims.d_model // dims.heads
-        self.rel_k = nn.Embedding(2 * options.k + 1, d)
-        self.rel_v = self.rel_k if options.shared_table else nn.Embedding(2 * options.k + 1, d)
-        for table in {id(self.rel_k): self.rel_k, id(self.rel_v): self.rel_v}.values():
-            nn.init.normal_(table.weight, std=d**-0.5)
-
-    def _index(self, T: int, S: int, ctx: AttentionContext, device: torch.device) -> Tensor:
-        return relative_index(T, S, self.k, ctx.query_offset, device)
+        self.rel = RelativePositions(k=options.k, d=dims.d_model // dims.heads, shared_table=options.shared_table)
 
     def logit_bias(self, query: Tensor, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
-        """``q_i a^K_ij / sqrt(d)`` (B, H, T, S): eq. 4's second term, by gather."""
-        scores = torch.matmul(q, self.rel_k.weight.t().to(q.dtype))  # (B, H, T, 2k+1)
-        index = self._index(q.shape[2], k.shape[2], ctx, q.device)
-        return gather_relative(scores, index) / math.sqrt(q.shape[-1])
+        return self.rel.key_term(q, k.shape[2], ctx.query_offset)
 
     def value_term(self, weights: Tensor, ctx: AttentionContext) -> Tensor:
-        """``sum_j alpha_ij a^V_ij`` (B, H, T, d): eq. 3's second term, by buckets."""
-        T, S = weights.shape[-2:]
-        index = self._index(T, S, ctx, weights.device)
-        return torch.matmul(bucket_weights(weights, index, 2 * self.k + 1), self.rel_v.weight.to(weights.dtype))
+        return self.rel.value_term(weights, ctx.query_offset)

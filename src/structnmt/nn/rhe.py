@@ -14,7 +14,7 @@ syntactic):
   on the word itself and its head and dependents (the DEA mask of eq. 5), same tokens;
 * eq. 10: ``h_label = 1`` (important) iff ``Syn_attn > Syn_gate``; the gate is
   ``dynamic``: ``sigmoid(h_conf)`` (eq. 10, the default), ``fixed``: a constant
-  (``fixed_gate``, Fig. 4's 0.1..0.5, the criterion of Voita et al.'s fixed gate), or
+  (``fixed_gate``, Fig. 4's 0.1..0.5: ``Syn_attn > fixed_gate``), or
   ``confidence``: ``h_conf`` itself (the prose of §4.2: "when the average of syntactic
   attention weights is higher than the average of maximum attention weights").
 
@@ -25,10 +25,15 @@ pruning row). ``heads: all`` gives every head ``A_SEA`` — the paper's "+DEA"/"
 (Table 1), where no identification is needed.
 
 The base attention is any plain mechanism that only changes logits and values:
-``mha`` (Table 1), ``rel_pos`` or ``localness`` (Table 2's "Rel_Pos + RHE",
-"Localness + RHE"): "plain" then means the base's own distribution (its relative-position
-or Gaussian term included), and the enhancement is added on top of the base's logits.
-The base's parameters live in ``self.base``, so RHE adds only LPEA's.
+``mha`` (Table 1), ``rel_pos`` or ``localness`` (one reading of Table 2's "Rel_Pos + RHE",
+"Localness + RHE": the baseline on every head, LPEA on its redundant ones): "plain" then
+means the base's own distribution (its relative-position or Gaussian term included), and
+the enhancement is added on top of the base's logits. The base's parameters live in
+``self.base``, so RHE adds only the enhancement's. The other reading of Table 2 ("RHE
+lifts Rel_Pos": the baseline's enhancement given to the redundant heads only, important
+heads kept plain) is ``base: mha, enhancement: rel_pos | localness`` (with
+``enhancement_options``): Rel_Pos's key and value terms, or Localness's Gaussian, only on
+the heads found redundant.
 
 Inference: identification runs the same way on every sentence being translated (its own
 plain attention in eval mode, no dropout), so the parse of the test sentence decides which
@@ -65,7 +70,7 @@ from .attention import (
 )
 from .sea import DEP_MASK_KEY, LocalPhraseBias, dep_mask_spec, dependency_allowed, structure
 
-ENHANCEMENTS = ("dea", "lpea", "none")
+ENHANCEMENTS = ("dea", "lpea", "rel_pos", "localness", "none")
 HEAD_SETS = ("redundant", "all")
 ACTIONS = ("enliven", "prune")
 GATES = ("dynamic", "fixed", "confidence")
@@ -134,7 +139,8 @@ class RHEAttention(nn.Module):
     class Options:
         base: str = "mha"  # mha | rel_pos | localness: the plain attention being enlivened
         base_options: dict[str, Any] = field(default_factory=dict)  # options of the base mechanism
-        enhancement: str = "lpea"  # dea (eqs. 4-5) | lpea (eqs. 6-8) | none (identification only)
+        enhancement: str = "lpea"  # dea (eqs. 4-5) | lpea (eqs. 6-8) | rel_pos | localness | none
+        enhancement_options: dict[str, Any] = field(default_factory=dict)  # rel_pos / localness options
         heads: str = "redundant"  # redundant: the +RHE rows | all: the +DEA / +LPEA rows
         redundant_action: str = "enliven"  # enliven (SEA) | prune (zero output; Table 2)
         gate: str = "dynamic"  # dynamic: sigmoid(h_conf) (eq. 10) | fixed | confidence (Syn_attn > h_conf)
@@ -172,12 +178,38 @@ class RHEAttention(nn.Module):
         self.base = build_attention(options.base, options.base_options, dims)
         if not isinstance(self.base, MultiHeadAttention):
             raise ConfigError(f"{where}: base '{options.base}' is not a plain multi-head attention.")
-        self.lpea = (LocalPhraseBias(k=options.k, d=dims.d_model // dims.heads, rule=options.rule)
+        d_head = dims.d_model // dims.heads
+        self.lpea = (LocalPhraseBias(k=options.k, d=d_head, rule=options.rule)
                      if options.enhancement == "lpea" else None)
+        self.rel = self.loc = None
+        if options.enhancement in ("rel_pos", "localness"):
+            # the baselines as enhancements of the redundant heads only (the other reading of Table 2)
+            from ..config import _build
+            from .localness import LocalnessAttention, LocalnessBias, check_options
+            from .relative_position import RelativePositionAttention, RelativePositions
+
+            if options.enhancement == "rel_pos":
+                ro = _build(RelativePositionAttention.Options, dict(options.enhancement_options),
+                            f"{where}.enhancement_options")
+                if ro.k < 0:
+                    raise ConfigError(f"{where}.enhancement_options: k must be >= 0, got {ro.k}.")
+                self.rel = RelativePositions(k=ro.k, d=d_head, shared_table=ro.shared_table)
+            else:
+                lo = _build(LocalnessAttention.Options, dict(options.enhancement_options), f"{where}.enhancement_options")
+                check_options(lo, f"{where}.enhancement_options")
+                self.loc = LocalnessBias(d_model=dims.d_model, heads=dims.heads, options=lo)
+        elif options.enhancement_options:
+            raise ConfigError(f"{where}: enhancement_options are for enhancement rel_pos or localness, not "
+                              f"'{options.enhancement}'.")
 
     # -- what the collator must build
+    @property
+    def needs_dependencies(self) -> bool:
+        """Identification (eq. 9) and DEA read the dependency mask; LPEA/Rel_Pos/Localness on all heads do not."""
+        return self.identifies or self.options.enhancement == "dea"
+
     def required_structures(self) -> dict[str, StructureSpec]:
-        out = dep_mask_spec()  # identification (eq. 9) and DEA
+        out = dep_mask_spec() if self.needs_dependencies else {}
         if self.lpea is not None:
             out.update(self.lpea.required_structures())
         return out
@@ -201,10 +233,12 @@ class RHEAttention(nn.Module):
         allowed = None if ctx.key_mask is None else ctx.key_mask[:, None, None, :]
         plain = masked_softmax(scores, allowed)  # (B, H, T, S) float32: the base's own distribution
 
-        dep = dependency_allowed(structure(ctx.structures, DEP_MASK_KEY, who), T, S)
+        dep = None
+        if self.needs_dependencies or DEP_MASK_KEY in ctx.structures:
+            dep = dependency_allowed(structure(ctx.structures, DEP_MASK_KEY, who), T, S)
         extras: dict[str, Any] = {}
         roles = None
-        if self.identifies or ctx.need_weights:
+        if self.identifies or (ctx.need_weights and dep is not None):
             key_mask = ctx.key_mask if ctx.key_mask is not None else torch.ones(B, S, dtype=torch.bool,
                                                                                  device=q.device)
             roles = identify_heads(plain, dep, query_tokens(key_mask, opt.exclude_eos), gate=opt.gate,
@@ -220,6 +254,10 @@ class RHEAttention(nn.Module):
             p_bias, inside = self.lpea(structure(ctx.structures, self.lpea.key, who), T, S)
             lp_allowed = inside if allowed is None else inside & allowed
             enhanced = masked_softmax(scores + p_bias, lp_allowed)  # eq. 6: + P
+        elif opt.enhancement == "rel_pos":
+            enhanced = masked_softmax(scores + self.rel.key_term(q, S), allowed)
+        elif opt.enhancement == "localness":
+            enhanced = masked_softmax(scores + self.loc(q, ctx.key_mask, S), allowed)
         else:
             enhanced = plain
 
@@ -232,6 +270,9 @@ class RHEAttention(nn.Module):
         out = torch.matmul(dropped, v)
         if base.uses_value_term:
             out = out + base.value_term(dropped, ctx)
+        if self.rel is not None:  # Rel_Pos's value term on the heads that got Rel_Pos
+            on = dropped if opt.heads == "all" else dropped.masked_fill(roles.important[:, :, None, None], 0.0)
+            out = out + self.rel.value_term(on)
         if ctx.need_weights:
             extras["plain_weights"] = plain.to(q.dtype)
         return AttentionOutput(output=base.out_proj(merge_heads(out)),

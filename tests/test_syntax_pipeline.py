@@ -139,3 +139,26 @@ def test_translate_builds_tree_free_structures_without_a_parser(synth_data, tmp_
     assert len(tr.translate(lines)) == 4
     (_, _), wop = tr._parse(lines[:1])[0]
     assert int(wop.max()) + 1 == len(lines[0].split())
+
+
+def test_translate_without_the_datasets_trees(parsed_data, tmp_path):
+    """A model trained on pre-parsed trees translates new text: with tree-free features
+    the words come from the pieces (and a note says so, and matches the trees' words on
+    the synthetic corpus); a model whose features read trees asks for them by name."""
+    from structnmt.syntax.parsers import ParserError
+
+    root = parsed_data
+    lines = (root / "c" / "test.src").read_text().splitlines()
+    free = _cfg(tmp_path / "free", root / "bin", {"ng": StructureSpec("ngram_partition", {"n": 2})})
+    train(free, log=lambda *_: None)
+    tr = Translator(tmp_path / "free" / "model" / "checkpoint_last.pt")
+    assert "read no trees" in tr.note
+    without = tr.translate(lines)
+    with_trees = tr.translate(lines, parse_prefix=str(root / "c" / "test"), parse_lang="src")
+    assert [o[0].text for o in without] == [o[0].text for o in with_trees]
+    needs = _cfg(tmp_path / "needs", root / "bin", {"dep": StructureSpec("dep_mask")})
+    train(needs, log=lambda *_: None)
+    tr = Translator(tmp_path / "needs" / "model" / "checkpoint_last.pt")
+    assert tr.note == ""
+    with pytest.raises(ParserError, match="--parse-dependency FILE.conllu and --parse-constituency"):
+        tr.translate(lines)

@@ -96,6 +96,8 @@ class Translator:
         if too_long not in ("empty", "truncate"):
             raise ValueError(f"too_long must be 'empty' or 'truncate', not {too_long!r}")
         self.too_long_policy = too_long
+        self.note = ""  # one line for the user about how the input is read, if anything is unusual
+        self.pieces_without_prefix = False
         self.too_long: list[int] = []  # 1-based numbers of the input lines over max_positions (last call)
         self.unaligned: list[int] = []  # 1-based numbers of the input lines whose parse does not fit their text
         state = load_checkpoint(checkpoint)
@@ -129,6 +131,20 @@ class Translator:
             # without a parser, tree-free features take their words from the pieces
             self.parser_cfg = parser_cfg if parser_cfg.name != "none" else None
             self.label_ids = {x: i for i, x in enumerate(syntax.get("labels") or [])}
+            from ..syntax.features import FEATURES
+
+            needs_trees = any(FEATURES[spec.feature].needs for spec in self.structures.values())
+            templates = [t for t in (parser_cfg.dependency_file, parser_cfg.constituency_file) if t]
+            if parser_cfg.name == "synthetic" and not templates:  # its default files are per split
+                templates = ["{prefix}.{lang}.conllu"]
+            if (self.parser_cfg is not None and parser_cfg.name in ("file", "synthetic") and not needs_trees
+                    and any("{prefix}" in t or "{lang}" in t for t in templates) and not parser_overrides):
+                # pre-parsed trees of the dataset's own splits, none for this input (unless a split's prefix is
+                # given, as the experiment runner does), and no feature reads a tree: words from the pieces
+                self.pieces_without_prefix = True
+                self.note = ("this model's features read no trees; its dataset's pre-parsed trees do not cover this "
+                             "input, so words are taken from the SentencePiece pieces (pass --parse-dependency and "
+                             "--parse-constituency to use parses instead).")
 
     def _parse(self, texts: list[str], prefix: str | None = None, lang: str | None = None):
         """((dependency, constituency), word_of_piece) of every (non-empty, stripped) text;
@@ -137,7 +153,7 @@ class Translator:
         Without a parser the trees are ``None`` and the words are SentencePiece's (a piece
         starting with ▁ starts a word), as in the collator.
         """
-        if self.parser_cfg is None:
+        if self.parser_cfg is None or (self.pieces_without_prefix and prefix is None and lang is None):
             from ..syntax.features import word_of_piece_from_pieces
 
             return [((None, None), word_of_piece_from_pieces(p)) for p in self.src_vocab.encode_pieces(texts)]

@@ -161,6 +161,10 @@ class FileParser(ParserBackend):
         self.cfg = cfg
 
     def _path(self, template: str, prefix: str | None, lang: str | None) -> Path:
+        if ("{prefix}" in template and not prefix) or ("{lang}" in template and not lang):
+            raise ParserError(f"this model reads pre-parsed trees ({template}, from the prepared dataset) and this "
+                              "input has none: pass its trees with --parse-dependency FILE.conllu and "
+                              "--parse-constituency FILE.tree (one tree per input line).")
         return Path(template.format(prefix=prefix or "", lang=lang or ""))
 
     def parse(self, lines, *, prefix=None, lang=None):

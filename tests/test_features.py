@@ -461,3 +461,35 @@ def test_registry_builds_each_feature_from_the_trees_it_needs():
     assert FEATURES["word_boundaries"](wop).sum() == 6
     with pytest.raises(ValueError, match="needs a dependency tree"):
         FEATURES["dep_mask"](wop)
+
+
+def test_dependency_hypernode_modes():
+    """What k means for semantic hypernodes: edges (eq. 8), connected subtrees, edges + n-grams."""
+    # 0 <- 1 -> 2, 2 -> 3 (word 1 the root): arcs (1,0), (1,2), (2,3)
+    tree = DependencyTree(list("abcd"), [2, 0, 2, 3], ["dep"] * 4, ["X"] * 4)
+    edges, adj = dependency_hypernodes(tree, 3, "edges")
+    assert edges == [(1, 0), (1, 2), (2, 3)] and adj.sum(1).tolist() == [2, 2, 2]
+    sub2, _ = dependency_hypernodes(tree, 2, "subtrees")
+    assert sub2 == edges  # k = 2: exactly eq. 8
+    sub3, adj3 = dependency_hypernodes(tree, 3, "subtrees")
+    # connected triples: {0,1,2} (head with two dependents), {1,2,3} (chain); {0,1,3} is not connected
+    assert sub3 == edges + [(0, 1, 2), (1, 2, 3)]
+    assert adj3[3].tolist() == [True, True, True, False]
+    sub4, _ = dependency_hypernodes(tree, 4, "subtrees")
+    assert sub4[-1] == (0, 1, 2, 3) and len(sub4) == 6
+    mixed, _ = dependency_hypernodes(tree, 3, "edges_ngrams")
+    # bigrams (0,1), (1,2), (2,3) are arcs already; (0,1,2) and (1,2,3) are the trigrams
+    assert mixed == edges + [(0, 1, 2), (1, 2, 3)]
+    tree2 = DependencyTree(list("abc"), [3, 0, 2], ["dep"] * 3, ["X"] * 3)  # arcs (2,0), (1,2): bigram (0,1) is not an arc
+    mixed2, _ = dependency_hypernodes(tree2, 2, "edges_ngrams")
+    assert mixed2 == [(2, 0), (1, 2), (0, 1)]
+    with pytest.raises(ValueError, match="unknown mode"):
+        dependency_hypernodes(tree, 2, "spans")
+
+
+def test_piece_level_ngram_hypernodes():
+    wop = np.array([0, 0, 1, 2])  # word 0 has two pieces
+    spans, adj = FEATURES["ngram_hypernodes"](wop, k=2, unit="piece")
+    assert spans == [(0, 2), (1, 3), (2, 4)] and adj.shape == (3, 4)
+    spans_w, adj_w = FEATURES["ngram_hypernodes"](wop, k=2)
+    assert spans_w == [(0, 2), (1, 3)] and adj_w[0].tolist() == [True, True, True, False]

@@ -65,7 +65,8 @@ def batch():
 
 
 def test_output_keys(batch):
-    assert set(batch) == {"ng", "syn", "syn.labels", "dep", "lp", "nh", "nh.mask", "dh", "dh.mask", "wb"}
+    assert set(batch) == {"ng", "syn", "syn.labels", "dep", "lp", "nh", "nh.mask", "nh.neighbours",
+                          "dh", "dh.mask", "dh.neighbours", "wb"}
 
 
 def test_ngram_partition(batch):
@@ -158,6 +159,30 @@ def test_hypernodes(batch):
     assert dh[0, 0, :4].tolist() == [True, True, True, False]
 
 
+def test_hypernode_neighbours_are_eq6(batch):
+    """The neighbour lists equal eq. 6's dense adjacency over the batch's S + N nodes."""
+    from structnmt.syntax.features import hypernode_adjacency
+
+    for key in ("nh", "dh"):
+        member, mask, nbr = batch[key].numpy(), batch[key + ".mask"].numpy(), batch[key + ".neighbours"]
+        B, N, S_ = member.shape
+        assert nbr.shape[:2] == (B, S_ + N) and nbr.dtype == torch.long
+        for b in range(B):
+            n = int(mask[b].sum())
+            want = np.zeros((S_ + N, S_ + N), dtype=bool)
+            want[: S_ + n, : S_ + n] = hypernode_adjacency(member[b, :n])
+            want[np.arange(S_ + n, S_ + N), np.arange(S_ + n, S_ + N)] = True  # padded hypernodes: themselves
+            got = np.zeros_like(want)
+            for i in range(S_ + N):
+                cols = [c for c in nbr[b, i].tolist() if c >= 0]
+                assert cols == sorted(cols) and len(set(cols)) == len(cols)
+                got[i, cols] = True
+            assert (got == want).all()
+    # sentence 0 ("the cat ..."): piece 0 is in bigram 0 and trigram (node S + 2): itself first
+    assert batch["nh.neighbours"][0, 0, :3].tolist() == [0, S, S + 2]
+    assert batch["nh.neighbours"].shape[2] == int(batch["nh.neighbours"].ge(0).sum(-1).max())
+
+
 def test_word_boundaries(batch):
     t = batch["wb"]
     assert t.shape == (3, S) and t.dtype == torch.bool
@@ -189,6 +214,16 @@ def test_padding_invariance(batch):
                 n = int(alone[key + ".mask"].sum())
                 assert torch.equal(full[b, :n, :Sa], one[0, :n]), key
                 assert not full[b, n:].any()
+            elif key.endswith(".neighbours"):  # node j of the sentence alone is node j (token) or S - Sa + j
+                n = int(alone[key[: -len(".neighbours")] + ".mask"].sum())
+                Sb = full.shape[1] - batch[key[: -len(".neighbours")]].shape[1]
+                rows_alone = list(range(Sa)) + list(range(Sa, Sa + n))
+                rows_full = list(range(Sa)) + list(range(Sb, Sb + n))
+                for ra, rf in zip(rows_alone, rows_full):
+                    a_ = one[0, ra][one[0, ra] >= 0]
+                    a_ = torch.where(a_ >= Sa, a_ - Sa + Sb, a_)
+                    f_ = full[b, rf][full[b, rf] >= 0]
+                    assert torch.equal(a_, f_), (key, ra)
             elif key.endswith(".mask"):
                 n = int(one.sum())
                 assert full[b, :n].all() and not full[b, n:].any(), key

@@ -36,6 +36,11 @@ Files written in ``out_dir`` (``n`` = 1-based sentence number):
   distribution for a redundant head, the plain one kept for an important head) — the
   panels (a), (b) and (e) of RHE Fig. 5; Rel_Pos and Localness heads (panels (c), (d)) are
   in ``sent{n}_encoder_self.png`` of those models.
+* ``sent{n}_phrase_transformer_layer{l}.png`` — for every PhraseTransformer layer ``l``:
+  phase 1 (attention over all nodes, eqs. 2-3) in the top row and phase 2 (within
+  phrases, eq. 5) in the bottom row, every head and their mean, over the words and the
+  hypernodes (labelled ``[w1 w2]`` by their member pieces) — the paper's Fig. 3 (a), (b).
+  In ``sent{n}_encoder_self.png`` such layers also show every node.
 * ``sent{n}_cross_last.png`` — cross-attention of the last decoder layer, rows = the
   produced target pieces, columns = source pieces.
 * ``attention_stats.json`` — per layer of each role (``encoder_self``, ``decoder_self``,
@@ -167,6 +172,17 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+def _hypernode_labels(encoder, structures: dict | None, src_labels: list[str]) -> list[str]:
+    """``[w1 w2]`` for every real hypernode of the sentence (its member pieces), or []."""
+    plan = getattr(encoder, "plan", None)
+    if plan is None or not structures:
+        return []
+    member = structures[plan[1].key][0]  # (N, S)
+    real = structures[plan[1].key + ".mask"][0]
+    return ["[" + " ".join(src_labels[t] for t in member[h].nonzero().flatten().tolist()) + "]"
+            for h in range(member.shape[0]) if bool(real[h])]
+
+
 def _group_labels(attn) -> list[str]:
     """Per head of an MG-SA layer: its granularity ("word", "2-gram", "syntax L1")."""
     out = []
@@ -295,6 +311,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
             enc_outs = list(captured)
             src_pieces = [tr.src_vocab.sp.id_to_piece(int(t)) for t in src_ids[:-1]] + ["</s>"]
             src_labels = [_display(p) for p in src_pieces]
+            node_labels = src_labels + _hypernode_labels(getattr(model, "encoder", None), structures, src_labels)
             tgt_labels = [_display(tr.tgt_vocab.sp.id_to_piece(int(t))) for t in hyp.tokens] + ["</s>"]
             S = len(src_labels)
 
@@ -329,12 +346,13 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
             maps = [o.weights[0].float().cpu().numpy() for o in enc_outs if o.weights is not None]
             if maps:
                 H = maps[0].shape[0]
-                cell = 0.55 + 0.17 * S
+                cell = 0.55 + 0.17 * max(m.shape[2] for m in maps)
                 fig = Figure(figsize=((H + 1) * (cell + 0.9), len(maps) * (cell + 0.6) + 0.8))
                 axes = fig.subplots(len(maps), H + 1, squeeze=False)
                 for li, w in enumerate(maps):
                     heads = _group_labels(enc_layers[li].self_attn) if mgsa_at[li] else [""] * H
-                    kl = src_labels + [f"+{k}" for k in range(w.shape[2] - S)]  # memory extensions
+                    kl = node_labels[: w.shape[2]]  # words, then hypernodes (PhraseTransformer layers)
+                    ql = node_labels[: w.shape[1]]
                     color, frame, tag = "black", None, ""
                     if mgsa_at[li]:
                         color, tag = "tab:blue", " MG-SA"
@@ -344,9 +362,9 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                     vmax = float(w.max())
                     for h in range(H):
                         title = f"L{li + 1}{tag} h{h + 1}" + (f" [{heads[h]}]" if heads[h] else "")
-                        _heat(fig, axes[li][h], w[h], kl, src_labels, title, color=color, frame=frame,
+                        _heat(fig, axes[li][h], w[h], kl, ql, title, color=color, frame=frame,
                               show_x=show_x, show_y=h == 0, vmax=vmax, colorbar=False)
-                    _heat(fig, axes[li][H], w.mean(0), kl, src_labels, f"L{li + 1}{tag} mean of heads",
+                    _heat(fig, axes[li][H], w.mean(0), kl, ql, f"L{li + 1}{tag} mean of heads",
                           color=color, frame=frame, show_x=show_x, show_y=False, vmax=vmax)
                 fig.suptitle(f"Encoder self-attention, sentence {n}: {texts[chosen[n - 1]][:90]}", fontsize=11)
                 fig.tight_layout(rect=(0, 0, 1, 0.98))
@@ -379,6 +397,29 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                              fontsize=11)
                 fig.tight_layout(rect=(0, 0, 1, 0.97))
                 written.append(_save(fig, out / f"sent{n}_mgsa_layer{li + 1}_phrases.png"))
+
+            # ---- PhraseTransformer layers: phase 1 over all nodes, phase 2 within phrases (Fig. 3 (a), (b))
+            within = iter(res.attentions.get("encoder_within") or [])
+            for li, o in enumerate(enc_outs):
+                if mechanisms[li] != "PhraseTransformerAttention" or o.weights is None:
+                    continue
+                p1 = o.weights[0].float().cpu().numpy()  # (H, L, L)
+                p2 = next(within)[0].float().cpu().numpy()  # the encoder collects phase 2 of every such layer
+                H, L = p1.shape[0], p1.shape[1]
+                labels = node_labels[:L]
+                cell = 0.55 + 0.17 * L
+                fig = Figure(figsize=((H + 1) * (cell + 0.9), 2 * (cell + 0.7) + 0.8))
+                axes = fig.subplots(2, H + 1, squeeze=False)
+                for row, (w, name) in enumerate(((p1, "phase 1: all nodes"), (p2, "phase 2: within phrases"))):
+                    vmax = float(w.max())
+                    for h in range(H):
+                        _heat(fig, axes[row][h], w[h], labels, labels, f"L{li + 1} h{h + 1} {name}",
+                              show_x=row == 1, show_y=h == 0, vmax=vmax, colorbar=False, fontsize=7)
+                    _heat(fig, axes[row][H], w.mean(0), labels, labels, f"L{li + 1} {name}, mean of heads",
+                          show_x=row == 1, show_y=False, vmax=vmax, fontsize=7)
+                fig.suptitle(f"PhraseTransformer layer {li + 1}, sentence {n}: words then hypernodes", fontsize=11)
+                fig.tight_layout(rect=(0, 0, 1, 0.96))
+                written.append(_save(fig, out / f"sent{n}_phrase_transformer_layer{li + 1}.png"))
 
             # ---- RHE layers: every head before (plain) and after enlivening (RHE Fig. 5 (a)/(b), (e))
             for li, o in enumerate(enc_outs):

@@ -306,7 +306,7 @@ class ScratchEncoder(nn.Module):
 
     def __init__(self, mc: ProbeModelConfig, vocab_size: int):
         super().__init__()
-        from ..models.transformer import EncoderLayer, sinusoidal_table
+        from ..models.transformer import EncoderStack, sinusoidal_table
 
         ov = {f"encoder_self.{int(k)}": v for k, v in mc.overrides.items()}
         self.cfg = ModelConfig(d_model=mc.d_model, ffn_dim=mc.ffn_dim, heads=mc.heads, encoder_layers=mc.layers,
@@ -319,8 +319,7 @@ class ScratchEncoder(nn.Module):
         nn.init.normal_(self.embed.weight, mean=0.0, std=mc.d_model**-0.5)
         nn.init.zeros_(self.embed.weight[PAD])
         self.register_buffer("positions", sinusoidal_table(mc.max_positions, mc.d_model), persistent=False)
-        self.layers = nn.ModuleList(EncoderLayer(self.cfg, i) for i in range(mc.layers))
-        self.norm = nn.LayerNorm(mc.d_model) if mc.pre_norm else nn.Identity()
+        self.stack = EncoderStack(self.cfg, mc.layers, self.positions)
         self.scale = math.sqrt(mc.d_model)
         self.dropout = mc.dropout
 
@@ -332,17 +331,9 @@ class ScratchEncoder(nn.Module):
         return out
 
     def forward(self, src, mask, structures):
-        from ..nn.attention import AttentionContext
-
         S = src.shape[1]
         x = F.dropout(self.embed(src) * self.scale + self.positions[:S], self.dropout, self.training)
-        for layer in self.layers:
-            x, a = layer(x, AttentionContext(key_mask=mask, structures=structures))
-            ext = a.extras.get("memory_extension")
-            if ext is not None:
-                x = torch.cat([x, ext], dim=1)
-                mask = torch.cat([mask, a.extras["memory_extension_mask"]], dim=1)
-        return self.norm(x)[:, :S]
+        return self.stack(x, mask, structures)[0][:, :S]  # the tokens (hypernodes, if any, dropped)
 
 
 def _mlp(d: int, mc: MLPConfig, n_out: int) -> nn.Module:

@@ -27,16 +27,24 @@ from torch import Tensor, nn
 
 from ..config import ConfigError, ModelConfig
 from ..data.vocab import PAD
-from ..nn.attention import AttentionContext, AttentionDims, IncrementalCache, build_attention
+from ..nn.attention import (
+    AttentionContext,
+    AttentionDims,
+    AttentionOutput,
+    IncrementalCache,
+    MultiHeadAttention,
+    build_attention,
+)
+from ..nn.phrase_transformer import HypernodeSpec
 
 
 @dataclass
 class EncoderOutput:
-    memory: Tensor  # (B, S', D); S' >= S when a mechanism appends nodes
+    memory: Tensor  # (B, S', D); S' = S + N when the decoder sees hypernodes too
     mask: Tensor  # (B, S') bool, True = real position
     structures: dict[str, Tensor] = field(default_factory=dict)  # source structures for cross-attention
     aux_losses: dict[str, Tensor] = field(default_factory=dict)
-    attentions: list[Tensor] = field(default_factory=list)  # per layer (B, H, S, S) when requested
+    attentions: dict[str, list[Tensor]] = field(default_factory=dict)  # role -> per layer (B, H, S', S') when requested
 
     def reorder(self, index: Tensor) -> EncoderOutput:
         return EncoderOutput(
@@ -94,12 +102,22 @@ class Sublayer(nn.Module):
 
 
 class EncoderLayer(nn.Module):
+    """Attention sublayer, an optional second attention sublayer, feed-forward sublayer.
+
+    A mechanism with ``has_second_phase = True`` (PhraseTransformer's within-phrase
+    attention) gets a second residual sublayer of its own, run through its
+    ``second_phase(x, ctx)``; its weights, if requested, come back in
+    ``extras["within_weights"]`` of the returned attention output.
+    """
+
     def __init__(self, cfg: ModelConfig, index: int):
         super().__init__()
         spec = cfg.attention.spec("encoder_self", index)
         dims = AttentionDims(cfg.d_model, cfg.heads, cfg.attention_dropout, "encoder_self", f"enc.{index}.self")
         self.self_attn = build_attention(spec.name, spec.options, dims)
         self.attn_sub = Sublayer(cfg.d_model, cfg.dropout, cfg.pre_norm)
+        two = bool(getattr(self.self_attn, "has_second_phase", False))
+        self.second_sub = Sublayer(cfg.d_model, cfg.dropout, cfg.pre_norm) if two else None
         self.ffn = FeedForward(cfg)
         self.ffn_sub = Sublayer(cfg.d_model, cfg.dropout, cfg.pre_norm)
 
@@ -107,8 +125,104 @@ class EncoderLayer(nn.Module):
         h = self.attn_sub.inp(x)
         a = self.self_attn(h, h, ctx)
         x = self.attn_sub.out(x, a.output)
+        if self.second_sub is not None:
+            p = self.self_attn.second_phase(self.second_sub.inp(x), ctx)
+            x = self.second_sub.out(x, p.output)
+            if p.weights is not None:
+                a = AttentionOutput(a.output, a.weights, a.aux_losses, {**a.extras, "within_weights": p.weights})
         x = self.ffn_sub.out(x, self.ffn(self.ffn_sub.inp(x)))
         return x, a
+
+
+def hypernode_plan(layers: nn.ModuleList) -> tuple[int, HypernodeSpec] | None:
+    """(index of the first layer whose mechanism adds hypernodes, their spec), or None.
+
+    Every such layer must agree on the spec (one set of nodes travels through the stack),
+    and the layers from that one on must be able to attend over nodes that are not
+    tokens: PhraseTransformer layers or plain ``mha``.
+    """
+    first: tuple[int, HypernodeSpec] | None = None
+    for i, layer in enumerate(layers):
+        attn = layer.self_attn
+        spec = attn.hypernodes() if hasattr(attn, "hypernodes") else None
+        if spec is not None:
+            if first is None:
+                first = (i, spec)
+            elif spec != first[1]:
+                raise ConfigError(f"encoder layers {first[0]} and {i} ask for different hypernodes ({first[1]} vs "
+                                  f"{spec}); one set of hypernodes travels through the encoder: give every "
+                                  "phrase_transformer layer the same k, hypernodes, unit, semantic, positions "
+                                  "and decoder_sees.")
+        elif first is not None and type(attn) is not MultiHeadAttention:
+            raise ConfigError(f"encoder layer {i} ({type(attn).__name__}) comes after the hypernodes enter (layer "
+                              f"{first[0]}) but only phrase_transformer and mha layers can attend over hypernodes; "
+                              "move it below the first phrase_transformer layer.")
+    return first
+
+
+def add_hypernodes(x: Tensor, mask: Tensor, structures: dict[str, Tensor], spec: HypernodeSpec,
+                   positions: Tensor) -> tuple[Tensor, Tensor]:
+    """Algorithm 1 line 2: append the N hypernodes to the S tokens.
+
+    x (B, S, D), mask (B, S) -> (B, S + N, D), (B, S + N). States are zeros (the paper),
+    or the position encoding (``positions`` (>= S, D)) of the first member token, or the
+    mean of the members' encodings (``spec.positions``); padded hypernodes are zero and
+    masked.
+    """
+    for name in (spec.key, spec.key + ".mask"):
+        if name not in structures:
+            raise KeyError(f"phrase_transformer: the batch has no structure '{name}'; build the batch with the "
+                           "model's required_structures() (the trainer and translator do this).")
+    member, hmask = structures[spec.key], structures[spec.key + ".mask"]  # (B, N, S), (B, N)
+    B, N, S = member.shape
+    if S != x.shape[1]:
+        raise ValueError(f"hypernode membership covers {S} tokens but the encoder has {x.shape[1]}.")
+    h = x.new_zeros(B, N, x.shape[2])
+    table = positions[:S].to(x.dtype)
+    if spec.positions == "first":
+        h = table[member.to(torch.int8).argmax(-1)]
+    elif spec.positions == "mean":
+        m = member.to(x.dtype)
+        h = (m @ table) / m.sum(-1, keepdim=True).clamp_min(1.0)
+    h = h * hmask[..., None].to(x.dtype)
+    return torch.cat([x, h], dim=1), torch.cat([mask, hmask], dim=1)
+
+
+class EncoderStack(nn.Module):
+    """The encoder's layers and final norm over embedded tokens, with hypernodes.
+
+    Shared by the translator's encoder, the probing encoder and the tagger.
+    ``forward(x (B, S, D), mask (B, S), structures, need_weights)`` returns the states of
+    every node (B, S', D) (``S' = S + N`` when a PhraseTransformer layer adds hypernodes),
+    their mask, the per-layer aux losses and, when requested, the per-layer weights
+    (phase 1 under ``encoder_self``, phase 2 under ``encoder_within``).
+    """
+
+    def __init__(self, cfg: ModelConfig, n_layers: int, positions: Tensor):
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(cfg, i) for i in range(n_layers))
+        self.norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
+        self.plan = hypernode_plan(self.layers)
+        self.register_buffer("positions", positions, persistent=False)
+
+    @property
+    def decoder_sees_all(self) -> bool:
+        return self.plan is not None and self.plan[1].decoder_sees == "all"
+
+    def forward(self, x: Tensor, mask: Tensor, structures: dict[str, Tensor], need_weights: bool = False):
+        aux: dict[str, Tensor] = {}
+        attentions: dict[str, list[Tensor]] = {"encoder_self": [], "encoder_within": []}
+        for i, layer in enumerate(self.layers):
+            if self.plan is not None and i == self.plan[0]:
+                x, mask = add_hypernodes(x, mask, structures, self.plan[1], self.positions)
+            ctx = AttentionContext(key_mask=mask, structures=structures, need_weights=need_weights)
+            x, a = layer(x, ctx)
+            _merge_losses(aux, a.aux_losses)
+            if a.weights is not None:
+                attentions["encoder_self"].append(a.weights)
+            if a.extras.get("within_weights") is not None:
+                attentions["encoder_within"].append(a.extras["within_weights"])
+        return self.norm(x), mask, aux, attentions
 
 
 class DecoderLayer(nn.Module):
@@ -160,9 +274,8 @@ class TransformerModel(nn.Module):
             nn.init.normal_(emb.weight, mean=0.0, std=d**-0.5)
             nn.init.zeros_(emb.weight[PAD])
         self.register_buffer("positions", sinusoidal_table(cfg.max_positions, d), persistent=False)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg, i) for i in range(cfg.encoder_layers))
+        self.encoder = EncoderStack(cfg, cfg.encoder_layers, self.positions)
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.decoder_layers))
-        self.encoder_norm = nn.LayerNorm(d) if cfg.pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d) if cfg.pre_norm else nn.Identity()
         self.output_proj = nn.Linear(d, tgt_vocab_size, bias=False)
         if cfg.tie_output or cfg.share_all_embeddings:
@@ -170,6 +283,11 @@ class TransformerModel(nn.Module):
         else:
             nn.init.normal_(self.output_proj.weight, mean=0.0, std=d**-0.5)
         self.embed_scale = math.sqrt(d)
+
+    @property
+    def encoder_layers(self) -> nn.ModuleList:
+        """The encoder's layers (``self.encoder.layers``)."""
+        return self.encoder.layers
 
     def required_structures(self) -> dict:
         """Structure tensors the attention modules consume: key -> StructureSpec.
@@ -199,21 +317,11 @@ class TransformerModel(nn.Module):
     ) -> EncoderOutput:
         """src (B, S) ids, src_mask (B, S) bool -> EncoderOutput."""
         structures = structures or {}
-        x = self._embed(self.src_embed, src)
-        mask = src_mask
-        aux: dict[str, Tensor] = {}
-        attentions = []
-        for layer in self.encoder_layers:
-            ctx = AttentionContext(key_mask=mask, structures=structures, need_weights=need_weights)
-            x, a = layer(x, ctx)
-            _merge_losses(aux, a.aux_losses)
-            if a.weights is not None:
-                attentions.append(a.weights)
-            ext = a.extras.get("memory_extension")
-            if ext is not None:  # hypernodes etc.: appended nodes join the memory
-                x = torch.cat([x, ext], dim=1)
-                mask = torch.cat([mask, a.extras["memory_extension_mask"]], dim=1)
-        return EncoderOutput(self.encoder_norm(x), mask, dict(structures), aux, attentions)
+        x, mask, aux, attentions = self.encoder(self._embed(self.src_embed, src), src_mask, structures, need_weights)
+        if not self.encoder.decoder_sees_all:  # Algorithm 1 line 6: the decoder sees the S tokens
+            S = src.shape[1]
+            x, mask = x[:, :S], mask[:, :S]
+        return EncoderOutput(x, mask, dict(structures), aux, attentions)
 
     def decode(
         self,
@@ -256,7 +364,7 @@ class TransformerModel(nn.Module):
         out = self.decode(tgt_in, enc, need_weights=need_weights)
         _merge_losses(out.aux_losses, enc.aux_losses)
         if need_weights:
-            out.attentions["encoder_self"] = enc.attentions
+            out.attentions.update({k: v for k, v in enc.attentions.items() if v})
         return out
 
     @torch.no_grad()

@@ -45,11 +45,16 @@ How the five papers fit without changing the model
   through :func:`scaled_attention` as ``bias`` (added to the logits) and ``mask``.
   A bias without gradient uses the SDPA fast path as a float mask; a learned bias
   takes the explicit path.
-* **PhraseTransformer hypernodes** — extra nodes appended to the encoder sequence: an
-  encoder-side mechanism returns them in ``extras["memory_extension"]`` (B, N, D) with
-  ``extras["memory_extension_mask"]`` (B, N); the encoder appends them to its output
-  and mask, and cross-attention sees a longer memory through the same
-  ``key_mask`` it always reads.
+* **PhraseTransformer hypernodes** — nodes that travel through the encoder's layers. A
+  mechanism declares them with ``hypernodes() -> HypernodeSpec`` (the structure key of
+  their membership, their initial state, what the decoder sees); the encoder stack
+  appends the N hypernodes (zero states, Algorithm 1) to the S tokens **before** the
+  first such layer, so every later layer — attention, residual, norm, feed-forward —
+  runs over S + N nodes, with ``key_mask`` (B, S + N). The adjacency over the S + N nodes
+  (eq. 6) travels in ``ctx.structures`` like any structure (neighbour lists built by the
+  collator). A mechanism with ``has_second_phase = True`` gets a second residual
+  sublayer in its layer, run through its ``second_phase(x, ctx)`` (the within-phrase
+  attention). The decoder sees the first S nodes, or all of them.
 * **SA-NMT (RNN family)** — the model family is chosen by ``model.family``; the RNN
   translator implements the same decoding protocol (``encode`` / ``decode_step`` /
   ``EncoderOutput.reorder``) so beam search, training and evaluation are shared;

@@ -18,7 +18,12 @@ dep_mask               ``key`` (B, S, S) bool, True = may attend; padded rows ke
 lpea_positions         ``key`` (B, S, S) long, ``OUT_OF_PHRASE`` outside local phrases and
                        at padding, except ``0`` on the whole diagonal (no row is empty)
 ngram_hypernodes,      ``key`` (B, N, S) bool membership of hypernode n;
-dep_hypernodes         ``key + ".mask"`` (B, N) bool, True = a real hypernode
+dep_hypernodes         ``key + ".mask"`` (B, N) bool, True = a real hypernode;
+                       ``key + ".neighbours"`` (B, S + N, K) long: PhraseTransformer eq. 6's
+                       adjacency over the S tokens then the N hypernodes as neighbour
+                       lists (node indices, ``-1`` = none; every node lists itself, a
+                       token also the hypernodes containing it, a hypernode its tokens
+                       and the hypernodes it contains or is contained in)
 word_boundaries        ``key`` (B, S) bool, True at the first piece of a word and at EOS
 =====================  ===========================================================
 """
@@ -31,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .features import FEATURES, OUT_OF_PHRASE
+from .features import FEATURES, OUT_OF_PHRASE, hypernode_adjacency
 from .trees import ConstituencyTree, DependencyTree
 
 IGNORE_LABEL = -100
@@ -121,6 +126,7 @@ def pad_structures(
                 mask[b, :n] = True
             out[key] = torch.from_numpy(t)
             out[key + ".mask"] = torch.from_numpy(mask)
+            out[key + ".neighbours"] = torch.from_numpy(node_neighbours(t, mask))
         elif name == "word_boundaries":
             t = np.zeros((B, S), dtype=np.bool_)
             for b, f in enumerate(values):
@@ -129,4 +135,29 @@ def pad_structures(
             out[key] = torch.from_numpy(t)
         else:  # a feature registered without a batching rule
             raise ValueError(f"data.structures.{key}: no batching rule for feature '{name}'.")
+    return out
+
+
+def node_neighbours(membership: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """PhraseTransformer eq. 6 as neighbour lists over the ``S + N`` nodes of a batch.
+
+    membership (B, N, S) bool, mask (B, N) bool -> (B, S + N, K) int64, ``K`` the largest
+    row count of the batch, ``-1`` = no neighbour. Row ``i`` lists, in increasing order,
+    the nodes ``j`` with ``A_ij = 1`` (:func:`hypernode_adjacency`); padded hypernodes
+    list only themselves.
+    """
+    B, N, S = membership.shape
+    L = S + N
+    lists = []
+    for b in range(B):
+        n = int(mask[b].sum())
+        a = hypernode_adjacency(membership[b, :n])  # (S + n, S + n): tokens first, as in the batch layout
+        rows, cols = np.nonzero(a)
+        lists.append((rows, cols, np.bincount(rows, minlength=S + n), n))
+    K = max(int(c.max()) for _, _, c, _ in lists)
+    out = np.full((B, L, K), -1, dtype=np.int64)
+    for b, (rows, cols, counts, n) in enumerate(lists):
+        starts = np.cumsum(counts) - counts
+        out[b, rows, np.arange(len(rows)) - starts[rows]] = cols
+        out[b, S + n:, 0] = np.arange(S + n, L)
     return out

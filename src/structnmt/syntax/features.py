@@ -47,6 +47,7 @@ __all__ = [
     "FEATURES",
     "Feature",
     "OUT_OF_PHRASE",
+    "SEMANTIC_MODES",
     "LPEA_RULES",
     "check_word_of_piece",
     "dependency_hypernodes",
@@ -353,22 +354,63 @@ def ngram_hypernodes(n_words: int, k: int) -> tuple[list[tuple[int, int]], np.nd
     return spans, adj
 
 
-def dependency_hypernodes(tree: DependencyTree) -> tuple[list[tuple[int, int]], np.ndarray]:
-    """PhraseTransformer §4.3 eq. 8 ("semantic PhraseTransformer"): one hypernode per arc.
+SEMANTIC_MODES: tuple[str, ...] = ("edges", "subtrees", "edges_ngrams")
+"""What ``k`` means for the semantic PhraseTransformer's hypernodes (the paper leaves it open)."""
 
-    ``word(s) = (w_i, w_j)`` for each edge of the dependency tree (the root attachment is
-    not an edge between two words), so non-adjacent words can form one phrase. Hypernodes
-    follow the dependents' order.
 
-    Returns ``(pairs, adj)``: ``pairs[h] = (head, dependent)`` 0-based word indices;
-    ``adj`` ``(N, W)`` bool, ``adj[h, t]`` iff ``t`` is the head or the dependent of arc
-    ``h`` (eqs. 4, 6), ``N = W - (number of root attachments)``.
+def dependency_hypernodes(
+    tree: DependencyTree, k: int = 2, mode: str = "edges"
+) -> tuple[list[tuple[int, ...]], np.ndarray]:
+    """PhraseTransformer §4.3 eq. 8 ("semantic PhraseTransformer"): hypernodes from arcs.
+
+    Eq. 8 gives one hypernode ``word(s) = (w_i, w_j)`` per edge of the dependency tree
+    (the root attachment is not an edge between two words), so non-adjacent words can
+    form one phrase. The paper reports semantic rows for k = 2 and 3 without saying what
+    k means for them; ``mode`` chooses:
+
+    * ``edges``: eq. 8 alone, k ignored (k = 2 and 3 are then the same model);
+    * ``subtrees`` (our default in the mechanism): every connected set of 2..k words of
+      the tree (arcs taken in either direction) — exactly eq. 8's edges at k = 2, and at
+      k = 3 also a head with two dependents and a chain head-dependent-grandchild;
+    * ``edges_ngrams``: eq. 8's edges plus the n-gram hypernodes of eq. 1 up to k
+      (a bigram that is also an arc is kept once).
+
+    Hypernodes are ordered by size, then by their sorted word tuple (edges: by
+    dependent, as before). Returns ``(members, adj)``: ``members[h]`` the word indices
+    (an edge as ``(head, dependent)``); ``adj`` ``(N, W)`` bool, ``adj[h, t]`` iff word
+    ``t`` is in hypernode ``h`` (eqs. 4, 6).
     """
-    pairs = tree.edges()
-    adj = np.zeros((len(pairs), len(tree)), dtype=bool)
-    for h, (a, b) in enumerate(pairs):
-        adj[h, a] = adj[h, b] = True
-    return pairs, adj
+    if mode not in SEMANTIC_MODES:
+        raise ValueError(f"dependency_hypernodes: unknown mode '{mode}'; use one of {', '.join(SEMANTIC_MODES)}.")
+    n = len(tree)
+    members: list[tuple[int, ...]] = list(tree.edges())
+    if mode == "subtrees" and k > 2:
+        nbrs: list[set[int]] = [set() for _ in range(n)]
+        for a, b in members:
+            nbrs[a].add(b)
+            nbrs[b].add(a)
+        seen = {frozenset(e) for e in members}
+        frontier = list(seen)
+        for _ in range(3, k + 1):  # grow every connected set by one neighbouring word
+            grown: list[frozenset[int]] = []
+            for sub in frontier:
+                for w in set().union(*(nbrs[x] for x in sub)) - sub:
+                    bigger = sub | {w}
+                    if bigger not in seen:
+                        seen.add(bigger)
+                        grown.append(bigger)
+            members += sorted(tuple(sorted(g)) for g in grown)
+            frontier = grown
+    elif mode == "edges_ngrams":
+        have = {frozenset(e) for e in members}
+        for s, e in ngram_hypernodes(n, k)[0]:
+            span = tuple(range(s, e))
+            if frozenset(span) not in have:
+                members.append(span)
+    adj = np.zeros((len(members), n), dtype=bool)
+    for h, words in enumerate(members):
+        adj[h, list(words)] = True
+    return members, adj
 
 
 def hypernode_adjacency(membership: np.ndarray) -> np.ndarray:
@@ -468,15 +510,19 @@ def _register(*features: Feature) -> dict[str, Feature]:
     return out
 
 
-def _ngram_hyper_pieces(w: Any, trees: dict, k: int) -> tuple[list[tuple[int, int]], np.ndarray]:
+def _ngram_hyper_pieces(w: Any, trees: dict, k: int, unit: str = "word") -> tuple[list[tuple[int, int]], np.ndarray]:
     w = check_word_of_piece(w)
+    if unit == "piece":  # runs of 2..k adjacent pieces, whatever words they belong to
+        return ngram_hypernodes(len(w), k)
+    if unit != "word":
+        raise ValueError(f"ngram_hypernodes: unknown unit '{unit}'; use word or piece.")
     spans, adj = ngram_hypernodes(int(w[-1]) + 1, k)
     return spans, to_pieces(adj, w)
 
 
-def _dep_hyper_pieces(w: Any, trees: dict) -> tuple[list[tuple[int, int]], np.ndarray]:
-    pairs, adj = dependency_hypernodes(trees["dependency"])
-    return pairs, to_pieces(adj, check_word_of_piece(w, len(trees["dependency"])))
+def _dep_hyper_pieces(w: Any, trees: dict, k: int = 2, mode: str = "edges") -> tuple[list[tuple[int, ...]], np.ndarray]:
+    members, adj = dependency_hypernodes(trees["dependency"], k, mode)
+    return members, to_pieces(adj, check_word_of_piece(w, len(trees["dependency"])))
 
 
 FEATURES: dict[str, Feature] = _register(
@@ -513,14 +559,14 @@ FEATURES: dict[str, Feature] = _register(
         _ngram_hyper_pieces,
         (),
         ("k",),
-        "PhraseTransformer n-gram hypernodes: spans + (N, P) bool; no tree.",
+        "PhraseTransformer n-gram hypernodes (k; unit word|piece): spans + (N, P) bool; no tree.",
     ),
     Feature(
         "dep_hypernodes",
         _dep_hyper_pieces,
         ("dependency",),
         (),
-        "PhraseTransformer dependency-edge hypernodes: pairs + (N, P) bool; dependency tree.",
+        "PhraseTransformer dependency hypernodes (k, mode edges|subtrees|edges_ngrams): members + (N, P) bool; dependency tree.",
     ),
     Feature(
         "word_boundaries",

@@ -120,9 +120,18 @@ def dataset_vocabs(root: Path, files: dict) -> tuple[Vocab, Vocab]:
 
 
 def load_model_state(model: torch.nn.Module, state: dict, checkpoint: str | Path) -> None:
-    """``model.load_state_dict`` with a one-sentence error when the shapes do not fit."""
+    """``model.load_state_dict`` with a one-sentence error when the shapes do not fit.
+
+    Checkpoints written before the encoder became one ``EncoderStack`` (keys
+    ``encoder_layers.*``, ``encoder_norm.*``) load under the new names.
+    """
+    weights = state["model"]
+    if any(k.startswith(("encoder_layers.", "encoder_norm.")) for k in weights):
+        weights = {("encoder.layers." + k[len("encoder_layers."):] if k.startswith("encoder_layers.")
+                    else "encoder.norm." + k[len("encoder_norm."):] if k.startswith("encoder_norm.") else k): v
+                   for k, v in weights.items()}
     try:
-        model.load_state_dict(state["model"])
+        model.load_state_dict(weights)
     except RuntimeError as err:
         first = str(err).strip().splitlines()
         detail = next((line.strip() for line in first if "size mismatch" in line or "Missing" in line

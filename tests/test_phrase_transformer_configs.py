@@ -1,0 +1,81 @@
+"""configs/phrase_transformer/*.yaml (one per row of the paper's Table 1, at the tuned recipe and at
+the paper's size) build the mechanism their row names; the grids (both directions, the paper's
+size), the cross-paper grid and the synthetic benchmark's PhraseTransformer rows load and build."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from structnmt.config import load_config
+from structnmt.experiment import load_grid
+from structnmt.experiment.grid import resolve_run_config
+from structnmt.models import build_model
+from structnmt.nn.attention import MultiHeadAttention
+from structnmt.nn.phrase_transformer import PhraseTransformerAttention
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs" / "phrase_transformer"
+GRIDS = ROOT / "configs" / "grids"
+
+# row -> PhraseTransformer options (None: the plain Transformer)
+ROWS = {"transformer": None, "linear_k2": {"k": 2, "nonlinear": False}, "linear_k3": {"k": 3, "nonlinear": False},
+        "pt_k2": {"k": 2, "nonlinear": True}, "pt_k3": {"k": 3, "nonlinear": True}}
+SIZES = {"table1": (4, 128, 4), "table1_paper_size": (6, 512, 8)}
+
+
+def test_every_config_file_is_a_known_row():
+    assert sorted(p.stem for p in CONFIGS.glob("*.yaml")) == sorted(f"{s}_{r}" for s in SIZES for r in ROWS)
+
+
+@pytest.mark.parametrize("size", sorted(SIZES))
+@pytest.mark.parametrize("row", sorted(ROWS))
+def test_config_builds_the_rows_mechanism(size, row):
+    cfg = load_config(CONFIGS / f"{size}_{row}.yaml")
+    layers, d, heads = SIZES[size]
+    assert (cfg.model.encoder_layers, cfg.model.d_model, cfg.model.heads) == (layers, d, heads)
+    model = build_model(cfg.model, 100, 100)
+    attns = [layer.self_attn for layer in model.encoder_layers]
+    want = ROWS[row]
+    if want is None:
+        assert all(type(a) is MultiHeadAttention for a in attns) and model.encoder.plan is None
+    else:
+        assert all(isinstance(a, PhraseTransformerAttention) for a in attns)  # every encoder layer (§4.1)
+        for a in attns:
+            assert (a.options.k, a.options.nonlinear) == (want["k"], want["nonlinear"])
+            assert a.options.hypernodes == "ngram" and a.options.within == "masked"
+        assert model.encoder.plan[0] == 0  # hypernodes enter before the first layer (Algorithm 1)
+    assert all(type(layer.self_attn) is MultiHeadAttention for layer in model.decoder_layers)
+
+
+GRID_ROWS = {"phrase_transformer_table1": 5, "phrase_transformer_table1_de_en": 5, "phrase_transformer_paper_size": 5}
+
+
+@pytest.mark.parametrize("name", sorted(GRID_ROWS))
+def test_grids_load_and_every_run_builds(name, tmp_path):
+    grid, run_over = load_grid(GRIDS / f"{name}.yaml")
+    assert run_over == [] and len(grid.runs) == GRID_ROWS[name]
+    assert grid.baseline == "Transformer" and grid.budget.which() == ("max_updates", 2000)
+    for run in grid.runs:
+        cfg = resolve_run_config(grid, run, 1, data_path=tmp_path / "d", run_dir=tmp_path / "r", overrides=[])
+        model = build_model(cfg.model, 100, 100)
+        assert (model.encoder.plan is not None) == (run.name != "Transformer")
+        if name == "phrase_transformer_paper_size":
+            assert cfg.model.d_model == 512 and cfg.model.encoder_layers == 6
+    if name == "phrase_transformer_table1_de_en":
+        assert grid.data.path.endswith("multi30k_de_en") and grid.evaluate.lang == "en"
+
+
+@pytest.mark.parametrize("grid_name", ["synth_generalization", "cross_paper_multi30k"])
+def test_shared_grids_have_phrase_transformer_rows(grid_name, tmp_path):
+    grid, _ = load_grid(GRIDS / f"{grid_name}.yaml")
+    rows = [r for r in grid.runs if "PhraseTransformer" in r.name]
+    assert len(rows) == (4 if grid_name == "synth_generalization" else 2)
+    for run in rows:
+        cfg = resolve_run_config(grid, run, 1, data_path=tmp_path / "d", run_dir=tmp_path / "r", overrides=[])
+        model = build_model(cfg.model, 100, 100)
+        first = model.encoder_layers[0].self_attn
+        assert isinstance(first, PhraseTransformerAttention)
+        assert first.options.nonlinear == ("Linear" not in run.name)
+        assert first.options.hypernodes == ("semantic" if "Semantic" in run.name else "ngram")

@@ -110,6 +110,8 @@ def cmd_translate(args) -> int:
         return _err(f"--output {args.output} is the input file; write the translations to another file.")
     tr = Translator(args.checkpoint, data_dir=args.data, device=args.device, parser_overrides=overrides,
                     too_long=args.too_long)
+    if tr.note:
+        print(f"translate: {tr.note}", file=sys.stderr)
     d = tr.cfg.decode
     for name in ("beam", "lenpen", "max_len_a", "max_len_b", "nbest", "batch_size"):
         value = getattr(args, name)
@@ -198,6 +200,14 @@ def cmd_probe(args) -> int:
 
     report = run_probe(load_probe_config(args.config, args.overrides))
     print(f"probe: results in {report}")
+    return 0
+
+
+def cmd_tag(args) -> int:
+    from .tagger import run_tag
+
+    report = run_tag(args.config, args.overrides)
+    print(f"tag: results in {report}")
     return 0
 
 
@@ -338,6 +348,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("config", help="probe YAML (see configs/probe/)")
     s.add_argument("overrides", nargs="*", help="section.key=value overrides")
     s.set_defaults(func=cmd_probe)
+
+    s = sub.add_parser("tag", help="POS tagging with an encoder-only Transformer (PhraseTransformer sec. 4.3, Table 2)")
+    s.add_argument("config", help="tag YAML (see configs/tag/)")
+    s.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. train.epochs=5")
+    s.set_defaults(func=cmd_tag)
 
     s = sub.add_parser("head-roles", help="redundant encoder heads (RHE) over training, compared across runs (PNG + table)")
     s.add_argument("runs", nargs="+", help="save_dirs of runs trained with train.head_roles=true")

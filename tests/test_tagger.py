@@ -1,0 +1,93 @@
+"""structnmt tag: corpus readers (PTB sample by WSJ file, UD CoNLL-U in file order), the
+bootstrap interval, and a tagger that learns a small tagging task with and without the
+PhraseTransformer (its own small data, written here)."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from structnmt.config import ConfigError
+from structnmt.tagger import accuracy_ci, read_ptb, read_ud, run_tag
+
+NOUNS, VERBS, DETS = ["dog", "cat", "bird", "fish"], ["runs", "sleeps", "eats", "sings"], ["the", "a"]
+
+
+def _sentence(i: int) -> tuple[str, str]:
+    """A PTB tree and its Malt-TAB dependency lines: DT NN VBZ ."""
+    d, n, v = DETS[i % 2], NOUNS[i % 4], VERBS[(i // 4) % 4]
+    tree = f"( (S (NP-SBJ (DT {d}) (NN {n})) (VP (VBZ {v}) (-NONE- *T*-1)) (. .)) )"
+    dp = f"{d}\tDT\t2\n{n}\tNN\t3\n{v}\tVBZ\t0\n.\t.\t3\n"
+    return tree, dp
+
+
+def ptb_sample(root: Path, files: int = 6, per_file: int = 8) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(root / "treebank.zip", "w") as tb, zipfile.ZipFile(root / "dependency_treebank.zip", "w") as dz:
+        for f in range(1, files + 1):
+            sents = [_sentence(f * per_file + i) for i in range(per_file)]
+            tb.writestr(f"treebank/combined/wsj_{f:04d}.mrg", "\n".join(t for t, _ in sents) + "\n")
+            dps = [dp for _, dp in sents]
+            if f == 2:  # one sentence whose dependency words differ: no gold tree for it, counted
+                dps[0] = dps[0].replace("\t2\n", "\t2\n", 1).replace(".\t.", "!\t.", 1)
+            dz.writestr(f"dependency_treebank/wsj_{f:04d}.dp", "\n".join(dps) + "\n")
+    return root
+
+
+def test_read_ptb_splits_by_file_and_strips_empty_elements(tmp_path):
+    root = ptb_sample(tmp_path / "ptb")
+    splits, stats = read_ptb(root, [[1, 4], [5, 5], [6, 6]])
+    assert [len(splits[k]) for k in ("train", "valid", "test")] == [32, 8, 8]
+    s = splits["train"][0]
+    assert s.tags == ["DT", "NN", "VBZ", "."] and len(s.words) == 4  # -NONE- removed
+    assert s.tree is not None and s.tree.heads == [2, 3, 0, 3]
+    assert stats["without_gold_dependencies"] == 1 and splits["train"][8].tree is None  # file 2, sentence 1
+    assert stats["files_train"] == 4 and stats["files_test"] == 1
+    with pytest.raises(ConfigError, match="treebank.zip: not found"):
+        read_ptb(tmp_path / "nowhere", [[1, 4], [5, 5], [6, 6]])
+
+
+def test_read_ud_contiguous_blocks(tmp_path):
+    lines = []
+    for i in range(10):
+        lines += [f"# sent_id = {i}", "1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_", "2\tdog\tdog\tNOUN\tNN\t_\t0\troot\t_\t_", ""]
+    path = tmp_path / "x.conllu"
+    path.write_text("\n".join(lines) + "\n")
+    splits, stats = read_ud(path, [8, 1, 1])
+    assert [len(splits[k]) for k in ("train", "valid", "test")] == [8, 1, 1] and stats["sentences"] == 10
+    assert splits["test"][0].tags == ["DET", "NOUN"] and splits["test"][0].tree.heads == [2, 0]
+
+
+def test_accuracy_ci():
+    acc, lo, hi = accuracy_ci([3, 4, 5, 2], [4, 4, 5, 4])
+    assert acc == pytest.approx(100 * 14 / 17)
+    assert lo <= acc <= hi and hi <= 100.0
+    assert accuracy_ci([5] * 50, [5] * 50)[1:] == (100.0, 100.0)  # no variance: a point interval
+
+
+@pytest.mark.parametrize("attention", ["{name: mha}", "{name: phrase_transformer, options: {k: 2}}",
+                                       "{name: phrase_transformer, options: {k: 2, hypernodes: semantic}}"])
+def test_tagger_learns_the_task(tmp_path, attention):
+    """Tags are a function of the word here: every row must learn them (test accuracy 100 %)."""
+    root = ptb_sample(tmp_path / "ptb")
+    cfg = tmp_path / "tag.yaml"
+    cfg.write_text(f"corpus: {{name: ptb, path: {root}}}\nsplit: {{ptb_files: [[1, 4], [5, 5], [6, 6]]}}\n"
+                   f"out_dir: {tmp_path / 'out'}\ntrees: gold\n"
+                   "model: {layers: 1, d_model: 16, heads: 2, ffn_dim: 32, dropout: 0.0, min_count: 1}\n"
+                   "train: {epochs: 40, patience: 0, lr: 0.01, batch_size: 8}\n")
+    overrides = [f"model.attention={attention}"]
+    if "semantic" in attention:  # file 2 has a sentence without a gold tree: refused with a clear message
+        with pytest.raises(ConfigError, match="1 have none"):
+            run_tag(cfg, overrides)
+        overrides.append("split.ptb_files=[[3, 4], [5, 5], [6, 6]]")
+    report = run_tag(cfg, overrides, log=lambda *_: None)
+    result = json.loads((tmp_path / "out" / "tagger" / "result.json").read_text())
+    assert result["accuracy"] == 100.0 and result["n_tags"] == 4
+    assert "| tagger | 100.00 |" in report.read_text()
+    pred = (tmp_path / "out" / "tagger" / "test.pred").read_text().splitlines()
+    assert len(pred) == 8 and pred[0].split()[1].endswith("/NN")
+    assert np.isfinite(result["history"][-1]["train_loss"])

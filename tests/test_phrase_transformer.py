@@ -215,7 +215,15 @@ def test_model_runs_over_words_and_hypernodes(decoder_sees):
     assert torch.equal(enc.reorder(idx).memory, enc.memory[idx])
 
 
-@pytest.mark.parametrize("options", [{"k": 2}, {"k": 3, "within": "hadamard"}, {"k": 2, "sublayers": "one"},
+def test_auto_picks_dense_for_short_and_gathered_for_long_inputs():
+    from structnmt.nn.phrase_transformer import choose_impl
+
+    assert choose_impl(60, 6) == "dense" and choose_impl(200, 3) == "dense" and choose_impl(300, 3) == "gathered"
+    assert choose_impl(800, 6) == "dense" and choose_impl(1000, 6) == "gathered"
+
+
+@pytest.mark.parametrize("options", [{"k": 2}, {"k": 3, "within": "hadamard", "impl": "gathered"},
+                                     {"k": 2, "sublayers": "one", "impl": "gathered"},
                                      {"k": 3, "positions": "mean", "impl": "dense"}, {"k": 2, "unit": "piece"}])
 def test_a_sentence_scores_the_same_alone_and_padded(options):
     """Padding tokens and padding hypernodes change nothing for a real sentence."""

@@ -41,12 +41,14 @@ PhraseTransformer"). The form of ``(.) A``:
   node gets logit 0 and so weight ``e^0 / Z``, not zero.
 
 Padded nodes are masked in both phases and both forms. Phase 2 is sparse (a node has
-O(k^2) neighbours): ``impl: gathered`` (default) gathers the K neighbours' keys and
-values, (B, L, K, D), instead of a dense (B, H, L, L) attention; the Hadamard form has an
+O(k^2) neighbours): ``impl: gathered`` gathers the K neighbours' keys and values,
+(B, L, K, D), instead of a dense (B, H, L, L) attention; the Hadamard form has an
 exact gathered form too — the ``c`` valid non-adjacent nodes of a row all have logit 0,
 so they act as one extra key with logit ``log c`` and value the mean of their values
 (total minus adjacent sum, divided by ``c``). ``impl: dense`` computes the (B, H, L, L)
-matrix (the reference; faster for very short inputs).
+matrix with the adjacency as a mask. ``impl: auto`` (default) picks per batch: gathered
+when ``L > 25 K^2``, dense otherwise — measured on CPU, one matmul over a sentence's nodes
+is cheaper than K memory-bound gathers until the sentence has hundreds of nodes.
 
 Layer structure (Algorithm 1 has no residuals or feed-forward; ``sublayers``):
 ``two`` (default): phase 1 is the layer's attention sublayer and phase 2 a second
@@ -86,7 +88,12 @@ from .attention import (
 KINDS = ("ngram", "semantic")
 UNITS = ("word", "piece")
 FORMS = ("masked", "hadamard")
-IMPLS = ("gathered", "dense")
+IMPLS = ("auto", "gathered", "dense")
+AUTO_CROSSOVER = 25
+"""``impl: auto`` gathers when L > 25 K^2 (L nodes, K neighbours per node): the crossover
+measured on CPU (``bench_phrase_transformer.py --phase2``: about L = 250 at K = 3 and
+L = 900 at K = 6); below it the dense masked attention is faster, one matmul beating K
+memory-bound gathers."""
 OUTPUTS = ("own", "shared")
 SUBLAYERS = ("two", "one")
 POSITIONS = ("none", "first", "mean")
@@ -118,6 +125,11 @@ def dense_adjacency(neighbours: Tensor) -> Tensor:
     return a.scatter_(2, idx, True)[..., :L]
 
 
+def choose_impl(L: int, K: int) -> str:
+    """``impl: auto``: ``gathered`` when L > 25 K^2 (see :data:`AUTO_CROSSOVER`), else ``dense``."""
+    return "gathered" if L > AUTO_CROSSOVER * K * K else "dense"
+
+
 def within_phrase_attention(
     q: Tensor,
     k: Tensor,
@@ -126,7 +138,7 @@ def within_phrase_attention(
     key_mask: Tensor | None,
     *,
     form: str = "masked",
-    impl: str = "gathered",
+    impl: str = "auto",
     dropout_p: float = 0.0,
     need_weights: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
@@ -139,6 +151,8 @@ def within_phrase_attention(
     B, H, L, d = q.shape
     scale = d**-0.5
     valid_mask = torch.ones(B, L, dtype=torch.bool, device=q.device) if key_mask is None else key_mask
+    if impl == "auto":
+        impl = choose_impl(L, neighbours.shape[-1])
     if impl == "dense":
         adj = dense_adjacency(neighbours)[:, None]  # (B, 1, L, L)
         if form == "masked":
@@ -156,7 +170,8 @@ def within_phrase_attention(
     idx = neighbours.clamp_min(0)
     valid = has & valid_mask.gather(1, idx.flatten(1)).view_as(idx) & valid_mask[:, :, None]  # (B, L, K)
     kg, vg = gather_nodes(k, idx), gather_nodes(v, idx)  # (B, L, K, H, d)
-    scores = torch.einsum("bhld,blkhd->bhlk", q, kg) * scale  # (B, H, L, K)
+    # elementwise products summed over d: many tiny (1 x d) @ (d x K) products are slow as bmm on CPU
+    scores = (q.transpose(1, 2).unsqueeze(2) * kg).sum(-1).permute(0, 3, 1, 2) * scale  # (B, H, L, K)
     allowed = valid[:, None]  # (B, 1, L, K)
     if form == "hadamard":
         # the c valid non-adjacent nodes of a row: logit 0 each = one key with logit log c,
@@ -165,19 +180,19 @@ def within_phrase_attention(
         c = (n_valid[:, None] - valid.sum(-1)).to(q.dtype)  # (B, L)
         c = torch.where(valid_mask, c, torch.zeros_like(c))  # padded queries have no keys at all
         total = (v * valid_mask[:, None, :, None].to(v.dtype)).sum(2)  # (B, H, d)
-        adj_sum = torch.einsum("blk,blkhd->bhld", valid.to(v.dtype), vg)  # (B, H, L, d)
+        adj_sum = (vg * valid[..., None, None].to(v.dtype)).sum(2).transpose(1, 2)  # (B, H, L, d)
         rest = (total[:, :, None] - adj_sum) / c.clamp_min(1.0)[:, None, :, None]  # (B, H, L, d)
         extra_logit = torch.log(c.clamp_min(1.0))[:, None, :, None].expand(B, H, L, 1)
         scores = torch.cat([scores, extra_logit.to(scores.dtype)], dim=-1)  # (B, H, L, K + 1)
         allowed = torch.cat([valid, (c > 0)[..., None]], dim=-1)[:, None]
     w = masked_softmax(scores, allowed).to(q.dtype)
     dropped = F.dropout(w, dropout_p, dropout_p > 0)
-    out = torch.einsum("bhlk,blkhd->bhld", dropped[..., : idx.shape[-1]], vg)
+    K = idx.shape[-1]
+    out = (dropped[..., :K].permute(0, 2, 3, 1).unsqueeze(-1) * vg).sum(2).transpose(1, 2)  # (B, H, L, d)
     if form == "hadamard":
         out = out + dropped[..., -1:] * rest
     weights = None
     if need_weights:  # scatter back to (B, H, L, L) for analysis
-        K = idx.shape[-1]
         dense = torch.zeros(B, H, L, L + 1, dtype=w.dtype, device=w.device)
         target = torch.where(valid, idx, torch.full_like(idx, L))[:, None].expand(B, H, L, K)
         dense.scatter_add_(3, target, w[..., :K])
@@ -202,7 +217,7 @@ class PhraseTransformerAttention(nn.Module):
         semantic: str = "subtrees"  # subtrees | edges | edges_ngrams: what k means for semantic hypernodes
         nonlinear: bool = True  # eq. 5's sigmoid on each phase-2 head; False = "linear PhraseTransformer"
         within: str = "masked"  # masked (the prose) | hadamard (eq. 5 literally)
-        impl: str = "gathered"  # gathered (sparse, O(L K)) | dense (O(L^2))
+        impl: str = "auto"  # auto | gathered (sparse, O(L K) memory) | dense (O(L^2), one matmul)
         phase2_output: str = "own"  # own W^O' | shared: phase 1's W^O (eq. 7 as printed)
         sublayers: str = "two"  # two residual sublayers | one: both phases in one
         positions: str = "none"  # hypernode start state: none (zeros, Algorithm 1) | first | mean

@@ -1,0 +1,84 @@
+"""Marginals of non-projective, single-root dependency trees by Kirchhoff's Matrix-Tree
+theorem (SA-NMT §3.1, eqs. 10-15; Koo et al. 2007; Liu & Lapata 2017).
+
+Layout (the paper's): ``scores`` (B, n, n) with ``scores[b, h, d]`` = phi_{h,d}, the score of
+word ``h`` heading word ``d`` (h != d), and ``scores[b, d, d]`` = phi_{d,d}, the score of ``d``
+being the root. The distribution over trees z is p(z) ∝ exp(sum z_{h,d} phi_{h,d}) (eq. 10)
+over trees in which every word has exactly one head and exactly one word is the root.
+
+:func:`marginals` returns beta in the same layout: ``beta[b, h, d]`` = p(z_{h,d} = 1)
+(eq. 11; eq. 14), ``beta[b, d, d]`` = p(d is the root) (eq. 15); for every word d the
+column ``beta[b, :, d]`` sums to 1 (one head or the root), and the diagonal sums to 1 (one
+root). Positions at or beyond ``lengths[b]`` get zeros.
+
+Computation, batched (no loop over sentences), gradients by autograd:
+
+* A_{h,d} = exp(phi_{h,d}) (h != d), r_d = exp(phi_{d,d});
+* L = diag(column sums of A) - A (eq. 12), and L-hat = L with its first row replaced by r
+  (eq. 13: the root row);
+* beta_{h,d} = (1 - delta_{1,d}) A_{h,d} [L-hat^-1]_{d,d} - (1 - delta_{h,1}) A_{h,d}
+  [L-hat^-1]_{d,h}  (eq. 14, with 1 the first word), and the root marginals
+  beta_{d,d} = r_d [L-hat^-1]_{d,1}  (eq. 15).
+
+Stability: every column d of the scores (its n - 1 head scores and its root score) has
+its maximum subtracted first — exact, since each tree uses exactly one entry of each
+column, so every tree's weight is divided by the same product and the marginals do not
+change; the closed form is then evaluated in float64 (``torch.linalg.solve`` of L-hat
+against the identity, never a determinant), and the result cast back. Padded positions
+are made an identity block (no arcs in or out, L-hat_{dd} = 1), so one solve serves the
+whole batch.
+
+One limit of float64: when the single-root constraint forces a word onto an option more
+than ~745 nats below its best one (say two words whose every arc is 1,000 below their root
+score: one of them must take an arc), every entry of that column underflows and L-hat is
+singular. Shifted scores are therefore floored at :data:`FLOOR` (-600): this changes the
+weight of an option by less than e^-600 relative to its column's best, which is invisible
+in any non-degenerate case (tested against enumeration with scores of ±10^4), and in the
+degenerate case spreads the forced choice evenly over the floored options instead of
+resolving it — the marginals stay finite, non-negative and normalised.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+FLOOR = -600.0
+"""Shifted log-scores below this (more than 600 nats under their column's best entry) are
+raised to it, so that L-hat stays invertible in float64 when the scores force a choice
+among options float64 cannot tell apart (e^-745 underflows): see the module docstring."""
+
+
+def marginals(scores: Tensor, lengths: Tensor) -> Tensor:
+    """scores (B, n, n) [head, dependent] with root scores on the diagonal; lengths (B,)
+    long -> marginals (B, n, n), same layout (root marginals on the diagonal), zeros
+    outside each sentence's length. See the module docstring for the equations."""
+    if scores.dim() != 3 or scores.shape[1] != scores.shape[2]:
+        raise ValueError(f"marginals: scores must be (B, n, n), got {tuple(scores.shape)}.")
+    B, n, _ = scores.shape
+    device = scores.device
+    pos = torch.arange(n, device=device)
+    valid = pos[None, :] < lengths.to(device)[:, None]  # (B, n) real words
+    pair = valid[:, :, None] & valid[:, None, :]  # (B, n, n) both real
+    eye = torch.eye(n, dtype=torch.bool, device=device)
+    x = scores.double().masked_fill(~pair, float("-inf"))
+    # exact per-column shift (each tree takes one entry per column: head or root)
+    col_max = x.amax(dim=1, keepdim=True)  # (B, 1, n)
+    col_max = torch.where(torch.isfinite(col_max), col_max, torch.zeros_like(col_max)).detach()
+    shifted = (x - col_max).clamp_min(FLOOR).masked_fill(~pair, float("-inf"))
+    e = torch.exp(shifted)  # (B, n, n); 0 outside the sentence
+    root = torch.diagonal(e, dim1=1, dim2=2)  # (B, n) r_d
+    arcs = e.masked_fill(eye, 0.0)  # A_{h,d}, h != d
+    lap = torch.diag_embed(arcs.sum(dim=1)) - arcs  # eq. 12: column sums on the diagonal
+    lap_hat = torch.cat([root[:, None, :], lap[:, 1:, :]], dim=1)  # eq. 13: first row = root scores
+    pad = ~valid
+    lap_hat = lap_hat + torch.diag_embed(pad.double())  # padded positions: an identity block
+    inv = torch.linalg.solve(lap_hat, torch.eye(n, dtype=lap_hat.dtype, device=device).expand(B, n, n))
+    inv_diag = torch.diagonal(inv, dim1=1, dim2=2)  # (B, n) [L-hat^-1]_{d,d}
+    not_first_dep = (pos != 0).double()[None, None, :]  # (1 - delta_{1,d})
+    not_first_head = (pos != 0).double()[None, :, None]  # (1 - delta_{h,1})
+    beta = (not_first_dep * arcs * inv_diag[:, None, :]
+            - not_first_head * arcs * inv.transpose(1, 2))  # eq. 14: [L-hat^-1]_{d,h} at [h, d]
+    root_marg = root * inv[:, :, 0]  # eq. 15: r_d [L-hat^-1]_{d,1}
+    beta = beta.masked_fill(eye, 0.0) + torch.diag_embed(root_marg)
+    return beta.masked_fill(~pair, 0.0).to(scores.dtype)

@@ -1,0 +1,128 @@
+"""Matrix-tree marginals (SA-NMT eqs. 10-15) against brute-force enumeration of every
+single-root non-projective tree, with padding, extreme scores and gradients."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from structnmt.nn.matrix_tree import marginals
+
+
+def trees(n: int):
+    """Every head vector (0 = root, else 1-based head) of a single-root tree over n words."""
+    for heads in itertools.product(range(n + 1), repeat=n):
+        if sum(h == 0 for h in heads) != 1 or any(h == d + 1 for d, h in enumerate(heads)):
+            continue
+        ok = True
+        for d in range(n):  # follow heads to the root without a cycle
+            seen, x = set(), d
+            while heads[x] != 0:
+                if x in seen:
+                    ok = False
+                    break
+                seen.add(x)
+                x = heads[x] - 1
+            if not ok:
+                break
+        if ok:
+            yield heads
+
+
+def brute(scores: torch.Tensor) -> torch.Tensor:
+    """(n, n) scores -> (n, n) marginals in the same layout, by enumeration (float64, log-space)."""
+    n = scores.shape[0]
+    s = scores.double()
+    logw, arcs = [], []
+    for heads in trees(n):
+        z = torch.zeros(n, n, dtype=torch.float64)
+        for d, h in enumerate(heads):
+            z[d if h == 0 else h - 1, d] = 1.0
+        logw.append((z * s).sum())
+        arcs.append(z)
+    logw = torch.stack(logw)
+    p = torch.softmax(logw, 0)
+    return (p[:, None, None] * torch.stack(arcs)).sum(0)
+
+
+def test_number_of_trees_is_cayley():
+    # single-root trees over n labelled words: n^(n-1) (rooted labelled trees)
+    assert [len(list(trees(n))) for n in (1, 2, 3, 4)] == [1, 2, 9, 64]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+def test_marginals_equal_enumeration(n):
+    g = torch.Generator().manual_seed(n)
+    s = torch.randn(n, n, generator=g, dtype=torch.float64) * 2
+    got = marginals(s[None], torch.tensor([n]))[0]
+    assert_close(got, brute(s), atol=1e-10, rtol=1e-8)
+    assert_close(got.sum(0), torch.ones(n, dtype=torch.float64))  # one head (or the root) per word
+    assert_close(torch.diagonal(got).sum(), torch.tensor(1.0, dtype=torch.float64))  # one root
+
+
+def test_padding_and_batching():
+    g = torch.Generator().manual_seed(0)
+    n = 6
+    s = torch.randn(3, n, n, generator=g)
+    lengths = torch.tensor([6, 4, 1])
+    s_padded = s.clone()
+    s_padded[1, 4:, :] = 1e4  # garbage in padded rows and columns changes nothing
+    s_padded[1, :, 4:] = -1e4
+    got = marginals(s_padded, lengths)
+    for b, m in enumerate(lengths.tolist()):
+        alone = marginals(s[b: b + 1, :m, :m], torch.tensor([m]))[0]
+        assert_close(got[b, :m, :m], alone, atol=1e-6, rtol=1e-5)
+        assert (got[b, m:, :] == 0).all() and (got[b, :, m:] == 0).all()
+    assert got[2, 0, 0] == 1.0  # a one-word sentence: it is the root
+    assert got.dtype == s.dtype
+
+
+@pytest.mark.parametrize("offset", [1e4, -1e4, 3e4])
+def test_extreme_scores_equal_enumeration(offset):
+    """Very large and very negative scores (an offset of +-10^4, scores spread with std 5,
+    arcs ruled out at -10^4 below the rest): finite and equal to enumeration. (With a std
+    of 20 the closed form loses precision to ill-conditioning, ~3e-6 absolute, while the
+    marginals are nearly one-hot; with 10, ~3e-11.)"""
+    g = torch.Generator().manual_seed(1)
+    n = 5
+    s = torch.randn(n, n, generator=g, dtype=torch.float64) * 5 + offset
+    s[0, 1] = s[2, 3] = offset - 1e4  # very negative arcs
+    got = marginals(s[None], torch.tensor([n]))[0]
+    assert torch.isfinite(got).all()
+    assert_close(got, brute(s), atol=1e-9, rtol=1e-7)
+    assert got[0, 1] < 1e-200 and got[2, 3] < 1e-200  # ruled out (floored at e^-600, see FLOOR)
+    got32 = marginals(s[None].float(), torch.tensor([n]))[0]
+    assert got32.dtype == torch.float32 and torch.isfinite(got32).all()
+    assert_close(got32.double(), brute(s.float().double()), atol=1e-5, rtol=1e-4)  # the same rounded scores
+
+
+@pytest.mark.parametrize("scale", [1e3, 1e4])
+def test_degenerate_scores_stay_distributions(scale):
+    """Scores so far apart that float64 cannot resolve the forced choices (see FLOOR):
+    still finite, non-negative, one head per word and one root."""
+    g = torch.Generator().manual_seed(3)
+    s = torch.randn(4, 6, 6, generator=g) * scale
+    got = marginals(s, torch.tensor([6, 5, 2, 1]))
+    assert torch.isfinite(got).all() and (got >= -1e-6).all()
+    for b, m in enumerate([6, 5, 2, 1]):
+        assert_close(got[b, :m, :m].sum(0), torch.ones(m), atol=1e-4, rtol=1e-4)
+        assert_close(torch.diagonal(got[b])[:m].sum(), torch.tensor(1.0), atol=1e-4, rtol=1e-4)
+
+
+def test_gradients_match_finite_differences():
+    g = torch.Generator().manual_seed(2)
+    s = torch.randn(2, 4, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    lengths = torch.tensor([4, 3])
+    w = torch.randn(2, 4, 4, generator=g, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda x: (marginals(x, lengths) * w).sum(), (s,))
+    # no gradient reaches scores outside the sentence
+    (marginals(s, lengths) * w).sum().backward()
+    assert (s.grad[1, 3, :] == 0).all() and (s.grad[1, :, 3] == 0).all()
+
+
+def test_bad_shape():
+    with pytest.raises(ValueError, match=r"\(B, n, n\)"):
+        marginals(torch.zeros(2, 3, 4), torch.tensor([3, 3]))

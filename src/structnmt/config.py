@@ -69,6 +69,13 @@ class AttentionPlan:
 
 
 @dataclass
+class RNNConfig:
+    """Settings of ``model.family: rnn`` (SA-NMT's translator, structnmt.models.rnn)."""
+
+    init_range: float = 0.0  # > 0: every parameter from U(-r, r) (SA-NMT §4.3: 0.04); 0: PyTorch's defaults
+
+
+@dataclass
 class ModelConfig:
     family: str = "transformer"  # key of structnmt.models.MODEL_REGISTRY
     d_model: int = 128
@@ -85,6 +92,7 @@ class ModelConfig:
     tie_output: bool = True  # decoder input embedding == output projection
     max_positions: int = 1024
     attention: AttentionPlan = field(default_factory=AttentionPlan)
+    rnn: RNNConfig = field(default_factory=RNNConfig)  # family rnn only
 
 
 @dataclass

@@ -5,9 +5,10 @@ from __future__ import annotations
 from torch import nn
 
 from ..config import ConfigError, ModelConfig
+from .rnn import RNNModel
 from .transformer import EncoderOutput, ModelOutput, TransformerModel
 
-MODEL_REGISTRY: dict[str, type[nn.Module]] = {"transformer": TransformerModel}
+MODEL_REGISTRY: dict[str, type[nn.Module]] = {"transformer": TransformerModel, "rnn": RNNModel}
 
 
 def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> nn.Module:
@@ -16,4 +17,4 @@ def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> n
     return MODEL_REGISTRY[cfg.family](cfg, src_vocab_size, tgt_vocab_size)
 
 
-__all__ = ["MODEL_REGISTRY", "EncoderOutput", "ModelOutput", "TransformerModel", "build_model"]
+__all__ = ["MODEL_REGISTRY", "EncoderOutput", "ModelOutput", "RNNModel", "TransformerModel", "build_model"]

@@ -98,3 +98,74 @@ def test_trains_and_translates_through_the_shared_machinery(synth_data, tmp_path
     tr = Translator(tmp_path / "m" / "checkpoint_last.pt")
     out = tr.translate(["a b c", ""])
     assert len(out) == 2 and out[1][0].text == ""
+
+
+VARIANTS = [dict(syntax="sa", annotations="shared"), dict(syntax="sa", annotations="separate"),
+            dict(syntax="sa", annotations="one_set"), dict(syntax="sa", annotations="shared", hard=True),
+            dict(syntax="fa", annotations="shared"), dict(syntax="fa", annotations="separate"),
+            dict(syntax="sa", annotations="shared", root="learned", scale=True)]
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(f"{k}={x}" for k, x in v.items()))
+def test_sa_nmt_variants_decode_consistently_and_ignore_padding(variant):
+    torch.manual_seed(0)
+    model = build_model(cfg(rnn=RNNConfig(**variant)), V, V).eval()
+    src, mask, tgt = batch()
+    out = model(src, mask, tgt)
+    full = torch.log_softmax(out.logits, -1)
+    enc = model.encode(src, mask, need_weights=True)
+    assert (enc.syntax is None) == (variant["annotations"] == "one_set")
+    cache = IncrementalCache()
+    steps = [model.decode_step(tgt[:, : t + 1], enc, cache) for t in range(tgt.shape[1])]
+    assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
+    for b, n in enumerate(mask.sum(-1).tolist()):
+        alone = model(src[b: b + 1, :n], mask[b: b + 1, :n], tgt[b: b + 1]).logits
+        assert_close(out.logits[b: b + 1], alone, atol=1e-5, rtol=1e-5)
+    beta = enc.attentions["arcs"][0]
+    for b, n in enumerate(mask.sum(-1).tolist()):
+        assert_close(beta[b, :n, :n].sum(0), torch.ones(n), atol=1e-5, rtol=1e-5)  # one head (or root) each
+        assert (beta[b, n:, :] == 0).all() and (beta[b, :, n:] == 0).all()
+    model.train()
+    model(src, mask, tgt).logits.logsumexp(-1).mean().backward()
+    for name, p in model.named_parameters():
+        assert p.grad is None or torch.isfinite(p.grad).all(), name
+    assert model.w_q.weight.grad.abs().sum() > 0  # the head selection is trained through the translation loss
+
+
+def test_head_selection_is_eqs_6_to_8():
+    from structnmt.nn.matrix_tree import marginals
+
+    torch.manual_seed(0)
+    model = build_model(cfg(rnn=RNNConfig(syntax="sa")), V, V).eval()
+    S = torch.randn(2, 4, 16)
+    mask = torch.tensor([[True] * 4, [True, True, True, False]])
+    m, beta, phi = model.head_selection(S, mask)
+    q, k, v = model.w_q(S), model.w_k(S), model.w_v(S)
+    assert_close(phi[0, 1, 2], q[0, 1] @ k[0, 2])  # word 1 heading word 2
+    assert_close(beta, marginals(phi, mask.sum(-1)))
+    want = sum(beta[0, i, 3] * v[0, i] for i in range(4))  # M's column 3 = S_v beta[:, 3]
+    assert_close(m[0, 3], want, atol=1e-6, rtol=1e-5)
+
+
+def test_hard_attention_is_straight_through():
+    torch.manual_seed(0)
+    soft = build_model(cfg(rnn=RNNConfig(syntax="sa")), V, V)
+    hard = build_model(cfg(rnn=RNNConfig(syntax="sa", hard=True)), V, V)
+    hard.load_state_dict(soft.state_dict())
+    S = torch.randn(1, 5, 16, requires_grad=True)
+    mask = torch.ones(1, 5, dtype=torch.bool)
+    _, b_soft, _ = soft.head_selection(S, mask)
+    _, b_hard, _ = hard.head_selection(S, mask)
+    assert set(b_hard.detach().unique().tolist()) <= {0.0, 1.0}  # forward: one-hot per column
+    assert (b_hard.detach().sum(1) == 1).all()
+    assert (b_hard.detach().argmax(1) == b_soft.detach().argmax(1)).all()  # eq. 21, root entry included
+    w = torch.randn(1, 5, 5)
+    g_soft = torch.autograd.grad((b_soft * w).sum(), S)[0]
+    g_hard = torch.autograd.grad((b_hard * w).sum(), S)[0]
+    assert_close(g_hard, g_soft)  # backward: the marginals' gradient
+
+
+def test_bad_rnn_options():
+    for bad in (dict(syntax="tree"), dict(annotations="both"), dict(root="first")):
+        with pytest.raises(ConfigError, match="model.rnn"):
+            build_model(cfg(rnn=RNNConfig(**bad)), V, V)

@@ -73,6 +73,11 @@ class RNNConfig:
     """Settings of ``model.family: rnn`` (SA-NMT's translator, structnmt.models.rnn)."""
 
     init_range: float = 0.0  # > 0: every parameter from U(-r, r) (SA-NMT §4.3: 0.04); 0: PyTorch's defaults
+    syntax: str = "none"  # none: the NMT baseline | sa: structured attention (§3.1) | fa: flat self-attention (§4.2)
+    annotations: str = "shared"  # shared (eqs. 16-18) | separate (eqs. 19-20) | one_set (eq. 22)
+    hard: bool = False  # eq. 21: one-hot heads (argmax of each column, root included), straight-through
+    root: str = "self"  # root scores: self (phi_jj = q_j . k_j, the paper) | learned (a root query r . k_j)
+    scale: bool = False  # divide the arc scores by sqrt(d)
 
 
 @dataclass

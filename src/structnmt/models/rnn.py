@@ -13,6 +13,27 @@
   as many layers; zeros otherwise.
 * ``model.rnn.init_range`` > 0 draws every parameter from U(-r, r) (the paper's 0.04).
 
+Syntactic attention (``model.rnn.syntax``; §3, Table 2's rows):
+
+* head word selection (eqs. 6-8): S_q, S_k, S_v = W_q S, W_k S, W_v S; arc scores
+  phi = S_q^T S_k, ``phi[b, i, j]`` = q_i . k_j the score of word i heading word j; the root
+  score of j is phi_jj = q_j . k_j (``root: self``, the paper) or r . k_j with a learned
+  root query (``root: learned``); ``scale`` divides by sqrt(d). beta = sattn(phi) is
+  ``sa``: the matrix-tree marginals (:func:`structnmt.nn.matrix_tree.marginals`, eqs.
+  10-15: each column sums to 1 over heads and root), or ``fa`` (flat attention, §4.2):
+  a softmax over the heads of each column (self included). ``hard`` (eq. 21): each
+  column's argmax (root entry included) as a one-hot, straight-through (forward the
+  one-hot, backward beta's gradient). M = S_v beta (eq. 8): in batch-first code
+  ``M[b, j] = sum_i beta[b, i, j] v[b, i]``, the expected value of j's head.
+* ``annotations: shared`` (eqs. 16-18): d_t = M alpha_t with the content attention's
+  weights, gated d^_t = d_t * sigmoid(W_gate h_t), u_t = tanh(W_u [h_t; c_t; d^_t]);
+  ``separate`` (eqs. 19-20): d_t = M gamma_t with gamma_t = softmax(h_t^T W_m M), then
+  the same gate and u_t; ``one_set`` (eq. 22, "SA-NMT-1set"): one set of annotations
+  s-bar_i = s_i + sigmoid(W_s s_i) * M_i and the baseline decoder.
+
+``encode(..., need_weights=True)`` returns beta and phi under ``attentions["arcs"]`` and
+``attentions["arc_scores"]`` (B, n, n) for tree induction.
+
 The decoding protocol is the Transformer's (``encode`` / ``decode_step`` /
 ``EncoderOutput.reorder`` / ``IncrementalCache.reorder``): the cache entry ``"rnn.dec"``
 holds ``h``, ``c`` (B, layers, d) and ``u`` (B, d), batch first so beam search reorders it
@@ -31,6 +52,7 @@ from torch import Tensor, nn
 from ..config import ConfigError, ModelConfig
 from ..data.vocab import PAD
 from ..nn.attention import IncrementalCache
+from ..nn.matrix_tree import marginals
 from .transformer import EncoderOutput, ModelOutput
 
 CACHE_KEY = "rnn.dec"
@@ -38,14 +60,22 @@ CACHE_KEY = "rnn.dec"
 
 @dataclass
 class RNNEncoderOutput(EncoderOutput):
-    """EncoderOutput plus the decoder's initial state (h0, c0), each (B, layers, d)."""
+    """EncoderOutput plus the decoder's initial state (h0, c0), each (B, layers, d), and the
+    syntactic annotations M (B, n, d) of the two-set variants."""
 
     init: tuple[Tensor, Tensor] | None = None
+    syntax: Tensor | None = None
 
     def reorder(self, index: Tensor) -> RNNEncoderOutput:
         base = super().reorder(index)
         init = None if self.init is None else tuple(t.index_select(0, index) for t in self.init)
-        return RNNEncoderOutput(base.memory, base.mask, base.structures, init=init)
+        syntax = None if self.syntax is None else self.syntax.index_select(0, index)
+        return RNNEncoderOutput(base.memory, base.mask, base.structures, init=init, syntax=syntax)
+
+
+SYNTAX = ("none", "sa", "fa")
+ANNOTATIONS = ("shared", "separate", "one_set")
+ROOTS = ("self", "learned")
 
 
 class RNNModel(nn.Module):
@@ -59,7 +89,12 @@ class RNNModel(nn.Module):
         if cfg.share_all_embeddings and src_vocab_size != tgt_vocab_size:
             raise ConfigError(f"model.share_all_embeddings needs one joint vocabulary, but the source has "
                               f"{src_vocab_size} pieces and the target {tgt_vocab_size}.")
+        r = cfg.rnn
+        for name, allowed in (("syntax", SYNTAX), ("annotations", ANNOTATIONS), ("root", ROOTS)):
+            if getattr(r, name) not in allowed:
+                raise ConfigError(f"model.rnn.{name}: unknown value '{getattr(r, name)}'; use one of {', '.join(allowed)}.")
         self.cfg = cfg
+        self.two_sets = r.syntax != "none" and r.annotations != "one_set"
         self.src_embed = nn.Embedding(src_vocab_size, d, padding_idx=PAD)
         self.tgt_embed = self.src_embed if cfg.share_all_embeddings else nn.Embedding(tgt_vocab_size, d,
                                                                                      padding_idx=PAD)
@@ -68,7 +103,15 @@ class RNNModel(nn.Module):
         self.decoder = nn.LSTM(2 * d, d, num_layers=cfg.decoder_layers, batch_first=True,
                                dropout=cfg.dropout if cfg.decoder_layers > 1 else 0.0)
         self.w_a = nn.Linear(d, d, bias=False)  # eq. 3
-        self.w_g = nn.Linear(2 * d, d, bias=False)  # eq. 2: g(h, c) = tanh(W_g [h; c])
+        self.w_g = nn.Linear((3 if self.two_sets else 2) * d, d, bias=False)  # eq. 2 / 18: g(h, c[, d^])
+        if r.syntax != "none":
+            self.w_q, self.w_k, self.w_v = (nn.Linear(d, d, bias=False) for _ in range(3))  # eq. 6
+            self.root_query = nn.Parameter(torch.randn(d) * d**-0.5) if r.root == "learned" else None
+            if r.annotations == "one_set":
+                self.w_s = nn.Linear(d, d, bias=False)  # eq. 22
+            else:
+                self.w_gate = nn.Linear(d, d, bias=False)  # eq. 17
+                self.w_m = nn.Linear(d, d, bias=False) if r.annotations == "separate" else None  # eq. 19
         self.output_proj = nn.Linear(d, tgt_vocab_size, bias=False)  # eq. 5: f
         if cfg.rnn.init_range > 0:
             for p in self.parameters():
@@ -92,13 +135,46 @@ class RNNModel(nn.Module):
         memory, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])
         memory = F.dropout(memory, self.cfg.dropout, self.training)
         B, d = src.shape[0], self.cfg.d_model
+        syntax, arcs = None, {}
+        if self.cfg.rnn.syntax != "none":
+            m, beta, phi = self.head_selection(memory, src_mask)
+            if need_weights:
+                arcs = {"arcs": [beta], "arc_scores": [phi]}
+            if self.cfg.rnn.annotations == "one_set":
+                memory = memory + torch.sigmoid(self.w_s(memory)) * m  # eq. 22
+            else:
+                syntax = m
         init = None
         if self.cfg.encoder_layers == self.cfg.decoder_layers:  # (layers * 2, B, d/2) -> (B, layers, d)
             def join(t: Tensor) -> Tensor:
                 t = t.view(self.cfg.encoder_layers, 2, B, d // 2)
                 return torch.cat([t[:, 0], t[:, 1]], dim=-1).transpose(0, 1).contiguous()
             init = (join(h), join(c))
-        return RNNEncoderOutput(memory, src_mask, dict(structures or {}), init=init)
+        return RNNEncoderOutput(memory, src_mask, dict(structures or {}), attentions=arcs, init=init, syntax=syntax)
+
+    def head_selection(self, S: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Eqs. 6-8 (and 21): annotations S (B, n, d) -> M (B, n, d), beta and phi (B, n, n)
+        in the [head, dependent] layout (root on the diagonal)."""
+        r = self.cfg.rnn
+        q, k, v = self.w_q(S), self.w_k(S), self.w_v(S)  # eq. 6
+        phi = torch.matmul(q, k.transpose(1, 2))  # eq. 7: phi[b, i, j] = q_i . k_j (i heads j)
+        if self.root_query is not None:
+            phi = phi.diagonal_scatter(k @ self.root_query, dim1=1, dim2=2)  # learned root scores
+        if r.scale:
+            phi = phi / S.shape[-1] ** 0.5
+        lengths = mask.sum(-1)
+        if r.syntax == "sa":
+            beta = marginals(phi, lengths)  # eqs. 10-15
+        else:  # flat attention: each dependent's distribution over heads (itself included)
+            allowed = mask[:, :, None] & mask[:, None, :]
+            beta = torch.softmax(phi.float().masked_fill(~allowed, float("-inf")), dim=1)
+            beta = beta.nan_to_num(0.0).masked_fill(~allowed, 0.0).to(phi.dtype)
+        if r.hard:  # eq. 21, straight-through: forward the one-hot, backward beta's gradient
+            one_hot = torch.zeros_like(beta).scatter_(1, beta.argmax(dim=1, keepdim=True), 1.0)
+            one_hot = one_hot * (mask[:, None, :]).to(beta.dtype)
+            beta = one_hot + beta - beta.detach()
+        m = torch.matmul(beta.transpose(1, 2), v)  # eq. 8: M[b, j] = sum_i beta[b, i, j] v[b, i]
+        return m, beta, phi
 
     def _state(self, enc: RNNEncoderOutput, cache: IncrementalCache | None, B: int, like: Tensor):
         entry = cache.get(CACHE_KEY) if cache is not None else None
@@ -120,7 +196,17 @@ class RNNModel(nn.Module):
         scores = torch.einsum("bd,bnd->bn", self.w_a(top), enc.memory)  # eq. 3: h_t^T W_a S
         alpha = torch.softmax(scores.float().masked_fill(~enc.mask, float("-inf")), -1).to(top.dtype)
         ctx = torch.einsum("bn,bnd->bd", alpha, enc.memory)  # eq. 4
-        u_t = torch.tanh(self.w_g(torch.cat([top, ctx], dim=-1)))  # eq. 2
+        if enc.syntax is None:
+            u_t = torch.tanh(self.w_g(torch.cat([top, ctx], dim=-1)))  # eq. 2
+        else:
+            if self.w_m is None:  # shared attention, eq. 16
+                d_t = torch.einsum("bn,bnd->bd", alpha, enc.syntax)
+            else:  # separate attention, eqs. 19-20
+                g = torch.einsum("bd,bnd->bn", self.w_m(top), enc.syntax)
+                gamma = torch.softmax(g.float().masked_fill(~enc.mask, float("-inf")), -1).to(top.dtype)
+                d_t = torch.einsum("bn,bnd->bd", gamma, enc.syntax)
+            d_hat = d_t * torch.sigmoid(self.w_gate(top))  # eq. 17
+            u_t = torch.tanh(self.w_g(torch.cat([top, ctx, d_hat], dim=-1)))  # eq. 18
         u_t = F.dropout(u_t, self.cfg.dropout, self.training)
         return u_t, h2.transpose(0, 1), c2.transpose(0, 1), alpha
 

@@ -126,3 +126,46 @@ def test_gradients_match_finite_differences():
 def test_bad_shape():
     with pytest.raises(ValueError, match=r"\(B, n, n\)"):
         marginals(torch.zeros(2, 3, 4), torch.tensor([3, 3]))
+
+
+def test_structured_attention_mechanism_is_the_tree_marginals():
+    """The Transformer mechanism: query j's weight on key i is beta[i, j] (i heads j), root on j."""
+    from structnmt.nn import AttentionContext, AttentionDims, build_attention
+    from structnmt.nn.attention import split_heads
+
+    torch.manual_seed(0)
+    dims = AttentionDims(16, 2, 0.0, "encoder_self", "enc.0.self")
+    attn = build_attention("structured", {"heads": 1}, dims).eval()
+    x = torch.randn(2, 5, 16)
+    mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    out = attn(x, x, AttentionContext(key_mask=mask, need_weights=True))
+    q = split_heads(attn.q_proj(x), 2)
+    k = split_heads(attn.kv_proj(x).chunk(2, -1)[0], 2)
+    phi = torch.matmul(k[:, 0], q[:, 0].transpose(-1, -2)) / 8**0.5  # [head i, dependent j]
+    beta = marginals(phi, mask.sum(-1))
+    assert_close(out.extras["arcs"][:, 0], beta)
+    assert_close(out.weights[:, 0], beta.transpose(1, 2))
+    assert_close(out.weights[0, 0].sum(-1), torch.ones(5))  # each word: one head or the root
+    assert (out.weights[1, :, :, 3:] == 0).all()  # padding is never a head
+    assert_close(out.weights[:, 1].sum(-1)[0], torch.ones(5))  # head 2 stays plain softmax attention
+    # padding invariance of the real words' outputs
+    alone = attn(x[1:, :3], x[1:, :3], AttentionContext()).output
+    assert_close(out.output[1:, :3], alone, atol=1e-5, rtol=1e-5)
+    out.output.sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in attn.parameters() if p.grad is not None)
+
+
+def test_structured_attention_in_a_transformer_encoder():
+    from structnmt.config import AttentionSpec, ModelConfig
+    from structnmt.models import build_model
+
+    cfg = ModelConfig(d_model=16, ffn_dim=32, heads=2, encoder_layers=2, decoder_layers=1, dropout=0.0)
+    cfg.attention.overrides["encoder_self.0"] = AttentionSpec("structured", {"root": "learned"})
+    model = build_model(cfg, 20, 20).eval()
+    src = torch.tensor([[4, 5, 6, 2], [7, 2, 0, 0]])
+    out = model(src, src != 0, torch.tensor([[1, 8], [1, 9]]), need_weights=True)
+    w = out.attentions["encoder_self"][0]
+    assert_close(w[0].sum(-1), torch.ones(2, 4))
+    cfg.attention.decoder_self = AttentionSpec("structured")
+    with pytest.raises(Exception, match="encoder self-attention"):
+        build_model(cfg, 20, 20)

@@ -12,6 +12,7 @@ from .attention import (  # noqa: F401
     scaled_attention,
 )
 from .localness import LocalnessAttention  # noqa: F401,E402  (registers "localness")
+from .matrix_tree import marginals  # noqa: F401,E402
 from .mgsa import MGSAAttention, MGSAGroup, PhraseLayout, PhraseMemory  # noqa: F401,E402  (registers "mgsa")
 from .on_lstm import ONLSTM, cumax  # noqa: F401,E402
 from .phrasal import (  # noqa: F401,E402  (registers "phrasal_homogeneous", "phrasal_heterogeneous")
@@ -25,3 +26,4 @@ from .phrase_transformer import HypernodeSpec, PhraseTransformerAttention  # noq
 from .relative_position import RelativePositionAttention  # noqa: F401,E402  (registers "rel_pos")
 from .rhe import RHEAttention, identify_heads  # noqa: F401,E402  (registers "rhe")
 from .sea import LocalPhraseBias  # noqa: F401,E402
+from .structured_attention import StructuredAttention  # noqa: F401,E402  (registers "structured")

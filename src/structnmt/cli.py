@@ -211,6 +211,15 @@ def cmd_tag(args) -> int:
     return 0
 
 
+def cmd_induce(args) -> int:
+    from .induce import run_induce
+
+    written = run_induce(checkpoint=args.checkpoint, conllu=args.conllu, out_dir=args.out, scores=args.scores,
+                         layer=args.layer, head=args.head, progress=not args.no_progress)
+    print(f"induce: wrote {', '.join(str(p) for p in written)}")
+    return 0
+
+
 def cmd_analyze(args) -> int:
     from .analysis.heatmaps import run_analyze
 
@@ -353,6 +362,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("config", help="tag YAML (see configs/tag/)")
     s.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. train.epochs=5")
     s.set_defaults(func=cmd_tag)
+
+    s = sub.add_parser("induce", help="induce dependency trees from a trained encoder and score them (SA-NMT sec. 6)")
+    s.add_argument("--checkpoint", required=True)
+    s.add_argument("--conllu", required=True, help="CoNLL-U sentences (.gz ok); scored when it has gold heads")
+    s.add_argument("--out", required=True, help="output directory (<stem>.induced.conllu, induce.md/json)")
+    s.add_argument("--scores", default="phi", choices=["phi", "beta", "log_beta"],
+                   help="what eq. 24 collapses: arc scores (default), marginals/weights, or their logs")
+    s.add_argument("--layer", type=int, default=0, help="plain Transformer: the encoder layer whose attention is used")
+    s.add_argument("--head", type=int, default=0, help="the (structured) head whose arcs are used")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_induce)
 
     s = sub.add_parser("head-roles", help="redundant encoder heads (RHE) over training, compared across runs (PNG + table)")
     s.add_argument("runs", nargs="+", help="save_dirs of runs trained with train.head_roles=true")

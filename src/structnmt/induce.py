@@ -1,0 +1,373 @@
+"""Tree induction from a trained encoder and its evaluation (SA-NMT §6):
+``structnmt induce --checkpoint CKPT --conllu FILE --out DIR``.
+
+1. **Input**: the sentences of a CoNLL-U file, as its syntactic words joined by single
+   spaces (multi-word tokens such as "don't" = "do" + "n't" are read as their words, the
+   units UD's heads refer to; empty nodes are skipped). Gold heads and UPOS are used for
+   evaluation when the file has them (a file of IDs and forms only is parsed, not scored).
+2. **Arc scores**: the checkpoint's encoder is run on the pieces of that text. The RNN
+   family with ``model.rnn.syntax: sa | fa`` gives its head-selection scores phi (eq. 7);
+   a Transformer with a ``structured`` layer gives that layer's phi (``--head``: which
+   structured head, default 0); a plain Transformer (flat attention) gives a layer's
+   attention weights (``--layer``, ``--head``): word j's weight on i as the score of i
+   heading j, j's weight on itself as its root score. ``--scores phi`` (default), ``beta``
+   (the marginals / weights) or ``log_beta``.
+3. **Collapse** (eq. 24): the pieces u..v of word k become one row and one column, by
+   summing rows and columns over the word's pieces (the block of the word with itself,
+   summed, is its root score); the EOS piece is dropped first.
+4. **Extraction**: the maximum spanning arborescence with exactly one root
+   (Chu-Liu-Edmonds with root reweighting: every root arc is lowered by a constant larger
+   than the spread of all tree scores, so the best tree uses one root arc, and among the
+   single-root trees the order is unchanged).
+5. **Output**: ``DIR/<file stem>.induced.conllu`` (one tree per input sentence, in
+   order; FORM and UPOS as given, HEAD induced, DEPREL ``dep``) and, with gold heads,
+   ``DIR/induce.json`` / ``induce.md``: directed and undirected attachment accuracy with
+   punctuation removed — the gold-PUNCT words are taken out of the sentence, the model's
+   tree is extracted over the remaining words (their rows and columns of the collapsed
+   scores) and the baselines are built on them; the root arc counts — the left- and
+   right-branching baselines (L: each word's head is its right neighbour, the last word
+   the root; R: its left neighbour, the first the root),
+   and Table 4's production percentages P(dependent UPOS | head UPOS) for gold, L and
+   the model. Sentences that cannot be encoded (longer than the model's positions, or
+   whose words the pieces do not align with) get the right-branching tree, are named in
+   the report and counted, never dropped.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .errors import UserError
+
+SCORES = ("phi", "beta", "log_beta")
+
+
+@dataclass
+class Sentence:
+    words: list[str]
+    heads: list[int] | None = None  # gold, 1-based, 0 = root
+    upos: list[str] | None = None
+    line: int = 0
+    comments: list[str] = field(default_factory=list)
+
+
+def read_words(path: str | Path) -> list[Sentence]:
+    """Words (and gold heads/UPOS when present) of every sentence of a CoNLL-U file."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    out: list[Sentence] = []
+    cur: Sentence | None = None
+    with opener(path, "rt", encoding="utf-8") as f:
+        for lineno, raw in enumerate(f, start=1):
+            line = raw.rstrip("\n")
+            if not line.strip():
+                if cur is not None and cur.words:
+                    out.append(cur)
+                cur = None
+                continue
+            if cur is None:
+                cur = Sentence([], [], [], line=lineno)
+            if line.startswith("#"):
+                cur.comments.append(line)
+                continue
+            cols = line.split("\t")
+            if len(cols) != 10:
+                raise UserError(f"{path}, line {lineno}: a CoNLL-U token line has 10 tab-separated columns, this "
+                                f"one has {len(cols)}; fix the line.")
+            if "-" in cols[0] or "." in cols[0]:  # multi-word token range, empty node
+                continue
+            cur.words.append(cols[1])
+            cur.upos.append(cols[3])
+            cur.heads.append(int(cols[6]) if cols[6].isdigit() else -1)
+    if cur is not None and cur.words:
+        out.append(cur)
+    for s in out:
+        if any(h < 0 for h in s.heads):
+            s.heads = None
+        if all(u == "_" for u in s.upos):
+            s.upos = None
+    return out
+
+
+# --------------------------------------------------------------------------- extraction
+def collapse(scores: np.ndarray, word_of_piece: np.ndarray) -> np.ndarray:
+    """Eq. 24: (P, P) piece scores [head, dependent] -> (W, W) word scores, summing the rows
+    and the columns of each word's pieces (its block with itself, summed, on the diagonal)."""
+    w = np.asarray(word_of_piece)
+    W = int(w.max()) + 1
+    rows = np.zeros((W, scores.shape[1]))
+    np.add.at(rows, w, scores)
+    out = np.zeros((W, W))
+    np.add.at(out.T, w, rows.T)
+    return out
+
+
+def _cle(s: np.ndarray) -> np.ndarray:
+    """Chu-Liu-Edmonds on s (N, N) [head, dependent], node 0 the root, s[:, 0] unused:
+    heads (N,) of the maximum spanning arborescence (heads[0] = -1)."""
+    N = s.shape[0]
+    s = s.copy()
+    np.fill_diagonal(s, -np.inf)
+    s[:, 0] = -np.inf
+    heads = s.argmax(axis=0)
+    heads[0] = -1
+    # find a cycle
+    for start in range(1, N):
+        seen, x = {}, start
+        while x > 0 and x not in seen:
+            seen[x] = True
+            x = heads[x]
+        if x > 0 and x == start or (x > 0 and x in seen):
+            cycle = [x]
+            y = heads[x]
+            while y != x:
+                cycle.append(y)
+                y = heads[y]
+            break
+    else:
+        return heads
+    cyc = set(cycle)
+    rest = [v for v in range(N) if v not in cyc]  # rest[0] == 0
+    c = len(rest)  # the contracted node's index
+    idx = {v: i for i, v in enumerate(rest)}
+    cyc_score = sum(s[heads[v], v] for v in cycle)
+    t = np.full((c + 1, c + 1), -np.inf)
+    enter_from: dict[int, int] = {}  # contracted head u -> the cycle node it enters
+    leave_to: dict[int, int] = {}  # outside dependent v -> the cycle node it leaves from
+    for u in rest:
+        for v in rest:
+            if u != v:
+                t[idx[u], idx[v]] = s[u, v]
+        # arcs into the cycle: best entry point
+        gains = [(s[u, v] - s[heads[v], v], v) for v in cycle]
+        g, v_best = max(gains)
+        t[idx[u], c] = cyc_score + g
+        enter_from[u] = v_best
+    for v in rest:
+        if v == 0:
+            continue
+        outs = [(s[u, v], u) for u in cycle]
+        sc, u_best = max(outs)
+        t[c, idx[v]] = sc
+        leave_to[v] = u_best
+    sub = _cle(t)
+    out = heads.copy()
+    for v in rest[1:]:
+        h = sub[idx[v]]
+        out[v] = leave_to[v] if h == c else rest[h]
+    h = sub[c]
+    u = rest[h]
+    entry = enter_from[u]
+    for v in cycle:
+        out[v] = heads[v]
+    out[entry] = u
+    return out
+
+
+def single_root_tree(scores: np.ndarray) -> list[int]:
+    """(W, W) word scores [head, dependent] with root scores on the diagonal -> heads
+    (1-based, 0 = root) of the best tree with exactly one root (root reweighting)."""
+    W = scores.shape[0]
+    finite = scores[np.isfinite(scores)]
+    spread = float(finite.max() - finite.min()) if finite.size else 0.0
+    big = (W + 1) * (spread + 1.0)
+    s = np.full((W + 1, W + 1), -np.inf)
+    s[1:, 1:] = scores
+    np.fill_diagonal(s, -np.inf)
+    s[0, 1:] = np.diag(scores) - big  # every tree pays `big` once per root arc
+    heads = _cle(s)
+    return [int(h) for h in heads[1:]]
+
+
+def branching(n: int, kind: str) -> list[int]:
+    """L: each word headed by its right neighbour (last word the root); R: by its left (first the root)."""
+    if kind == "L":
+        return [i + 2 for i in range(n - 1)] + [0]
+    return [0] + [i + 1 for i in range(n - 1)]
+
+
+# --------------------------------------------------------------------------- evaluation
+@dataclass
+class EvalView:
+    """A sentence with its gold-PUNCT words removed: what is scored."""
+
+    keep: list[int]  # original 0-based indices of the kept words
+    heads: list[int]  # gold heads over the kept words (1-based, 0 = root, -1 = headed by a removed word)
+    upos: list[str]
+
+
+def eval_view(s: Sentence) -> EvalView:
+    keep = [i for i, u in enumerate(s.upos or ["X"] * len(s.words)) if u != "PUNCT"]
+    new = {old: k + 1 for k, old in enumerate(keep)}
+    heads = [0 if s.heads[i] == 0 else new.get(s.heads[i] - 1, -1) for i in keep]
+    return EvalView(keep, heads, [(s.upos or ["X"] * len(s.words))[i] for i in keep])
+
+
+def attachment(pred: list[list[int]], gold: list[EvalView]) -> dict:
+    """Directed / undirected attachment accuracy over the kept words, the root arc counted
+    (undirected: the arc h-d is in the gold tree in either direction, or both say root)."""
+    total = directed = undirected = 0
+    for p, g in zip(pred, gold):
+        for d, (h, gh) in enumerate(zip(p, g.heads)):
+            total += 1
+            directed += h == gh
+            undirected += h == gh or (h > 0 and g.heads[h - 1] == d + 1)
+    return {"DA": 100 * directed / max(total, 1), "UA": 100 * undirected / max(total, 1), "scored": total}
+
+
+def productions(pred: list[list[int]], gold: list[EvalView]) -> dict[str, dict[str, float]]:
+    """Table 4: P(dependent UPOS | head UPOS) in %, from the heads ``pred`` and gold UPOS."""
+    counts: dict[str, Counter] = {}
+    for p, g in zip(pred, gold):
+        for d, h in enumerate(p):
+            if h > 0:
+                counts.setdefault(g.upos[h - 1], Counter())[g.upos[d]] += 1
+    return {h: {d: 100 * n / sum(c.values()) for d, n in c.most_common()} for h, c in counts.items()}
+
+
+# --------------------------------------------------------------------------- the model
+def _arc_scores(tr, src_ids: list[int], how: str, layer: int, head: int) -> np.ndarray:
+    """(P, P) piece-level scores [head, dependent] of the sentence (EOS dropped)."""
+    model, dev = tr.model, tr.device
+    src = torch.tensor([src_ids], dtype=torch.long, device=dev)
+    mask = torch.ones_like(src, dtype=torch.bool)
+    with torch.no_grad():
+        if tr.cfg.model.family == "rnn":
+            if tr.cfg.model.rnn.syntax == "none":
+                raise UserError("this RNN checkpoint has no syntactic attention (model.rnn.syntax: none); "
+                                "induce trees from an sa or fa model.")
+            enc = model.encode(src, mask, need_weights=True)
+            phi, beta = enc.attentions["arc_scores"][0][0], enc.attentions["arcs"][0][0]
+        else:
+            from .nn.structured_attention import StructuredAttention
+
+            layers = list(model.encoder_layers)
+            structured = [i for i, lay in enumerate(layers) if isinstance(lay.self_attn, StructuredAttention)]
+            captured: list = []
+            li = structured[0] if structured else layer
+            if not 0 <= li < len(layers):
+                raise UserError(f"--layer {layer}: the encoder has layers 0..{len(layers) - 1}.")
+            hook = layers[li].self_attn.register_forward_hook(lambda _m, _i, o: captured.append(o))
+            try:
+                model.encode(src, mask, {}, need_weights=True)
+            finally:
+                hook.remove()
+            out = captured[0]
+            if structured:
+                phi, beta = out.extras["arc_scores"][0, head], out.extras["arcs"][0, head]
+            else:  # flat attention: query j's weight on key i = score of i heading j
+                beta = out.weights[0, head].transpose(0, 1)
+                phi = torch.log(beta.clamp_min(1e-30))
+    P = len(src_ids) - 1  # without EOS
+    m = {"phi": phi, "beta": beta, "log_beta": torch.log(beta.clamp_min(1e-30))}[how]
+    return m[:P, :P].double().cpu().numpy()
+
+
+def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Path, scores: str = "phi",
+               layer: int = 0, head: int = 0, progress: bool = False) -> list[Path]:
+    from .data.dataset import encode_sources
+    from .decode.translate import Translator
+    from .syntax.align import AlignmentError, align, find_word_spans, piece_char_spans
+
+    if scores not in SCORES:
+        raise UserError(f"--scores {scores}: use one of {', '.join(SCORES)}.")
+    tr = Translator(checkpoint)
+    sents = read_words(conllu)
+    if not sents:
+        raise UserError(f"{conllu}: no sentences.")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    texts = [" ".join(s.words) for s in sents]
+    sources = encode_sources(tr.src_vocab, texts)
+    limit = tr.cfg.model.max_positions
+    pred: list[list[int]] = []
+    word_scores: list[np.ndarray | None] = []
+    failed: list[tuple[int, str]] = []
+    it = range(len(sents))
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(it, desc="induce", unit=" sent", mininterval=1.0)
+    for i in it:
+        s, text, ids = sents[i], texts[i], sources[i]
+        try:
+            if len(ids) > limit:
+                raise AlignmentError(f"{len(ids)} pieces, over model.max_positions={limit}")
+            proto = tr.src_vocab.sp.encode(text, return_type="proto")
+            al = align(find_word_spans(text, s.words), piece_char_spans(text, [(p.begin, p.end) for p in proto.pieces]))
+            if al.merged:
+                raise AlignmentError("a piece spans two words")
+            ws = collapse(_arc_scores(tr, ids, scores, layer, head), al.word_of_piece)
+            pred.append(single_root_tree(ws))
+            word_scores.append(ws)
+        except AlignmentError as err:
+            failed.append((s.line, str(err)))
+            pred.append(branching(len(s.words), "R"))
+            word_scores.append(None)
+    written = [_write_conllu(out / (Path(str(conllu)).name.replace(".gz", "").replace(".conllu", "") +
+                                    ".induced.conllu"), sents, pred)]
+    report = {"checkpoint": str(checkpoint), "input": str(conllu), "scores": scores, "sentences": len(sents),
+              "not_encoded": [{"line": ln, "why": why} for ln, why in failed]}
+    if all(s.heads is not None for s in sents):
+        # scored on the sentence without its gold-PUNCT words: the model's tree is extracted over
+        # the kept words (their rows and columns of the collapsed scores), the baselines built on them
+        views = [eval_view(s) for s in sents]
+        kept = [(v, ws) for v, ws in zip(views, word_scores) if v.keep]
+        views = [v for v, _ in kept]
+        model_trees = [single_root_tree(ws[np.ix_(v.keep, v.keep)]) if ws is not None else branching(len(v.keep), "R")
+                       for v, ws in kept]
+        left = [branching(len(v.keep), "L") for v in views]
+        right = [branching(len(v.keep), "R") for v in views]
+        report["only_punctuation_not_scored"] = len(sents) - len(views)
+        report["headed_by_punctuation"] = sum(h == -1 for v in views for h in v.heads)
+        report["model"] = attachment(model_trees, views)
+        report["left_branching"] = attachment(left, views)
+        report["right_branching"] = attachment(right, views)
+        if all(s.upos is not None for s in sents):
+            report["productions"] = {"gold": productions([v.heads for v in views], views),
+                                     "left": productions(left, views), "model": productions(model_trees, views)}
+        written += _write_report(out, report)
+    else:
+        (out / "induce.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+        written.append(out / "induce.json")
+    return written
+
+
+def _write_conllu(path: Path, sents: list[Sentence], pred: list[list[int]]) -> Path:
+    lines = []
+    for s, heads in zip(sents, pred):
+        lines += s.comments
+        for i, (w, h) in enumerate(zip(s.words, heads), start=1):
+            upos = s.upos[i - 1] if s.upos is not None else "_"
+            lines.append(f"{i}\t{w}\t_\t{upos}\t_\t_\t{h}\t{'root' if h == 0 else 'dep'}\t_\t_")
+        lines.append("")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _write_report(out: Path, r: dict) -> list[Path]:
+    (out / "induce.json").write_text(json.dumps(r, indent=1), encoding="utf-8")
+    md = [f"# Induced trees: {r['input']}", "", f"Checkpoint: `{r['checkpoint']}`, scores: {r['scores']}; "
+          f"{r['sentences']} sentences, {r['model']['scored']} scored words (gold PUNCT removed); "
+          f"{len(r['not_encoded'])} sentence(s) not encoded (right-branching tree written); "
+          f"{r['only_punctuation_not_scored']} sentence(s) of punctuation only, not scored.", "",
+          "| trees | DA % | UA % |", "|---|---|---|"]
+    for key, name in (("model", "model"), ("left_branching", "L (head = right neighbour)"),
+                      ("right_branching", "R (head = left neighbour)")):
+        md.append(f"| {name} | {r[key]['DA']:.1f} | {r[key]['UA']:.1f} |")
+    if "productions" in r:
+        md += ["", "Productions P(dependent UPOS | head UPOS), % (Table 4):", "",
+               "| rule | gold | left | model |", "|---|---|---|---|"]
+        gold = r["productions"]["gold"]
+        for h in ("VERB", "NOUN"):
+            for d in list(gold.get(h, {}))[:4]:
+                vals = [r["productions"][k].get(h, {}).get(d, 0.0) for k in ("gold", "left", "model")]
+                md.append(f"| {h} → {d} | " + " | ".join(f"{v:.1f}" for v in vals) + " |")
+    (out / "induce.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+    return [out / "induce.json", out / "induce.md"]

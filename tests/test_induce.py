@@ -1,0 +1,108 @@
+"""structnmt induce (SA-NMT §6): eq. 24's collapse, single-root Chu-Liu-Edmonds against
+brute force, the evaluation protocol and the branching baselines, and the command end to end."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from structnmt.induce import (
+    Sentence,
+    attachment,
+    branching,
+    collapse,
+    eval_view,
+    productions,
+    read_words,
+    single_root_tree,
+)
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_matrix_tree import trees  # noqa: E402
+
+
+def tree_score(s: np.ndarray, heads) -> float:
+    return sum(s[d, d] if h == 0 else s[h - 1, d] for d, h in enumerate(heads))
+
+
+def test_single_root_tree_is_the_best_single_root_tree():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(1, 6))
+        s = rng.normal(size=(n, n)) * 3
+        best = max(tree_score(s, h) for h in trees(n))
+        got = single_root_tree(s)
+        assert sum(h == 0 for h in got) == 1
+        assert tree_score(s, got) == pytest.approx(best)
+    # every word prefers the root: still exactly one root, the best one
+    s = np.full((4, 4), -5.0)
+    np.fill_diagonal(s, 10.0)
+    s[3, 3] = 11.0
+    got = single_root_tree(s)
+    assert got[3] == 0 and sum(h == 0 for h in got) == 1
+
+
+def test_collapse_is_eq_24():
+    phi = np.arange(16, dtype=float).reshape(4, 4)  # pieces 0 | 1 2 | 3 -> words 0, 1, 2
+    w = np.array([0, 1, 1, 2])
+    got = collapse(phi, w)
+    assert got[0, 1] == phi[0, 1] + phi[0, 2]  # j = k, i outside: sum over the dependent's pieces
+    assert got[1, 0] == phi[1, 0] + phi[2, 0]  # i = k: sum over the head's pieces
+    assert got[1, 1] == phi[1:3, 1:3].sum()  # the word's block (its root score)
+    assert got[0, 2] == phi[0, 3] and got.shape == (3, 3)
+
+
+def test_read_words_handles_multiword_tokens_and_blind_files(tmp_path):
+    path = tmp_path / "x.conllu"
+    path.write_text("# text = don't go.\n"
+                    "1-2\tdon't\t_\t_\t_\t_\t_\t_\t_\t_\n"
+                    "1\tdo\tdo\tAUX\t_\t_\t3\taux\t_\t_\n2\tn't\tnot\tPART\t_\t_\t3\tadvmod\t_\t_\n"
+                    "3\tgo\tgo\tVERB\t_\t_\t0\troot\t_\t_\n4\t.\t.\tPUNCT\t_\t_\t3\tpunct\t_\t_\n\n"
+                    "1\tHi\t_\t_\t_\t_\t_\t_\t_\t_\n\n")
+    a, b = read_words(path)
+    assert a.words == ["do", "n't", "go", "."] and a.heads == [3, 3, 0, 3] and a.upos[3] == "PUNCT"
+    assert b.words == ["Hi"] and b.heads is None and b.upos is None
+    v = eval_view(a)
+    assert v.keep == [0, 1, 2] and v.heads == [3, 3, 0]
+
+
+def test_attachment_and_baselines():
+    s = Sentence(["the", "dog", "barks", "."], [2, 3, 0, 3], ["DET", "NOUN", "VERB", "PUNCT"])
+    v = eval_view(s)
+    assert branching(3, "L") == [2, 3, 0] and branching(3, "R") == [0, 1, 2]
+    left = attachment([branching(3, "L")], [v])
+    assert left == {"DA": 100.0, "UA": 100.0, "scored": 3}  # this sentence is left-branching
+    right = attachment([branching(3, "R")], [v])
+    assert right["DA"] == 0.0 and right["UA"] == pytest.approx(200 / 3)  # the two arcs reversed
+    prod = productions([v.heads], [v])
+    assert prod == {"NOUN": {"DET": 100.0}, "VERB": {"NOUN": 100.0}}
+
+
+def test_induce_end_to_end(synth_data, tmp_path):
+    from structnmt.config import Config, DataConfig, ModelConfig, RNNConfig, TrainConfig
+    from structnmt.induce import run_induce
+    from structnmt.train.trainer import train
+
+    cfg = Config(data=DataConfig(path=str(synth_data), max_tokens=600),
+                 model=ModelConfig(family="rnn", d_model=16, encoder_layers=1, decoder_layers=1, dropout=0.0,
+                                   rnn=RNNConfig(syntax="sa")),
+                 train=TrainConfig(save_dir=str(tmp_path / "m"), max_updates=2, validate_interval_updates=2,
+                                   lr=0.001, warmup_updates=0, tensorboard=False, progress=False))
+    train(cfg, log=lambda *_: None)
+    gold = tmp_path / "g.conllu"
+    lines = []
+    for words in (["a", "b", "c", "."], ["d", "e"], ["f"]):
+        for i, w in enumerate(words, start=1):
+            upos = "PUNCT" if w == "." else "NOUN"
+            lines.append(f"{i}\t{w}\t_\t{upos}\t_\t_\t{0 if i == 1 else 1}\tdep\t_\t_")
+        lines.append("")
+    gold.write_text("\n".join(lines) + "\n")
+    written = run_induce(checkpoint=tmp_path / "m" / "checkpoint_last.pt", conllu=gold, out_dir=tmp_path / "out")
+    induced = read_words(tmp_path / "out" / "g.induced.conllu")
+    assert [s.words for s in induced] == [["a", "b", "c", "."], ["d", "e"], ["f"]]
+    assert all(sum(h == 0 for h in s.heads) == 1 for s in induced)  # one root each, every sentence kept
+    report = (tmp_path / "out" / "induce.md").read_text()
+    assert "L (head = right neighbour)" in report and any(p.name == "induce.json" for p in written)

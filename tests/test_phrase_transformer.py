@@ -111,11 +111,18 @@ def test_hadamard_gathered_is_stable_for_large_logits():
     _, tok_mask = src_batch()
     node_mask = torch.cat([tok_mask, hmask], 1)
     B, L, _ = nbr.shape
-    q = torch.full((B, H, L, 8), 40.0)
-    k = torch.full((B, H, L, 8), 40.0)
-    v = torch.randn(B, H, L, 8)
-    out, w = within_phrase_attention(q, k, v, nbr, node_mask, form="hadamard", need_weights=True)
-    assert torch.isfinite(out).all()
+    g = torch.Generator().manual_seed(3)
+    q = 40.0 + torch.randn(B, H, L, 8, generator=g)
+    k = 40.0 + torch.randn(B, H, L, 8, generator=g)
+    v = torch.randn(B, H, L, 8, generator=g)
+    out, w = within_phrase_attention(q, k, v, nbr, node_mask, form="hadamard", impl="gathered", need_weights=True)
+    assert torch.isfinite(out).all() and torch.isfinite(w).all()
+    # the same in float64 (float32 logits of ~4,500 carry rounding of ~1e-3): gathered == dense
+    q64, k64, v64 = q.double(), k.double(), v.double()
+    g64, wg = within_phrase_attention(q64, k64, v64, nbr, node_mask, form="hadamard", impl="gathered",
+                                      need_weights=True)
+    d64, wd = within_phrase_attention(q64, k64, v64, nbr, node_mask, form="hadamard", impl="dense", need_weights=True)
+    assert_close(g64, d64) and assert_close(wg, wd)
     real = node_mask[:, None, :, None] & node_mask[:, None, None, :]
     assert_close(w.sum(-1)[node_mask[:, None].expand(B, H, L)], torch.ones(int(node_mask.sum()) * H))
     assert (w[~real.expand_as(w)] == 0).all()
@@ -183,8 +190,11 @@ def test_hypernodes_enter_with_zero_states_or_positions():
             assert (h == 0).all()  # Algorithm 1 line 2
         elif positions == "first":
             assert_close(h[b, n], table[0])
+            assert member[b, 1, 2:4].all() and not member[b, 1, :2].any()  # words 1-2 = pieces 2, 3
+            assert_close(h[b, 1], table[2])
         else:
             assert_close(h[b, n], table[:3].mean(0))
+            assert_close(h[b, 1], table[2:4].mean(0))
 
 
 def _encode_batch(model, wops, S=None, **kw):
@@ -254,6 +264,34 @@ def test_hypernodes_enter_before_the_first_phrase_layer_and_stay():
     assert [w.shape[-1] for w in out.attentions["encoder_self"]] == [S, S + N, S + N]
 
 
+def test_hypernode_states_are_carried_from_layer_to_layer():
+    """Algorithm 1: layer 2 receives layer 1's hypernode states (not fresh zeros)."""
+    torch.manual_seed(0)
+    model = build_model(model_cfg(layers=2, k=2), V, V).eval()
+    src, mask = src_batch()
+    st = structures()
+    seen = {}
+
+    def keep(n):
+        def hook(_module, inputs, output):
+            seen[n] = (inputs[0], output[0])  # returns None: the output is left as it is
+        return hook
+
+    hooks = [layer.register_forward_hook(keep(n)) for n, layer in enumerate(model.encoder.layers)]
+    try:
+        model.encode(src, mask, st)
+    finally:
+        for h in hooks:
+            h.remove()
+    S = src.shape[1]
+    real = st["pt.ngram.k2.word.mask"]
+    first_in, first_out = seen[0]
+    second_in, _ = seen[1]
+    assert (first_in[:, S:] == 0).all()  # zero states enter layer 1
+    assert torch.equal(second_in, first_out)  # and layer 2 gets what layer 1 made of them
+    assert second_in[:, S:][real].abs().sum(-1).gt(0).all()
+
+
 def test_configuration_errors():
     cfg = model_cfg(k=2)
     cfg.attention.decoder_self = AttentionSpec(name="phrase_transformer", options={"k": 2})
@@ -289,9 +327,10 @@ def test_semantic_hypernodes_from_dependency_trees():
     assert torch.isfinite(out.logits).all()
 
 
-def test_training_step_has_finite_gradients_everywhere():
+@pytest.mark.parametrize("impl", ["dense", "gathered"])
+def test_training_step_has_finite_gradients_everywhere(impl):
     torch.manual_seed(0)
-    cfg = model_cfg(k=3, within="hadamard")
+    cfg = model_cfg(k=3, within="hadamard", impl=impl)
     cfg.dropout = cfg.attention_dropout = 0.1
     model = build_model(cfg, V, V).train()
     src, mask = src_batch()

@@ -179,7 +179,7 @@ def read_ptb(path: str | Path, files: list[list[int]], limit: int = 0) -> tuple[
         number = int(stem.split("_")[1])
         split = next((s for s, (a, b) in zip(("train", "valid", "test"), files) if a <= number <= b), None)
         if split is None:
-            stats["sentences_outside_the_ranges"] += 1
+            stats["files_outside_the_ranges"] += 1
             continue
         gold = list(_iter_ptb_lines(tb.read(name).decode("utf-8").splitlines(), f"treebank.zip:{name}", True, True))
         deps = parse_malt_tab(dz.read(dp[stem]).decode("utf-8"), f"dependency_treebank.zip:{dp[stem]}",
@@ -338,7 +338,8 @@ def train_row(cfg: TagConfig, splits: dict[str, list[Sentence]], out: Path, log=
             sp.feature == "dep_hypernodes" for sp in specs.values()):
         missing = sum(s.tree is None for ss in splits.values() for s in ss)
         raise ConfigError(f"semantic hypernodes need a dependency tree for every sentence; {missing} have none "
-                          "(trees: gold on the PTB sample lacks some; use trees: spacy).")
+                          "(with trees: gold, the treebank's dependency file lacks them; use trees: spacy, or a "
+                          "split without those sentences).")
     for ss in splits.values():
         for sent in ss:
             sent.features = {}

@@ -558,14 +558,14 @@ FEATURES: dict[str, Feature] = _register(
         "ngram_hypernodes",
         _ngram_hyper_pieces,
         (),
-        ("k",),
+        ("k", "unit"),
         "PhraseTransformer n-gram hypernodes (k; unit word|piece): spans + (N, P) bool; no tree.",
     ),
     Feature(
         "dep_hypernodes",
         _dep_hyper_pieces,
         ("dependency",),
-        (),
+        ("k", "mode"),
         "PhraseTransformer dependency hypernodes (k, mode edges|subtrees|edges_ngrams): members + (N, P) bool; dependency tree.",
     ),
     Feature(

@@ -169,3 +169,30 @@ def test_bad_rnn_options():
     for bad in (dict(syntax="tree"), dict(annotations="both"), dict(root="first")):
         with pytest.raises(ConfigError, match="model.rnn"):
             build_model(cfg(rnn=RNNConfig(**bad)), V, V)
+
+
+def test_halve_on_rise_schedule(synth_data, tmp_path):
+    """SA-NMT §4.3: constant lr after the warm-up, halved each time the validation perplexity rises."""
+    from structnmt.config import Config, DataConfig, TrainConfig
+    from structnmt.train.schedule import halve_on_rise_lr
+    from structnmt.train.trainer import Trainer
+
+    assert halve_on_rise_lr(5, lr=1e-3, warmup=10, scale=1.0, warmup_init_lr=0.0) == pytest.approx(5e-4)
+    assert halve_on_rise_lr(50, lr=1e-3, warmup=10, scale=0.25) == pytest.approx(2.5e-4)
+    c = Config(data=DataConfig(path=str(synth_data), max_tokens=600), model=cfg(),
+               train=TrainConfig(save_dir=str(tmp_path / "m"), lr=1e-3, warmup_updates=0, lr_schedule="halve_on_rise",
+                                 tensorboard=False, progress=False))
+    tr = Trainer(c, log=lambda *_: None)
+    nlls = iter([2.0, 1.5, 1.7, 1.6, 1.9])
+    tr.valid_loss = lambda: (lambda v: {"loss": v, "nll": v})(next(nlls))
+    scales = []
+    for _ in range(5):
+        tr.validate()
+        scales.append(tr.state.lr_scale)
+    assert scales == [1.0, 1.0, 0.5, 0.5, 0.25]  # rises at the 3rd and 5th validation
+    assert tr._lr() == pytest.approx(2.5e-4)
+    with pytest.raises(ConfigError, match="lr_schedule"):
+        from structnmt.config import validate
+
+        c.train.lr_schedule = "cosine"
+        validate(c)

@@ -53,7 +53,7 @@ from .checkpoint import (
 )
 from .lock import SaveDirLock, config_changes
 from .loss import label_smoothed_nll
-from .schedule import inverse_sqrt_lr
+from .schedule import halve_on_rise_lr, inverse_sqrt_lr
 
 
 class TrainingError(UserError, RuntimeError):
@@ -76,6 +76,8 @@ class RunState:
     tgt_tokens: int = 0
     peak_memory_mb: float = 0.0  # peak resident memory of the process (CPU) or allocated GPU memory
     history: list[dict] = field(default_factory=list)
+    lr_scale: float = 1.0  # train.lr_schedule halve_on_rise: 0.5 ** (number of rises so far)
+    last_valid_nll: float | None = None  # the previous validation's nll (perplexity = exp(nll))
 
 
 # --------------------------------------------------------------------------- helpers
@@ -370,6 +372,9 @@ class Trainer:
 
     def _lr(self) -> float:
         tc = self.cfg.train
+        if tc.lr_schedule == "halve_on_rise":
+            return halve_on_rise_lr(self.state.num_updates + 1, lr=tc.lr, warmup=tc.warmup_updates,
+                                    scale=self.state.lr_scale, warmup_init_lr=tc.warmup_init_lr)
         return inverse_sqrt_lr(self.state.num_updates + 1, lr=tc.lr, warmup=tc.warmup_updates,
                                warmup_init_lr=tc.warmup_init_lr)
 
@@ -520,6 +525,14 @@ class Trainer:
         if tc.head_roles and self.is_main:
             self._head_roles()
         self.state.valid_seconds += time.time() - start
+        if tc.lr_schedule == "halve_on_rise":
+            nll = values.get("nll", values["loss"])
+            if self.state.last_valid_nll is not None and nll > self.state.last_valid_nll:
+                self.state.lr_scale *= 0.5
+                if self.is_main:
+                    self.log(f"validation perplexity rose ({math.exp(self.state.last_valid_nll):.3f} -> "
+                             f"{math.exp(nll):.3f}): learning rate halved to {tc.lr * self.state.lr_scale:.3g}.")
+            self.state.last_valid_nll = nll
         metric = values["bleu"] if tc.early_stop_metric == "bleu" else values["loss"]
         better = (self.state.best_metric is None or
                   (metric > self.state.best_metric if tc.early_stop_metric == "bleu" else metric < self.state.best_metric))

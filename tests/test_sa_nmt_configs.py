@@ -1,0 +1,61 @@
+"""configs/sa_nmt/*.yaml (Table 2's rows at the Multi30k recipe and at the paper's settings) build the
+variant their row names; the Table 2 grid, the synthetic benchmark's and the cross-paper grid's SA-NMT
+rows load and build."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from structnmt.config import load_config, validate
+from structnmt.experiment import load_grid
+from structnmt.experiment.grid import resolve_run_config
+from structnmt.models import build_model
+from structnmt.models.rnn import RNNModel
+from structnmt.nn.structured_attention import StructuredAttention
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs" / "sa_nmt"
+GRIDS = ROOT / "configs" / "grids"
+ROWS = {"nmt": ("none", "shared", False), "fa_nmt_separate": ("fa", "separate", False),
+        "fa_nmt_shared": ("fa", "shared", False), "sa_nmt_separate": ("sa", "separate", False),
+        "sa_nmt_shared": ("sa", "shared", False), "sa_nmt_1set": ("sa", "one_set", False),
+        "sa_nmt_hard": ("sa", "shared", True)}
+
+
+def test_every_config_is_a_known_row():
+    assert sorted(p.stem for p in CONFIGS.glob("*.yaml")) == sorted(f"{s}_{r}" for s in ("multi30k", "paper")
+                                                                     for r in ROWS)
+
+
+@pytest.mark.parametrize("size", ["multi30k", "paper"])
+@pytest.mark.parametrize("row", sorted(ROWS))
+def test_config_builds_its_variant(size, row):
+    cfg = load_config(CONFIGS / f"{size}_{row}.yaml")
+    validate(cfg)
+    r = cfg.model.rnn
+    assert (r.syntax, r.annotations, r.hard) == ROWS[row]
+    assert cfg.train.lr_schedule == "halve_on_rise" and cfg.train.lr == 0.001
+    if size == "paper":
+        assert (cfg.model.d_model, cfg.model.encoder_layers, cfg.model.dropout, r.init_range) == (1024, 2, 0.3, 0.04)
+    else:
+        assert isinstance(build_model(cfg.model, 100, 100), RNNModel)
+
+
+def test_table2_grid_and_shared_grid_rows(tmp_path):
+    grid, _ = load_grid(GRIDS / "sa_nmt_table2.yaml")
+    assert [r.name for r in grid.runs][0] == "NMT" and len(grid.runs) == 7 and grid.baseline == "NMT"
+    for name in ("sa_nmt_table2", "synth_generalization", "cross_paper_multi30k"):
+        grid, _ = load_grid(GRIDS / f"{name}.yaml")
+        rows = [r for r in grid.runs if "NMT" in r.name or "structured" in r.name]
+        assert rows
+        for run in rows:
+            cfg = resolve_run_config(grid, run, 1, data_path=tmp_path / "d", run_dir=tmp_path / "r", overrides=[])
+            model = build_model(cfg.model, 100, 100)
+            if "structured" in run.name:
+                assert isinstance(model.encoder_layers[0].self_attn, StructuredAttention)
+            else:
+                assert isinstance(model, RNNModel)
+                assert model.cfg.rnn.syntax == ("sa" if run.name.startswith("SA-NMT") else
+                                                "fa" if run.name.startswith("FA") else "none")

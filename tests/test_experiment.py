@@ -13,6 +13,7 @@ from structnmt.config import ConfigError
 from structnmt.data.synthetic import SynthConfig, write_corpus
 from structnmt.experiment import load_grid, run_grid
 from structnmt.experiment import runner as runner_mod
+from structnmt.experiment.grid import ExperimentError
 from structnmt.experiment.report import format_params, significance_mark
 
 TINY_BASE = """
@@ -275,3 +276,30 @@ evaluate: {{split: test, average_last: 2, beam: 2, bootstrap_samples: 20, benchm
     assert "patience: 1" in resolved
     assert paired_randomization([1, 1, 1, 1, 1, 1, 1, 1], [0] * 8) < 0.02
     assert paired_randomization([1, 0, 1, 0], [1, 0, 1, 0]) == 1.0
+
+    # --report-only on a copied, unfinished output directory: nothing is trained or decoded, the
+    # report reads the runs where they are now and names the missing one
+    moved = tmp_path / "moved"
+    shutil.move(str(tmp_path / "out"), moved)
+    (moved / "runs" / "mg-sa-syntactic" / "seed2" / "result.json").unlink()
+
+    def no_training(*_):
+        raise AssertionError("--report-only trained a run")
+
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(runner_mod, "launch_training", no_training)
+    monkeypatch.setattr(runner_mod, "_evaluate_run", no_training)
+    try:
+        lines: list[str] = []
+        md = run_grid(grid, out_dir=moved, report_only=True, log=lines.append).read_text()
+    finally:
+        monkeypatch.undo()
+    assert any("+ MG-SA (syntactic) (seed 2): no results yet" in x for x in lines)
+    assert "**Unfinished grid**" in md and "+ MG-SA (syntactic) (seed 2)" in md
+    assert "(1 of 2)" in md  # its mean is over the one seed it has
+    assert "agreement by distance (words)" in md and "(recorded by the runs)" in md
+    assert "--report-only" in md
+    # without the baseline's first seed there is nothing to compare against
+    (moved / "runs" / "transformer-base" / "seed1" / "result.json").unlink()
+    with pytest.raises(ExperimentError, match="needs the results of the baseline"):
+        run_grid(grid, out_dir=moved, report_only=True, log=lambda *_: None)

@@ -79,6 +79,7 @@ def test_gold_trees_round_trip_and_cover_the_sentence(tmp_path):
     meta = write_benchmark(cfg, tmp_path)
     saved = json.loads((tmp_path / "benchmark.json").read_text())
     assert saved["splits"]["depth3"]["max_subject_depth"] == 3 and saved == json.loads(json.dumps(meta))
+    assert f"at most {cfg.train_max_len} words" in saved["splits"]["length"]["statement"]
     for split in ("train", "attraction4", "depth3", "recombination"):
         src = (tmp_path / f"{split}.src").read_text().splitlines()
         deps = list(read_conllu(tmp_path / f"{split}.src.conllu"))

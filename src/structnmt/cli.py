@@ -190,7 +190,8 @@ def cmd_score(args) -> int:
 def cmd_experiment(args) -> int:
     from .experiment import run_grid
 
-    report = run_grid(args.grid, out_dir=args.out, overrides=args.overrides, jobs_at_once=args.jobs)
+    report = run_grid(args.grid, out_dir=args.out, overrides=args.overrides, jobs_at_once=args.jobs,
+                      report_only=args.report_only)
     print(f"experiment: results in {report}")
     return 0
 
@@ -348,6 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--jobs", type=int, default=1,
                    help="train this many runs at once (default 1: one after the other, each run's speed measured "
                         "alone); give each its share of the cores with train.threads=N")
+    s.add_argument("--report-only", action="store_true",
+                   help="train and decode nothing: write the report from the runs that have results (a grid still "
+                        "running, or runs trained on another machine and copied into the output directory)")
     s.add_argument("overrides", nargs="*",
                    help="grid keys (budget.max_updates=N, seeds=[1,2], evaluate.beam=4, grid.<key>=...) change the "
                         "grid; other section.key=value items apply to every run's config")

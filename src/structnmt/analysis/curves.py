@@ -30,26 +30,44 @@ def read_curves(metrics: str | Path) -> tuple[dict[int, float], dict[int, float]
     return dict(sorted(train.items())), dict(sorted(valid.items()))
 
 
-def plot_curves(series: list[tuple[str | None, Path, str, float]], title: str, path: str | Path) -> None:
-    """series: (label, metrics.jsonl, color, alpha) per run; writes a two-panel PNG."""
+def plot_curves(series: list[tuple[str | None, Path, str, float]], title: str, path: str | Path,
+                linestyles: list[str] | None = None) -> None:
+    """series: (label, metrics.jsonl, color, alpha) per run; writes a two-panel PNG.
+
+    The validation panel zooms on its last 0.6 bits above the lowest loss when the curves
+    span more (the early drop stays visible in the training panel), so that converged runs
+    can be told apart; with more than 6 labelled runs the legend stands outside, once."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(11, 4.2), dpi=110)
+    labelled = sum(1 for s in series if s[0])
+    wide = labelled > 6
+    fig = Figure(figsize=(13.5 if wide else 11, 4.6 if wide else 4.2), dpi=110)
     ax_t, ax_v = fig.subplots(1, 2)
-    for label, metrics, color, alpha in series:
+    lows, highs = [], []
+    for i, (label, metrics, color, alpha) in enumerate(series):
+        ls = linestyles[i] if linestyles else "-"
         train, valid = read_curves(metrics)
         if train:
-            ax_t.plot(list(train), list(train.values()), color=color, alpha=alpha, label=label, lw=1.2)
+            ax_t.plot(list(train), list(train.values()), color=color, alpha=alpha, label=label, lw=1.2, linestyle=ls)
         if valid:
             ax_v.plot(list(valid), list(valid.values()), color=color, alpha=alpha, label=label, lw=1.2,
-                      marker="o", ms=3)
-    for ax, name in ((ax_t, "training loss"), (ax_v, "validation loss")):
+                      marker="o", ms=3, linestyle=ls)
+            lows.append(min(valid.values()))
+            highs.append(max(valid.values()))
+    zoomed = bool(lows) and max(highs) - min(lows) > 0.6
+    if zoomed:
+        ax_v.set_ylim(min(lows) - 0.02, min(lows) + 0.6)
+    for ax, name in ((ax_t, "training loss"), (ax_v, "validation loss" + (" (zoomed)" if zoomed else ""))):
         ax.set_xlabel("update")
         ax.set_ylabel("label-smoothed loss (bits/token)")
         ax.set_title(name)
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
+    if ax_v.get_legend_handles_labels()[0]:
+        if wide:
+            ax_v.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        else:
+            for ax in (ax_t, ax_v):
+                ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path)

@@ -321,7 +321,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                                ("cross", res.attentions.get("cross", []))):
                 for li, w in enumerate(maps):
                     w = w[0].float().cpu()  # (H, T, K)
-                    lay = phrasal_layout(modules[role][li])
+                    lay = phrasal_layout(modules[role][li]) if li < len(modules[role]) else None
                     if lay is not None:  # token/phrase quadrants (phrase-based attentions, Tables 3-4)
                         m = quadrant_mass(w, lay, w.shape[1])
                         tot = quad.setdefault((role, li), dict.fromkeys(m, 0.0))
@@ -452,7 +452,8 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
             for role, qlab, klab in (("encoder_self", src_labels, src_labels), ("decoder_self", tgt_in_labels, tgt_in_labels),
                                      ("cross", tgt_in_labels, src_labels)):
                 maps = res.attentions.get(role) or []
-                layers = [(li, phrasal_layout(modules[role][li]), w) for li, w in enumerate(maps)]
+                layers = [(li, phrasal_layout(modules[role][li]) if li < len(modules[role]) else None, w)
+                          for li, w in enumerate(maps)]
                 layers = [(li, lay, w) for li, lay, w in layers if lay is not None]
                 if layers:
                     written.append(_quadrant_figure(fig_cls=Figure, layers=layers, qlab=qlab, klab=klab, role=role,

@@ -208,7 +208,7 @@ def write_benchmark(cfg: BenchmarkConfig, out_dir: str | Path) -> dict:
         write_examples(examples, out, name)
         with open(out / f"{name}.props.jsonl", "w", encoding="utf-8") as f:
             f.writelines(json.dumps(p) + "\n" for p in props)
-    statements = {s.name: s.statement for s in SPLITS}
+    statements = {s.name: s.statement.replace("train_max_len", str(cfg.train_max_len)) for s in SPLITS}
     statements["train"] = statements["valid"] = statements["test"]
     meta = {"config": asdict(cfg), "splits": {n: {"statement": statements[n], **summary[n]} for n in splits},
             "checked": "every split satisfies its rule; no training/valid sentence has a held-out property; "

@@ -17,6 +17,7 @@ import statistics
 from pathlib import Path
 
 from .grid import GridConfig
+from .report import seeds_of
 from .runner import read_lines_exact
 
 N_PERMUTATIONS = 2000
@@ -42,6 +43,21 @@ def _mean_std(values: list[float]) -> str:
 def _per_item(run_dir: Path, split: str, key: str) -> list[float]:
     data = json.loads((run_dir / f"bench_{split}.json").read_text(encoding="utf-8"))["per_sentence"][key]
     return [float(x) for x in data] if key == "exact" else [float(x) for sent in data for x in sent]
+
+
+def _pool(tables: list[dict]) -> dict[str, list[int]]:
+    """Sum {bucket: [correct, total]} tables (of several seeds)."""
+    out: dict[str, list[int]] = {}
+    for t in tables:
+        for k, (c, n) in t.items():
+            out.setdefault(k, [0, 0])
+            out[k][0] += c
+            out[k][1] += n
+    return out
+
+
+def _pooled(run_dir, name: str, seeds: list[int], split: str, key: str) -> list[float]:
+    return [x for s in seeds for x in _per_item(run_dir(name, s), split, key)]
 
 
 def generalization_section(grid: GridConfig, results: dict, out: Path) -> list[str]:
@@ -74,12 +90,11 @@ def generalization_section(grid: GridConfig, results: dict, out: Path) -> list[s
         boot = paired_bootstrap(hyps[base], others, refs, n_samples=grid.evaluate.bootstrap_samples,
                                 seed=grid.evaluate.bootstrap_seed) if others else {}
         lines += [f"### {split}: {statement}", "",
-                  "| System | BLEU | p | exact | agreement | p | verb-final | p | agreement by attractors |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-        pooled = {n: {k: [x for s in grid.seeds for x in _per_item(run_dir(n, s), split, k)]
-                      for k in ("agreement", "verb_final")} for n in names}
+                  "| System | BLEU | p | exact | agreement | p | verb-final | p | agreement by attractors "
+                  "| agreement by distance (words) |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
         for n in names:
-            res = [results[(n, s)]["benchmark"][split] for s in grid.seeds]
+            res = [results[(n, s)]["benchmark"][split] for s in seeds_of(grid, results, n)]
             cells = {k: _mean_std([r[k] for r in res]) for k in ("bleu", "exact", "agreement", "verb_final")}
             by_att = {}
             for r in res:
@@ -88,14 +103,20 @@ def generalization_section(grid: GridConfig, results: dict, out: Path) -> list[s
                     by_att[k][0] += c
                     by_att[k][1] += t
             att = ", ".join(f"{k}: {100 * c / t:.0f}%" for k, (c, t) in sorted(by_att.items(), key=lambda kv: int(kv[0])))
+            by_dist = _pool([r.get("agreement_by_distance", {}) for r in res])
+            dist = ", ".join(f"{k}: {100 * c / t:.0f}%" for k, (c, t) in
+                             sorted(by_dist.items(), key=lambda kv: int(kv[0].split("-")[0].rstrip("+"))))
             if n == base:
                 p_bleu = p_agr = p_vf = "—"
             else:
+                # each seed's items paired with the baseline's items of the same seed
+                common = [s for s in seeds_of(grid, results, n) if (base, s) in results]
                 p_bleu = f"{boot[n]['p_value']:.3f}"
-                p_agr = f"{paired_randomization(pooled[n]['agreement'], pooled[base]['agreement']):.3f}"
-                p_vf = f"{paired_randomization(pooled[n]['verb_final'], pooled[base]['verb_final']):.3f}"
+                p_agr, p_vf = (
+                    f"{paired_randomization(*(_pooled(run_dir, m, common, split, k) for m in (n, base))):.3f}"
+                    for k in ("agreement", "verb_final"))
             lines.append(f"| {n} | {cells['bleu']} | {p_bleu} | {cells['exact']} | {cells['agreement']} | {p_agr} | "
-                         f"{cells['verb_final']} | {p_vf} | {att} |")
+                         f"{cells['verb_final']} | {p_vf} | {att} | {dist} |")
             agreement_by_split[n][split] = statistics.fmean(r["agreement"] for r in res)
         lines.append("")
     for n in names:
@@ -105,27 +126,37 @@ def generalization_section(grid: GridConfig, results: dict, out: Path) -> list[s
             + ["![agreement by attractors](agreement_by_attractors.png)", ""] + lines)
 
 
+#: buckets with fewer probes than this (per system, all splits and seeds) are not drawn
+MIN_PROBES = 30
+
+
 def _plot_attractors(grid: GridConfig, results: dict, path: Path) -> None:
-    """Agreement accuracy by number of attractors (all splits and seeds pooled), per system."""
+    """Agreement accuracy by number of attractors (all splits and seeds pooled), per system;
+    attractor counts with fewer than ``MIN_PROBES`` probes are left out (too noisy to read)."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.5, 4.0), dpi=110)
+    n = len(grid.runs)
+    fig = Figure(figsize=(9.5 if n > 6 else 6.5, 4.4), dpi=110)
     ax = fig.subplots()
+    styles = ["-", "--", ":", "-."]
     for i, r in enumerate(grid.runs):
-        cells: dict[int, list[int]] = {}
-        for s in grid.seeds:
-            for split in results[(r.name, s)]["benchmark"].values():
-                for k, (c, t) in split["agreement_by_attractors"].items():
-                    cells.setdefault(int(k), [0, 0])
-                    cells[int(k)][0] += c
-                    cells[int(k)][1] += t
-        xs = sorted(cells)
-        ax.plot(xs, [100 * cells[x][0] / cells[x][1] for x in xs], marker="o", label=r.name, color=f"C{i % 10}")
+        cells = _pool([split["agreement_by_attractors"] for s in seeds_of(grid, results, r.name)
+                       for split in results[(r.name, s)]["benchmark"].values()])
+        xs = sorted(int(k) for k, (_, t) in cells.items() if t >= MIN_PROBES)
+        ax.plot(xs, [100 * cells[str(x)][0] / cells[str(x)][1] for x in xs], marker="o", ms=4, label=r.name,
+                color=f"C{i % 10}", linestyle=styles[(i // 10) % len(styles)])
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.axhline(50, color="grey", lw=0.8, linestyle=":")
     ax.set_xlabel("attractors between subject and verb")
     ax.set_ylabel("agreement accuracy (%)")
-    ax.set_title(f"{grid.name}: agreement by attractors (all splits, seeds {', '.join(map(str, grid.seeds))})",
-                 fontsize=9)
+    ax.set_title(f"{grid.name}: agreement by attractors\n(all splits pooled, seeds "
+                 f"{', '.join(map(str, grid.seeds))}; buckets with >= {MIN_PROBES} probes; dotted: 50 %)", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if n > 6:
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    else:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)

@@ -10,6 +10,7 @@ a significant loss.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime
 import math
 import os
@@ -66,6 +67,12 @@ def _fmt(v, spec: str, empty: str = "—") -> str:
     return empty if v is None else format(v, spec)
 
 
+def seeds_of(grid: GridConfig, results: dict, name: str) -> list[int]:
+    """The seeds of run ``name`` that have results (all of ``grid.seeds`` unless the report was
+    written with ``--report-only`` on an unfinished grid)."""
+    return [s for s in grid.seeds if (name, s) in results]
+
+
 def _metric_key(grid: GridConfig) -> str:
     return "bleu_lc_tok" if grid.evaluate.lc_tok else "bleu"
 
@@ -91,7 +98,7 @@ def build_rows(grid: GridConfig, out: Path, results: dict, refs: list[str]) -> t
     rows = []
     for r in grid.runs:
         first = results[(r.name, seed0)]
-        scores = [results[(r.name, s)][key] for s in grid.seeds]
+        scores = [results[(r.name, s)][key] for s in seeds_of(grid, results, r.name)]
         is_base = r.name == grid.baseline
         delta = 0.0 if is_base else first[key] - base_score
         p = None if is_base else tests[r.name]["p_value"]
@@ -121,6 +128,8 @@ def markdown_table(rows: list[dict], *, seeds: int, bleu_name: str = "BLEU") -> 
     cols = [c if c != "BLEU" else bleu_name for c in COLUMNS]
     if seeds > 1:
         cols.append(f"{bleu_name} mean ± std ({seeds} seeds)")
+        if any(r["n_seeds"] < seeds for r in rows):
+            cols[-1] = f"{bleu_name} mean ± std (seeds)"
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] + ["---:"] * (len(cols) - 1)) + "|"]
     for r in rows:
         cells = [r["system"], format_params(r["params"]), _fmt(r["train_tok_per_s"], ",.0f"),
@@ -128,7 +137,8 @@ def markdown_table(rows: list[dict], *, seeds: int, bleu_name: str = "BLEU") -> 
                  f"{r['bleu']:.2f}{r['mark']}", "—" if r["baseline"] else f"{r['delta']:+.2f}",
                  "—" if r["p_value"] is None else f"{r['p_value']:.3f}", f"{r['chrf']:.2f}"]
         if seeds > 1:
-            cells.append(f"{r['bleu_mean']:.2f} ± {r['bleu_std']:.2f}")
+            cells.append(f"{r['bleu_mean']:.2f} ± {r['bleu_std']:.2f}"
+                         + (f" ({r['n_seeds']} of {seeds})" if r["n_seeds"] < seeds else ""))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -136,13 +146,14 @@ def markdown_table(rows: list[dict], *, seeds: int, bleu_name: str = "BLEU") -> 
 def plot_learning_curves(grid: GridConfig, results: dict, path: Path) -> None:
     from ..analysis.curves import plot_curves
 
-    series = []
+    series, styles = [], []
     for i, r in enumerate(grid.runs):
-        for j, seed in enumerate(grid.seeds):
+        for j, seed in enumerate(seeds_of(grid, results, r.name)):
             series.append((r.name if j == 0 else None, Path(results[(r.name, seed)]["run_dir"]) / "metrics.jsonl",
                            f"C{i % 10}", 1.0 if j == 0 else 0.35))
+            styles.append(["-", "--", ":"][(i // 10) % 3])
     extra = f"; faded lines: seeds {', '.join(map(str, grid.seeds[1:]))}" if len(grid.seeds) > 1 else ""
-    plot_curves(series, f"{grid.name}: learning curves (seed {grid.seeds[0]}{extra})", path)
+    plot_curves(series, f"{grid.name}: learning curves (seed {grid.seeds[0]}{extra})", path, linestyles=styles)
 
 
 def plot_ngram_gain(grid: GridConfig, results: dict, path: Path) -> None:
@@ -177,12 +188,25 @@ def plot_ngram_gain(grid: GridConfig, results: dict, path: Path) -> None:
 
 
 def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple[str, int], Config],
-                 refs: list[str], *, dirs: dict[str, str], command: str, data_path: Path, log=print) -> Path:
+                 refs: list[str], *, dirs: dict[str, str], command: str, data_path: Path, log=print,
+                 missing: list[tuple[str, int]] | None = None) -> Path:
+    """Write ``results.md``/``results.csv`` and the pictures. ``missing`` (``--report-only`` on an
+    unfinished grid) lists the (run, seed) pairs without results: a run without its first seed
+    leaves the tables, one without a later seed is averaged over the seeds it has, and both are
+    named under the table."""
+    missing = list(missing or [])
+    if missing:
+        grid = dataclasses.replace(grid, runs=[r for r in grid.runs if (r.name, grid.seeds[0]) in results])
     rows, bs_signature = build_rows(grid, out, results, refs)
     write_csv(rows, out / "results.csv")
     plot_learning_curves(grid, results, out / "learning_curves.png")
     plot_ngram_gain(grid, results, out / "ngram_gain.png")
-    hw = hardware()
+    # the hardware the runs were decoded on (recorded in result.json), else this machine's
+    recorded = [r["hardware"] for r in results.values() if r.get("hardware")]
+    hw = recorded[0] if recorded else hardware()
+    where = ("recorded by the runs" if recorded and all(h == hw for h in recorded) else
+             "runs recorded different machines: see result.json" if recorded else
+             "this machine (the runs recorded none)")
     ev = grid.evaluate
     seed0 = grid.seeds[0]
     first = results[(grid.baseline, seed0)]
@@ -212,7 +236,7 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
         f"- **Hardware**: {hw['platform']}; CPU {hw['cpu'] or 'unknown'} ({hw['cpu_count']} logical CPUs); "
         f"GPU {hw['gpu'] or 'none'}; training device {', '.join(devices)}; torch {hw['torch']}, "
         f"Python {hw['python']}; train.threads {', '.join(str(t) for t in threads)}"
-        + (f"; OMP_NUM_THREADS={hw['omp_num_threads']}" if hw["omp_num_threads"] else "") + ".",
+        + (f"; OMP_NUM_THREADS={hw['omp_num_threads']}" if hw["omp_num_threads"] else "") + f" ({where}).",
         f"- **Command**: `{command}`",
         f"- **Date**: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
         "",
@@ -227,6 +251,11 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
         "![n-gram precision gain](ngram_gain.png)",
         "",
     ]
+    if missing:
+        lines[3:3] = ["", "**Unfinished grid** (written with `--report-only`): no results yet for "
+                      + "; ".join(f"{n} (seed {s})" for n, s in missing)
+                      + ". A system without its first seed is left out of the tables; the mean ± std of one "
+                      "without a later seed is over the seeds it has."]
     lines += ["## Per run", "", "| System | seed | updates | target tokens | train s | "
               f"{bleu_name} | chrF | 1/2/3/4-gram precision | directory |",
               "|---|---:|---:|---:|---:|---:|---:|---|---|"]
@@ -234,6 +263,8 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
     bkey = "bleu_lc_tok" if ev.lc_tok else "bleu"
     for seed in grid.seeds:
         for r in grid.runs:
+            if (r.name, seed) not in results:
+                continue
             res = results[(r.name, seed)]
             prec = "/".join(f"{p:.1f}" for p in res[pkey])
             lines.append(f"| {r.name} | {seed} | {res['num_updates']:,} | {res['train_target_tokens']:,} | "

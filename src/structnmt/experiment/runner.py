@@ -33,12 +33,15 @@ from pathlib import Path
 
 import yaml
 
-from ..config import Config, ConfigError, _build, to_dict
+from ..config import Config, ConfigError, _build, from_dict, to_dict
 from .grid import ExperimentError, GridConfig, load_grid, resolve_run_config, slug
 
 #: Config keys that change speed or logging only: a run may resume with other values.
 _SPEED_ONLY = {"train.threads", "train.progress", "train.tensorboard", "train.log_interval", "decode.batch_size",
-               "data.structure_cache_mb"}
+               "data.structure_cache_mb",
+               # the run directory itself: the grid sets it to where the run is, so an output
+               # directory may be moved or copied (from a GPU machine, say) and still resume/report
+               "train.save_dir"}
 
 
 def launch_training(config_path: Path, log_path: Path) -> int:
@@ -193,6 +196,9 @@ def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, src: list[str], 
                        "bleu_lc_tok_precisions": s.precisions})
     if ev.benchmark:
         result["benchmark"] = _evaluate_benchmark(ev.benchmark, tr, dcfg, run_dir)
+    from .report import hardware
+
+    result["hardware"] = hardware()  # the machine that trained and decoded it (a report may be written elsewhere)
     return result
 
 
@@ -230,8 +236,9 @@ def _evaluate_benchmark(directory: str, tr, dcfg, run_dir: Path) -> dict:
     return summary
 
 
-def _command_line(grid: str | Path, out_dir, overrides: list[str], jobs_at_once: int = 1) -> str:
-    parts = ["structnmt", "experiment", str(grid)]
+def _command_line(grid: str | Path, out_dir, overrides: list[str], jobs_at_once: int = 1,
+                  report_only: bool = False) -> str:
+    parts = ["structnmt", "experiment", str(grid)] + (["--report-only"] if report_only else [])
     if out_dir is not None:
         parts += ["--out", str(out_dir)]
     if jobs_at_once > 1:
@@ -245,7 +252,7 @@ def _command_line(grid: str | Path, out_dir, overrides: list[str], jobs_at_once:
 
 
 def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: list[str] | None = None, *,
-             jobs_at_once: int = 1, log=print) -> Path:
+             jobs_at_once: int = 1, report_only: bool = False, log=print) -> Path:
     """Train, decode and score every (run, seed) of ``grid``; write the report; return results.md.
 
     ``overrides`` (``key=value``): grid keys such as ``budget.max_updates=200``,
@@ -256,6 +263,10 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
     ``jobs_at_once`` > 1 trains that many runs at the same time (one subprocess each; give
     each a share of the cores with ``train.threads``); the default trains one after the
     other, so that every run's speed is measured alone.
+
+    ``report_only`` trains and decodes nothing: it writes the report from the runs that have
+    results (a grid still running, or one whose runs were trained elsewhere and copied into
+    the output directory) and names the missing ones in it.
     """
     from ..data.dataset import PreparedDataset
     from .report import write_report
@@ -277,7 +288,7 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
                 f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}\n")
 
     t_start = time.time()
-    command = _command_line(grid, out_dir, overrides, jobs_at_once)
+    command = _command_line(grid, out_dir, overrides, jobs_at_once, report_only)
     say(f"experiment {g.name}: {len(g.runs)} runs x {len(g.seeds)} seeds, budget {g.budget.describe()}; "
         f"output in {out}")
     data_path = _prepare_data(g, out, say)
@@ -299,6 +310,7 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
     configs: dict[tuple[str, int], Config] = {}
     to_train: list[tuple[str, int, Path, str]] = []  # (run name, seed, run_dir, tag)
     to_evaluate: list[tuple[str, int, Path, str]] = []
+    missing: list[tuple[str, int]] = []
     for i, (seed, r) in enumerate(jobs, 1):
         tag = f"[{i}/{len(jobs)}] {r.name} (seed {seed})"
         run_dir = out / "runs" / dirs[r.name] / f"seed{seed}"
@@ -315,8 +327,17 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
                     f"{run_dir}: this run was started with a different configuration ({', '.join(diff[:5])}); "
                     "use --out for a new output directory or delete that run directory.")
         if result_path.exists():
-            results[(r.name, seed)] = json.loads(result_path.read_text(encoding="utf-8"))
-            say(f"{tag}: finished earlier, skipped (BLEU {results[(r.name, seed)]['bleu']:.2f}).")
+            res = json.loads(result_path.read_text(encoding="utf-8"))
+            res["run_dir"] = str(run_dir)  # where it is now (the directory may have been moved or copied)
+            if resolved.exists():  # the report describes the config the run had (threads may differ)
+                configs[(r.name, seed)] = from_dict(yaml.safe_load(resolved.read_text(encoding="utf-8")),
+                                                    where=str(resolved))
+            results[(r.name, seed)] = res
+            say(f"{tag}: finished earlier, skipped (BLEU {res['bleu']:.2f}).")
+            continue
+        if report_only:
+            missing.append((r.name, seed))
+            say(f"{tag}: no results yet (--report-only: not trained).")
             continue
         run_dir.mkdir(parents=True, exist_ok=True)
         resolved.write_text(yaml.safe_dump(new, sort_keys=False, allow_unicode=True), encoding="utf-8")
@@ -387,6 +408,10 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
             if failure is not None:
                 raise failure
 
-    report = write_report(g, out, results, configs, refs, dirs=dirs, command=command, data_path=data_path, log=say)
+    if report_only and (g.baseline, g.seeds[0]) not in results:
+        raise ExperimentError(f"{g.source}: --report-only needs the results of the baseline '{g.baseline}' (seed "
+                              f"{g.seeds[0]}), which has none in {out}; train it first.")
+    report = write_report(g, out, results, configs, refs, dirs=dirs, command=command, data_path=data_path, log=say,
+                          missing=missing)
     say(f"experiment {g.name}: report {report} ({time.time() - t_start:.0f} s this invocation).")
     return report

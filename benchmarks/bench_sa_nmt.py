@@ -1,0 +1,116 @@
+#!/usr/bin/env python
+"""Training-step time of SA-NMT's models against their baselines, in one run.
+
+Two families, each against its own baseline:
+
+* RNN (``model.family: rnn``, 2+2 LSTM layers, d = 256): ``rnn`` (the NMT baseline),
+  ``sa_shared``, ``sa_separate``, ``sa_1set``, ``sa_hard`` (matrix-tree head selection,
+  eqs. 6-22) and ``fa_shared`` (flat attention);
+* Transformer (the tiny size): ``transformer`` and ``structured_l1`` (the matrix-tree
+  attention as the first encoder layer, all heads).
+
+Data, timing and output as in ``bench_mgsa.py``: the synthetic task, a fixed list of
+batches, one warm-up pass, ``--rounds`` rounds in a rotating order; reported: the median
+over rounds of the summed step times and the ratio to the family's baseline.
+
+Usage::
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_sa_nmt.py --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_mgsa import SIZES, dataset, step  # noqa: E402
+
+from structnmt.config import AttentionPlan, AttentionSpec, ModelConfig, RNNConfig  # noqa: E402
+from structnmt.data.dataset import PreparedDataset, collate, make_batches  # noqa: E402
+from structnmt.models import build_model  # noqa: E402
+
+
+def rnn(**options) -> ModelConfig:
+    return ModelConfig(family="rnn", d_model=256, encoder_layers=2, decoder_layers=2, dropout=0.1,
+                       share_all_embeddings=True, rnn=RNNConfig(**options))
+
+
+def transformer(plan: AttentionPlan) -> ModelConfig:
+    return ModelConfig(**SIZES["tiny"], dropout=0.1, share_all_embeddings=True, pre_norm=True, attention=plan)
+
+
+VARIANTS: dict[str, tuple[str, ModelConfig]] = {  # name -> (its baseline, config)
+    "rnn": ("rnn", rnn()),
+    "sa_shared": ("rnn", rnn(syntax="sa", annotations="shared")),
+    "sa_separate": ("rnn", rnn(syntax="sa", annotations="separate")),
+    "sa_1set": ("rnn", rnn(syntax="sa", annotations="one_set")),
+    "sa_hard": ("rnn", rnn(syntax="sa", annotations="shared", hard=True)),
+    "fa_shared": ("rnn", rnn(syntax="fa", annotations="shared")),
+    "transformer": ("transformer", transformer(AttentionPlan())),
+    "structured_l1": ("transformer", transformer(AttentionPlan(overrides={"encoder_self.0": AttentionSpec("structured")}))),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n-train", type=int, default=4000)
+    ap.add_argument("--vocab-size", type=int, default=2000)
+    ap.add_argument("--max-tokens", type=int, default=4096)
+    ap.add_argument("--train-batches", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "structnmt-bench-mgsa"))
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    ds = PreparedDataset(dataset(Path(args.workdir), args.n_train, args.vocab_size))
+    split = ds.split("train")
+    vocab = len(ds.src_vocab)
+    models = {}
+    for name, (_, cfg) in VARIANTS.items():
+        torch.manual_seed(1)
+        models[name] = build_model(cfg, vocab, vocab).to(device)
+    opts = {n: torch.optim.Adam(m.parameters(), lr=1e-4) for n, m in models.items()}
+    all_batches, _ = make_batches(split.src_lens, split.tgt_lens, max_tokens=args.max_tokens, seed=1)
+    pick = np.random.default_rng(0).choice(len(all_batches), size=min(args.train_batches, len(all_batches)),
+                                           replace=False)
+    batches = [collate(split, all_batches[i], {}).to(device) for i in pick]
+    names = list(models)
+    for b in batches:
+        for n in names:
+            step(models[n], opts[n], b, device)
+    per_round: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(args.rounds):
+        tot = dict.fromkeys(names, 0.0)
+        for j, b in enumerate(batches):
+            k = (r * len(batches) + j) % len(names)
+            for n in names[k:] + names[:k]:
+                tot[n] += step(models[n], opts[n], b, device)
+        for n in names:
+            per_round[n].append(tot[n])
+    print(f"# bench_sa_nmt  device={device} threads={torch.get_num_threads()}  torch {torch.__version__}  "
+          f"{platform.processor() or platform.machine()}")
+    print(f"# {len(batches)} batches (max_tokens={args.max_tokens}); {args.rounds} rounds, rotating order")
+    print(f"{'variant':<15}{'baseline':<13}{'params':>11}{'step s (sum)':>14}{'ratio':>8}{'min-ratio':>11}")
+    for n in names:
+        base = VARIANTS[n][0]
+        med = statistics.median(per_round[n])
+        ratios = [a / b for a, b in zip(per_round[n], per_round[base])]
+        nparam = sum(p.numel() for p in {id(p): p for p in models[n].parameters()}.values())
+        print(f"{n:<15}{base:<13}{nparam:>11,}{med:>14.3f}{med / statistics.median(per_round[base]):>8.3f}"
+              f"{min(ratios):>11.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -120,3 +120,27 @@ def test_phrase_labels_name_the_tokens_of_each_phrase(trained):
         full = [w for w in words[:-1] if not w.endswith("..")]
         assert all(w in texts[0] for w in full)  # each phrase is a contiguous run of the sentence's words
     assert torch.is_tensor(structures["mgsa.syntax"])
+
+
+def test_analyze_an_sa_nmt_model_draws_the_syntactic_gate(trained, tmp_path):
+    """RNN family with structured attention: no encoder self-attention maps, the cross
+    attention, and the eq. 23 gate norm per target token (picture and statistics)."""
+    from structnmt.analysis.heatmaps import run_analyze
+    from structnmt.config import RNNConfig
+
+    model = ModelConfig(family="rnn", d_model=32, encoder_layers=1, decoder_layers=1,
+                        rnn=RNNConfig(syntax="sa", annotations="shared"))
+    cfg = Config(data=DataConfig(path=str(trained / "bin"), max_tokens=800), model=model,
+                 train=TrainConfig(save_dir=str(tmp_path / "sa"), max_updates=4, validate_interval_updates=4,
+                                   lr=0.001, warmup_updates=0, tensorboard=False, progress=False),
+                 decode=DecodeConfig(beam=1, max_len_b=5))
+    train(cfg, log=lambda *_: None)
+    src, dep, const = _short_input(trained, tmp_path / "input")
+    written = run_analyze(checkpoint=tmp_path / "sa" / "checkpoint_last.pt", input_path=src,
+                          out_dir=tmp_path / "out", sentences=1, stats_sentences=2)
+    names = {p.name for p in written}
+    assert {"sent1_syntax_gate.png", "sent1_cross_last.png"} <= names and "sent2_syntax_gate.png" not in names
+    assert (tmp_path / "out" / "sent1_syntax_gate.png").read_bytes()[:8] == PNG_MAGIC
+    gate = json.loads((tmp_path / "out" / "attention_stats.json").read_text())["syntax_gate"]
+    assert sum(gate["highest_in_sentence"].values()) == 2  # one highest token per analysed sentence
+    assert 0 < gate["mean"] < 32 ** 0.5 and gate["eos_mean"] is not None

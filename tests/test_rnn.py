@@ -196,3 +196,24 @@ def test_halve_on_rise_schedule(synth_data, tmp_path):
 
         c.train.lr_schedule = "cosine"
         validate(c)
+
+
+@pytest.mark.parametrize("annotations", ["shared", "separate"])
+def test_syntax_gate_norm_of_eq_23(annotations):
+    """attentions["syntax_gate"] is z_t = ||sigmoid(W_gate h_t)||_2 per target position: with
+    W_gate = 0 every gate is 0.5, so z_t = 0.5 sqrt(d); a plain RNN has no gate."""
+    torch.manual_seed(0)
+    src, mask, tgt = batch()
+    plain = build_model(cfg(), V, V).eval()
+    assert "syntax_gate" not in plain(src, mask, tgt, need_weights=True).attentions
+    model = build_model(cfg(rnn=RNNConfig(syntax="sa", annotations=annotations)), V, V).eval()
+    z = model(src, mask, tgt, need_weights=True).attentions["syntax_gate"]
+    assert z.shape == (3, 4)
+    assert ((z > 0) & (z < 16 ** 0.5)).all() and z.std() > 0  # sqrt(d) bounds, and it varies
+    with torch.no_grad():
+        for m in model.modules():
+            if hasattr(m, "w_gate") and m.w_gate is not None:
+                m.w_gate.weight.zero_()
+    z0 = model(src, mask, tgt, need_weights=True).attentions["syntax_gate"]
+    assert_close(z0, torch.full((3, 4), 0.5 * 16 ** 0.5))
+    assert "syntax_gate" not in model(src, mask, tgt).attentions  # only when weights are asked for

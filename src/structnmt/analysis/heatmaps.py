@@ -30,6 +30,11 @@ Files written in ``out_dir`` (``n`` = 1-based sentence number):
   own memory (``extras["group_weights"]``, (B, H_g, T, M_g)): word heads over pieces,
   phrase heads over phrases labelled by their tokens (and, for syntactic phrases, their
   constituent label).
+* ``sent{n}_syntax_gate.png`` — SA-NMT models (RNN family with a syntactic annotation): the
+  norm of the syntactic gate z_t (eq. 23) over the predicted target tokens (the paper's
+  Fig. 6), the highest in bold; ``attention_stats.json`` adds ``syntax_gate``: the tokens
+  that most often carry a sentence's highest gate, the highest and lowest mean gates, the
+  mean at ``</s>`` (section 5.3's analysis).
 * ``sent{n}_rhe_layer{l}.png`` — for every RHE layer ``l`` (redundant-head enlivening):
   each head's plain attention (top; redundant heads in red, with ``Syn_attn`` and
   ``h_conf`` of eqs. 9 and 3) and the distribution the layer used (bottom: the DEA/LPEA
@@ -286,6 +291,8 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                "decoder_self": [layer.self_attn for layer in getattr(model, "decoder_layers", [])],
                "cross": [layer.cross_attn for layer in getattr(model, "decoder_layers", [])]}
     quad: dict[tuple[str, int], dict] = {}
+    gate_argmax: dict[str, int] = {}  # SA-NMT eq. 23: target token with the sentence's highest gate norm
+    gate_by_token: dict[str, list[float]] = {}
     captured: list = []
     hooks = [layer.self_attn.register_forward_hook(lambda _m, _i, o: captured.append(o)) for layer in enc_layers]
     acc = _Acc()
@@ -339,8 +346,31 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                     for gi, gw in enumerate(o.extras["group_weights"]):
                         acc.add(("encoder_self", li, f"group{gi}"), float(_entropy(gw[0].float().cpu()).mean()))
 
+            gate = res.attentions.get("syntax_gate")  # SA-NMT eq. 23: z_t per target position (1, T)
+            if gate is not None:
+                z = gate[0].float().cpu().tolist()  # z[t]: the gate of the prediction of tgt_labels[t]
+                gate_argmax[tgt_labels[int(np.argmax(z))]] = gate_argmax.get(tgt_labels[int(np.argmax(z))], 0) + 1
+                for lab, v in zip(tgt_labels, z):
+                    gate_by_token.setdefault(lab, []).append(v)
+
             if n > drawn:  # statistics only past the pictures' sentences
                 continue
+
+            if gate is not None:  # ---- SA-NMT Fig. 6: the gate norm of every predicted target token
+                fig = Figure(figsize=(max(6.0, 0.45 * len(tgt_labels) + 1.5), 3.4))
+                ax = fig.subplots()
+                top = int(np.argmax(z))
+                bars = ax.bar(range(len(z)), z, color=["C3" if i == top else "C0" for i in range(len(z))])
+                ax.set_xticks(range(len(z)))
+                ax.set_xticklabels(tgt_labels, rotation=60, ha="right", fontsize=8)
+                for i, lab in enumerate(ax.get_xticklabels()):
+                    lab.set_fontweight("bold" if i == top else "normal")
+                ax.set_ylim(min(z) * 0.98, max(z) * 1.01)
+                ax.set_ylabel("z_t = ||sigmoid(W_gate h_t)||")
+                ax.set_title(f"SA-NMT syntactic gate (eq. 23), sentence {n}; red/bold: the highest", fontsize=9)
+                del bars
+                fig.tight_layout()
+                written.append(_save(fig, out / f"sent{n}_syntax_gate.png"))
 
             # ---- encoder self-attention, every layer
             maps = [o.weights[0].float().cpu().numpy() for o in enc_outs if o.weights is not None]
@@ -515,6 +545,19 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                         for gi, g in enumerate(attn.groups)]
             layers.append(entry)
         stats[role] = layers
+    if gate_by_token:  # SA-NMT section 5.3: where the decoder lets source syntax in
+        means = {k: float(np.mean(v)) for k, v in gate_by_token.items()}
+        frequent = {k: m for k, m in means.items() if len(gate_by_token[k]) >= 5}
+        ranked = sorted(frequent.items(), key=lambda kv: -kv[1])
+        stats["syntax_gate"] = {
+            "definition": "z_t = ||sigmoid(W_gate h_t)||_2 (eq. 23) when predicting each target token",
+            "mean": float(np.mean([x for v in gate_by_token.values() for x in v])),
+            "eos_mean": means.get("</s>"),
+            "highest_in_sentence": dict(sorted(gate_argmax.items(), key=lambda kv: -kv[1])[:10]),
+            "highest_mean_tokens": dict(ranked[:10]),
+            "lowest_mean_tokens": dict(ranked[-10:][::-1]),
+            "min_count_for_means": 5,
+        }
     path = out / "attention_stats.json"
     path.write_text(json.dumps(stats, indent=2), encoding="utf-8")
     written.append(path)

@@ -188,7 +188,8 @@ class RNNModel(nn.Module):
         return h, c, like.new_zeros(B, d)
 
     def step(self, y_prev: Tensor, h: Tensor, c: Tensor, u: Tensor, enc: RNNEncoderOutput):
-        """One decoder step: y_prev (B,) -> u_t (B, d), new (h, c) (B, layers, d), alpha_t (B, n)."""
+        """One decoder step: y_prev (B,) -> u_t (B, d), new (h, c) (B, layers, d), alpha_t (B, n) and
+        the syntactic gate sigma(W_gate h_t) (B, d) of eq. 17 (None without a syntactic annotation)."""
         emb = F.dropout(self.tgt_embed(y_prev), self.cfg.dropout, self.training)
         inp = torch.cat([emb, u], dim=-1)[:, None]  # input feeding
         out, (h2, c2) = self.decoder(inp, (h.transpose(0, 1).contiguous(), c.transpose(0, 1).contiguous()))
@@ -196,6 +197,7 @@ class RNNModel(nn.Module):
         scores = torch.einsum("bd,bnd->bn", self.w_a(top), enc.memory)  # eq. 3: h_t^T W_a S
         alpha = torch.softmax(scores.float().masked_fill(~enc.mask, float("-inf")), -1).to(top.dtype)
         ctx = torch.einsum("bn,bnd->bd", alpha, enc.memory)  # eq. 4
+        gate = None
         if enc.syntax is None:
             u_t = torch.tanh(self.w_g(torch.cat([top, ctx], dim=-1)))  # eq. 2
         else:
@@ -205,25 +207,37 @@ class RNNModel(nn.Module):
                 g = torch.einsum("bd,bnd->bn", self.w_m(top), enc.syntax)
                 gamma = torch.softmax(g.float().masked_fill(~enc.mask, float("-inf")), -1).to(top.dtype)
                 d_t = torch.einsum("bn,bnd->bd", gamma, enc.syntax)
-            d_hat = d_t * torch.sigmoid(self.w_gate(top))  # eq. 17
+            gate = torch.sigmoid(self.w_gate(top))
+            d_hat = d_t * gate  # eq. 17
             u_t = torch.tanh(self.w_g(torch.cat([top, ctx, d_hat], dim=-1)))  # eq. 18
         u_t = F.dropout(u_t, self.cfg.dropout, self.training)
-        return u_t, h2.transpose(0, 1), c2.transpose(0, 1), alpha
+        return u_t, h2.transpose(0, 1), c2.transpose(0, 1), alpha, gate
 
     def decode(self, tgt_in: Tensor, enc: RNNEncoderOutput, *, cache: IncrementalCache | None = None,
                offset: int = 0, need_weights: bool = False) -> ModelOutput:
-        """tgt_in (B, T) -> logits (B, T, V); with a cache, ``tgt_in`` holds only new steps."""
+        """tgt_in (B, T) -> logits (B, T, V); with a cache, ``tgt_in`` holds only new steps.
+
+        ``need_weights``: ``attentions["cross"]`` = [alpha (B, 1, T, n)] and, for SA/FA models,
+        ``attentions["syntax_gate"]`` (B, T) = z_t = ||sigma(W_gate h_t)||_2 (eq. 23), the norm of
+        the gate that lets the syntactic context into the prediction of target position t. The
+        paper writes h_{t-1} for the state that predicts y_t; here that state is called h_t
+        (computed from y_{t-1}), the one eq. 17's gate reads, so z_t is the gate of the
+        prediction of y_t in both readings."""
         B, T = tgt_in.shape
         h, c, u = self._state(enc, cache, B, enc.memory)
-        outs, alphas = [], []
+        outs, alphas, gates = [], [], []
         for t in range(T):
-            u, h, c, alpha = self.step(tgt_in[:, t], h, c, u, enc)
+            u, h, c, alpha, gate = self.step(tgt_in[:, t], h, c, u, enc)
             outs.append(u)
             alphas.append(alpha)
+            if need_weights and gate is not None:
+                gates.append(gate.float().norm(dim=-1))
         if cache is not None:
             cache.set(CACHE_KEY, {"h": h, "c": c, "u": u})
         logits = self.output_proj(torch.stack(outs, dim=1))  # eq. 5
         attn = {"cross": [torch.stack(alphas, dim=1)[:, None]]} if need_weights else {}  # (B, 1, T, n)
+        if gates:
+            attn["syntax_gate"] = torch.stack(gates, dim=1)  # (B, T), eq. 23
         return ModelOutput(logits, {}, attn)
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, structures: dict[str, Tensor] | None = None,

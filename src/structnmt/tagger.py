@@ -360,7 +360,7 @@ def train_row(cfg: TagConfig, splits: dict[str, list[Sentence]], out: Path, log=
             opt.zero_grad()
             loss.backward()
             opt.step()
-            tot, n = tot + float(loss), n + 1
+            tot, n = tot + float(loss.detach()), n + 1
         pred = _predict(model, splits["valid"], vocab, tags, specs, device, 128)
         gold = [[tags.get(t, -1) for t in s.tags] for s in splits["valid"]]
         acc = 100 * sum(int(a == b) for p, g in zip(pred, gold) for a, b in zip(p, g)) / sum(map(len, gold))

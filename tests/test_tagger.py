@@ -91,3 +91,29 @@ def test_tagger_learns_the_task(tmp_path, attention):
     pred = (tmp_path / "out" / "tagger" / "test.pred").read_text().splitlines()
     assert len(pred) == 8 and pred[0].split()[1].endswith("/NN")
     assert np.isfinite(result["history"][-1]["train_loss"])
+
+
+def test_rows_resume_and_report_only_trains_nothing(tmp_path, monkeypatch):
+    """A finished row is read back, not retrained; --report-only reports the finished rows and
+    names the rest."""
+    import structnmt.tagger as tagger_mod
+
+    root = ptb_sample(tmp_path / "ptb")
+    cfg = tmp_path / "tag.yaml"
+    cfg.write_text(f"corpus: {{name: ptb, path: {root}}}\nsplit: {{ptb_files: [[3, 4], [5, 5], [6, 6]]}}\n"
+                   f"out_dir: {tmp_path / 'out'}\n"
+                   "model: {layers: 1, d_model: 16, heads: 2, ffn_dim: 32, dropout: 0.0, min_count: 1}\n"
+                   "train: {epochs: 2, patience: 0, lr: 0.01, batch_size: 8}\n"
+                   "rows:\n  - name: Transformer\n  - name: PhraseTransformer (k=2)\n"
+                   "    overrides: ['model.attention={name: phrase_transformer, options: {k: 2}}']\n")
+    run_tag(cfg, ["rows=[{name: Transformer}]"], log=lambda *_: None)  # the first row only
+
+    def no_training(*_a, **_k):
+        raise AssertionError("a row was trained")
+
+    monkeypatch.setattr(tagger_mod, "train_row", no_training)
+    lines: list[str] = []
+    md = run_tag(cfg, report_only=True, log=lines.append).read_text()
+    assert any("Transformer: done before" in x for x in lines)
+    assert "| Transformer | " in md and "| PhraseTransformer (k=2) |" not in md
+    assert "Not run yet" in md and "PhraseTransformer (k=2)." in md

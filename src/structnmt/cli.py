@@ -207,7 +207,7 @@ def cmd_probe(args) -> int:
 def cmd_tag(args) -> int:
     from .tagger import run_tag
 
-    report = run_tag(args.config, args.overrides)
+    report = run_tag(args.config, args.overrides, report_only=args.report_only)
     print(f"tag: results in {report}")
     return 0
 
@@ -364,6 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("tag", help="POS tagging with an encoder-only Transformer (PhraseTransformer sec. 4.3, Table 2)")
     s.add_argument("config", help="tag YAML (see configs/tag/)")
+    s.add_argument("--report-only", action="store_true",
+                   help="train nothing: write tag.md from the rows that finished and name the others")
     s.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. train.epochs=5")
     s.set_defaults(func=cmd_tag)
 

@@ -389,8 +389,11 @@ def train_row(cfg: TagConfig, splits: dict[str, list[Sentence]], out: Path, log=
     return result
 
 
-def run_tag(config: str | Path, overrides: list[str] | None = None, log=print) -> Path:
-    """Train and score the config (or each of its rows); write out_dir/tag.md and tag.json."""
+def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, report_only: bool = False) -> Path:
+    """Train and score the config (or each of its rows); write out_dir/tag.md and tag.json.
+
+    Rows that finished before (``<row>/result.json``) are read, not retrained. ``report_only``
+    trains nothing: the report holds the finished rows and names the others as not run."""
     base = load_tag_config(config, overrides)
     out = Path(base.out_dir)
     if base.corpus.name == "ptb":
@@ -404,12 +407,17 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print) -
     spacy_cache: dict[str, list] = {}
     rows = base.rows or [TagRow(name=base.name or "tagger")]
     results = {}
+    missing: list[str] = []
     for row in rows:
         cfg = load_tag_config(config, (overrides or []) + row.overrides)
         row_dir = out / row.name.replace(" ", "_").replace("=", "").replace("(", "").replace(")", "")
         if (row_dir / "result.json").is_file():
             results[row.name] = json.loads((row_dir / "result.json").read_text())
             log(f"tag: {row.name}: done before ({results[row.name]['accuracy']:.2f}), skipped")
+            continue
+        if report_only:
+            log(f"tag: {row.name}: not run yet (--report-only)")
+            missing.append(row.name)
             continue
         if cfg.trees == "spacy":
             if not spacy_cache:
@@ -430,10 +438,11 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print) -
         results[row.name] = train_row(cfg, splits, row_dir, log)
         r = results[row.name]
         log(f"tag: {row.name}: test accuracy {r['accuracy']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]")
-    return write_report(base, config, overrides or [], results, sizes, stats, out)
+    return write_report(base, config, overrides or [], results, sizes, stats, out, missing=missing)
 
 
-def write_report(cfg: TagConfig, config, overrides, results: dict, sizes: dict, stats: dict, out: Path) -> Path:
+def write_report(cfg: TagConfig, config, overrides, results: dict, sizes: dict, stats: dict, out: Path,
+                 missing: list[str] | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     command = "structnmt tag " + " ".join(shlex.quote(str(x)) for x in [config, *overrides])
     lines = [f"# POS tagging: {cfg.corpus.name} ({cfg.corpus.path})", "",
@@ -446,6 +455,8 @@ def write_report(cfg: TagConfig, config, overrides, results: dict, sizes: dict, 
     for name, r in results.items():
         lines.append(f"| {name} | {r['accuracy']:.2f} | [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] | {r['best_epoch']} "
                      f"| {r['valid_accuracy']:.2f} | {r['params']:,} | {r['seconds']:.0f} |")
+    if missing:
+        lines += ["", "Not run yet (the report was written with `--report-only`): " + "; ".join(missing) + "."]
     (out / "tag.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     slim = {k: {kk: vv for kk, vv in v.items() if kk != "correct_per_sentence"} for k, v in results.items()}
     (out / "tag.json").write_text(json.dumps({"command": command, "splits": sizes, "stats": stats,

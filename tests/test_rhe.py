@@ -21,7 +21,8 @@ from structnmt.nn.localness import gaussian_bias
 from structnmt.nn.relative_position import bucket_weights, relative_index
 from structnmt.nn.rhe import identify_heads, query_tokens
 from structnmt.nn.sea import DEP_MASK_KEY, lpea_key
-from structnmt.syntax.features import OUT_OF_PHRASE, dependency_mask, local_phrase_positions
+from structnmt.syntax.batching import build_structures
+from structnmt.syntax.features import OUT_OF_PHRASE, local_phrase_positions
 from structnmt.syntax.trees import ConstituencyTree, DependencyTree, Node
 
 D, H = 16, 4
@@ -240,25 +241,71 @@ def test_selection_per_sentence_and_head_equals_the_two_mechanisms(enhancement, 
     assert imp.any() and not imp.all(), "the random heads should include both roles"
     sel = imp[:, :, None, None]
     assert_close(r.weights, torch.where(sel, p.weights, a.weights))
-    # the output is the per-head mix: rebuild it from the two mechanisms' weights
-    if base != "rel_pos":
-        B, S, _ = x.shape
-        _, v = rhe.base.kv_proj(x).chunk(2, -1)
-        v = v.view(B, S, H, -1).transpose(1, 2)
-        heads = torch.where(sel, p.weights, a.weights) @ v
-        want = rhe.base.out_proj(heads.transpose(1, 2).reshape(B, S, D))
-        assert_close(r.output, want)
+    # the output is the per-head mix: rebuild it from the two mechanisms' weights (Rel_Pos: plus
+    # its value term, sum_j alpha_ij a^V_clip(j-i), written out)
+    B, S, _ = x.shape
+    _, v = rhe.base.kv_proj(x).chunk(2, -1)
+    v = v.view(B, S, H, -1).transpose(1, 2)
+    mixed = torch.where(sel, p.weights, a.weights)
+    heads = mixed @ v
+    if base == "rel_pos":
+        kk = rhe.base.rel.k
+        table = rhe.base.rel.rel_v.weight
+        idx = torch.tensor([[max(-kk, min(kk, j - i)) + kk for j in range(S)] for i in range(S)])
+        heads = heads + torch.einsum("bhij,ijd->bhid", mixed, table[idx])
+    want = rhe.base.out_proj(heads.transpose(1, 2).reshape(B, S, D))
+    assert_close(r.output, want)
 
 
 def test_pruning_zeroes_exactly_the_redundant_heads():
     x, mask, dep, rp = inputs(B=3, S=7)
-    pruned = build("rhe", {"redundant_action": "prune"})
-    w = pruned(x, x, ctx_for(mask, dep, rp)).weights
-    imp = pruned(x, x, ctx_for(mask, dep, rp)).extras["head_important"]
+    pruned = build("rhe", {"enhancement": "none", "redundant_action": "prune"})
+    assert not any(n.startswith(("lpea.", "rel.", "loc.")) for n, _ in pruned.named_parameters())
+    assert set(pruned.required_structures()) == {DEP_MASK_KEY}
+    out = pruned(x, x, ctx_for(mask, dep, rp))
+    w, imp = out.weights, out.extras["head_important"]
+    assert imp.any() and not imp.all(), "the random heads should include both roles"
     assert (w[~imp] == 0).all()
-    assert (w[imp].sum(-1) > 0).any()
+    plain = out.extras["plain_weights"]
+    assert_close(w[imp], plain[imp])  # important heads keep their plain attention
+    # the output: the important heads' plain outputs, zero for the pruned heads, through W_O
+    B, S, _ = x.shape
+    _, v = pruned.base.kv_proj(x).chunk(2, -1)
+    v = v.view(B, S, H, -1).transpose(1, 2)
+    heads = (plain @ v) * imp[:, :, None, None]
+    assert_close(out.output, pruned.base.out_proj(heads.transpose(1, 2).reshape(B, S, D)))
     with pytest.raises(ConfigError, match="prune"):
-        build("rhe", {"redundant_action": "prune", "heads": "all"})
+        build("rhe", {"redundant_action": "prune", "enhancement": "none", "heads": "all"})
+    with pytest.raises(ConfigError, match="enhancement: none"):
+        build("rhe", {"redundant_action": "prune"})  # the default enhancement lpea would be unused
+
+
+def test_rhe_refuses_a_second_copy_of_its_base_and_unknown_rules():
+    for mech in ("rel_pos", "localness"):
+        with pytest.raises(ConfigError, match="both"):
+            build("rhe", {"base": mech, "enhancement": mech})
+    with pytest.raises(ConfigError, match="rule"):
+        build("rhe", {"rule": "rule3"})
+
+
+def test_confidence_without_the_eos_key():
+    """exclude_eos_key: a head parking its mass on EOS (Fig. 5 (a)) loses its confidence."""
+    n = 4  # 3 words + EOS
+    w = torch.zeros(1, 2, n, n)
+    w[0, 0, :, n - 1] = 1.0  # head 1: everything on EOS
+    w[0, 1] = torch.eye(n)  # head 2: each token on itself
+    dep = torch.eye(n, dtype=torch.bool)[None, None]
+    q = query_tokens(torch.ones(1, n, dtype=torch.bool), exclude_eos=True)
+    keys = torch.tensor([[True, True, True, False]])
+    both = identify_heads(w, dep, q)
+    no_eos = identify_heads(w, dep, q, confidence_keys=keys)
+    assert_close(both.h_conf[0], torch.tensor([1.0, 1.0]))
+    assert_close(no_eos.h_conf[0], torch.tensor([0.0, 1.0]))
+    # through the layer: the option reaches eq. 3 (confidence can only drop)
+    x, mask, dep_b, rp = inputs(B=2, S=6)
+    a = build("rhe", {"enhancement": "dea"})(x, x, ctx_for(mask, dep_b, rp)).extras["h_conf"]
+    b = build("rhe", {"enhancement": "dea", "exclude_eos_key": True})(x, x, ctx_for(mask, dep_b, rp)).extras["h_conf"]
+    assert (b <= a + 1e-7).all() and (b < a - 1e-4).any()
 
 
 # ----------------------------------------------------------------------------- Rel_Pos
@@ -384,7 +431,7 @@ MECHANISMS = [
     ("rhe", {"enhancement": "lpea", "heads": "all"}),
     ("rhe", {"base": "rel_pos", "enhancement": "lpea"}),
     ("rhe", {"base": "localness", "enhancement": "dea"}),
-    ("rhe", {"redundant_action": "prune"}),
+    ("rhe", {"enhancement": "none", "redundant_action": "prune"}),
     ("rhe", {"base": "rel_pos", "enhancement": "dea"}),
     ("rhe", {"enhancement": "lpea", "gate": "fixed", "fixed_gate": 0.2}),
     ("rhe", {"enhancement": "dea", "gate": "confidence"}),
@@ -430,36 +477,34 @@ def test_scaled_attention_need_weights_on_a_fully_masked_row_is_zero_not_nan():
 
 
 def test_a_model_with_rhe_in_layer_one_is_padding_invariant_and_nan_free():
-    """The whole model: structures padded as the collator pads them, one sentence alone vs padded."""
+    """The whole model, its structures built by the collator's own builder
+    (syntax.batching.build_structures): one sentence alone vs padded, and vs in a batch."""
     plan = AttentionPlan(overrides={"encoder_self.0": AttentionSpec("rhe", {"enhancement": "lpea", "k": 2})})
     model = model_with(plan)
+    specs = model.required_structures()
+    assert set(specs) == {DEP_MASK_KEY, lpea_key(2, "rule2")}
     cons, dep_tree = bush_trees()
     n = 6
-    dm = torch.from_numpy(dependency_mask(dep_tree, np.arange(n)))
-    rp = torch.from_numpy(local_phrase_positions(cons, np.arange(n), 2))
-
-    def pad(S):
-        d = torch.zeros(S, S, dtype=torch.bool)
-        r = torch.full((S, S), OUT_OF_PHRASE, dtype=torch.long)
-        d[:n, :n], r[:n, :n] = dm, rp
-        d[n, n], r[n, n] = True, 0  # EOS
-        for i in range(n + 1, S):
-            d[i, i] = True
-        return d, r
-
-    src = torch.randint(4, 40, (1, n + 1))
+    wop = np.arange(n)  # one piece per word
+    src = torch.randint(4, 40, (1, n + 1))  # the words and EOS
     tgt = torch.randint(4, 40, (1, 5))
-    d1, r1 = pad(n + 1)
     alone = model(src, torch.ones_like(src, dtype=torch.bool), tgt,
-                  {DEP_MASK_KEY: d1[None], lpea_key(2, "rule2"): r1[None]}).logits
+                  build_structures(specs, [(dep_tree, cons)], [wop], n + 1)).logits
     S = n + 4
     psrc = torch.full((1, S), PAD)
     psrc[0, : n + 1] = src
-    d2, r2 = pad(S)
-    padded = model(psrc, psrc != PAD, tgt, {DEP_MASK_KEY: d2[None], lpea_key(2, "rule2"): r2[None]}).logits
+    padded = model(psrc, psrc != PAD, tgt, build_structures(specs, [(dep_tree, cons)], [wop], S)).logits
     assert torch.isfinite(padded).all()
     assert_close(padded, alone, atol=1e-5, rtol=1e-5)
-    assert set(model.required_structures()) == {DEP_MASK_KEY, lpea_key(2, "rule2")}
+    # in a batch beside a longer sentence of 3 pieces per word
+    wop3 = np.repeat(np.arange(n), 2)
+    long_src = torch.randint(4, 40, (1, 2 * n + 1))
+    bsrc = torch.full((2, 2 * n + 1), PAD)
+    bsrc[0, : n + 1], bsrc[1] = src[0], long_src[0]
+    batch = model(bsrc, bsrc != PAD, tgt.expand(2, -1),
+                  build_structures(specs, [(dep_tree, cons)] * 2, [wop, wop3], 2 * n + 1)).logits
+    assert torch.isfinite(batch).all()
+    assert_close(batch[:1], alone, atol=1e-5, rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------- review additions

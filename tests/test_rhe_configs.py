@@ -40,7 +40,7 @@ ROWS: dict[str, tuple[list[type], type, dict]] = {
     "table1_lpea_rhe": ([RHE, MHA, MHA, MHA], MHA, lpea_rhe()),
     "table2_rel_pos_rhe": ([RHE, REL, REL, REL], REL, lpea_rhe(base="rel_pos")),
     "table2_localness_rhe": ([RHE, LOC, MHA, MHA], MHA, lpea_rhe(base="localness")),
-    "table2_lpea_rhe_pruning": ([RHE, MHA, MHA, MHA], MHA, lpea_rhe(redundant_action="prune")),
+    "table2_lpea_rhe_pruning": ([RHE, MHA, MHA, MHA], MHA, lpea_rhe(enhancement="none", redundant_action="prune")),
     "table2_rel_pos_on_redundant_heads": ([RHE, MHA, MHA, MHA], MHA,
                                           {"enhancement": "rel_pos", "enhancement_options": {"k": 16}, "base": "mha"}),
     "table2_localness_on_redundant_heads": ([RHE, MHA, MHA, MHA], MHA,

@@ -54,10 +54,14 @@ def gather_relative(table_scores: Tensor, index: Tensor) -> Tensor:
 
 
 def bucket_weights(weights: Tensor, index: Tensor, buckets: int) -> Tensor:
-    """(B, H, T, S) weights summed into their distance buckets: (B, H, T, buckets)."""
+    """(B, H, T, S) weights summed into their distance buckets: (B, H, T, buckets).
+
+    Summed in float32 whatever the weights' dtype (under bf16 autocast the clipped far
+    buckets gather many small weights), then cast back.
+    """
     B, H, T, S = weights.shape
-    out = weights.new_zeros(B, H, T, buckets)
-    return out.scatter_add(-1, index.expand(B, H, T, S), weights)
+    out = torch.zeros(B, H, T, buckets, dtype=torch.float32, device=weights.device)
+    return out.scatter_add(-1, index.expand(B, H, T, S), weights.float()).to(weights.dtype)
 
 
 class RelativePositions(nn.Module):

@@ -8,8 +8,11 @@ Identification (per sentence ``b`` and head ``h``, on the head's **plain** atten
 syntactic):
 
 * head confidence, eq. 3 (Voita et al. 2019): ``h_conf = 1/n sum_i max_j A_ij`` over the
-  sentence's real query tokens (padding excluded; EOS too unless ``exclude_eos: false``;
-  Voita et al. exclude it);
+  sentence's real query tokens (padding excluded; EOS too unless ``exclude_eos: false``).
+  Voita et al.'s "maximum attention weight, excluding the end of sentence symbol" has two
+  readings: the EOS **query row** left out of the average (the default) or the EOS **key
+  column** left out of each row's maximum (``exclude_eos_key: true``, combinable), which
+  lowers the confidence of a head that parks its mass on EOS (the paper's Fig. 5 (a));
 * syntactic attention, eq. 9: ``Syn_attn = 1/n sum_i sum_j Dep_mask_ij A_ij`` — the mass
   on the word itself and its head and dependents (the DEA mask of eq. 5), same tokens;
 * eq. 10: ``h_label = 1`` (important) iff ``Syn_attn > Syn_gate``; the gate is
@@ -21,7 +24,10 @@ syntactic):
 Enlivening: the output weights are ``where(important, A, A_SEA)`` per (sentence, head),
 with ``A_SEA`` the same head's DEA or LPEA distribution (same queries, keys, values);
 ``redundant_action: prune`` gives redundant heads a zero output instead (Table 2's
-pruning row). ``heads: all`` gives every head ``A_SEA`` — the paper's "+DEA"/"+LPEA" rows
+pruning row; it has no enhancement, so it needs ``enhancement: none``). Pruning saves no
+computation here: identification needs every head's plain attention of the very sentence,
+so the pruned heads' weights are computed before they are zeroed (the paper's "training
+speed improves slightly" can only come from removing heads fixed once for all sentences). ``heads: all`` gives every head ``A_SEA`` — the paper's "+DEA"/"+LPEA" rows
 (Table 1), where no identification is needed.
 
 The base attention is any plain mechanism that only changes logits and values:
@@ -87,6 +93,13 @@ class HeadRoles:
     gate: Tensor  # the Syn_gate compared with
 
 
+def eos_position(key_mask: Tensor) -> Tensor:
+    """(B, S) bool: the EOS the collator appends (the last real position of each row)."""
+    length = key_mask.sum(-1)  # (B,)
+    pos = torch.arange(key_mask.shape[1], device=key_mask.device)
+    return pos[None, :] == (length - 1)[:, None]
+
+
 def query_tokens(key_mask: Tensor, exclude_eos: bool) -> Tensor:
     """(B, S) bool: the real tokens whose rows count in eqs. 3 and 9.
 
@@ -95,11 +108,8 @@ def query_tokens(key_mask: Tensor, exclude_eos: bool) -> Tensor:
     """
     if not exclude_eos:
         return key_mask
-    length = key_mask.sum(-1)  # (B,)
-    pos = torch.arange(key_mask.shape[1], device=key_mask.device)
-    eos = pos[None, :] == (length - 1)[:, None]
-    keep = key_mask & ~eos
-    return torch.where(length[:, None] > 1, keep, key_mask)
+    keep = key_mask & ~eos_position(key_mask)
+    return torch.where(key_mask.sum(-1, keepdim=True) > 1, keep, key_mask)
 
 
 def identify_heads(
@@ -109,16 +119,20 @@ def identify_heads(
     *,
     gate: str = "dynamic",
     fixed_gate: float = 0.3,
+    confidence_keys: Tensor | None = None,
 ) -> HeadRoles:
     """Eqs. 3, 9, 10 per sentence and head.
 
     weights (B, H, T, S) plain attention (detached here); dep_allowed (B, 1 or H, T, S)
-    bool, the DEA mask (self included); queries (B, T) bool, the rows that count.
+    bool, the DEA mask (self included); queries (B, T) bool, the rows that count;
+    confidence_keys (B, S) bool or None: the keys whose weights may be a row's maximum in
+    eq. 3 (None: all; ``exclude_eos_key`` passes every key but EOS).
     """
     w = weights.detach().float()
     q = queries[:, None, :].to(w.dtype)  # (B, 1, T)
     n = q.sum(-1).clamp_min(1.0)  # (B, 1)
-    h_conf = (w.amax(-1) * q).sum(-1) / n  # (B, H)  eq. 3
+    wc = w if confidence_keys is None else w.masked_fill(~confidence_keys[:, None, None, :], 0.0)
+    h_conf = (wc.amax(-1) * q).sum(-1) / n  # (B, H)  eq. 3
     syn = ((w * dep_allowed.to(w.dtype)).sum(-1) * q).sum(-1) / n  # (B, H)  eq. 9
     if gate == "dynamic":
         g = torch.sigmoid(h_conf)  # eq. 10
@@ -146,6 +160,7 @@ class RHEAttention(nn.Module):
         gate: str = "dynamic"  # dynamic: sigmoid(h_conf) (eq. 10) | fixed | confidence (Syn_attn > h_conf)
         fixed_gate: float = 0.3  # the constant of gate: fixed (Fig. 4 sweeps 0.1..0.5)
         exclude_eos: bool = True  # leave the EOS row out of eqs. 3 and 9 (Voita et al.)
+        exclude_eos_key: bool = False  # leave the EOS column out of each row's maximum in eq. 3 (the other reading)
         k: int = 6  # LPEA clipping distance (Table 3 sweeps 0..16)
         rule: str = "rule2"  # local-phrase rules of §4.1 (syntax layer: rule1 | rule2)
 
@@ -168,6 +183,17 @@ class RHEAttention(nn.Module):
         if options.redundant_action == "prune" and options.heads != "redundant":
             raise ConfigError(f"{where}: redundant_action 'prune' removes the redundant heads, so it needs "
                               "heads: redundant (heads: all would prune every head).")
+        if options.redundant_action == "prune" and options.enhancement != "none":
+            raise ConfigError(f"{where}: redundant_action 'prune' gives the redundant heads no output, so no "
+                              f"enhancement is used; set enhancement: none (got '{options.enhancement}').")
+        if options.enhancement in ("rel_pos", "localness") and options.base == options.enhancement:
+            raise ConfigError(f"{where}: base and enhancement are both '{options.base}', which would add a second, "
+                              f"separate {options.base} term on the redundant heads; use base: mha with "
+                              f"enhancement: {options.base}, or base: {options.base} with enhancement: lpea or dea.")
+        from ..syntax.features import LPEA_RULES
+
+        if options.rule not in LPEA_RULES:
+            raise ConfigError(f"{where}: unknown rule '{options.rule}'; use one of {', '.join(LPEA_RULES)}.")
         if not 0.0 < options.fixed_gate <= 1.0:
             raise ConfigError(f"{where}: fixed_gate must be in (0, 1], got {options.fixed_gate}.")
         if options.k < 0:
@@ -242,7 +268,8 @@ class RHEAttention(nn.Module):
             key_mask = ctx.key_mask if ctx.key_mask is not None else torch.ones(B, S, dtype=torch.bool,
                                                                                  device=q.device)
             roles = identify_heads(plain, dep, query_tokens(key_mask, opt.exclude_eos), gate=opt.gate,
-                                   fixed_gate=opt.fixed_gate)
+                                   fixed_gate=opt.fixed_gate,
+                                   confidence_keys=key_mask & ~eos_position(key_mask) if opt.exclude_eos_key else None)
             extras.update(head_important=roles.important, h_conf=roles.h_conf, syn_attn=roles.syn_attn)
 
         if opt.redundant_action == "prune":

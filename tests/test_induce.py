@@ -81,6 +81,29 @@ def test_attachment_and_baselines():
     assert prod == {"NOUN": {"DET": 100.0}, "VERB": {"NOUN": 100.0}}
 
 
+def test_punctuation_protocols_when_a_gold_head_is_punctuation():
+    """'a , b': gold head of 'b' is the comma (as some treebank arcs are). reduce: 'b' is headed
+    by a removed word, so no tree can attach it; skip: the comma is a valid head."""
+    from structnmt.induce import full_view
+
+    s = Sentence(["a", ",", "b"], [0, 1, 2], ["NOUN", "PUNCT", "NOUN"])
+    v = eval_view(s)
+    assert v.keep == [0, 2] and v.heads == [0, -1]
+    assert attachment([[0, 1]], [v]) == {"DA": 50.0, "UA": 50.0, "scored": 2}  # 'b' unattainable
+    f = full_view(s)
+    gold_tree = [0, 1, 2]
+    assert attachment([gold_tree], [f], skip_punct=True) == {"DA": 100.0, "UA": 100.0, "scored": 2}
+    # the comma's own arc is not scored: a wrong head for it changes nothing
+    assert attachment([[0, 3, 2]], [f], skip_punct=True)["DA"] == 100.0
+    # the reversed arc a-, counts undirected; a word predicted as the root where gold has another
+    # head ('b') is wrong in both directions, as is 'a' under 'b' (no a-b arc in gold)
+    assert attachment([[2, 0, 2]], [f], skip_punct=True) == {"DA": 50.0, "UA": 100.0, "scored": 2}
+    assert attachment([[3, 3, 0]], [f], skip_punct=True) == {"DA": 0.0, "UA": 0.0, "scored": 2}
+    # skip: the baselines over the whole sentence (L: heads 2, 3, 0)
+    assert attachment([branching(3, "L")], [f], skip_punct=True)["DA"] == 0.0
+    assert productions([gold_tree], [f], skip_punct=True) == {"PUNCT": {"NOUN": 100.0}}
+
+
 def test_induce_end_to_end(synth_data, tmp_path):
     from structnmt.config import Config, DataConfig, ModelConfig, RNNConfig, TrainConfig
     from structnmt.induce import run_induce
@@ -106,3 +129,21 @@ def test_induce_end_to_end(synth_data, tmp_path):
     assert all(sum(h == 0 for h in s.heads) == 1 for s in induced)  # one root each, every sentence kept
     report = (tmp_path / "out" / "induce.md").read_text()
     assert "L (head = right neighbour)" in report and any(p.name == "induce.json" for p in written)
+    import json
+
+    from structnmt.errors import UserError
+
+    red = json.loads((tmp_path / "out" / "induce.json").read_text())
+    assert red["punct"] == "reduce" and red["model"]["scored"] == 6  # the '.' removed
+    run_induce(checkpoint=tmp_path / "m" / "checkpoint_last.pt", conllu=gold, out_dir=tmp_path / "skip", punct="skip")
+    skip = json.loads((tmp_path / "skip" / "induce.json").read_text())
+    assert skip["punct"] == "skip" and skip["model"]["scored"] == 6
+    # skip scores the very trees it wrote
+    written_trees = [t.heads for t in read_words(tmp_path / "skip" / "g.induced.conllu")]
+    from structnmt.induce import attachment as att
+    from structnmt.induce import full_view
+
+    assert att(written_trees, [full_view(t) for t in read_words(gold)], True) == skip["model"]
+    with pytest.raises(UserError, match="--punct"):
+        run_induce(checkpoint=tmp_path / "m" / "checkpoint_last.pt", conllu=gold, out_dir=tmp_path / "x",
+                   punct="drop")

@@ -216,7 +216,7 @@ def cmd_induce(args) -> int:
     from .induce import run_induce
 
     written = run_induce(checkpoint=args.checkpoint, conllu=args.conllu, out_dir=args.out, scores=args.scores,
-                         layer=args.layer, head=args.head, progress=not args.no_progress)
+                         layer=args.layer, head=args.head, punct=args.punct, progress=not args.no_progress)
     print(f"induce: wrote {', '.join(str(p) for p in written)}")
     return 0
 
@@ -375,8 +375,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="output directory (<stem>.induced.conllu, induce.md/json)")
     s.add_argument("--scores", default="phi", choices=["phi", "beta", "log_beta"],
                    help="what eq. 24 collapses: arc scores (default), marginals/weights, or their logs")
-    s.add_argument("--layer", type=int, default=0, help="plain Transformer: the encoder layer whose attention is used")
+    s.add_argument("--layer", type=int, default=0,
+                   help="Transformer: the encoder layer whose attention is used (default: the first structured one)")
     s.add_argument("--head", type=int, default=0, help="the (structured) head whose arcs are used")
+    s.add_argument("--punct", default="reduce", choices=["reduce", "skip"],
+                   help="reduce: gold-PUNCT words removed from the sentence before extraction and scoring (default; "
+                        "the paper's baselines); skip: one tree over the whole sentence, PUNCT dependents not scored")
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_induce)
 

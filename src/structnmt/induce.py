@@ -30,7 +30,18 @@
    and Table 4's production percentages P(dependent UPOS | head UPOS) for gold, L and
    the model. Sentences that cannot be encoded (longer than the model's positions, or
    whose words the pieces do not align with) get the right-branching tree, are named in
-   the report and counted, never dropped.
+   the report and counted, never dropped; the model's scores over the encoded sentences
+   only are reported beside.
+
+   ``--punct reduce`` (default) is the protocol above, the one whose L/R baselines come
+   within a point of the paper's (docs/sa_nmt.md); its consequences: a word whose gold head
+   is punctuation cannot be attached correctly (counted as ``headed_by_punctuation``), and
+   the scored trees (over the words without punctuation) are not the ones written to
+   ``.induced.conllu`` (over the whole sentence). ``--punct skip`` is the supervised-parsing
+   convention: one tree over the whole sentence (the written one), the baselines over the
+   whole sentence, and only gold-PUNCT *dependents* left out of the scores (a punctuation
+   head stays a valid answer).
+   Sentences without UPOS (a ``_`` column) keep their punctuation; they are counted.
 """
 
 from __future__ import annotations
@@ -47,6 +58,7 @@ import torch
 from .errors import UserError
 
 SCORES = ("phi", "beta", "log_beta")
+PUNCT_PROTOCOLS = ("reduce", "skip")
 
 
 @dataclass
@@ -209,24 +221,34 @@ def eval_view(s: Sentence) -> EvalView:
     return EvalView(keep, heads, [(s.upos or ["X"] * len(s.words))[i] for i in keep])
 
 
-def attachment(pred: list[list[int]], gold: list[EvalView]) -> dict:
+def full_view(s: Sentence) -> EvalView:
+    """The whole sentence (``--punct skip``): every word kept, gold heads as they are."""
+    n = len(s.words)
+    return EvalView(list(range(n)), list(s.heads), list(s.upos or ["X"] * n))
+
+
+def attachment(pred: list[list[int]], gold: list[EvalView], skip_punct: bool = False) -> dict:
     """Directed / undirected attachment accuracy over the kept words, the root arc counted
-    (undirected: the arc h-d is in the gold tree in either direction, or both say root)."""
+    (undirected: the arc h-d is in the gold tree in either direction, or both say root);
+    ``skip_punct``: gold-PUNCT dependents are not scored (``--punct skip``)."""
     total = directed = undirected = 0
     for p, g in zip(pred, gold):
         for d, (h, gh) in enumerate(zip(p, g.heads)):
+            if skip_punct and g.upos[d] == "PUNCT":
+                continue
             total += 1
             directed += h == gh
             undirected += h == gh or (h > 0 and g.heads[h - 1] == d + 1)
     return {"DA": 100 * directed / max(total, 1), "UA": 100 * undirected / max(total, 1), "scored": total}
 
 
-def productions(pred: list[list[int]], gold: list[EvalView]) -> dict[str, dict[str, float]]:
-    """Table 4: P(dependent UPOS | head UPOS) in %, from the heads ``pred`` and gold UPOS."""
+def productions(pred: list[list[int]], gold: list[EvalView], skip_punct: bool = False) -> dict[str, dict[str, float]]:
+    """Table 4: P(dependent UPOS | head UPOS) in %, from the heads ``pred`` and gold UPOS
+    (``skip_punct``: gold-PUNCT dependents left out)."""
     counts: dict[str, Counter] = {}
     for p, g in zip(pred, gold):
         for d, h in enumerate(p):
-            if h > 0:
+            if h > 0 and not (skip_punct and g.upos[d] == "PUNCT"):
                 counts.setdefault(g.upos[h - 1], Counter())[g.upos[d]] += 1
     return {h: {d: 100 * n / sum(c.values()) for d, n in c.most_common()} for h, c in counts.items()}
 
@@ -250,9 +272,19 @@ def _arc_scores(tr, src_ids: list[int], how: str, layer: int, head: int) -> np.n
             layers = list(model.encoder_layers)
             structured = [i for i, lay in enumerate(layers) if isinstance(lay.self_attn, StructuredAttention)]
             captured: list = []
-            li = structured[0] if structured else layer
-            if not 0 <= li < len(layers):
+            if not 0 <= layer < len(layers):
                 raise UserError(f"--layer {layer}: the encoder has layers 0..{len(layers) - 1}.")
+            if structured and layer not in structured:
+                # --layer left at its default: the first structured layer
+                if layer != 0:
+                    raise UserError(f"--layer {layer} has no structured attention; the structured layers are "
+                                    f"{', '.join(map(str, structured))}.")
+                layer = structured[0]
+            li = layer
+            n_heads = (layers[li].self_attn.n_tree if structured else layers[li].self_attn.heads)
+            if not 0 <= head < n_heads:
+                raise UserError(f"--head {head}: layer {li} has {'structured ' if structured else ''}heads "
+                                f"0..{n_heads - 1}.")
             hook = layers[li].self_attn.register_forward_hook(lambda _m, _i, o: captured.append(o))
             try:
                 model.encode(src, mask, {}, need_weights=True)
@@ -270,13 +302,15 @@ def _arc_scores(tr, src_ids: list[int], how: str, layer: int, head: int) -> np.n
 
 
 def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Path, scores: str = "phi",
-               layer: int = 0, head: int = 0, progress: bool = False) -> list[Path]:
+               layer: int = 0, head: int = 0, punct: str = "reduce", progress: bool = False) -> list[Path]:
     from .data.dataset import encode_sources
     from .decode.translate import Translator
     from .syntax.align import AlignmentError, align, find_word_spans, piece_char_spans
 
     if scores not in SCORES:
         raise UserError(f"--scores {scores}: use one of {', '.join(SCORES)}.")
+    if punct not in PUNCT_PROTOCOLS:
+        raise UserError(f"--punct {punct}: use one of {', '.join(PUNCT_PROTOCOLS)}.")
     tr = Translator(checkpoint)
     sents = read_words(conllu)
     if not sents:
@@ -312,26 +346,40 @@ def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Pat
             word_scores.append(None)
     written = [_write_conllu(out / (Path(str(conllu)).name.replace(".gz", "").replace(".conllu", "") +
                                     ".induced.conllu"), sents, pred)]
-    report = {"checkpoint": str(checkpoint), "input": str(conllu), "scores": scores, "sentences": len(sents),
-              "not_encoded": [{"line": ln, "why": why} for ln, why in failed]}
+    report = {"checkpoint": str(checkpoint), "input": str(conllu), "scores": scores, "punct": punct,
+              "sentences": len(sents), "not_encoded": [{"line": ln, "why": why} for ln, why in failed]}
     if all(s.heads is not None for s in sents):
-        # scored on the sentence without its gold-PUNCT words: the model's tree is extracted over
-        # the kept words (their rows and columns of the collapsed scores), the baselines built on them
-        views = [eval_view(s) for s in sents]
-        kept = [(v, ws) for v, ws in zip(views, word_scores) if v.keep]
-        views = [v for v, _ in kept]
-        model_trees = [single_root_tree(ws[np.ix_(v.keep, v.keep)]) if ws is not None else branching(len(v.keep), "R")
-                       for v, ws in kept]
+        report["without_upos_punctuation_kept"] = sum(s.upos is None for s in sents)
+        if punct == "reduce":
+            # scored on the sentence without its gold-PUNCT words: the model's tree is extracted over
+            # the kept words (their rows and columns of the collapsed scores), the baselines built on them
+            views = [eval_view(s) for s in sents]
+            kept = [(v, ws) for v, ws in zip(views, word_scores) if v.keep]
+            views = [v for v, _ in kept]
+            encoded = [ws is not None for _, ws in kept]
+            model_trees = [single_root_tree(ws[np.ix_(v.keep, v.keep)]) if ws is not None
+                           else branching(len(v.keep), "R") for v, ws in kept]
+            report["only_punctuation_not_scored"] = len(sents) - len(views)
+            report["headed_by_punctuation"] = sum(h == -1 for v in views for h in v.heads)
+        else:  # one tree over the whole sentence; gold-PUNCT dependents not scored
+            views = [full_view(s) for s in sents]
+            encoded = [ws is not None for ws in word_scores]
+            model_trees = pred
+            report["only_punctuation_not_scored"] = sum(all(u == "PUNCT" for u in v.upos) for v in views)
+            report["headed_by_punctuation"] = 0
+        skip = punct == "skip"
         left = [branching(len(v.keep), "L") for v in views]
         right = [branching(len(v.keep), "R") for v in views]
-        report["only_punctuation_not_scored"] = len(sents) - len(views)
-        report["headed_by_punctuation"] = sum(h == -1 for v in views for h in v.heads)
-        report["model"] = attachment(model_trees, views)
-        report["left_branching"] = attachment(left, views)
-        report["right_branching"] = attachment(right, views)
+        report["model"] = attachment(model_trees, views, skip)
+        if not all(encoded):  # the model alone, without the baseline trees of the sentences it could not encode
+            report["model_encoded_only"] = attachment([t for t, e in zip(model_trees, encoded) if e],
+                                                      [v for v, e in zip(views, encoded) if e], skip)
+        report["left_branching"] = attachment(left, views, skip)
+        report["right_branching"] = attachment(right, views, skip)
         if all(s.upos is not None for s in sents):
-            report["productions"] = {"gold": productions([v.heads for v in views], views),
-                                     "left": productions(left, views), "model": productions(model_trees, views)}
+            report["productions"] = {"gold": productions([v.heads for v in views], views, skip),
+                                     "left": productions(left, views, skip),
+                                     "model": productions(model_trees, views, skip)}
         written += _write_report(out, report)
     else:
         (out / "induce.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
@@ -353,13 +401,19 @@ def _write_conllu(path: Path, sents: list[Sentence], pred: list[list[int]]) -> P
 
 def _write_report(out: Path, r: dict) -> list[Path]:
     (out / "induce.json").write_text(json.dumps(r, indent=1), encoding="utf-8")
+    how = ("gold PUNCT removed from the sentence, trees over the other words" if r["punct"] == "reduce" else
+           "one tree over the whole sentence, gold-PUNCT dependents not scored")
     md = [f"# Induced trees: {r['input']}", "", f"Checkpoint: `{r['checkpoint']}`, scores: {r['scores']}; "
-          f"{r['sentences']} sentences, {r['model']['scored']} scored words (gold PUNCT removed); "
-          f"{len(r['not_encoded'])} sentence(s) not encoded (right-branching tree written); "
-          f"{r['only_punctuation_not_scored']} sentence(s) of punctuation only, not scored.", "",
+          f"{r['sentences']} sentences, {r['model']['scored']} scored words (--punct {r['punct']}: {how}); "
+          f"{len(r['not_encoded'])} sentence(s) not encoded (right-branching tree written and scored as the "
+          f"model's); {r['only_punctuation_not_scored']} sentence(s) of punctuation only, not scored; "
+          f"{r['headed_by_punctuation']} word(s) whose gold head is punctuation (unattainable); "
+          f"{r['without_upos_punctuation_kept']} sentence(s) without UPOS (punctuation kept).", "",
           "| trees | DA % | UA % |", "|---|---|---|"]
-    for key, name in (("model", "model"), ("left_branching", "L (head = right neighbour)"),
-                      ("right_branching", "R (head = left neighbour)")):
+    rows = [("model", "model")] + ([("model_encoded_only", "model, encoded sentences only")]
+                                   if "model_encoded_only" in r else [])
+    for key, name in rows + [("left_branching", "L (head = right neighbour)"),
+                             ("right_branching", "R (head = left neighbour)")]:
         md.append(f"| {name} | {r[key]['DA']:.1f} | {r[key]['UA']:.1f} |")
     if "productions" in r:
         md += ["", "Productions P(dependent UPOS | head UPOS), % (Table 4):", "",

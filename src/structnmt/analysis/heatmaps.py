@@ -32,7 +32,8 @@ Files written in ``out_dir`` (``n`` = 1-based sentence number):
   constituent label).
 * ``sent{n}_syntax_gate.png`` — SA-NMT models (RNN family with a syntactic annotation): the
   norm of the syntactic gate z_t (eq. 23) over the predicted target tokens (the paper's
-  Fig. 6), the highest in bold; ``attention_stats.json`` adds ``syntax_gate``: the tokens
+  Fig. 6; like every map here, over the **greedy** translation, teacher-forced, not a beam
+  output), the highest in bold; ``attention_stats.json`` adds ``syntax_gate``: the tokens
   that most often carry a sentence's highest gate, the highest and lowest mean gates, the
   mean at ``</s>`` (section 5.3's analysis).
 * ``sent{n}_rhe_layer{l}.png`` — for every RHE layer ``l`` (redundant-head enlivening):

@@ -172,7 +172,7 @@ class RNNModel(nn.Module):
         if r.hard:  # eq. 21, straight-through: forward the one-hot, backward beta's gradient
             one_hot = torch.zeros_like(beta).scatter_(1, beta.argmax(dim=1, keepdim=True), 1.0)
             one_hot = one_hot * (mask[:, None, :]).to(beta.dtype)
-            beta = one_hot + beta - beta.detach()
+            beta = (beta - beta.detach()) + one_hot  # the bracket is exactly 0: forward values exactly one-hot
         m = torch.matmul(beta.transpose(1, 2), v)  # eq. 8: M[b, j] = sum_i beta[b, i, j] v[b, i]
         return m, beta, phi
 

@@ -4,9 +4,12 @@ by the two families can be compared ("beyond the paper").
 
 Per head h, with the head's queries and keys: the arc score of word i heading word j is
 ``phi[i, j] = q_j . k_i / sqrt(d_h)`` — the dependent j asks, the head i answers, as a
-query row asks its keys — and the root score of j is ``phi[j, j] = q_j . k_j`` (the
-paper's choice: the word's own entry) or ``r . k_j`` with a learned root query
-(``root: learned``). beta = :func:`~structnmt.nn.matrix_tree.marginals` (each column sums
+query row asks its keys (the RNN family's eq. 9 has the head ask: ``q_i . k_j``; both
+are learned bilinear forms, so the roles only swap names, but compare the families'
+raw scores with that in mind) — and the root score of j is ``phi[j, j] = q_j . k_j / sqrt(d_h)``
+(the paper's choice: the word's own entry) or ``r . k_j / sqrt(d_h)`` with a learned root
+query (``root: learned``). ``scale: false`` drops the 1/sqrt(d_h) from every entry, root
+included (the paper's eq. 9 has none; the RNN family's ``scale`` option is the same switch). beta = :func:`~structnmt.nn.matrix_tree.marginals` (each column sums
 to 1 over heads and root). The attention weight of query j on key i is ``beta[i, j]``
 (j's probability of being headed by i), the root marginal ``beta[j, j]`` landing on j
 itself, so the output is M = S_v beta (eq. 8) per head, followed by the usual output
@@ -47,6 +50,7 @@ class StructuredAttention(MultiHeadAttention):
     class Options:
         heads: int = 0  # structured heads (the first ones); 0 = all
         root: str = "self"  # self (phi_jj = q_j . k_j) | learned (r . k_j)
+        scale: bool = True  # divide phi (root entries included) by sqrt(d_h)
 
     def __init__(self, *, dims: AttentionDims, options: Options):
         super().__init__(dims=dims)
@@ -71,9 +75,10 @@ class StructuredAttention(MultiHeadAttention):
         G = self.n_tree
         d_h = q.shape[-1]
         mask = ctx.key_mask if ctx.key_mask is not None else torch.ones(B, n, dtype=torch.bool, device=query.device)
-        phi = torch.matmul(k[:, :G], q[:, :G].transpose(-1, -2)) / d_h**0.5  # (B, G, n, n): [head i, dependent j]
+        c = d_h**-0.5 if self.options.scale else 1.0
+        phi = torch.matmul(k[:, :G], q[:, :G].transpose(-1, -2)) * c  # (B, G, n, n): [head i, dependent j]
         if self.root_query is not None:
-            root = torch.einsum("bgnd,gd->bgn", k[:, :G], self.root_query) / d_h**0.5
+            root = torch.einsum("bgnd,gd->bgn", k[:, :G], self.root_query) * c
             phi = phi.diagonal_scatter(root, dim1=-2, dim2=-1)
         lengths = mask.sum(-1).repeat_interleave(G)
         beta = marginals(phi.reshape(B * G, n, n), lengths).view(B, G, n, n)

@@ -234,19 +234,100 @@ def test_auto_picks_dense_for_short_and_gathered_for_long_inputs():
 
 @pytest.mark.parametrize("options", [{"k": 2}, {"k": 3, "within": "hadamard", "impl": "gathered"},
                                      {"k": 2, "sublayers": "one", "impl": "gathered"},
-                                     {"k": 3, "positions": "mean", "impl": "dense"}, {"k": 2, "unit": "piece"}])
+                                     {"k": 3, "positions": "mean", "impl": "dense"}, {"k": 2, "unit": "piece"},
+                                     {"k": 3, "within": "hadamard", "impl": "dense", "decoder_sees": "all"},
+                                     {"k": 3, "impl": "gathered", "decoder_sees": "all"}])
 def test_a_sentence_scores_the_same_alone_and_padded(options):
-    """Padding tokens and padding hypernodes change nothing for a real sentence."""
+    """Padding tokens and padding hypernodes change nothing for a real sentence: its words and,
+    when the decoder sees them, its hypernodes (at S + j in a batch of width S)."""
     torch.manual_seed(0)
     model = build_model(model_cfg(**options), V, V).eval()
     key = model.encoder.plan[1].key
     spec = model.required_structures()[key]
-    enc, src, mask, _ = _encode_batch(model, WOPS, key=key, spec=spec)
+    enc, src, mask, st = _encode_batch(model, WOPS, key=key, spec=spec)
+    S = src.shape[1]
+    compared_nodes = 0
     for b, w in enumerate(WOPS):
-        alone, _, _, _ = _encode_batch(model, [w], key=key, spec=spec)
+        alone, src1, _, st1 = _encode_batch(model, [w], key=key, spec=spec)
         n = len(w) + 1
         assert_close(enc.memory[b, :n], alone.memory[0, :n], atol=1e-5, rtol=1e-5)
+        if options.get("decoder_sees") == "all":
+            m = int(st1[key + ".mask"][0].sum())
+            assert int(st[key + ".mask"][b].sum()) == m
+            S1 = src1.shape[1]
+            assert_close(enc.memory[b, S:S + m], alone.memory[0, S1:S1 + m], atol=1e-5, rtol=1e-5)
+            compared_nodes += m
     assert torch.isfinite(enc.memory).all()
+    if options.get("decoder_sees") == "all":
+        assert compared_nodes > 0
+
+
+def test_k1_without_phase_2_is_a_plain_encoder_layer():
+    """Issue item: with k = 1 (no hypernodes) and phase 2 off, the PhraseTransformer layer is
+    the plain layer: same phase-1 (= mha), norm and feed-forward weights, same outputs."""
+    torch.manual_seed(0)
+    pt = build_model(model_cfg(k=1, phase2=False), V, V).eval()
+    plain_cfg = model_cfg(k=1)
+    plain_cfg.attention.encoder_self = AttentionSpec(name="mha")
+    plain = build_model(plain_cfg, V, V).eval()
+    assert not any(".q2." in n or ".kv2." in n or ".out2." in n for n, _ in pt.named_parameters())
+    plain.load_state_dict({k.replace("self_attn.phase1.", "self_attn."): v for k, v in pt.state_dict().items()})
+    src, mask = src_batch()
+    st = structures(k=1, key=pt.encoder.plan[1].key)
+    assert not st[pt.encoder.plan[1].key + ".mask"].any()  # k = 1: no hypernode
+    tgt = torch.randint(4, V, (3, 5))
+    assert_close(pt(src, mask, tgt, st).logits, plain(src, mask, tgt).logits, atol=1e-5, rtol=1e-5)
+    # and phase 2 matters when it is on (the comparison above can fail)
+    torch.manual_seed(0)
+    with_p2 = build_model(model_cfg(k=2), V, V).eval()
+    st2 = structures(k=2)
+    assert not torch.allclose(with_p2(src, mask, tgt, st2).logits, plain(src, mask, tgt).logits, atol=1e-3)
+
+
+def test_hypernode_states_reach_the_words():
+    """Gradients reach the hypernode paths: a loss on the words' encoder outputs only has a
+    gradient on every real hypernode state between layers 1 and 2, and on phase 2's weights."""
+    torch.manual_seed(0)
+    kept = {}
+
+    def hook(_m, _i, out):
+        out[0].retain_grad()
+        kept["x"] = out[0]
+
+    for options in ({"k": 2}, {"k": 3, "within": "hadamard", "impl": "gathered"}):
+        model = build_model(model_cfg(layers=2, **options), V, V).eval()
+        key = model.encoder.plan[1].key
+        src, mask = src_batch()
+        st = structures(k=options["k"], key=key)
+
+        h = model.encoder.layers[0].register_forward_hook(hook)
+        try:
+            enc = model.encode(src, mask, st)
+        finally:
+            h.remove()
+        S = src.shape[1]
+        (enc.memory[:, :S] * mask[..., None]).pow(2).sum().backward()
+        grad = kept["x"].grad[:, S:]  # (B, N, D) at the hypernodes
+        real = st[key + ".mask"]
+        assert grad[real].abs().sum(-1).gt(0).all()
+        assert grad[~real].abs().sum() == 0  # padded hypernodes: nothing
+        assert model.encoder.layers[0].self_attn.q2.weight.grad.abs().sum() > 0
+
+
+def test_no_future_leakage_when_the_decoder_sees_hypernodes():
+    """Changing target token t + 1 leaves the logits of steps <= t unchanged."""
+    torch.manual_seed(0)
+    model = build_model(model_cfg(k=3, decoder_sees="all"), V, V).eval()
+    src, mask = src_batch()
+    st = structures(k=3, key=model.encoder.plan[1].key)
+    tgt = torch.randint(4, V, (3, 6))
+    base = model(src, mask, tgt, st).logits
+    for t in range(5):
+        changed = tgt.clone()
+        changed[:, t + 1:] = (changed[:, t + 1:] + 7) % (V - 4) + 4
+        out = model(src, mask, changed, st).logits
+        assert_close(out[:, : t + 1], base[:, : t + 1], atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(out[:, t + 1:], base[:, t + 1:])
 
 
 def test_hypernodes_enter_before_the_first_phrase_layer_and_stay():
@@ -305,7 +386,7 @@ def test_configuration_errors():
     cfg.attention.overrides["encoder_self.1"] = AttentionSpec(name="rel_pos")
     with pytest.raises(ConfigError, match="only phrase_transformer and mha"):
         build_model(cfg, V, V)
-    for bad in ({"k": 1}, {"within": "product"}, {"impl": "sparse"}, {"positions": "last"}):
+    for bad in ({"k": 0}, {"within": "product"}, {"impl": "sparse"}, {"positions": "last"}):
         with pytest.raises(ConfigError):
             build_model(model_cfg(**bad), V, V)
 

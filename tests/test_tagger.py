@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from structnmt.config import ConfigError
-from structnmt.tagger import accuracy_ci, read_ptb, read_ud, run_tag
+from structnmt.tagger import accuracy_ci, paired_bootstrap, read_ptb, read_ud, run_tag
 
 NOUNS, VERBS, DETS = ["dog", "cat", "bird", "fish"], ["runs", "sleeps", "eats", "sings"], ["the", "a"]
 
@@ -67,6 +67,30 @@ def test_accuracy_ci():
     assert acc == pytest.approx(100 * 14 / 17)
     assert lo <= acc <= hi and hi <= 100.0
     assert accuracy_ci([5] * 50, [5] * 50)[1:] == (100.0, 100.0)  # no variance: a point interval
+
+
+def test_paired_bootstrap():
+    total = [10] * 40
+    a = [8] * 40
+    better = [9] * 40  # one more correct word in every sentence: always better
+    d, p = paired_bootstrap(a, better, total)
+    assert d == pytest.approx(10.0) and p == 0.0
+    d, p = paired_bootstrap(better, a, total)
+    assert d == pytest.approx(-10.0) and p == 0.0
+    mixed = [9, 7] * 20  # the same total, better and worse by turns: no difference
+    d, p = paired_bootstrap(a, mixed, total)
+    assert d == 0.0 and p > 0.4
+
+
+def test_tagger_refuses_mechanisms_that_need_an_eos_slot(tmp_path):
+    root = ptb_sample(tmp_path / "ptb")
+    cfg = tmp_path / "tag.yaml"
+    cfg.write_text(f"corpus: {{name: ptb, path: {root}}}\nsplit: {{ptb_files: [[3, 4], [5, 5], [6, 6]]}}\n"
+                   f"out_dir: {tmp_path / 'out'}\n"
+                   "model: {layers: 1, d_model: 16, heads: 2, ffn_dim: 32, dropout: 0.0, min_count: 1}\n"
+                   "train: {epochs: 1, patience: 0, lr: 0.01, batch_size: 8}\n")
+    with pytest.raises(ConfigError, match="end-of-sentence"):
+        run_tag(cfg, ["model.attention={name: mgsa}", "model.heads=4"], log=lambda *_: None)
 
 
 @pytest.mark.parametrize("attention", ["{name: mha}", "{name: phrase_transformer, options: {k: 2}}",

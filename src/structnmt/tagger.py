@@ -2,8 +2,10 @@
 ``structnmt tag CONFIG.yaml``.
 
 The tagger: word embeddings (scaled by sqrt(d)) + sinusoidal positions, ``model.layers``
-encoder layers (:class:`~structnmt.models.transformer.EncoderStack`, so any registered
-encoder mechanism, with its hypernodes, runs here exactly as in the translator) and a
+encoder layers (:class:`~structnmt.models.transformer.EncoderStack`, so an encoder
+mechanism, with its hypernodes, runs here exactly as in the translator; the tagger has no
+EOS token, so mechanisms whose structures reserve an EOS slot — MG-SA, phrasal attention —
+are refused with a config error) and a
 linear layer over the word nodes. The paper's sizes (following Star-Transformer, Guo et
 al. 2019): 2 layers, d = 300, 6 heads of 50. Words are whole words (no subwords): the
 vocabulary is the training words seen at least ``model.min_count`` times, the rest is
@@ -286,7 +288,8 @@ def _batch(sents: list[Sentence], vocab: dict[str, int], tags: dict[str, int], s
     for b, s in enumerate(sents):
         words[b, : len(s.words)] = torch.tensor([vocab.get(w, UNK_ID) for w in s.words])
         y[b, : len(s.tags)] = torch.tensor([tags.get(t, -100) for t in s.tags])
-    mask = words != PAD_ID
+    lengths = torch.tensor([len(s.words) for s in sents])
+    mask = torch.arange(S)[None, :] < lengths[:, None]  # from the lengths: a word spelled "<pad>" stays real
     structures = {}
     if specs:
         structures = pad_structures(specs, {k: [s.features[k] for s in sents] for k in specs}, S)
@@ -303,6 +306,26 @@ def _predict(model: Tagger, sents: list[Sentence], vocab, tags, specs, device, b
             pred = model(words, mask, st).argmax(-1).cpu()
             out += [pred[b, : len(s.words)].tolist() for b, s in enumerate(chunk)]
     return out
+
+
+EOS_SLOT_FEATURES = {"ngram_partition", "syntax_partition", "word_boundaries"}
+"""Structure features whose batching writes one slot past the sentence (its EOS): not for the tagger."""
+
+
+def paired_bootstrap(correct_a: list[int], correct_b: list[int], total: list[int], samples: int = 1000,
+                     seed: int = 1) -> tuple[float, float]:
+    """Accuracy difference b - a (points) and its paired-bootstrap p-value: the share of
+    resamples of the test sentences (the same resamples for both rows) in which the
+    difference does not have the observed sign."""
+    a, b = np.asarray(correct_a, dtype=np.float64), np.asarray(correct_b, dtype=np.float64)
+    t = np.asarray(total, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(t), size=(samples, len(t)))
+    tot = np.maximum(t[idx].sum(1), 1)
+    delta = (b[idx].sum(1) - a[idx].sum(1)) / tot
+    observed = (b.sum() - a.sum()) / max(t.sum(), 1)
+    p = float(np.mean(delta <= 0)) if observed > 0 else float(np.mean(delta >= 0))
+    return 100 * observed, p
 
 
 def accuracy_ci(correct: list[int], total: list[int], samples: int = 1000, seed: int = 1) -> tuple[float, float, float]:
@@ -334,6 +357,11 @@ def train_row(cfg: TagConfig, splits: dict[str, list[Sentence]], out: Path, log=
     max_len = max(len(s.words) for ss in splits.values() for s in ss)
     model = Tagger(cfg.model, len(vocab), len(tags), max_positions=max(512, max_len + 1)).to(device)
     specs = model.required_structures()
+    eos_slot = sorted({sp.feature for sp in specs.values()} & EOS_SLOT_FEATURES)
+    if eos_slot:
+        raise ConfigError(f"the tagger has no end-of-sentence token, which the structures {', '.join(eos_slot)} "
+                          "(MG-SA, phrasal attention) reserve a slot for; tag with mha, phrase_transformer or the "
+                          "RHE/SA mechanisms, or translate with these.")
     if specs and any(s.tree is None for ss in splits.values() for s in ss) and any(
             sp.feature == "dep_hypernodes" for sp in specs.values()):
         missing = sum(s.tree is None for ss in splits.values() for s in ss)
@@ -384,7 +412,7 @@ def train_row(cfg: TagConfig, splits: dict[str, list[Sentence]], out: Path, log=
     result = {"accuracy": acc, "ci95": [lo, hi], "best_epoch": best[2], "valid_accuracy": best[0],
               "params": nparams, "n_tags": len(tags), "vocab": len(vocab), "test_tokens": sum(len(s.tags) for s in test),
               "test_sentences": len(test), "test_unknown_words": int(sum(unk)), "seconds": time.time() - t0,
-              "history": history, "correct_per_sentence": correct}
+              "history": history, "correct_per_sentence": correct, "tokens_per_sentence": [len(s.tags) for s in test]}
     (out / "result.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
     return result
 
@@ -450,15 +478,26 @@ def write_report(cfg: TagConfig, config, overrides, results: dict, sizes: dict, 
              f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), python {sys.version.split()[0]}  ",
              "Splits: " + ", ".join(f"{k} {n:,} sentences / {t:,} words" for k, (n, t) in sizes.items()) + "  ",
              f"Corpus notes: {json.dumps(stats)}", "",
-             "| row | test accuracy % | 95 % CI (bootstrap over sentences) | best epoch | valid % | params | s |",
-             "|---|---|---|---|---|---|---|"]
+             "| row | test accuracy % | 95 % CI (bootstrap over sentences) | Δ vs first row | p (paired) | best epoch "
+             "| valid % | params | s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    first = next(iter(results.values()), None)
     for name, r in results.items():
-        lines.append(f"| {name} | {r['accuracy']:.2f} | [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] | {r['best_epoch']} "
-                     f"| {r['valid_accuracy']:.2f} | {r['params']:,} | {r['seconds']:.0f} |")
+        delta = p = "—"
+        if r is not first and all("tokens_per_sentence" in x and "correct_per_sentence" in x for x in (r, first)):
+            d, pv = paired_bootstrap(first["correct_per_sentence"], r["correct_per_sentence"],
+                                     r["tokens_per_sentence"])
+            delta, p = f"{d:+.2f}", f"{pv:.3f}"
+        lines.append(f"| {name} | {r['accuracy']:.2f} | [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] | {delta} | {p} "
+                     f"| {r['best_epoch']} | {r['valid_accuracy']:.2f} | {r['params']:,} | {r['seconds']:.0f} |")
+    lines += ["", "Δ and p: against the first row on the same test sentences (paired bootstrap, 1,000 resamples "
+              "of sentences, seed 1; p = share of resamples without the observed sign). Sentences are resampled "
+              "independently; UD documents are not kept together, so the intervals may be a little narrow."]
     if missing:
         lines += ["", "Not run yet (the report was written with `--report-only`): " + "; ".join(missing) + "."]
     (out / "tag.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    slim = {k: {kk: vv for kk, vv in v.items() if kk != "correct_per_sentence"} for k, v in results.items()}
+    slim = {k: {kk: vv for kk, vv in v.items() if kk not in ("correct_per_sentence", "tokens_per_sentence")}
+            for k, v in results.items()}
     (out / "tag.json").write_text(json.dumps({"command": command, "splits": sizes, "stats": stats,
                                               "rows": slim}, indent=1), encoding="utf-8")
     return out / "tag.md"

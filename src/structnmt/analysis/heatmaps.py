@@ -435,19 +435,22 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                 if mechanisms[li] != "PhraseTransformerAttention" or o.weights is None:
                     continue
                 p1 = o.weights[0].float().cpu().numpy()  # (H, L, L)
-                p2 = next(within)[0].float().cpu().numpy()  # the encoder collects phase 2 of every such layer
+                phases = [(p1, "phase 1: all nodes")]
+                if model.encoder.layers[li].self_attn.options.phase2:  # the encoder collects phase 2 of such layers
+                    phases.append((next(within)[0].float().cpu().numpy(), "phase 2: within phrases"))
                 H, L = p1.shape[0], p1.shape[1]
                 labels = node_labels[:L]
                 cell = 0.55 + 0.17 * L
-                fig = Figure(figsize=((H + 1) * (cell + 0.9), 2 * (cell + 0.7) + 0.8))
-                axes = fig.subplots(2, H + 1, squeeze=False)
-                for row, (w, name) in enumerate(((p1, "phase 1: all nodes"), (p2, "phase 2: within phrases"))):
+                fig = Figure(figsize=((H + 1) * (cell + 0.9), len(phases) * (cell + 0.7) + 0.8))
+                axes = fig.subplots(len(phases), H + 1, squeeze=False)
+                last = len(phases) - 1
+                for row, (w, name) in enumerate(phases):
                     vmax = float(w.max())
                     for h in range(H):
                         _heat(fig, axes[row][h], w[h], labels, labels, f"L{li + 1} h{h + 1} {name}",
-                              show_x=row == 1, show_y=h == 0, vmax=vmax, colorbar=False, fontsize=7)
+                              show_x=row == last, show_y=h == 0, vmax=vmax, colorbar=False, fontsize=7)
                     _heat(fig, axes[row][H], w.mean(0), labels, labels, f"L{li + 1} {name}, mean of heads",
-                          show_x=row == 1, show_y=False, vmax=vmax, fontsize=7)
+                          show_x=row == last, show_y=False, vmax=vmax, fontsize=7)
                 fig.suptitle(f"PhraseTransformer layer {li + 1}, sentence {n}: words then hypernodes", fontsize=11)
                 fig.tight_layout(rect=(0, 0, 1, 0.96))
                 written.append(_save(fig, out / f"sent{n}_phrase_transformer_layer{li + 1}.png"))

@@ -50,6 +50,9 @@ matrix with the adjacency as a mask. ``impl: auto`` (default) picks per batch: g
 when ``L > 25 K^2``, dense otherwise — measured on CPU, one matmul over a sentence's nodes
 is cheaper than K memory-bound gathers until the sentence has hundreds of nodes.
 
+``phase2: false`` drops phase 2 (phase 1 over words and hypernodes only; an ablation); with
+``k = 1`` there are no hypernodes either, and the layer is a plain encoder layer.
+
 Layer structure (Algorithm 1 has no residuals or feed-forward; ``sublayers``):
 ``two`` (default): phase 1 is the layer's attention sublayer and phase 2 a second
 residual sublayer after it (:meth:`second_phase`; the encoder layer adds its norm and
@@ -179,9 +182,11 @@ def within_phrase_attention(
         n_valid = valid_mask.sum(-1)  # (B,)
         c = (n_valid[:, None] - valid.sum(-1)).to(q.dtype)  # (B, L)
         c = torch.where(valid_mask, c, torch.zeros_like(c))  # padded queries have no keys at all
-        total = (v * valid_mask[:, None, :, None].to(v.dtype)).sum(2)  # (B, H, d)
-        adj_sum = (vg * valid[..., None, None].to(v.dtype)).sum(2).transpose(1, 2)  # (B, H, L, d)
-        rest = (total[:, :, None] - adj_sum) / c.clamp_min(1.0)[:, None, :, None]  # (B, H, L, d)
+        # in float32 whatever the dtype: a difference of two sums over the sentence (bf16 would lose it)
+        v32, vg32 = v.float(), vg.float()
+        total = (v32 * valid_mask[:, None, :, None].float()).sum(2)  # (B, H, d)
+        adj_sum = (vg32 * valid[..., None, None].float()).sum(2).transpose(1, 2)  # (B, H, L, d)
+        rest = ((total[:, :, None] - adj_sum) / c.float().clamp_min(1.0)[:, None, :, None]).to(v.dtype)
         extra_logit = torch.log(c.clamp_min(1.0))[:, None, :, None].expand(B, H, L, 1)
         scores = torch.cat([scores, extra_logit.to(scores.dtype)], dim=-1)  # (B, H, L, K + 1)
         allowed = torch.cat([valid, (c > 0)[..., None]], dim=-1)[:, None]
@@ -222,6 +227,8 @@ class PhraseTransformerAttention(nn.Module):
         sublayers: str = "two"  # two residual sublayers | one: both phases in one
         positions: str = "none"  # hypernode start state: none (zeros, Algorithm 1) | first | mean
         decoder_sees: str = "words"  # words (H[:n], Algorithm 1) | all nodes
+        phase2: bool = True  # False: phase 1 only (no within-phrase attention; an ablation, and with k = 1
+        #                      the layer equals a plain encoder layer)
 
     def __init__(self, *, dims: AttentionDims, options: Options):
         super().__init__()
@@ -236,15 +243,18 @@ class PhraseTransformerAttention(nn.Module):
                               ("sublayers", SUBLAYERS), ("positions", POSITIONS), ("decoder_sees", DECODER_SEES)):
             if getattr(options, name) not in allowed:
                 raise ConfigError(f"{where}: unknown {name} '{getattr(options, name)}'; use one of {', '.join(allowed)}.")
-        if options.k < 2:
-            raise ConfigError(f"{where}: k must be >= 2 (a hypernode has at least two words), got {options.k}.")
+        if options.k < 1:
+            raise ConfigError(f"{where}: k must be >= 1 (k = 1: no hypernodes, a phrase has at least two words), "
+                              f"got {options.k}.")
         self.dims = dims
         self.options = options
         self.heads = dims.heads
         self.phase1 = MultiHeadAttention(dims=dims)  # eqs. 2-3
-        self.q2 = nn.Linear(dims.d_model, dims.d_model)  # W^{Q'}
-        self.kv2 = nn.Linear(dims.d_model, 2 * dims.d_model)  # W^{K'}, W^{V'}
-        self.out2 = nn.Linear(dims.d_model, dims.d_model) if options.phase2_output == "own" else None
+        if options.phase2:
+            self.q2 = nn.Linear(dims.d_model, dims.d_model)  # W^{Q'}
+            self.kv2 = nn.Linear(dims.d_model, 2 * dims.d_model)  # W^{K'}, W^{V'}
+        self.out2 = (nn.Linear(dims.d_model, dims.d_model)
+                     if options.phase2 and options.phase2_output == "own" else None)
 
     @property
     def key(self) -> str:
@@ -265,7 +275,7 @@ class PhraseTransformerAttention(nn.Module):
     @property
     def has_second_phase(self) -> bool:
         """True: the encoder layer runs :meth:`second_phase` as a second residual sublayer."""
-        return self.options.sublayers == "two"
+        return self.options.phase2 and self.options.sublayers == "two"
 
     def second_phase(self, x: Tensor, ctx: AttentionContext) -> AttentionOutput:
         """Eqs. 4-7: x (B, L, D) -> (B, L, D), attention within phrases."""
@@ -291,7 +301,7 @@ class PhraseTransformerAttention(nn.Module):
     def forward(self, query: Tensor, memory: Tensor, ctx: AttentionContext) -> AttentionOutput:
         """query = memory (B, L, D): the S tokens and N hypernodes."""
         first = self.phase1(query, memory, ctx)
-        if self.has_second_phase:
+        if self.has_second_phase or not self.options.phase2:
             return first
         second = self.second_phase(first.output, ctx)
         extras = {"within_weights": second.weights} if second.weights is not None else {}

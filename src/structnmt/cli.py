@@ -232,6 +232,15 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def cmd_sweep_plot(args) -> int:
+    from .analysis.sweep import plot_sweep
+
+    written = plot_sweep(args.results, args.pattern, args.out, references=args.reference or [], column=args.column,
+                         xlabel=args.xlabel, title=args.title)
+    print(f"sweep-plot: wrote {', '.join(str(p) for p in written)}")
+    return 0
+
+
 def cmd_head_roles(args) -> int:
     from .analysis.head_roles import compare_runs
 
@@ -389,6 +398,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--labels", nargs="*", help="one label per run (default: the directory names)")
     s.add_argument("--out", required=True, help="output directory for head_roles.png and head_roles.md")
     s.set_defaults(func=cmd_head_roles)
+
+    s = sub.add_parser("sweep-plot", help="a score against a swept setting from an experiment's results.csv "
+                                          "(RHE Fig. 4, Table 3)")
+    s.add_argument("results", help="the runner's results.csv")
+    s.add_argument("--pattern", required=True,
+                   help="regular expression over row names with a named group x, e.g. 'fixed gate (?P<x>[0-9.]+)'")
+    s.add_argument("--reference", action="append", help="a row drawn as a horizontal line (repeatable)")
+    s.add_argument("--column", default="bleu", help="the csv column plotted (bleu_mean: with bleu_std error bars)")
+    s.add_argument("--xlabel", default="x")
+    s.add_argument("--title", default="")
+    s.add_argument("--out", required=True, help="PNG path; the numbers go to the same path with .md")
+    s.set_defaults(func=cmd_sweep_plot)
 
     s = sub.add_parser("analyze", help="attention maps (PNG) and attention statistics of a checkpoint")
     s.add_argument("--checkpoint", required=True)

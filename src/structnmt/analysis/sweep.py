@@ -1,0 +1,116 @@
+"""A score against a swept setting, from an experiment's ``results.csv``: RHE's Fig. 4
+(fixed gates 0.1..0.5 against the dynamic gate) and Table 3 (the LPEA clipping distance k)
+are such sweeps.
+
+``structnmt sweep-plot RESULTS.csv --pattern "fixed gate (?P<x>[0-9.]+)" --reference
+"dynamic gate" --reference Transformer --xlabel "fixed gate" --out fig4.png``
+
+Rows whose ``System`` name matches ``--pattern`` (a Python regular expression with a named
+group ``x``, a number) become the points of the curve, in the order of x; every
+``--reference`` row is a horizontal line. The y value is a column of the csv (``bleu`` by
+default; ``bleu_mean`` with an error bar of ``bleu_std`` when the grid had several seeds).
+A row named by ``--reference`` or matched by nothing is an error naming what the csv has.
+Writes the PNG and a markdown table of the same numbers next to it (``.md``).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+from ..errors import UserError
+
+
+def read_rows(path: str | Path) -> list[dict[str, str]]:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{p}: no such results file; the experiment runner writes <out>/results.csv.")
+    with p.open(encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows or "System" not in rows[0]:
+        raise UserError(f"{p}: not an experiment results.csv (no 'System' column).")
+    return rows
+
+
+def _value(row: dict[str, str], column: str, path) -> float:
+    if column not in row:
+        raise UserError(f"{path}: no column '{column}'; columns: {', '.join(row)}.")
+    try:
+        return float(row[column])
+    except ValueError:
+        raise UserError(f"{path}: row '{row['System']}' has no number in column '{column}' ({row[column]!r}).") from None
+
+
+def sweep_points(rows: list[dict[str, str]], pattern: str, references: list[str], column: str = "bleu",
+                 path: str | Path = "results.csv") -> tuple[list[tuple[float, float, float, str]],
+                                                           list[tuple[str, float, float]]]:
+    """((x, y, err, name) sorted by x, [(reference name, y, err)]) from the csv rows; one row
+    per system (the runner writes one per seed: the mean columns are the same in each)."""
+    try:
+        rx = re.compile(pattern)
+    except re.error as e:
+        raise UserError(f"--pattern {pattern!r} is not a regular expression: {e}.") from None
+    if "x" not in rx.groupindex:
+        raise UserError(f"--pattern {pattern!r} needs a named group (?P<x>...) holding the swept number.")
+    err_col = "bleu_std" if column == "bleu_mean" else None
+    seen: dict[str, dict[str, str]] = {}
+    for r in rows:
+        seen.setdefault(r["System"], r)
+    points = []
+    for name, r in seen.items():
+        m = rx.fullmatch(name)
+        if m:
+            try:
+                x = float(m.group("x"))
+            except ValueError:
+                raise UserError(f"--pattern: row '{name}' matched but its x {m.group('x')!r} is not a number.") from None
+            err = _value(r, err_col, path) if err_col and r.get(err_col) else 0.0
+            points.append((x, _value(r, column, path), err, name))
+    if not points:
+        raise UserError(f"{path}: no row matches --pattern {pattern!r}; the rows are: {', '.join(seen)}.")
+    refs = []
+    for name in references:
+        if name not in seen:
+            raise UserError(f"{path}: no row '{name}' for --reference; the rows are: {', '.join(seen)}.")
+        err = _value(seen[name], err_col, path) if err_col and seen[name].get(err_col) else 0.0
+        refs.append((name, _value(seen[name], column, path), err))
+    return sorted(points), refs
+
+
+def plot_sweep(results: str | Path, pattern: str, out: str | Path, references: list[str] | None = None,
+               column: str = "bleu", xlabel: str = "x", title: str = "") -> list[Path]:
+    """Write ``out`` (PNG) and ``out`` with ``.md`` (the numbers); returns both paths."""
+    from matplotlib.figure import Figure
+
+    points, refs = sweep_points(read_rows(results), pattern, references or [], column, results)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig = Figure(figsize=(5.2, 3.6))
+    ax = fig.subplots()
+    xs, ys, es = [p[0] for p in points], [p[1] for p in points], [p[2] for p in points]
+    if any(es):
+        ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, color="tab:blue", label=xlabel)
+    else:
+        ax.plot(xs, ys, marker="o", color="tab:blue", label=xlabel)
+    for x, y in zip(xs, ys):
+        ax.annotate(f"{y:.2f}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+    styles = ["--", ":", "-.", (0, (5, 1))]
+    colors = ["tab:red", "tab:gray", "tab:green", "tab:purple"]
+    for i, (name, y, _) in enumerate(refs):
+        ax.axhline(y, linestyle=styles[i % len(styles)], color=colors[i % len(colors)], label=f"{name} ({y:.2f})")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(column)
+    ax.set_xticks(xs)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=130)
+    md = [f"| {xlabel} | system | {column} |", "|---:|---|---:|"]
+    md += [f"| {x:g} | {name} | {y:.2f}" + (f" ± {e:.2f}" if e else "") + " |" for x, y, e, name in points]
+    md += [f"| — | {name} (reference) | {y:.2f}" + (f" ± {e:.2f}" if e else "") + " |" for name, y, e in refs]
+    table = out.with_suffix(".md")
+    table.write_text(f"From `{results}`.\n\n" + "\n".join(md) + "\n", encoding="utf-8")
+    return [out, table]

@@ -1,0 +1,66 @@
+"""structnmt sweep-plot: points from the rows a pattern matches, references as lines, errors
+that name what the csv has."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from structnmt.analysis.sweep import plot_sweep, read_rows, sweep_points
+from structnmt.cli import main
+from structnmt.errors import UserError
+
+
+def write_csv(path, rows):
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=["System", "bleu", "bleu_mean", "bleu_std", "seed"])
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+    return path
+
+
+ROWS = [
+    {"System": "Transformer", "bleu": "25.0", "bleu_mean": "25.0", "bleu_std": "0.5", "seed": "1"},
+    {"System": "dynamic gate", "bleu": "27.0", "bleu_mean": "26.5", "bleu_std": "0.4", "seed": "1"},
+    {"System": "fixed gate 0.3", "bleu": "26.0", "bleu_mean": "26.0", "bleu_std": "0.3", "seed": "1"},
+    {"System": "fixed gate 0.1", "bleu": "24.0", "bleu_mean": "24.0", "bleu_std": "0.2", "seed": "1"},
+    {"System": "fixed gate 0.1", "bleu": "24.4", "bleu_mean": "24.0", "bleu_std": "0.2", "seed": "2"},
+]
+
+
+def test_points_sorted_by_x_one_per_system_and_references(tmp_path):
+    rows = read_rows(write_csv(tmp_path / "r.csv", ROWS))
+    pts, refs = sweep_points(rows, r"fixed gate (?P<x>[0-9.]+)", ["dynamic gate", "Transformer"])
+    assert [(x, y) for x, y, _, _ in pts] == [(0.1, 24.0), (0.3, 26.0)]  # first seed's row per system
+    assert refs == [("dynamic gate", 27.0, 0.0), ("Transformer", 25.0, 0.0)]
+    pts, refs = sweep_points(rows, r"fixed gate (?P<x>[0-9.]+)", ["dynamic gate"], column="bleu_mean")
+    assert [(x, y, e) for x, y, e, _ in pts] == [(0.1, 24.0, 0.2), (0.3, 26.0, 0.3)]
+    assert refs == [("dynamic gate", 26.5, 0.4)]
+
+
+def test_errors_name_what_the_csv_has(tmp_path):
+    rows = read_rows(write_csv(tmp_path / "r.csv", ROWS))
+    with pytest.raises(UserError, match="the rows are: Transformer, dynamic gate"):
+        sweep_points(rows, r"k = (?P<x>\d+)", [])
+    with pytest.raises(UserError, match="no row 'LPEA'"):
+        sweep_points(rows, r"fixed gate (?P<x>[0-9.]+)", ["LPEA"])
+    with pytest.raises(UserError, match="named group"):
+        sweep_points(rows, r"fixed gate ([0-9.]+)", [])
+    with pytest.raises(UserError, match="no column 'chrf'"):
+        sweep_points(rows, r"fixed gate (?P<x>[0-9.]+)", [], column="chrf")
+    with pytest.raises(UserError, match="no such results file"):
+        read_rows(tmp_path / "missing.csv")
+
+
+def test_cli_writes_the_png_and_its_numbers(tmp_path):
+    path = write_csv(tmp_path / "r.csv", ROWS)
+    out = tmp_path / "fig" / "fig4.png"
+    assert main(["sweep-plot", str(path), "--pattern", r"fixed gate (?P<x>[0-9.]+)", "--reference", "dynamic gate",
+                 "--xlabel", "fixed gate", "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = out.with_suffix(".md").read_text()
+    assert "| 0.1 | fixed gate 0.1 | 24.00 |" in md and "| — | dynamic gate (reference) | 27.00 |" in md
+    written = plot_sweep(path, r"fixed gate (?P<x>[0-9.]+)", tmp_path / "b.png", column="bleu_mean")
+    assert "± 0.20" in written[1].read_text()

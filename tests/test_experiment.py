@@ -303,3 +303,34 @@ evaluate: {{split: test, average_last: 2, beam: 2, bootstrap_samples: 20, benchm
     (moved / "runs" / "transformer-base" / "seed1" / "result.json").unlink()
     with pytest.raises(ExperimentError, match="needs the results of the baseline"):
         run_grid(grid, out_dir=moved, report_only=True, log=lambda *_: None)
+
+
+def test_every_run_translates_the_extra_files_and_a_bad_one_is_recorded(tmp_path, corpus):
+    """evaluate.translate: each run's averaged model translates the listed files (the blind sets,
+    in the real grids) into <run>/<name>.hyp, one line per input line; a file it cannot read is
+    recorded in result.json with the reason, and the grid finishes."""
+    import gzip
+    import json
+
+    out = tmp_path / "out"
+    grid = _grid(tmp_path, corpus, out)
+    text = grid.read_text()
+    blind = tmp_path / "blind.src.gz"
+    src_lines = (corpus / "test.src").read_text().splitlines()[:5]
+    with gzip.open(blind, "wt", encoding="utf-8") as f:
+        f.write("\n".join(src_lines) + "\n")
+    bad = tmp_path / "latin1.src"
+    bad.write_bytes("caf\xe9\n".encode("latin-1"))
+    text = text.replace("evaluate: {split: test, average_last: 2, beam: 2, bootstrap_samples: 50}",
+                        f"evaluate: {{split: test, average_last: 2, beam: 2, bootstrap_samples: 50, "
+                        f"translate: [{blind}, {bad}]}}")
+    text = text.replace("  - name: + post-norm (2 layers)\n    overrides: [model.pre_norm=false, model.encoder_layers=2]\n",
+                        "")
+    grid.write_text(text)
+    run_grid(grid, overrides=["train.threads=1"], log=lambda *_: None)
+    run_dir = out / "runs" / "transformer-base" / "seed1"
+    hyp = (run_dir / "blind.src.hyp").read_text(encoding="utf-8").split("\n")
+    assert len(hyp) == len(src_lines) + 1 and hyp[-1] == ""
+    res = json.loads((run_dir / "result.json").read_text())
+    assert res["translated"][str(blind)] == "blind.src.hyp"
+    assert res["translated"][str(bad)].startswith("not translated:") and "latin1.src" in res["translated"][str(bad)]

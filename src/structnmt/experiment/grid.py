@@ -110,6 +110,10 @@ class EvaluateSpec:
     # a synthetic generalization benchmark directory (`structnmt synth --generalization`):
     # every run also translates its i.i.d. and held-out splits, scored per split
     benchmark: str = ""
+    # files (one sentence per line, .gz ok; relative to the working directory) that every run
+    # also translates with its averaged model and the evaluation's beam, e.g. the blind test
+    # sets: <run>/<file name without .gz>.hyp, listed in result.json (not scored)
+    translate: list[str] = field(default_factory=list)
 
 
 @dataclass

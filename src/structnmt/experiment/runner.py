@@ -196,6 +196,8 @@ def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, src: list[str], 
                        "bleu_lc_tok_precisions": s.precisions})
     if ev.benchmark:
         result["benchmark"] = _evaluate_benchmark(ev.benchmark, tr, dcfg, run_dir)
+    if ev.translate:
+        result["translated"] = _translate_files(ev.translate, tr, dcfg, run_dir)
     from .report import hardware
 
     result["hardware"] = hardware()  # the machine that trained and decoded it (a report may be written elsewhere)
@@ -213,6 +215,29 @@ def _split_prefix(cfg: Config, split: str) -> tuple[str | None, str | None]:
     prefixes = {"train": pc.get("trainpref"), "valid": pc.get("validpref"),
                 **{("test" if i == 0 else f"test{i}"): p for i, p in enumerate(tests)}}
     return prefixes.get(split), pc.get("source_lang")
+
+
+def _translate_files(files: list[str], tr, dcfg, run_dir: Path) -> dict[str, str]:
+    """Translate every file of ``evaluate.translate`` into ``<run>/<name>.hyp`` (one line per
+    input line). A file the model cannot translate (a model that reads pre-parsed trees the
+    file does not come with, say) is recorded with the reason instead of stopping the grid."""
+    from ..config import ConfigError
+    from ..data.corpus import CorpusError, read_lines
+    from ..errors import UserError
+
+    done: dict[str, str] = {}
+    for f in files:
+        name = Path(f).name
+        name = name[:-3] if name.endswith(".gz") else name
+        try:
+            lines = list(read_lines(f))
+            hyps = [h[0].text if h else "" for h in tr.translate(lines, dcfg)]
+        except (UserError, ConfigError, CorpusError, OSError) as err:
+            done[f] = f"not translated: {err}"
+            continue
+        (run_dir / f"{name}.hyp").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+        done[f] = f"{name}.hyp"
+    return done
 
 
 def _evaluate_benchmark(directory: str, tr, dcfg, run_dir: Path) -> dict:

@@ -268,6 +268,12 @@ evaluate: {{split: test, average_last: 2, beam: 2, bootstrap_samples: 20, benchm
         assert f"### {split}: " in report
     assert "| Transformer-Base | " in report and "agreement_by_attractors.png" in report
     assert (tmp_path / "out" / "agreement_by_attractors.png").stat().st_size > 0
+    with open(tmp_path / "out" / "generalization.csv", encoding="utf-8") as f:
+        gen = list(csv.DictReader(f))
+    a4 = [r for r in gen if r["System"] == "Transformer-Base" and r["split"] == "attraction4"][0]
+    seeds_a4 = [json.loads((tmp_path / "out" / "runs" / "transformer-base" / f"seed{k}" / "result.json").read_text())
+                ["benchmark"]["attraction4"]["agreement"] for k in (1, 2)]
+    assert int(a4["n_seeds"]) == 2 and float(a4["agreement"]) == pytest.approx(sum(seeds_a4) / 2)
     result = json.loads((tmp_path / "out" / "runs" / "transformer-base" / "seed2" / "result.json").read_text())
     assert set(result["benchmark"]) == {"test", "attraction2", "attraction3", "attraction4", "depth2", "depth3",
                                         "length", "recombination"}

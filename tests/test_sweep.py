@@ -14,10 +14,10 @@ from structnmt.errors import UserError
 
 def write_csv(path, rows):
     with path.open("w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=["System", "bleu", "bleu_mean", "bleu_std", "seed"])
+        w = csv.DictWriter(f, fieldnames=["system", "bleu", "bleu_mean", "bleu_std", "seed"])  # as the runner writes
         w.writeheader()
         for r in rows:
-            w.writerow(r)
+            w.writerow({("system" if k == "System" else k): v for k, v in r.items()})
     return path
 
 
@@ -64,3 +64,25 @@ def test_cli_writes_the_png_and_its_numbers(tmp_path):
     assert "| 0.1 | fixed gate 0.1 | 24.00 |" in md and "| — | dynamic gate (reference) | 27.00 |" in md
     written = plot_sweep(path, r"fixed gate (?P<x>[0-9.]+)", tmp_path / "b.png", column="bleu_mean")
     assert "± 0.20" in written[1].read_text()
+
+
+def test_where_selects_one_split_and_std_columns_give_error_bars(tmp_path):
+    path = tmp_path / "generalization.csv"
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=["System", "split", "agreement", "agreement_std"])
+        w.writeheader()
+        for name, a in (("dynamic gate", 60.0), ("fixed gate 0.1", 45.0), ("fixed gate 0.3", 58.0)):
+            w.writerow({"System": name, "split": "iid", "agreement": "99.0", "agreement_std": "0.1"})
+            w.writerow({"System": name, "split": "attraction4", "agreement": str(a), "agreement_std": "2.0"})
+    rows = read_rows(path)
+    pts, refs = sweep_points(rows, r"fixed gate (?P<x>[0-9.]+)", ["dynamic gate"], column="agreement",
+                             where={"split": "attraction4"})
+    assert [(x, y, e) for x, y, e, _ in pts] == [(0.1, 45.0, 2.0), (0.3, 58.0, 2.0)]
+    assert refs == [("dynamic gate", 60.0, 2.0)]
+    with pytest.raises(UserError, match="no row has split=depth3; its values: attraction4, iid"):
+        sweep_points(rows, r"fixed gate (?P<x>[0-9.]+)", [], column="agreement", where={"split": "depth3"})
+    out = tmp_path / "a4.png"
+    assert main(["sweep-plot", str(path), "--pattern", r"fixed gate (?P<x>[0-9.]+)", "--column", "agreement",
+                 "--where", "split=attraction4", "--out", str(out)]) == 0
+    assert "| 0.1 | fixed gate 0.1 | 45.00 ± 2.00 |" in out.with_suffix(".md").read_text()
+    assert main(["sweep-plot", str(path), "--pattern", "x(?P<x>1)", "--where", "split", "--out", str(out)]) != 0

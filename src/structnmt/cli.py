@@ -235,8 +235,14 @@ def cmd_analyze(args) -> int:
 def cmd_sweep_plot(args) -> int:
     from .analysis.sweep import plot_sweep
 
+    where = {}
+    for item in args.where or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            return _err(f"--where {item}: use COLUMN=VALUE, e.g. --where split=attraction4.")
+        where[key] = value
     written = plot_sweep(args.results, args.pattern, args.out, references=args.reference or [], column=args.column,
-                         xlabel=args.xlabel, title=args.title)
+                         xlabel=args.xlabel, title=args.title, where=where)
     print(f"sweep-plot: wrote {', '.join(str(p) for p in written)}")
     return 0
 
@@ -406,6 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="regular expression over row names with a named group x, e.g. 'fixed gate (?P<x>[0-9.]+)'")
     s.add_argument("--reference", action="append", help="a row drawn as a horizontal line (repeatable)")
     s.add_argument("--column", default="bleu", help="the csv column plotted (bleu_mean: with bleu_std error bars)")
+    s.add_argument("--where", action="append", help="COLUMN=VALUE: keep only such rows (repeatable), e.g. "
+                                                     "split=attraction4 in a generalization.csv")
     s.add_argument("--xlabel", default="x")
     s.add_argument("--title", default="")
     s.add_argument("--out", required=True, help="PNG path; the numbers go to the same path with .md")

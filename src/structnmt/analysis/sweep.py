@@ -9,7 +9,10 @@ Rows whose ``System`` name matches ``--pattern`` (a Python regular expression wi
 group ``x``, a number) become the points of the curve, in the order of x; every
 ``--reference`` row is a horizontal line. The y value is a column of the csv (``bleu`` by
 default; ``bleu_mean`` with an error bar of ``bleu_std`` when the grid had several seeds).
-A row named by ``--reference`` or matched by nothing is an error naming what the csv has.
+``--where split=attraction4`` keeps the rows of one split of a synthetic benchmark's
+``generalization.csv`` (columns bleu, exact, agreement, verb_final and their ``_std``; a
+column with a ``_std`` twin gets error bars). A row named by ``--reference`` or matched by
+nothing is an error naming what the csv has.
 Writes the PNG and a markdown table of the same numbers next to it (``.md``).
 """
 
@@ -28,9 +31,16 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
         raise UserError(f"{p}: no such results file; the experiment runner writes <out>/results.csv.")
     with p.open(encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
+    if rows and "system" in rows[0] and "System" not in rows[0]:  # results.csv names it in lower case
+        rows = [{("System" if k == "system" else k): v for k, v in r.items()} for r in rows]
     if not rows or "System" not in rows[0]:
-        raise UserError(f"{p}: not an experiment results.csv (no 'System' column).")
+        raise UserError(f"{p}: not an experiment results.csv or generalization.csv (no 'system' column).")
     return rows
+
+
+def path_is_results(rows: list[dict[str, str]]) -> bool:
+    """True for the runner's results.csv (one row per seed, with a 'seed' column)."""
+    return bool(rows) and "seed" in rows[0] and "bleu_mean" in rows[0]
 
 
 def _value(row: dict[str, str], column: str, path) -> float:
@@ -43,17 +53,29 @@ def _value(row: dict[str, str], column: str, path) -> float:
 
 
 def sweep_points(rows: list[dict[str, str]], pattern: str, references: list[str], column: str = "bleu",
-                 path: str | Path = "results.csv") -> tuple[list[tuple[float, float, float, str]],
-                                                           list[tuple[str, float, float]]]:
+                 path: str | Path = "results.csv", where: dict[str, str] | None = None
+                 ) -> tuple[list[tuple[float, float, float, str]], list[tuple[str, float, float]]]:
     """((x, y, err, name) sorted by x, [(reference name, y, err)]) from the csv rows; one row
-    per system (the runner writes one per seed: the mean columns are the same in each)."""
+    per system (the runner writes one per seed: the mean columns are the same in each).
+    ``where``: keep only the rows whose columns have these values (e.g. ``split=attraction4``
+    in a ``generalization.csv``)."""
     try:
         rx = re.compile(pattern)
     except re.error as e:
         raise UserError(f"--pattern {pattern!r} is not a regular expression: {e}.") from None
     if "x" not in rx.groupindex:
         raise UserError(f"--pattern {pattern!r} needs a named group (?P<x>...) holding the swept number.")
-    err_col = "bleu_std" if column == "bleu_mean" else None
+    for key, value in (where or {}).items():
+        if rows and key not in rows[0]:
+            raise UserError(f"{path}: no column '{key}' for --where; columns: {', '.join(rows[0])}.")
+        kept = [r for r in rows if r[key] == value]
+        if not kept:
+            raise UserError(f"{path}: no row has {key}={value}; its values: {', '.join(sorted({r[key] for r in rows}))}.")
+        rows = kept
+    # results.csv: "bleu" is seed 1's score, "bleu_mean" has its std in "bleu_std";
+    # generalization.csv: every mean column has a "<column>_std" twin
+    err_col = ("bleu_std" if column == "bleu_mean" else None if path_is_results(rows) else
+               f"{column}_std" if rows and f"{column}_std" in rows[0] else None)
     seen: dict[str, dict[str, str]] = {}
     for r in rows:
         seen.setdefault(r["System"], r)
@@ -79,11 +101,12 @@ def sweep_points(rows: list[dict[str, str]], pattern: str, references: list[str]
 
 
 def plot_sweep(results: str | Path, pattern: str, out: str | Path, references: list[str] | None = None,
-               column: str = "bleu", xlabel: str = "x", title: str = "") -> list[Path]:
+               column: str = "bleu", xlabel: str = "x", title: str = "", where: dict[str, str] | None = None
+               ) -> list[Path]:
     """Write ``out`` (PNG) and ``out`` with ``.md`` (the numbers); returns both paths."""
     from matplotlib.figure import Figure
 
-    points, refs = sweep_points(read_rows(results), pattern, references or [], column, results)
+    points, refs = sweep_points(read_rows(results), pattern, references or [], column, results, where)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig = Figure(figsize=(5.2, 3.6))

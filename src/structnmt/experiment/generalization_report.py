@@ -83,6 +83,7 @@ def generalization_section(grid: GridConfig, results: dict, out: Path) -> list[s
     lines: list[str] = []
     summary = ["| System | " + " | ".join(splits) + " |", "|---|" + "---:|" * len(splits)]
     agreement_by_split: dict[str, dict[str, float]] = {n: {} for n in names}
+    csv_rows: list[dict] = []  # generalization.csv: one row per (system, split), means and stds over seeds
     for split, statement in splits.items():
         refs = [" ".join(ex.tgt) for ex in load_examples(directory, split)]
         hyps = {n: read_lines_exact(run_dir(n, seed0) / f"bench_{split}.hyp") for n in names}
@@ -118,11 +119,24 @@ def generalization_section(grid: GridConfig, results: dict, out: Path) -> list[s
             lines.append(f"| {n} | {cells['bleu']} | {p_bleu} | {cells['exact']} | {cells['agreement']} | {p_agr} | "
                          f"{cells['verb_final']} | {p_vf} | {att} | {dist} |")
             agreement_by_split[n][split] = statistics.fmean(r["agreement"] for r in res)
+            row = {"System": n, "split": split, "n_seeds": len(res)}
+            for k in ("bleu", "exact", "agreement", "verb_final"):
+                vals = [r[k] for r in res]
+                row[k] = statistics.fmean(vals)
+                row[f"{k}_std"] = statistics.stdev(vals) if len(vals) > 1 else 0.0
+            csv_rows.append(row)
         lines.append("")
     for n in names:
         summary.append(f"| {n} | " + " | ".join(f"{agreement_by_split[n][s]:.1f}" for s in splits) + " |")
     _plot_attractors(grid, results, out / "agreement_by_attractors.png")
-    return (head + ["Agreement accuracy (%) per split, mean over seeds:", ""] + summary + [""]
+    import csv
+
+    with open(out / "generalization.csv", "w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(csv_rows[0]) if csv_rows else ["System", "split"])
+        w.writeheader()
+        w.writerows(csv_rows)
+    return (head + ["Agreement accuracy (%) per split, mean over seeds (every split's means and standard deviations: "
+                    "`generalization.csv`):", ""] + summary + [""]
             + ["![agreement by attractors](agreement_by_attractors.png)", ""] + lines)
 
 

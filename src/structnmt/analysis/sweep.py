@@ -122,6 +122,7 @@ def plot_sweep(results: str | Path, pattern: str, out: str | Path, references: l
     colors = ["tab:red", "tab:gray", "tab:green", "tab:purple"]
     for i, (name, y, _) in enumerate(refs):
         ax.axhline(y, linestyle=styles[i % len(styles)], color=colors[i % len(colors)], label=f"{name} ({y:.2f})")
+    ax.margins(y=0.15)  # room for the value labels and the reference lines at the edges
     ax.set_xlabel(xlabel)
     ax.set_ylabel(column)
     ax.set_xticks(xs)

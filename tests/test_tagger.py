@@ -38,6 +38,17 @@ def ptb_sample(root: Path, files: int = 6, per_file: int = 8) -> Path:
     return root
 
 
+def tag_config(tmp_path: Path, files: str = "[[3, 4], [5, 5], [6, 6]]", epochs: int = 2, extra: str = "") -> Path:
+    """A tiny tag YAML over a fresh PTB-like sample in ``tmp_path``."""
+    root = ptb_sample(tmp_path / "ptb")
+    cfg = tmp_path / "tag.yaml"
+    cfg.write_text(f"corpus: {{name: ptb, path: {root}}}\nsplit: {{ptb_files: {files}}}\n"
+                   f"out_dir: {tmp_path / 'out'}\n"
+                   "model: {layers: 1, d_model: 16, heads: 2, ffn_dim: 32, dropout: 0.0, min_count: 1}\n"
+                   f"train: {{epochs: {epochs}, patience: 0, lr: 0.01, batch_size: 8}}\n" + extra)
+    return cfg
+
+
 def test_read_ptb_splits_by_file_and_strips_empty_elements(tmp_path):
     root = ptb_sample(tmp_path / "ptb")
     splits, stats = read_ptb(root, [[1, 4], [5, 5], [6, 6]])
@@ -83,12 +94,7 @@ def test_paired_bootstrap():
 
 
 def test_tagger_refuses_mechanisms_that_need_an_eos_slot(tmp_path):
-    root = ptb_sample(tmp_path / "ptb")
-    cfg = tmp_path / "tag.yaml"
-    cfg.write_text(f"corpus: {{name: ptb, path: {root}}}\nsplit: {{ptb_files: [[3, 4], [5, 5], [6, 6]]}}\n"
-                   f"out_dir: {tmp_path / 'out'}\n"
-                   "model: {layers: 1, d_model: 16, heads: 2, ffn_dim: 32, dropout: 0.0, min_count: 1}\n"
-                   "train: {epochs: 1, patience: 0, lr: 0.01, batch_size: 8}\n")
+    cfg = tag_config(tmp_path, epochs=1)
     with pytest.raises(ConfigError, match="end-of-sentence"):
         run_tag(cfg, ["model.attention={name: mgsa}", "model.heads=4"], log=lambda *_: None)
 
@@ -97,12 +103,7 @@ def test_tagger_refuses_mechanisms_that_need_an_eos_slot(tmp_path):
                                        "{name: phrase_transformer, options: {k: 2, hypernodes: semantic}}"])
 def test_tagger_learns_the_task(tmp_path, attention):
     """Tags are a function of the word here: every row must learn them (test accuracy 100 %)."""
-    root = ptb_sample(tmp_path / "ptb")
-    cfg = tmp_path / "tag.yaml"
-    cfg.write_text(f"corpus: {{name: ptb, path: {root}}}\nsplit: {{ptb_files: [[1, 4], [5, 5], [6, 6]]}}\n"
-                   f"out_dir: {tmp_path / 'out'}\ntrees: gold\n"
-                   "model: {layers: 1, d_model: 16, heads: 2, ffn_dim: 32, dropout: 0.0, min_count: 1}\n"
-                   "train: {epochs: 40, patience: 0, lr: 0.01, batch_size: 8}\n")
+    cfg = tag_config(tmp_path, files="[[1, 4], [5, 5], [6, 6]]", epochs=40, extra="trees: gold\n")
     overrides = [f"model.attention={attention}"]
     if "semantic" in attention:  # file 2 has a sentence without a gold tree: refused with a clear message
         with pytest.raises(ConfigError, match="1 have none"):
@@ -122,14 +123,8 @@ def test_rows_resume_and_report_only_trains_nothing(tmp_path, monkeypatch):
     names the rest."""
     import structnmt.tagger as tagger_mod
 
-    root = ptb_sample(tmp_path / "ptb")
-    cfg = tmp_path / "tag.yaml"
-    cfg.write_text(f"corpus: {{name: ptb, path: {root}}}\nsplit: {{ptb_files: [[3, 4], [5, 5], [6, 6]]}}\n"
-                   f"out_dir: {tmp_path / 'out'}\n"
-                   "model: {layers: 1, d_model: 16, heads: 2, ffn_dim: 32, dropout: 0.0, min_count: 1}\n"
-                   "train: {epochs: 2, patience: 0, lr: 0.01, batch_size: 8}\n"
-                   "rows:\n  - name: Transformer\n  - name: PhraseTransformer (k=2)\n"
-                   "    overrides: ['model.attention={name: phrase_transformer, options: {k: 2}}']\n")
+    cfg = tag_config(tmp_path, extra="rows:\n  - name: Transformer\n  - name: PhraseTransformer (k=2)\n"
+                                     "    overrides: ['model.attention={name: phrase_transformer, options: {k: 2}}']\n")
     run_tag(cfg, ["rows=[{name: Transformer}]"], log=lambda *_: None)  # the first row only
 
     def no_training(*_a, **_k):

@@ -132,6 +132,10 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path, corpus, monkeypatch):
     # a changed budget is refused for an existing output directory
     with pytest.raises(ConfigError, match="different configuration"):
         run_grid(grid, overrides=["train.threads=1", "budget.max_updates=8"], log=lines.append)
+    # ... but logging-only keys (the trainer's resumable keys, less the budget) are not a new configuration
+    lines.clear()
+    run_grid(grid, overrides=["train.threads=2", "train.head_roles=true", "train.log_interval=7"], log=lines.append)
+    assert sum("finished earlier, skipped" in x for x in lines) == 2
 
     # two runs trained at once (--jobs 2) give the same models and translations as one after the other
     out2 = tmp_path / "out_jobs2"

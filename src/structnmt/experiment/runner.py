@@ -34,14 +34,14 @@ from pathlib import Path
 import yaml
 
 from ..config import Config, ConfigError, _build, from_dict, to_dict
-from .grid import ExperimentError, GridConfig, load_grid, resolve_run_config, slug
+from ..train.lock import RESUMABLE_KEYS
+from .grid import BUDGET_KEYS, ExperimentError, GridConfig, load_grid, resolve_run_config, slug
 
-#: Config keys that change speed or logging only: a run may resume with other values.
-_SPEED_ONLY = {"train.threads", "train.progress", "train.tensorboard", "train.log_interval", "decode.batch_size",
-               "data.structure_cache_mb",
-               # the run directory itself: the grid sets it to where the run is, so an output
-               # directory may be moved or copied (from a GPU machine, say) and still resume/report
-               "train.save_dir"}
+#: Config keys that change speed, logging or hardware only: a finished or started run may be reported and
+#: resumed with other values. The trainer's resumable keys, less the budget (a run trained for another
+#: budget is another result); train.save_dir is the run directory itself, which the grid sets to where the
+#: run is, so an output directory may be moved or copied (from a GPU machine, say) and still resume/report.
+_SPEED_ONLY = RESUMABLE_KEYS - {f"train.{k}" for k in (*BUDGET_KEYS, "max_epochs", "patience")}
 
 
 def launch_training(config_path: Path, log_path: Path) -> int:

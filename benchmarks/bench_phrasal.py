@@ -113,8 +113,11 @@ class _FullLength:
     def encode(self, *args, **kwargs):
         return self.model.encode(*args, **kwargs)
 
+    def shares_source_across_beam(self) -> bool:
+        return self.model.shares_source_across_beam()
+
     def decode_step(self, *args, **kwargs):
-        lprobs = self.model.decode_step(*args, **kwargs).float()
+        lprobs = self.model.decode_step(*args, **kwargs).float()  # log-probs, or logits (log_probs=False)
         lprobs[:, EOS] = float("-inf")
         return lprobs
 

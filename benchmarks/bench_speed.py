@@ -117,14 +117,15 @@ class ReferenceTransformer(nn.Module):
         return RefEncoderOutput(memory, pad)
 
     @torch.no_grad()
-    def decode_step(self, prev_tokens: Tensor, enc: RefEncoderOutput, cache) -> Tensor:
+    def decode_step(self, prev_tokens: Tensor, enc: RefEncoderOutput, cache, log_probs: bool = True) -> Tensor:
         T = prev_tokens.shape[1]
         causal = self.causal_mask(T, prev_tokens.device)
         h = self.transformer.decoder(self._embed(prev_tokens), enc.memory, tgt_mask=causal,
                                      memory_key_padding_mask=enc.pad_mask, tgt_is_causal=True)
         # all positions projected, then the last taken: the same work as NoCacheAdapter, which
         # can only get logits for every position from TransformerModel.decode
-        return torch.log_softmax(self._logits(h)[:, -1].float(), dim=-1)
+        logits = self._logits(h)[:, -1].float()
+        return torch.log_softmax(logits, dim=-1) if log_probs else logits
 
 
 class NoCacheAdapter:
@@ -137,9 +138,9 @@ class NoCacheAdapter:
         return self.model.encode(src, src_mask, structures)
 
     @torch.no_grad()
-    def decode_step(self, prev_tokens: Tensor, enc, cache) -> Tensor:
-        logits = self.model.decode(prev_tokens, enc).logits[:, -1]  # cache deliberately unused
-        return torch.log_softmax(logits.float(), dim=-1)
+    def decode_step(self, prev_tokens: Tensor, enc, cache, log_probs: bool = True) -> Tensor:
+        logits = self.model.decode(prev_tokens, enc).logits[:, -1].float()  # cache deliberately unused
+        return torch.log_softmax(logits, dim=-1) if log_probs else logits
 
 
 # --------------------------------------------------------------------------- data

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from structnmt.config import ModelConfig
+from structnmt.config import AttentionSpec, ModelConfig
 from structnmt.data.vocab import EOS
 from structnmt.decode.beam import beam_search, greedy_search
 from structnmt.models import build_model
@@ -38,7 +38,7 @@ class ScriptedModel:
     def encode(self, src, src_mask, structures):
         return _Enc(torch.arange(src.shape[0]))
 
-    def decode_step(self, tokens, enc, cache):
+    def decode_step(self, tokens, enc, cache, log_probs=True):  # its log-probs are logits too
         out = torch.full((tokens.shape[0], VOCAB), float("-inf"))
         for row in range(tokens.shape[0]):
             prefix = tuple(tokens[row, 1:].tolist())
@@ -171,3 +171,81 @@ def test_batched_beam_equals_one_sentence_at_a_time():
         assert [h.tokens for h in single[0]] == [h.tokens for h in batched[i]]
         for hs, hb in zip(single[0], batched[i]):
             assert hs.score == pytest.approx(hb.score, abs=1e-4)
+
+
+# --------------------------------------------------------------------------- one source row per sentence
+
+
+def _varied_batch(seed: int, n: int = 5, S: int = 9, vocab: int = 30):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, vocab, (n, S), generator=g)
+    mask = torch.ones_like(src, dtype=torch.bool)
+    for i in range(n):
+        mask[i, int(torch.randint(2, S + 1, (1,), generator=g)) :] = False
+    src[~mask] = 0
+    return src, mask
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_shared_source_beam_equals_a_copied_source_per_hypothesis(seed):
+    """Keeping one encoder row per sentence (and cross K/V per sentence) changes no hypothesis."""
+    torch.manual_seed(seed)
+    cfg = ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=2, decoder_layers=2, dropout=0.0)
+    model = build_model(cfg, 30, 30).eval()
+    assert model.shares_source_across_beam()
+    src, mask = _varied_batch(seed)
+    kw = dict(beam=4, nbest=4, max_len_a=1.5, max_len_b=3)
+    shared = beam_search(model, src, mask, **kw)
+    copied = beam_search(model, src, mask, share_source=False, **kw)
+    # sentences finish at different steps (rows leave the batch), so the per-sentence reorder is exercised
+    assert len({len(h[0].tokens) for h in copied}) > 1
+    for hs, hc in zip(shared, copied):
+        assert [h.tokens for h in hs] == [h.tokens for h in hc]
+        for a, b in zip(hs, hc):
+            assert a.score == pytest.approx(b.score, abs=1e-5)
+
+
+def test_grouped_cross_attention_equals_a_memory_copied_per_query_row():
+    from structnmt.nn.attention import (
+        AttentionContext,
+        AttentionDims,
+        IncrementalCache,
+        MultiHeadAttention,
+    )
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(dims=AttentionDims(16, 4, 0.0, "cross", "x")).eval()
+    n, g, S = 3, 4, 7
+    memory = torch.randn(n, S, 16)
+    key_mask = torch.ones(n, S, dtype=torch.bool)
+    key_mask[1, 4:] = False
+    query = torch.randn(n * g, 1, 16)
+    expand = torch.arange(n).repeat_interleave(g)
+    ref = mha(query, memory[expand], AttentionContext(key_mask=key_mask[expand], need_weights=True))
+    cache = IncrementalCache(beam=g)
+    got = mha(query, memory, AttentionContext(key_mask=key_mask, need_weights=True, cache=cache, memory_group=g))
+    torch.testing.assert_close(got.output, ref.output, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(got.weights, ref.weights, atol=1e-6, rtol=1e-5)
+    assert cache.get("x")["k"].shape[0] == n  # one row per sentence, not per query row
+    # a beam move inside the sentences leaves the per-sentence keys alone ...
+    k0 = cache.get("x")["k"]
+    cache.reorder(torch.tensor([1, 1, 0, 3, 4, 4, 6, 7, 8, 9, 11, 10]))
+    assert cache.get("x")["k"] is k0
+    # ... and a sentence leaving the batch (the middle one) drops its row
+    cache.reorder(torch.tensor([0, 1, 2, 3, 8, 8, 9, 10]))
+    torch.testing.assert_close(cache.get("x")["k"], k0[[0, 2]])
+    # per-sentence entries only exist in a beam cache
+    with pytest.raises(ValueError, match="per-sentence cache entries need"):
+        IncrementalCache().set("y", {"k": k0}, per_sentence=True)
+
+
+def test_a_decoder_that_cannot_share_the_source_still_decodes_each_hypothesis_against_its_copy():
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=2, dropout=0.0)
+    cfg.attention.cross = AttentionSpec(name="phrasal_homogeneous", options={"variant": "convkv"})
+    model = build_model(cfg, 30, 30).eval()
+    assert not model.shares_source_across_beam()
+    src, mask = _varied_batch(3, n=3)
+    a = beam_search(model, src, mask, beam=3, max_len_a=1.0, max_len_b=2)
+    b = beam_search(model, src, mask, beam=3, max_len_a=1.0, max_len_b=2, share_source=False)
+    assert [h[0].tokens for h in a] == [h[0].tokens for h in b]

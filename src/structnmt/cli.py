@@ -6,6 +6,7 @@ Subcommands (``structnmt <cmd> -h`` for their options)::
     prepare    parallel text -> SentencePiece-encoded, memory-mapped dataset
     train      train from a YAML config with dotted overrides (torchrun-compatible)
     translate  beam search / greedy decoding from a file or standard input
+    export     a plain Transformer checkpoint -> CTranslate2 model directory
     average    average the last N checkpoints
     score      sacreBLEU BLEU and chrF with signatures, paired bootstrap resampling
     experiment a grid of configs -> results table with significance, learning curves
@@ -108,6 +109,10 @@ def cmd_translate(args) -> int:
 
     if args.output and args.input not in (None, "-") and Path(args.output).resolve() == Path(args.input).resolve():
         return _err(f"--output {args.output} is the input file; write the translations to another file.")
+    from .export import is_export
+
+    if is_export(args.checkpoint):
+        return _translate_ctranslate2(args)
     tr = Translator(args.checkpoint, data_dir=args.data, device=args.device, parser_overrides=overrides,
                     too_long=args.too_long)
     if tr.note:
@@ -133,10 +138,15 @@ def cmd_translate(args) -> int:
                 else "got an empty translation (--too-long truncate translates their beginning)")
         print(f"translate: {len(tr.too_long)} input line(s) longer than model.max_positions="
               f"{tr.cfg.model.max_positions} pieces {done}: line {shown}.", file=sys.stderr)
+    _write_translations(args, results, d.nbest)
+    return 0
+
+
+def _write_translations(args, results, nbest: int) -> None:
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
         for i, hyps in enumerate(results):
-            if d.nbest > 1:
+            if nbest > 1:
                 for h in hyps:
                     out.write(f"{i} ||| {h.text} ||| {h.score:.4f}\n")
             else:
@@ -144,6 +154,43 @@ def cmd_translate(args) -> int:
     finally:
         if out is not sys.stdout:
             out.close()
+
+
+def _translate_ctranslate2(args) -> int:
+    """``translate --checkpoint DIR`` where DIR is a ``structnmt export --format ctranslate2`` directory."""
+    from .config import validate_decode
+    from .export import CT2Translator
+
+    if args.parse_dependency or args.parse_constituency:
+        return _err(f"{args.checkpoint} is a CTranslate2 export of a plain Transformer, which reads no parses; "
+                    "drop --parse-dependency/--parse-constituency.")
+    if args.too_long == "truncate":
+        return _err("--too-long truncate is not available with a CTranslate2 export; drop it (over-long lines get "
+                    "an empty translation and are reported).")
+    tr = CT2Translator(args.checkpoint, device="cuda" if args.device == "cuda" else "cpu", data_dir=args.data)
+    d = tr.decode
+    for name in ("beam", "lenpen", "max_len_a", "max_len_b", "nbest", "batch_size"):
+        value = getattr(args, name)
+        if value is not None:
+            setattr(d, name, value)
+    if args.greedy:
+        d.beam, d.nbest = 1, 1
+    validate_decode(d, "translate options (--beam, --nbest, --batch-size, ...)")
+    results = tr.translate(_read_input(args.input), d)
+    if tr.too_long:
+        shown = ", ".join(map(str, tr.too_long[:20])) + (", ..." if len(tr.too_long) > 20 else "")
+        print(f"translate: {len(tr.too_long)} input line(s) longer than model.max_positions={tr.max_positions} "
+              f"pieces got an empty translation: line {shown}.", file=sys.stderr)
+    _write_translations(args, results, d.nbest)
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .export import export_ctranslate2
+
+    out = export_ctranslate2(args.checkpoint, args.out, quantization=args.quantization)
+    print(f"export: {args.checkpoint} -> {out} (CTranslate2, quantization {args.quantization or 'none'}); "
+          f"translate with: structnmt translate --checkpoint {out} --input FILE")
     return 0
 
 
@@ -323,7 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_train)
 
     s = sub.add_parser("translate", help="translate text with a checkpoint")
-    s.add_argument("--checkpoint", required=True)
+    s.add_argument("--checkpoint", required=True,
+                   help="a checkpoint, or a directory written by `structnmt export` (translates with CTranslate2)")
     s.add_argument("--input", help="file (.gz ok) or - for standard input (default)")
     s.add_argument("--output", help="default: standard output")
     s.add_argument("--data", help="prepared dataset dir holding the vocabularies (default: the one in the checkpoint)")
@@ -342,6 +390,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default="auto")
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_translate)
+
+    s = sub.add_parser("export", help="export a plain Transformer checkpoint to CTranslate2 (fast CPU/GPU decoding)")
+    s.add_argument("--format", choices=["ctranslate2"], default="ctranslate2")
+    s.add_argument("--checkpoint", required=True)
+    s.add_argument("--out", required=True, help="a new directory (or an earlier export) for the CTranslate2 model")
+    s.add_argument("--quantization", choices=["int8", "int8_float32", "int16", "float16", "bfloat16"],
+                   help="store the weights quantized (default: float32, whose translations equal structnmt's)")
+    s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("average", help="average checkpoints")
     s.add_argument("--inputs", help="a save_dir: average its last --num numbered checkpoints")

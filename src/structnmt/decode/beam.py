@@ -4,6 +4,7 @@ A model used here implements (see :mod:`structnmt.models.transformer`)::
 
     enc = model.encode(src, src_mask, structures)      # anything with .reorder(index)
     lp  = model.decode_step(tokens, enc, cache)        # tokens (N, t) -> log-probs (N, V)
+    lg  = model.decode_step(tokens, enc, cache, log_probs=False)   # -> logits (N, V)
 
 and the :class:`~structnmt.nn.IncrementalCache` it fills is reordered with the beam.
 
@@ -39,7 +40,7 @@ def _max_lens(src_mask: Tensor, a: float, b: int, cap: int) -> Tensor:
     return torch.clamp((a * src_len + b).floor().long(), min=1, max=cap)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def beam_search(
     model,
     src: Tensor,
@@ -52,16 +53,26 @@ def beam_search(
     nbest: int = 1,
     max_positions: int = 1024,
     structures: dict[str, Tensor] | None = None,
+    share_source: bool = True,
 ) -> list[list[Hypothesis]]:
-    """src (B, S), src_mask (B, S) bool -> per sentence, the ``nbest`` best hypotheses."""
+    """src (B, S), src_mask (B, S) bool -> per sentence, the ``nbest`` best hypotheses.
+
+    ``share_source`` (default): when the model allows it (``shares_source_across_beam``),
+    the encoder output and the cross-attention keys and values keep one row per sentence
+    for all its hypotheses instead of a copy per hypothesis that is reordered every step.
+    Each step normalises only what it keeps: the ``2 * beam`` best logits of every
+    hypothesis (the sentence's best ``2 * beam`` extensions are among them) minus its
+    log-sum-exp, instead of a log-softmax over the whole vocabulary.
+    """
     B = src.shape[0]
     K = beam
     device = src.device
     enc = model.encode(src, src_mask, structures or {})
     max_lens = _max_lens(src_mask, max_len_a, max_len_b, max_positions - 1)
-    expand = torch.arange(B, device=device).repeat_interleave(K)
-    enc = enc.reorder(expand)
-    cache = IncrementalCache()
+    shared = share_source and K > 1 and bool(getattr(model, "shares_source_across_beam", lambda: False)())
+    if not shared:
+        enc = enc.reorder(torch.arange(B, device=device).repeat_interleave(K))
+    cache = IncrementalCache(beam=K if shared else 1)
     tokens = torch.full((B * K, 1), BOS, dtype=torch.long, device=device)
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0
@@ -70,34 +81,39 @@ def beam_search(
     step = 0
     while active.numel() > 0:
         n = active.numel()
-        lprobs = model.decode_step(tokens, enc, cache).float()  # (n*K, V)
-        V = lprobs.shape[-1]
-        lprobs[:, PAD] = float("-inf")
-        lprobs[:, BOS] = float("-inf")
+        logits = model.decode_step(tokens, enc, cache, log_probs=False).float()  # (n*K, V)
+        V = logits.shape[-1]
+        lse = torch.logsumexp(logits, dim=-1, keepdim=True)  # (n*K, 1)
+        eos_lp = logits[:, EOS : EOS + 1] - lse
+        logits[:, PAD] = float("-inf")
+        logits[:, BOS] = float("-inf")
+        c = min(2 * K, V)
+        cand_logit, cand_tok = logits.topk(c, dim=1)  # (n*K, c): each hypothesis' best extensions
+        cand_lp = cand_logit - lse
         at_max = (max_lens[active] <= step + 1).repeat_interleave(K)
         if at_max.any():
             # EOS is forced here; a model that gives it zero probability still yields a
             # hypothesis, scored as if EOS had log-probability -1e4.
-            eos_col = lprobs[:, EOS].clamp(min=-1e4)
-            lprobs[at_max] = float("-inf")
-            lprobs[at_max, EOS] = eos_col[at_max]
-        total = (scores.view(n, K, 1) + lprobs.view(n, K, V)).view(n, K * V)
-        n_cand = min(2 * K, K * V)
+            cand_lp[at_max] = float("-inf")
+            cand_lp[at_max, 0] = eos_lp[at_max, 0].clamp(min=-1e4)
+            cand_tok[at_max, 0] = EOS
+        total = (scores.view(n, K, 1) + cand_lp.view(n, K, c)).view(n, K * c)
+        n_cand = min(2 * K, K * c)
         top_scores, top_idx = total.topk(n_cand, dim=1)
-        beam_idx = torch.div(top_idx, V, rounding_mode="floor")
-        tok = top_idx % V
+        beam_idx = torch.div(top_idx, c, rounding_mode="floor")
+        tok = cand_tok.view(n, K * c).gather(1, top_idx)
         is_eos = tok == EOS
         length = step + 1
         # finalise EOS candidates ranked within the top K
         fin = is_eos[:, :K] & torch.isfinite(top_scores[:, :K])
         done = torch.zeros(n, dtype=torch.bool, device=device)
         if fin.any():
-            for r, c in fin.nonzero().tolist():
+            for r, col in fin.nonzero().tolist():
                 sid = int(active[r])
                 if len(finished[sid]) >= K:
                     continue
-                row = r * K + int(beam_idx[r, c])
-                lp = float(top_scores[r, c])
+                row = r * K + int(beam_idx[r, col])
+                lp = float(top_scores[r, col])
                 finished[sid].append(Hypothesis(tokens[row, 1:].tolist(), lp / (length**lenpen), lp))
             done = torch.tensor([len(finished[int(s)]) >= K for s in active.tolist()], device=device)
         # continue with the K best non-EOS extensions
@@ -110,7 +126,8 @@ def beam_search(
         tokens = torch.cat([tokens[rows], sel_tok.view(-1, 1)], dim=1)
         scores = sel_scores
         keep = ~done
-        if not bool(keep.all()):
+        kept_all = bool(keep.all())
+        if not kept_all:
             keep_rows = keep.repeat_interleave(K)
             rows = rows[keep_rows]
             tokens = tokens[keep_rows]
@@ -119,7 +136,10 @@ def beam_search(
         if active.numel() == 0:
             break
         cache.reorder(rows)
-        enc = enc.reorder(rows)
+        if not shared:
+            enc = enc.reorder(rows)
+        elif not kept_all:
+            enc = enc.reorder(keep.nonzero().squeeze(1))
         step += 1
     out = []
     for hyps in finished:

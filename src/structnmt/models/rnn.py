@@ -246,7 +246,10 @@ class RNNModel(nn.Module):
         return self.decode(tgt_in, enc, need_weights=need_weights)
 
     @torch.no_grad()
-    def decode_step(self, prev_tokens: Tensor, enc: RNNEncoderOutput, cache: IncrementalCache) -> Tensor:
-        """prev_tokens (N, t): all tokens so far; returns log-probs (N, V) of the next one."""
+    def decode_step(self, prev_tokens: Tensor, enc: RNNEncoderOutput, cache: IncrementalCache,
+                    log_probs: bool = True) -> Tensor:
+        """prev_tokens (N, t): all tokens so far; returns log-probs (N, V) of the next one
+        (``log_probs=False``: the logits)."""
         out = self.decode(prev_tokens[:, -1:], enc, cache=cache, offset=prev_tokens.shape[1] - 1)
-        return torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+        logits = out.logits[:, -1].float()
+        return torch.log_softmax(logits, dim=-1) if log_probs else logits

@@ -12,8 +12,11 @@ D model width, V vocabulary.
 Decoding protocol (shared with every model family, used by beam search):
 
 * ``encode(src, src_mask, structures) -> EncoderOutput``
-* ``decode_step(prev_tokens (N, t), enc, cache) -> log_probs (N, V)`` for the last position
+* ``decode_step(prev_tokens (N, t), enc, cache, log_probs=True) -> log_probs (N, V)`` for the
+  last position (``log_probs=False``: logits)
 * ``EncoderOutput.reorder(index)`` and ``IncrementalCache.reorder(index)``
+* optionally ``shares_source_across_beam() -> bool``: beam search may then keep one
+  encoder row per sentence for its ``beam`` hypotheses (``IncrementalCache(beam=K)``)
 """
 
 from __future__ import annotations
@@ -334,10 +337,16 @@ class TransformerModel(nn.Module):
     ) -> ModelOutput:
         """tgt_in (B, T) -> logits (B, T, V). With a cache, ``tgt_in`` holds only new steps."""
         x = self._embed(self.tgt_embed, tgt_in, offset)
+        group = tgt_in.shape[0] // enc.memory.shape[0]
+        if group * enc.memory.shape[0] != tgt_in.shape[0]:
+            raise ValueError(f"{tgt_in.shape[0]} target rows do not make groups over {enc.memory.shape[0]} source rows.")
+        if group > 1 and not self.shares_source_across_beam():
+            raise ValueError("this model's decoder cannot read one encoder row per sentence for several hypotheses "
+                             "(see shares_source_across_beam); reorder the encoder output to the target rows.")
         self_ctx = AttentionContext(causal=True, cache=cache, need_weights=need_weights, query_offset=offset,
                                     structures=enc.structures)
         cross_ctx = AttentionContext(key_mask=enc.mask, cache=cache, need_weights=need_weights,
-                                     query_offset=offset, structures=enc.structures)
+                                     query_offset=offset, structures=enc.structures, memory_group=group)
         aux: dict[str, Tensor] = {}
         attn: dict[str, list[Tensor]] = {"decoder_self": [], "cross": []}
         for layer in self.decoder_layers:
@@ -367,9 +376,31 @@ class TransformerModel(nn.Module):
             out.attentions.update({k: v for k, v in enc.attentions.items() if v})
         return out
 
+    def shares_source_across_beam(self) -> bool:
+        """Whether beam search may keep one encoder row per sentence for all its hypotheses.
+
+        True when every cross-attention is plain MHA (``groups_memory``) and no decoder
+        self-attention reads the source structures (which would then have one row per
+        sentence, not per hypothesis). Beam search then passes target rows
+        ``N = sentences x beam`` with a sentence-level ``EncoderOutput``
+        (``AttentionContext.memory_group``), and copies no source state per hypothesis.
+        """
+        for layer in self.decoder_layers:
+            if not getattr(layer.cross_attn, "groups_memory", False):
+                return False
+            if any(hasattr(m, "required_structures") and m.required_structures() for m in layer.self_attn.modules()):
+                return False
+        return True
+
     @torch.no_grad()
-    def decode_step(self, prev_tokens: Tensor, enc: EncoderOutput, cache: IncrementalCache) -> Tensor:
-        """prev_tokens (N, t): all tokens so far; returns log-probs (N, V) of the next one."""
+    def decode_step(self, prev_tokens: Tensor, enc: EncoderOutput, cache: IncrementalCache,
+                    log_probs: bool = True) -> Tensor:
+        """prev_tokens (N, t): all tokens so far; returns log-probs (N, V) of the next one
+        (``log_probs=False``: the logits, for callers that normalise only what they keep).
+
+        ``enc`` has N rows, or one per sentence when ``N`` = sentences x beam and
+        :meth:`shares_source_across_beam` holds."""
         t = prev_tokens.shape[1]
         out = self.decode(prev_tokens[:, -1:], enc, cache=cache, offset=t - 1)
-        return torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+        logits = out.logits[:, -1].float()
+        return torch.log_softmax(logits, dim=-1) if log_probs else logits

@@ -81,22 +81,48 @@ class IncrementalCache:
 
     Each entry is a dict of tensors whose first dimension is the batch (times beam).
     :meth:`reorder` applies a beam permutation to all of them.
+
+    ``beam > 1``: beam search keeps the hypotheses of a sentence in ``beam`` consecutive
+    rows and reads a sentence-level encoder output (``AttentionContext.memory_group``).
+    Entries set with ``per_sentence=True`` (the source keys and values of plain
+    cross-attention) then hold one row per sentence, shared by its hypotheses: a beam
+    permutation leaves them alone, and only the sentences that leave the batch are
+    dropped from them.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, beam: int = 1) -> None:
+        self.beam = beam
         self.entries: dict[str, dict[str, Tensor]] = {}
+        self.per_sentence: set[str] = set()
 
     def get(self, key: str) -> dict[str, Tensor] | None:
         return self.entries.get(key)
 
-    def set(self, key: str, value: dict[str, Tensor]) -> None:
+    def set(self, key: str, value: dict[str, Tensor], *, per_sentence: bool = False) -> None:
+        if per_sentence and self.beam == 1:
+            raise ValueError("per-sentence cache entries need IncrementalCache(beam=K) with K > 1.")
         self.entries[key] = value
+        if per_sentence:
+            self.per_sentence.add(key)
 
     def reorder(self, index: Tensor) -> None:
-        """Select/permute the batch dimension of every cached tensor: ``t[index]``."""
-        for entry in self.entries.values():
+        """Select/permute the batch dimension of every cached tensor: ``t[index]``.
+
+        With ``beam > 1`` the new rows must come in groups of ``beam`` that each take
+        their rows from one old sentence (as beam search's do); per-sentence entries
+        follow the sentences, and are left untouched while no sentence leaves.
+        """
+        sentences: Tensor | None = None
+        for key, entry in self.entries.items():
             for name, t in entry.items():
-                entry[name] = t.index_select(0, index)
+                if key in self.per_sentence:
+                    if index.numel() == t.shape[0] * self.beam:
+                        continue  # every sentence stays, in order: beam moves happen inside a sentence
+                    if sentences is None:
+                        sentences = torch.div(index.view(-1, self.beam)[:, 0], self.beam, rounding_mode="floor")
+                    entry[name] = t.index_select(0, sentences)
+                else:
+                    entry[name] = t.index_select(0, index)
 
 
 @dataclass
@@ -109,6 +135,10 @@ class AttentionContext:
     cache:        incremental-decoding cache, or None during training / full passes.
     need_weights: return attention weights (forces the explicit path).
     query_offset: absolute position of the first query (incremental decoding).
+    memory_group: query rows per memory row (cross-attention in beam search): the
+                  memory holds one row per sentence and the queries ``memory_group``
+                  consecutive rows (its hypotheses) per sentence. Only mechanisms whose
+                  class sets ``groups_memory = True`` receive a value above 1.
     """
 
     key_mask: Tensor | None = None
@@ -117,6 +147,7 @@ class AttentionContext:
     cache: IncrementalCache | None = None
     need_weights: bool = False
     query_offset: int = 0
+    memory_group: int = 1
 
 
 @dataclass
@@ -230,6 +261,8 @@ def scaled_attention(
         allowed = key_mask[:, None, None, :]
     if mask is not None:
         allowed = mask if allowed is None else allowed & mask
+    if causal and T == 1 and query_offset == S - 1:
+        causal = False  # one new query over all earlier keys and itself (incremental decoding): no mask
     use_is_causal = causal and allowed is None and bias is None and T == S and query_offset == 0
     if causal and not use_is_causal:
         pos_q = torch.arange(T, device=q.device)[:, None] + query_offset
@@ -310,7 +343,7 @@ class MultiHeadAttention(nn.Module):
                 prev = cache.get(key)
                 k = torch.cat([prev["k"], k], dim=2)
                 v = torch.cat([prev["v"], v], dim=2)
-            cache.set(key, {"k": k, "v": v})
+            cache.set(key, {"k": k, "v": v}, per_sentence=self.static_kv and ctx.memory_group > 1)
         return k, v
 
     def logit_bias(self, query: Tensor, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor | None:
@@ -328,9 +361,21 @@ class MultiHeadAttention(nn.Module):
 
     uses_value_term: bool = False
 
+    #: reads a sentence-level memory for ``memory_group`` hypotheses per sentence (beam search):
+    #: true for plain MHA only; a subclass (which changes logits or values) must opt in itself.
+    groups_memory: bool = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "groups_memory" not in cls.__dict__:
+            cls.groups_memory = False
+
     def forward(self, query: Tensor, memory: Tensor, ctx: AttentionContext) -> AttentionOutput:
         q = split_heads(self.q_proj(query), self.heads)
         k, v = self.project_kv(memory, ctx)
+        g = ctx.memory_group
+        if g > 1:
+            return self._grouped_forward(q, k, v, ctx)
         out, weights = scaled_attention(
             q,
             k,
@@ -348,4 +393,28 @@ class MultiHeadAttention(nn.Module):
             out = out + self.value_term(dropped, ctx)
         return AttentionOutput(output=self.out_proj(merge_heads(out)),
                                weights=weights if ctx.need_weights else None)
+
+    def _grouped_forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> AttentionOutput:
+        """Cross-attention of ``g`` hypotheses per sentence over the sentence's one memory row.
+
+        q (n*g, H, T, d), k/v (n, H, S, d), ctx.key_mask (n, S): the g hypotheses' queries of
+        a sentence become g*T query positions of one row, so the source keys and values are
+        neither copied per hypothesis nor reordered with the beam. Every query row is the
+        same computation as with a memory copied g times.
+        """
+        if not self.groups_memory or ctx.causal or not self.static_kv:
+            raise ValueError(f"{type(self).__name__} ({self.dims.role}) cannot read a memory shared by "
+                             f"{ctx.memory_group} query rows.")
+        g = ctx.memory_group
+        N, H, T, d = q.shape
+        n = N // g
+        if n * g != N or k.shape[0] != n:
+            raise ValueError(f"memory_group={g}: {N} query rows do not make groups over {k.shape[0]} memory rows.")
+        qg = q.view(n, g, H, T, d).transpose(1, 2).reshape(n, H, g * T, d)
+        out, weights = scaled_attention(qg, k, v, key_mask=ctx.key_mask, need_weights=ctx.need_weights,
+                                        dropout_p=self.dims.dropout if self.training else 0.0)
+        out = out.view(n, H, g, T, d).transpose(1, 2).reshape(N, H, T, d)
+        if weights is not None:
+            weights = weights.view(n, H, g, T, -1).transpose(1, 2).reshape(N, H, T, -1)
+        return AttentionOutput(output=self.out_proj(merge_heads(out)), weights=weights)
 

@@ -1,0 +1,127 @@
+#!/usr/bin/env python
+"""Decoding speed of a trained checkpoint: structnmt's beam search against its older form and CTranslate2.
+
+Variants, all on the same sentences, beam and batch size, in one run, in rotating order:
+
+* ``structnmt``: ``structnmt translate``'s path (encoder output and cross-attention keys
+  and values kept once per sentence for its hypotheses, candidates normalised after a
+  per-hypothesis top-k);
+* ``structnmt-copied``: the same search with the source copied per hypothesis and
+  reordered every step (``beam_search(share_source=False)``, how it decoded before);
+* ``ctranslate2``: the checkpoint exported with ``structnmt export --format ctranslate2``
+  (float32), through ``CT2Translator`` (``structnmt translate --checkpoint EXPORT``);
+* ``ctranslate2-int8`` (``--int8``): the same export with int8 weights.
+
+Reported: sentences/s (best of ``--rounds``), the ratio to ``structnmt-copied``, the
+fraction of translations identical to ``structnmt``'s, and sacreBLEU against
+``--ref`` (with its signature) when given. Plain Transformers only (CTranslate2).
+
+    OMP_NUM_THREADS=2 python benchmarks/bench_decode.py --checkpoint run/average.pt \\
+        --input ../shared/data/multi30k/test_2016_flickr.en.gz --ref ../shared/data/multi30k/test_2016_flickr.de.gz \\
+        --threads 2 --beam 5 --batch-size 128
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gzip
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+
+def read(path: str) -> list[str]:
+    op = gzip.open if path.endswith(".gz") else open
+    with op(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--input", required=True)
+    ap.add_argument("--ref", help="references for sacreBLEU (optional)")
+    ap.add_argument("--sentences", type=int, default=0, help="first N input lines (0 = all)")
+    ap.add_argument("--beam", type=int, default=5)
+    ap.add_argument("--lenpen", type=float, default=1.0)
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--int8", action="store_true", help="also CTranslate2 with int8 weights")
+    ap.add_argument("--no-ctranslate2", action="store_true")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    import structnmt.decode.translate as T
+    from structnmt.config import DecodeConfig
+    from structnmt.decode.beam import beam_search
+
+    lines = read(args.input)
+    refs = read(args.ref) if args.ref else None
+    if args.sentences:
+        lines = lines[: args.sentences]
+        refs = refs[: args.sentences] if refs else None
+    dcfg = DecodeConfig(beam=args.beam, lenpen=args.lenpen, batch_size=args.batch_size)
+    tr = T.Translator(args.checkpoint, device="cpu")
+
+    def ours(share: bool):
+        def run() -> list[str]:
+            T.beam_search = lambda *a, **k: beam_search(*a, share_source=share, **k)
+            try:
+                return [h[0].text for h in tr.translate(lines, dcfg)]
+            finally:
+                T.beam_search = beam_search
+        return run
+
+    variants = {"structnmt": ours(True), "structnmt-copied": ours(False)}
+    tmp = Path(tempfile.mkdtemp(prefix="bench-decode-"))
+    try:
+        if not args.no_ctranslate2:
+            from structnmt.export import CT2Translator, export_ctranslate2
+
+            ct = CT2Translator(export_ctranslate2(args.checkpoint, tmp / "f32"), threads=args.threads)
+            variants["ctranslate2"] = lambda: [h[0].text for h in ct.translate(lines, dcfg)]
+            if args.int8:
+                ct8 = CT2Translator(export_ctranslate2(args.checkpoint, tmp / "int8", quantization="int8"),
+                                    threads=args.threads)
+                variants["ctranslate2-int8"] = lambda: [h[0].text for h in ct8.translate(lines, dcfg)]
+        names = list(variants)
+        times: dict[str, list[float]] = {n: [] for n in names}
+        outputs: dict[str, list[str]] = {}
+        for n in names:  # warm-up, not timed
+            outputs[n] = variants[n]()
+        for r in range(args.rounds):
+            for n in names[r % len(names):] + names[: r % len(names)]:
+                t0 = time.perf_counter()
+                variants[n]()
+                times[n].append(time.perf_counter() - t0)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print(f"# bench_decode {datetime.date.today()} {platform.machine()} torch {torch.__version__}, "
+          f"{args.threads} thread(s), {len(lines)} sentences, beam {args.beam}, batch {args.batch_size}, "
+          f"best of {args.rounds} rounds")
+    bleu = None
+    if refs:
+        import sacrebleu
+
+        bleu = sacrebleu.BLEU()
+    base = min(times["structnmt-copied"])
+    print("| variant | sentences/s | speed vs structnmt-copied | identical to structnmt | BLEU |")
+    print("|---|---|---|---|---|")
+    for n in names:
+        best = min(times[n])
+        same = sum(a == b for a, b in zip(outputs[n], outputs["structnmt"])) / len(lines)
+        score = f"{bleu.corpus_score(outputs[n], [refs]).score:.2f}" if bleu else "-"
+        print(f"| {n} | {len(lines) / best:.1f} | {base / best:.2f} | {100 * same:.1f} % | {score} |")
+    if bleu:
+        print(f"sacreBLEU signature: {bleu.get_signature()}")
+
+
+if __name__ == "__main__":
+    main()

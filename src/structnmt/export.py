@@ -1,0 +1,249 @@
+"""Export a plain Transformer checkpoint to CTranslate2, and translate with the export.
+
+``structnmt export --format ctranslate2 --checkpoint run/average.pt --out run/ct2`` writes
+a CTranslate2 model directory (``model.bin``, ``config.json``, the vocabularies as
+CTranslate2 reads them) plus what structnmt needs to translate raw text with it: the
+SentencePiece models of the checkpoint (``source.spm.model``, ``target.spm.model``) and
+``structnmt_export.json`` (the checkpoint it came from, the vocabularies' SHA-256, the
+model's decode settings). ``structnmt translate --checkpoint run/ct2`` then translates
+with CTranslate2 instead of PyTorch, with the same options.
+
+What can be exported: the Transformer family with plain multi-head attention in every
+role (a mechanism that reads structures or changes the attention has no CTranslate2
+counterpart), pre- or post-norm, ReLU or GELU. Refused otherwise, with the reason.
+
+Mapping (``src/structnmt/models/transformer.py`` -> CTranslate2's ``TransformerSpec``):
+
+* embeddings are scaled by sqrt(d) (``scale_embeddings``); the position table is our
+  sinusoidal table (sin on even, cos on odd dimensions) from position 0, written as is;
+* self-attention: ``q_proj`` and ``kv_proj`` (keys then values) fused into one
+  (3d, d) projection; cross-attention: ``q_proj`` and ``kv_proj`` as they are;
+* each sublayer's LayerNorm is the norm of its attention or feed-forward block; the
+  encoder's and decoder's final norms (pre-norm) are the stacks' ``layer_norm``;
+* LayerNorm epsilon 1e-5 (``torch.nn.LayerNorm``'s default), recorded in the config.
+
+Decoding differences, measured by ``benchmarks/bench_decode.py`` (docs/results.md): the
+maximum output length is ``a * source length + b`` per sentence in structnmt and one
+``max_decoding_length`` per batch in CTranslate2 (we pass the batch's largest), and the
+two beam searches stop and break ties in their own ways, so a few translations may
+differ; PAD and BOS are suppressed in both.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .config import Config, DecodeConfig, from_dict
+from .data.dataset import encode_sources
+from .data.vocab import Vocab
+from .errors import UserError
+from .train.checkpoint import checkpoint_vocabs, load_checkpoint
+
+MARKER = "structnmt_export.json"
+
+
+class ExportError(UserError):
+    """The checkpoint cannot be exported, or the output directory cannot be written."""
+
+
+def _require_ctranslate2():
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError as e:
+        raise ExportError("CTranslate2 is not installed; install it with: pip install ctranslate2") from e
+    import ctranslate2
+
+    return ctranslate2
+
+
+def exportable(cfg: Config) -> str | None:
+    """Why a model with this config cannot be exported, or None when it can."""
+    m = cfg.model
+    if m.family != "transformer":
+        return f"model.family is {m.family}; only the Transformer family has a CTranslate2 counterpart"
+    plan = m.attention
+    specs = [("encoder_self", plan.encoder_self), ("decoder_self", plan.decoder_self), ("cross", plan.cross)]
+    specs += [(k, v) for k, v in plan.overrides.items()]
+    for where, spec in specs:
+        if spec.name != "mha":
+            return f"model.attention {where} is {spec.name}; only plain multi-head attention (mha) can be exported"
+    if cfg.data.structures:
+        return "the model reads structure tensors (data.structures)"
+    if m.activation not in ("relu", "gelu"):
+        return f"model.activation {m.activation} has no CTranslate2 counterpart"
+    return None
+
+
+def _np(t: torch.Tensor):
+    return t.detach().float().cpu().numpy()
+
+
+def _set_linear(spec, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    spec.weight = _np(weight)
+    if bias is not None:
+        spec.bias = _np(bias)
+
+
+def _set_norm(spec, norm: torch.nn.LayerNorm) -> None:
+    spec.gamma = _np(norm.weight)
+    spec.beta = _np(norm.bias)
+
+
+def build_spec(model, cfg: Config, src_vocab: Vocab, tgt_vocab: Vocab):
+    """A CTranslate2 ``TransformerSpec`` holding the weights of ``model`` (a TransformerModel)."""
+    ctranslate2 = _require_ctranslate2()
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    m = cfg.model
+    act = common_spec.Activation.GELU if m.activation == "gelu" else common_spec.Activation.RELU
+    enc_spec = transformer_spec.TransformerEncoderSpec(m.encoder_layers, m.heads, pre_norm=m.pre_norm,
+                                                       no_final_norm=not m.pre_norm, activation=act)
+    dec_spec = transformer_spec.TransformerDecoderSpec(m.decoder_layers, m.heads, pre_norm=m.pre_norm,
+                                                       no_final_norm=not m.pre_norm, activation=act)
+    positions = _np(model.positions)
+    scale = math.sqrt(m.d_model)
+    # encoder
+    enc_spec.embeddings[0].weight = _np(model.src_embed.weight)
+    enc_spec.scale_embeddings = scale
+    enc_spec.position_encodings.encodings = positions
+    for ls, layer in zip(enc_spec.layer, model.encoder.layers):
+        a = layer.self_attn
+        _set_linear(ls.self_attention.linear[0], torch.cat([a.q_proj.weight, a.kv_proj.weight]),
+                    torch.cat([a.q_proj.bias, a.kv_proj.bias]))
+        _set_linear(ls.self_attention.linear[1], a.out_proj.weight, a.out_proj.bias)
+        _set_norm(ls.self_attention.layer_norm, layer.attn_sub.norm)
+        _set_linear(ls.ffn.linear_0, layer.ffn.fc1.weight, layer.ffn.fc1.bias)
+        _set_linear(ls.ffn.linear_1, layer.ffn.fc2.weight, layer.ffn.fc2.bias)
+        _set_norm(ls.ffn.layer_norm, layer.ffn_sub.norm)
+    if m.pre_norm:
+        _set_norm(enc_spec.layer_norm, model.encoder.norm)
+    # decoder
+    dec_spec.embeddings.weight = _np(model.tgt_embed.weight)
+    dec_spec.scale_embeddings = scale
+    dec_spec.position_encodings.encodings = positions
+    for ls, layer in zip(dec_spec.layer, model.decoder_layers):
+        a = layer.self_attn
+        _set_linear(ls.self_attention.linear[0], torch.cat([a.q_proj.weight, a.kv_proj.weight]),
+                    torch.cat([a.q_proj.bias, a.kv_proj.bias]))
+        _set_linear(ls.self_attention.linear[1], a.out_proj.weight, a.out_proj.bias)
+        _set_norm(ls.self_attention.layer_norm, layer.self_sub.norm)
+        c = layer.cross_attn
+        _set_linear(ls.attention.linear[0], c.q_proj.weight, c.q_proj.bias)
+        _set_linear(ls.attention.linear[1], c.kv_proj.weight, c.kv_proj.bias)
+        _set_linear(ls.attention.linear[2], c.out_proj.weight, c.out_proj.bias)
+        _set_norm(ls.attention.layer_norm, layer.cross_sub.norm)
+        _set_linear(ls.ffn.linear_0, layer.ffn.fc1.weight, layer.ffn.fc1.bias)
+        _set_linear(ls.ffn.linear_1, layer.ffn.fc2.weight, layer.ffn.fc2.bias)
+        _set_norm(ls.ffn.layer_norm, layer.ffn_sub.norm)
+    if m.pre_norm:
+        _set_norm(dec_spec.layer_norm, model.decoder_norm)
+    _set_linear(dec_spec.projection, model.output_proj.weight, None)
+    spec = transformer_spec.TransformerSpec(enc_spec, dec_spec)
+    spec.config.layer_norm_epsilon = 1e-5
+    spec.register_source_vocabulary([src_vocab.sp.id_to_piece(i) for i in range(len(src_vocab))])
+    spec.register_target_vocabulary([tgt_vocab.sp.id_to_piece(i) for i in range(len(tgt_vocab))])
+    del ctranslate2
+    return spec
+
+
+def export_ctranslate2(checkpoint: str | Path, out_dir: str | Path, *, quantization: str | None = None) -> Path:
+    """Write the CTranslate2 export of ``checkpoint`` to ``out_dir``; returns ``out_dir``.
+
+    ``out_dir`` must be new, empty, or an earlier export (it holds ``structnmt_export.json``):
+    a directory with other files is refused, so nothing this command did not write is replaced.
+    """
+    from .models import build_model
+    from .train.checkpoint import load_model_state
+
+    _require_ctranslate2()
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).is_file())):
+        raise ExportError(f"{out}: exists and is not an earlier structnmt export (no {MARKER}); "
+                          "choose a new directory for --out.")
+    state = load_checkpoint(checkpoint)
+    cfg = from_dict(state["config"], where=f"{checkpoint} (saved config)")
+    why = exportable(cfg)
+    if why:
+        raise ExportError(f"{checkpoint}: cannot be exported to CTranslate2: {why}.")
+    src_vocab, tgt_vocab = checkpoint_vocabs(state, checkpoint)
+    model = build_model(cfg.model, len(src_vocab), len(tgt_vocab))
+    load_model_state(model, state, checkpoint)
+    spec = build_spec(model.eval(), cfg, src_vocab, tgt_vocab)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    out.mkdir(parents=True, exist_ok=True)
+    spec.save(str(out))
+    (out / "source.spm.model").write_bytes(src_vocab.proto)
+    (out / "target.spm.model").write_bytes(tgt_vocab.proto)
+    meta = {"checkpoint": str(Path(checkpoint).resolve()), "quantization": quantization or "none",
+            "source_sha256": src_vocab.sha256, "target_sha256": tgt_vocab.sha256,
+            "decode": {k: getattr(cfg.decode, k) for k in ("beam", "lenpen", "max_len_a", "max_len_b", "nbest",
+                                                            "batch_size")},
+            "max_positions": cfg.model.max_positions, "vocab_files": state["vocab"]}
+    (out / MARKER).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+def is_export(path: str | Path) -> bool:
+    p = Path(path)
+    return p.is_dir() and (p / MARKER).is_file()
+
+
+@dataclass
+class CT2Translation:
+    text: str
+    score: float
+    tokens: list[str]
+
+
+class CT2Translator:
+    """Raw lines -> translations with a CTranslate2 export (same batching and length limit as structnmt)."""
+
+    def __init__(self, export_dir: str | Path, *, device: str = "cpu", threads: int = 0, data_dir=None):
+        ctranslate2 = _require_ctranslate2()
+        d = Path(export_dir)
+        self.meta = json.loads((d / MARKER).read_text(encoding="utf-8"))
+        self.src_vocab = Vocab(d / "source.spm.model")
+        self.tgt_vocab = Vocab(d / "target.spm.model")
+        if data_dir is not None:
+            from .train.checkpoint import dataset_vocabs
+
+            src, tgt = dataset_vocabs(Path(data_dir), self.meta["vocab_files"])
+            if (src.sha256, tgt.sha256) != (self.meta["source_sha256"], self.meta["target_sha256"]):
+                raise ExportError(f"{data_dir}: its vocabularies are not the ones {d} was exported with; "
+                                  "translate without --data (the export carries its own).")
+        self.decode = DecodeConfig(**self.meta["decode"])
+        self.max_positions = int(self.meta["max_positions"])
+        self.too_long: list[int] = []
+        self.translator = ctranslate2.Translator(str(d), device=device if device != "auto" else "cpu",
+                                                 intra_threads=threads or 0)
+
+    def translate(self, lines: list[str], dcfg: DecodeConfig | None = None) -> list[list[CT2Translation]]:
+        dcfg = dcfg or self.decode
+        lines = list(lines)
+        keep = [i for i, line in enumerate(lines) if line.strip()]
+        ids = encode_sources(self.src_vocab, [lines[i].strip() for i in keep])  # pieces + EOS, as structnmt reads
+        self.too_long = [keep[j] + 1 for j, s in enumerate(ids) if len(s) > self.max_positions]
+        todo = sorted((j for j in range(len(ids)) if len(ids[j]) <= self.max_positions), key=lambda j: len(ids[j]))
+        out = [[CT2Translation("", float("-inf") if i in set(keep) else 0.0, [])] for i in range(len(lines))]
+        piece, to_id = self.src_vocab.sp.id_to_piece, self.tgt_vocab.sp.piece_to_id
+        for start in range(0, len(todo), dcfg.batch_size):
+            batch = todo[start : start + dcfg.batch_size]
+            src = [[piece(t) for t in ids[j]] for j in batch]
+            # structnmt: at most a * |source with EOS| + b target tokens, EOS included (forced at the last one);
+            # CTranslate2's max_decoding_length counts the tokens before EOS
+            max_len = max(min(int(math.floor(dcfg.max_len_a * len(ids[j]) + dcfg.max_len_b)), self.max_positions - 1)
+                          for j in batch) - 1
+            res = self.translator.translate_batch(
+                src, beam_size=dcfg.beam, length_penalty=dcfg.lenpen, num_hypotheses=dcfg.nbest,
+                max_decoding_length=max_len, suppress_sequences=[["<pad>"], ["<s>"]], return_scores=True,
+                max_input_length=0)
+            for j, r in zip(batch, res):
+                out[keep[j]] = [CT2Translation(self.tgt_vocab.decode([to_id(p) for p in h]), s, h)
+                                for h, s in zip(r.hypotheses, r.scores)]
+        return out

@@ -1,0 +1,214 @@
+#!/usr/bin/env python
+"""structnmt against fairseq 0.12, side by side on the same data, model and batch size.
+
+Optional: needs fairseq in its own virtual environment (``bash benchmarks/install_fairseq.sh``,
+about 4 minutes); never part of the tests.
+
+What it does, in one run:
+
+1. **Same data.** The pieces structnmt trains on (a prepared dataset with a joint
+   SentencePiece vocabulary, e.g. ``data-bin/multi30k_en_de``) are written out as text,
+   one piece per token, and binarised by ``fairseq-preprocess`` with a dictionary made from
+   the same SentencePiece vocabulary (``--srcdict``, ``--joined-dictionary``): same
+   sentences, same pieces, same vocabulary size.
+2. **Same model and batch.** The transformer_tiny recipe on both sides: 4+4 layers,
+   d = 128, FFN 256, 4 heads, post-norm, all embeddings shared, dropout 0.3, Adam
+   (0.9, 0.98), lr 0.005, inverse-sqrt warm-up 2,000, label smoothing 0.1, 4,096 tokens
+   per batch, no validation and no checkpoint during the timed updates.
+3. **Training speed.** ``fairseq-train`` and ``structnmt train`` alternate ``--rounds``
+   times, ``--updates`` each, with the same number of threads; each reports target
+   tokens/s per log interval (fairseq's ``wps``, structnmt's ``tok_per_s``); the median
+   over the intervals after the first ``--skip`` is taken, and the ratio of the medians
+   over rounds is printed.
+4. **Decoding speed.** Both models of the last round (the same number of updates, so
+   their outputs have comparable lengths) translate the test split with beam 5 and 128
+   sentences per batch: fairseq-generate's own "sentences/s" against structnmt's
+   sentences/s measured the same way (generation only, the model already loaded), plus
+   structnmt's CTranslate2 export when ``ctranslate2`` is installed.
+
+    bash benchmarks/install_fairseq.sh ~/fairseq-venv
+    python benchmarks/bench_fairseq.py --data data-bin/multi30k_en_de --fairseq-venv ~/fairseq-venv \\
+        --threads 2 --updates 200 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "configs" / "multi30k_transformer_tiny.yaml"
+
+
+def write_pieces(data: Path, work: Path) -> None:
+    """train/valid/test.{src,tgt} as space-separated pieces, and a fairseq dictionary of the vocabulary."""
+    from structnmt.data.dataset import PreparedDataset
+
+    ds = PreparedDataset(data)
+    if not ds.manifest.get("joint_vocab"):
+        raise SystemExit(f"{data}: needs a joint vocabulary (prepare without --separate-vocab).")
+    sp = ds.src_vocab.sp
+    piece = sp.id_to_piece
+    for name in ("train", "valid", "test"):
+        split = ds.split(name)
+        for side, ext in (("src", "src"), ("tgt", "tgt")):
+            with open(work / f"{name}.{ext}", "w", encoding="utf-8") as f:
+                for i in range(len(split)):
+                    f.write(" ".join(piece(int(t)) for t in split.get(side, i)) + "\n")
+    with open(work / "dict.txt", "w", encoding="utf-8") as f:
+        for i in range(4, sp.get_piece_size()):  # fairseq adds its own <s> <pad> </s> <unk>
+            f.write(f"{piece(i)} 1\n")
+
+
+def fairseq_train_args(bin_dir: Path, save: Path, updates: int, log_interval: int) -> list[str]:
+    return [str(bin_dir), "--arch", "transformer", "--encoder-layers", "4", "--decoder-layers", "4",
+            "--encoder-embed-dim", "128", "--decoder-embed-dim", "128", "--encoder-ffn-embed-dim", "256",
+            "--decoder-ffn-embed-dim", "256", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+            "--share-all-embeddings", "--dropout", "0.3", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
+            "--lr", "0.005", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "2000",
+            "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "4096",
+            "--max-update", str(updates), "--log-interval", str(log_interval), "--log-format", "json", "--cpu",
+            "--num-workers", "0", "--disable-validation", "--save-dir", str(save), "--no-epoch-checkpoints",
+            "--save-interval-updates", "0", "--seed", "1"]
+
+
+def median_after(values: list[float], skip: int) -> float:
+    kept = values[skip:] or values
+    return statistics.median(kept)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default="data-bin/multi30k_en_de")
+    ap.add_argument("--fairseq-venv", default=os.path.expanduser("~/.cache/structnmt/fairseq-venv"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--updates", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--log-interval", type=int, default=10)
+    ap.add_argument("--skip", type=int, default=2, help="log intervals left out at the start (warm-up)")
+    ap.add_argument("--work", help="working directory (default: a temporary one, removed at the end)")
+    args = ap.parse_args()
+
+    venv = Path(args.fairseq_venv)
+    if not (venv / "bin" / "fairseq-train").exists():
+        raise SystemExit(f"no fairseq in {venv}; install it with: bash benchmarks/install_fairseq.sh {venv}")
+    data = Path(args.data).resolve()
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-fairseq-"))
+    work.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
+           # fairseq 0.12 checkpoints hold an argparse.Namespace, which torch >= 2.6 refuses to unpickle by default
+           "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+    try:
+        text = work / "text"
+        bin_dir = work / "fairseq-bin"
+        if not (bin_dir / "dict.src.txt").exists():
+            text.mkdir(exist_ok=True)
+            write_pieces(data, text)
+            subprocess.run([str(venv / "bin" / "fairseq-preprocess"), "--source-lang", "src", "--target-lang", "tgt",
+                            "--trainpref", str(text / "train"), "--validpref", str(text / "valid"),
+                            "--testpref", str(text / "test"), "--destdir", str(bin_dir),
+                            "--srcdict", str(text / "dict.txt"), "--joined-dictionary", "--workers", "2"],
+                           check=True, env=env, capture_output=True)
+        fs_rates: list[float] = []
+        sn_rates: list[float] = []
+        for r in range(args.rounds):
+            order = ("fairseq", "structnmt") if r % 2 == 0 else ("structnmt", "fairseq")
+            for who in order:
+                if who == "fairseq":
+                    save = work / "fairseq-run"
+                    shutil.rmtree(save, ignore_errors=True)
+                    p = subprocess.run([str(venv / "bin" / "fairseq-train"),
+                                        *fairseq_train_args(bin_dir, save, args.updates, args.log_interval)],
+                                       env=env, capture_output=True, text=True)
+                    if p.returncode:
+                        raise SystemExit(f"fairseq-train failed: {p.stderr[-2000:]}")
+                    wps = [float(json.loads(m.group(1))["wps"]) for m in
+                           re.finditer(r"\| train_inner \| (\{.*\})", p.stdout + p.stderr)]
+                    fs_rates.append(median_after(wps, args.skip))
+                else:
+                    save = work / "structnmt-run"
+                    shutil.rmtree(save, ignore_errors=True)
+                    cmd = [sys.executable, "-m", "structnmt.cli", "train", str(RECIPE), f"data.path={data}",
+                           f"train.save_dir={save}", f"train.max_updates={args.updates}",
+                           f"train.log_interval={args.log_interval}", f"train.threads={args.threads}",
+                           f"train.save_interval_updates={10 * args.updates}",
+                           f"train.validate_interval_updates={10 * args.updates}", "train.keep_last=1",
+                           "train.tensorboard=false", "train.seed=1", "--no-progress"]
+                    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                    if p.returncode:
+                        raise SystemExit(f"structnmt train failed: {p.stderr[-2000:]}")
+                    rows = [json.loads(x) for x in (save / "metrics.jsonl").read_text().splitlines()]
+                    tps = [x["tok_per_s"] for x in rows if x.get("kind") == "train" and x["step"] > 1]
+                    sn_rates.append(median_after(tps, args.skip))
+                print(f"round {r + 1}: {who}: {(fs_rates if who == 'fairseq' else sn_rates)[-1]:.0f} target tok/s",
+                      flush=True)
+        # decoding: the last round's models
+        gen = subprocess.run([str(venv / "bin" / "fairseq-generate"), str(bin_dir), "--path",
+                              str(work / "fairseq-run" / "checkpoint_last.pt"), "--gen-subset", "test", "--beam", "5",
+                              "--batch-size", "128", "--cpu", "--num-workers", "0", "--post-process", "sentencepiece"],
+                             env=env, capture_output=True, text=True)
+        m = re.search(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in [\d.]+s \(([\d.]+) sentences/s",
+                      gen.stdout + gen.stderr)
+        if gen.returncode or not m:
+            raise SystemExit(f"fairseq-generate failed: {(gen.stdout + gen.stderr)[-2000:]}")
+        fs_dec, fs_tokens = float(m.group(3)), int(m.group(2).replace(",", ""))
+        snippet = (
+            "import sys, time, torch; torch.set_num_threads(int(sys.argv[3]))\n"
+            "from structnmt.decode.translate import Translator\nfrom structnmt.config import DecodeConfig\n"
+            "lines = open(sys.argv[2], encoding='utf-8').read().splitlines()\n"
+            "tr = Translator(sys.argv[1], device='cpu')\nd = DecodeConfig(beam=5, batch_size=128)\n"
+            "t = time.perf_counter(); out = tr.translate(lines, d); el = time.perf_counter() - t\n"
+            "print(len(lines) / el, sum(len(h[0].tokens) + 1 for h in out))\n")
+        src_lines = data / "test.src.txt"
+        ours = subprocess.run([sys.executable, "-c", snippet, str(work / "structnmt-run" / "checkpoint_last.pt"),
+                               str(src_lines), str(args.threads)], env=env, capture_output=True, text=True, check=True)
+        sn_dec, sn_tokens = (float(x) for x in ours.stdout.strip().splitlines()[-1].split())
+        ct2_dec = None
+        try:
+            import ctranslate2  # noqa: F401
+
+            snippet_ct2 = (
+                "import sys, time\nfrom structnmt.export import export_ctranslate2, CT2Translator\n"
+                "from structnmt.config import DecodeConfig\n"
+                "lines = open(sys.argv[2], encoding='utf-8').read().splitlines()\n"
+                "ct = CT2Translator(export_ctranslate2(sys.argv[1], sys.argv[4]), threads=int(sys.argv[3]))\n"
+                "d = DecodeConfig(beam=5, batch_size=128)\n"
+                "t = time.perf_counter(); ct.translate(lines, d); print(len(lines) / (time.perf_counter() - t))\n")
+            out = subprocess.run([sys.executable, "-c", snippet_ct2, str(work / "structnmt-run" / "checkpoint_last.pt"),
+                                  str(src_lines), str(args.threads), str(work / "ct2")], env=env, capture_output=True,
+                                 text=True, check=True)
+            ct2_dec = float(out.stdout.strip().splitlines()[-1])
+        except ImportError:
+            pass
+    finally:
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+
+    fs, sn = statistics.median(fs_rates), statistics.median(sn_rates)
+    print(f"# bench_fairseq {datetime.date.today()} {platform.machine()} {os.cpu_count()} cores, {args.threads} thread(s), "
+          f"{args.updates} updates x {args.rounds} rounds each, data {args.data}")
+    print("| measure | fairseq 0.12 | structnmt | ratio structnmt / fairseq |")
+    print("|---|---|---|---|")
+    print(f"| training target tok/s (median) | {fs:.0f} | {sn:.0f} | {sn / fs:.2f} |")
+    print(f"| decoding sentences/s (beam 5, batch 128) | {fs_dec:.1f} | {sn_dec:.1f} | {sn_dec / fs_dec:.2f} |")
+    print(f"| output tokens (EOS included; decoding speeds compare only where these are alike) | {fs_tokens} | "
+          f"{sn_tokens:.0f} | {sn_tokens / fs_tokens:.2f} |")
+    if ct2_dec is not None:
+        print(f"| decoding sentences/s, structnmt's CTranslate2 export | {fs_dec:.1f} | {ct2_dec:.1f} | "
+              f"{ct2_dec / fs_dec:.2f} |")
+    print(f"(per round: fairseq {', '.join(f'{x:.0f}' for x in fs_rates)}; "
+          f"structnmt {', '.join(f'{x:.0f}' for x in sn_rates)} target tok/s)")
+
+
+if __name__ == "__main__":
+    main()

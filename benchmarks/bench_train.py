@@ -1,0 +1,157 @@
+#!/usr/bin/env python
+"""Training-step levers of the baseline Transformer, each against the trainer's current step in one run.
+
+Every variant steps its own copy of the same initial model over the same fixed list of
+training batches (collated once); the variants take turns batch by batch in a rotating
+order, so load drift on a shared machine hits them alike. A step is what
+``Trainer.train_step`` does: forward, label-smoothed loss, backward, gradient norm
+(clipping), Adam, zero_grad. Reported: median target tokens/s over ``--rounds`` passes
+(after one untimed pass) and the ratio to ``baseline``; for the variants that change the
+arithmetic, the loss after the timed passes (same batches, same order) next to the
+baseline's, as a first sign of a numerical cost (the BLEU cost needs a training run).
+
+Variants:
+  baseline       the trainer's step (torch.optim.Adam defaults, clip_grad_norm_ with max_norm=inf)
+  fused-adam     torch.optim.Adam(fused=True)
+  bf16           torch.autocast("cpu", bfloat16) around the forward (AMX/AVX512-BF16 CPUs)
+  bf16+fused     both
+  no-gnorm       no gradient-norm computation (clip_norm = 0 and the norm not logged)
+
+THP (transparent huge pages for torch's CPU allocator) is a process setting, read at the
+first allocation: ``--thp-compare`` runs the baseline in two child processes, with
+THP_MEM_ALLOC_ENABLE=0 and =1, alternating ``--rounds`` times.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_train.py --data data-bin/multi30k_en_de --threads 1
+    python benchmarks/bench_train.py --data data-bin/multi30k_en_de --thp-compare
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from structnmt.config import load_config
+from structnmt.data.dataset import PreparedDataset, collate, make_batches
+from structnmt.models import build_model
+from structnmt.train.loss import label_smoothed_nll
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def variants(names: list[str]):
+    out = {}
+    for n in names:
+        out[n] = {"fused": "fused" in n, "bf16": n.startswith("bf16"), "gnorm": n != "no-gnorm"}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default=str(ROOT / "configs" / "multi30k_transformer_tiny.yaml"))
+    ap.add_argument("--data", default="data-bin/multi30k_en_de")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batches", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--variants", default="baseline,fused-adam,bf16,bf16+fused,no-gnorm")
+    ap.add_argument("--thp-compare", action="store_true")
+    ap.add_argument("--only-baseline", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.thp_compare:
+        cmd = [sys.executable, __file__, "--config", args.config, "--data", args.data, "--threads", str(args.threads),
+               "--batches", str(args.batches), "--rounds", "1", "--only-baseline"]
+        res: dict[str, list[float]] = {"0": [], "1": []}
+        for r in range(args.rounds):
+            for thp in (("0", "1") if r % 2 == 0 else ("1", "0")):
+                env = {**os.environ, "THP_MEM_ALLOC_ENABLE": thp}
+                line = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout.strip()
+                res[thp].append(float(line.split()[-1]))
+                print(f"THP_MEM_ALLOC_ENABLE={thp}: {res[thp][-1]:.0f} tok/s", flush=True)
+        a, b = statistics.median(res["0"]), statistics.median(res["1"])
+        print(f"| THP off | {a:.0f} tok/s | 1.00 |\n| THP on | {b:.0f} tok/s | {b / a:.2f} |")
+        return
+
+    torch.set_num_threads(args.threads)
+    cfg = load_config(args.config, [f"data.path={args.data}"])
+    ds = PreparedDataset(Path(args.data))
+    split = ds.split("train")
+    batches, _ = make_batches(split.src_lens, split.tgt_lens, max_tokens=cfg.data.max_tokens,
+                              max_len=cfg.data.max_len, seed=1)
+    rng = np.random.default_rng(0)
+    chosen = [batches[i] for i in rng.choice(len(batches), size=args.batches, replace=False)]
+    data = [collate(split, ids) for ids in chosen]
+    n_tok = [b.n_tgt_tokens for b in data]
+    torch.manual_seed(1)
+    base = build_model(cfg.model, len(ds.src_vocab), len(ds.tgt_vocab))
+    names = ["baseline"] if args.only_baseline else args.variants.split(",")
+    vs = variants(names)
+    models, opts = {}, {}
+    for n, v in vs.items():
+        m = copy.deepcopy(base).train()
+        models[n] = m
+        opts[n] = torch.optim.Adam(m.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-8, fused=v["fused"] or None)
+    tc = cfg.train
+
+    def step(n: str, b) -> float:
+        v, m, opt = vs[n], models[n], opts[n]
+        t0 = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16) if v["bf16"] else nullcontext():
+            out = m(b.src, b.src_mask, b.tgt_in)
+        loss, _ = label_smoothed_nll(out.logits, b.tgt_out, tc.label_smoothing)
+        (loss / b.n_tgt_tokens).backward()
+        if v["gnorm"]:
+            torch.nn.utils.clip_grad_norm_(m.parameters(), float("inf"))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        float(loss.detach())  # the trainer reads the loss every step
+        return time.perf_counter() - t0
+
+    for n in names:  # warm-up
+        for b in data:
+            step(n, b)
+    rates: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(args.rounds):
+        spent = {n: 0.0 for n in names}
+        for i, b in enumerate(data):
+            k = (i + r) % len(names)
+            for n in names[k:] + names[:k]:
+                spent[n] += step(n, b)
+        for n in names:
+            rates[n].append(sum(n_tok) / spent[n])
+    if args.only_baseline:
+        print(f"baseline {statistics.median(rates['baseline']):.1f}")
+        return
+    with torch.no_grad():
+        final = {}
+        for n in names:
+            m = models[n].eval()
+            tot = 0.0
+            for b in data:
+                loss, _ = label_smoothed_nll(m(b.src, b.src_mask, b.tgt_in).logits, b.tgt_out, tc.label_smoothing)
+                tot += float(loss)
+            final[n] = tot / sum(n_tok)
+    print(f"# bench_train {datetime.date.today()} {platform.machine()} torch {torch.__version__}, "
+          f"{args.threads} thread(s), {args.batches} batches ({sum(n_tok)} target tokens), {args.rounds} rounds, "
+          f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}")
+    b0 = statistics.median(rates["baseline"])
+    print("| variant | target tok/s (median) | ratio | loss per token after the passes (fp32 eval) |")
+    print("|---|---|---|---|")
+    for n in names:
+        med = statistics.median(rates[n])
+        print(f"| {n} | {med:.0f} | {med / b0:.2f} | {final[n]:.4f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -117,7 +117,9 @@ class _FullLength:
         return self.model.shares_source_across_beam()
 
     def decode_step(self, *args, **kwargs):
-        lprobs = self.model.decode_step(*args, **kwargs).float()  # log-probs, or logits (log_probs=False)
+        # log-probs, or logits (beam search asks for logits and normalises over what is left: with EOS blocked,
+        # the other tokens' probabilities are renormalised, which changes the ranking but not the work)
+        lprobs = self.model.decode_step(*args, **kwargs).float()
         lprobs[:, EOS] = float("-inf")
         return lprobs
 

@@ -249,3 +249,17 @@ def test_a_decoder_that_cannot_share_the_source_still_decodes_each_hypothesis_ag
     a = beam_search(model, src, mask, beam=3, max_len_a=1.0, max_len_b=2)
     b = beam_search(model, src, mask, beam=3, max_len_a=1.0, max_len_b=2, share_source=False)
     assert [h[0].tokens for h in a] == [h[0].tokens for h in b]
+
+
+def test_a_model_whose_decode_step_gives_only_log_probs_still_decodes():
+    """The decoding protocol's log_probs flag is optional: log-probabilities are logits too."""
+
+    class OldStyle(ScriptedModel):
+        def decode_step(self, tokens, enc, cache):
+            return super().decode_step(tokens, enc, cache)
+
+    src, mask = _src(2)
+    new = beam_search(ScriptedModel([TABLE0, TABLE1]), src, mask, beam=3, nbest=3)
+    old = beam_search(OldStyle([TABLE0, TABLE1]), src, mask, beam=3, nbest=3)
+    assert [[h.tokens for h in x] for x in new] == [[h.tokens for h in x] for x in old]
+    assert [[round(h.score, 6) for h in x] for x in new] == [[round(h.score, 6) for h in x] for x in old]

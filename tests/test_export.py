@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import yaml
@@ -113,8 +115,27 @@ def test_translate_command_uses_an_export_and_export_refuses_what_it_cannot_do(s
     err = capsys.readouterr().err
     assert "is not an earlier structnmt export" in err and "Traceback" not in err
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"] and (mine / "notes.txt").read_text() == "keep"
-    # an earlier export is replaced
-    assert main(["export", "--checkpoint", str(ckpt), "--out", str(tmp_path / "ct2")]) == 0
+    # an earlier export is replaced: the files it wrote go (CTranslate2 would read a stale shared_vocabulary.json
+    # before the source/target ones of a new export), a file the user put there stays
+    ct2 = tmp_path / "ct2"
+    meta = json.loads((ct2 / MARKER).read_text())
+    assert "model.bin" in meta["files"] and "source.spm.model" in meta["files"]
+    meta["files"].append("stale_vocabulary.json")
+    (ct2 / MARKER).write_text(json.dumps(meta))
+    (ct2 / "stale_vocabulary.json").write_text("[]")
+    (ct2 / "my_notes.txt").write_text("keep")
+    assert main(["export", "--checkpoint", str(ckpt), "--out", str(ct2)]) == 0
+    assert not (ct2 / "stale_vocabulary.json").exists() and (ct2 / "my_notes.txt").read_text() == "keep"
+    assert "my_notes.txt" not in json.loads((ct2 / MARKER).read_text())["files"]
+    capsys.readouterr()
+    # the shortest limit (EOS forced at the first step) gives empty translations on both, not an error
+    for source, name in ((ckpt, "c.txt"), (ct2, "d.txt")):
+        assert main(["translate", "--checkpoint", str(source), "--input", str(inp), "--output", str(tmp_path / name),
+                     "--max-len-a", "0", "--max-len-b", "1", "--no-progress"]) == 0
+    assert (tmp_path / "c.txt").read_text() == (tmp_path / "d.txt").read_text() == "\n" * 10
+    # a device name that is not one is refused, not ignored
+    assert main(["translate", "--checkpoint", str(ct2), "--input", str(inp), "--device", "gpu0"]) == 2
+    assert "--device gpu0: not a device" in capsys.readouterr().err
 
 
 def test_a_structure_aware_model_is_not_exported(synth_data, tmp_path):

@@ -167,7 +167,7 @@ def _translate_ctranslate2(args) -> int:
     if args.too_long == "truncate":
         return _err("--too-long truncate is not available with a CTranslate2 export; drop it (over-long lines get "
                     "an empty translation and are reported).")
-    tr = CT2Translator(args.checkpoint, device="cuda" if args.device == "cuda" else "cpu", data_dir=args.data)
+    tr = CT2Translator(args.checkpoint, device=args.device, data_dir=args.data)
     d = tr.decode
     for name in ("beam", "lenpen", "max_len_a", "max_len_b", "nbest", "batch_size"):
         value = getattr(args, name)

@@ -176,15 +176,25 @@ def export_ctranslate2(checkpoint: str | Path, out_dir: str | Path, *, quantizat
     spec = build_spec(model.eval(), cfg, src_vocab, tgt_vocab)
     spec.validate()
     spec.optimize(quantization=quantization)
+    if (out / MARKER).is_file():  # an earlier export: remove the files it wrote (they may not all be rewritten)
+        try:
+            earlier = json.loads((out / MARKER).read_text(encoding="utf-8")).get("files", [])
+        except (OSError, ValueError):
+            earlier = []
+        for name in [*earlier, MARKER]:
+            if "/" not in name and (out / name).is_file():
+                (out / name).unlink()
+    before = set(p.name for p in out.iterdir()) if out.exists() else set()
     out.mkdir(parents=True, exist_ok=True)
     spec.save(str(out))
     (out / "source.spm.model").write_bytes(src_vocab.proto)
     (out / "target.spm.model").write_bytes(tgt_vocab.proto)
+    written = sorted(p.name for p in out.iterdir() if p.is_file() and p.name not in before)
     meta = {"checkpoint": str(Path(checkpoint).resolve()), "quantization": quantization or "none",
             "source_sha256": src_vocab.sha256, "target_sha256": tgt_vocab.sha256,
             "decode": {k: getattr(cfg.decode, k) for k in ("beam", "lenpen", "max_len_a", "max_len_b", "nbest",
                                                             "batch_size")},
-            "max_positions": cfg.model.max_positions, "vocab_files": state["vocab"]}
+            "max_positions": cfg.model.max_positions, "vocab_files": state["vocab"], "files": written}
     (out / MARKER).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return out
 
@@ -205,8 +215,17 @@ class CT2Translator:
     """Raw lines -> translations with a CTranslate2 export (same batching and length limit as structnmt)."""
 
     def __init__(self, export_dir: str | Path, *, device: str = "cpu", threads: int = 0, data_dir=None):
+        """``device``: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (a GPU when CTranslate2 sees one)."""
         ctranslate2 = _require_ctranslate2()
         d = Path(export_dir)
+        kind, _, index = device.partition(":")
+        if kind == "auto":
+            kind = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+        if kind not in ("cpu", "cuda") or (index and not index.isdigit()) or (kind == "cpu" and index):
+            raise ExportError(f"--device {device}: not a device; use cpu, cuda, cuda:N or auto.")
+        if kind == "cuda" and ctranslate2.get_cuda_device_count() <= int(index or 0):
+            raise ExportError(f"--device {device}: CTranslate2 sees {ctranslate2.get_cuda_device_count()} CUDA "
+                              "device(s); use --device cpu.")
         self.meta = json.loads((d / MARKER).read_text(encoding="utf-8"))
         self.src_vocab = Vocab(d / "source.spm.model")
         self.tgt_vocab = Vocab(d / "target.spm.model")
@@ -220,7 +239,7 @@ class CT2Translator:
         self.decode = DecodeConfig(**self.meta["decode"])
         self.max_positions = int(self.meta["max_positions"])
         self.too_long: list[int] = []
-        self.translator = ctranslate2.Translator(str(d), device=device if device != "auto" else "cpu",
+        self.translator = ctranslate2.Translator(str(d), device=kind, device_index=int(index or 0),
                                                  intra_threads=threads or 0)
 
     def translate(self, lines: list[str], dcfg: DecodeConfig | None = None) -> list[list[CT2Translation]]:
@@ -230,19 +249,25 @@ class CT2Translator:
         ids = encode_sources(self.src_vocab, [lines[i].strip() for i in keep])  # pieces + EOS, as structnmt reads
         self.too_long = [keep[j] + 1 for j, s in enumerate(ids) if len(s) > self.max_positions]
         todo = sorted((j for j in range(len(ids)) if len(ids[j]) <= self.max_positions), key=lambda j: len(ids[j]))
-        out = [[CT2Translation("", float("-inf") if i in set(keep) else 0.0, [])] for i in range(len(lines))]
+        kept = set(keep)
+        out = [[CT2Translation("", float("-inf") if i in kept else 0.0, [])] for i in range(len(lines))]
         piece, to_id = self.src_vocab.sp.id_to_piece, self.tgt_vocab.sp.piece_to_id
         for start in range(0, len(todo), dcfg.batch_size):
             batch = todo[start : start + dcfg.batch_size]
             src = [[piece(t) for t in ids[j]] for j in batch]
-            # structnmt: at most a * |source with EOS| + b target tokens, EOS included (forced at the last one);
-            # CTranslate2's max_decoding_length counts the tokens before EOS
-            max_len = max(min(int(math.floor(dcfg.max_len_a * len(ids[j]) + dcfg.max_len_b)), self.max_positions - 1)
-                          for j in batch) - 1
+            # structnmt: at most a * |source with EOS| + b target tokens (at least 1), EOS included and forced at
+            # the last one; CTranslate2's max_decoding_length counts the tokens before EOS, and EOS may come first
+            max_len = max(min(max(int(math.floor(dcfg.max_len_a * len(ids[j]) + dcfg.max_len_b)), 1),
+                              self.max_positions - 1) for j in batch) - 1
+            if max_len == 0:  # every sentence's limit is EOS at the first step: empty, scored by log p(EOS)
+                scored = self.translator.score_batch(src, [[] for _ in src], max_input_length=0)
+                for j, r in zip(batch, scored):
+                    out[keep[j]] = [CT2Translation("", float(sum(r.log_probs)), [])]
+                continue
             res = self.translator.translate_batch(
                 src, beam_size=dcfg.beam, length_penalty=dcfg.lenpen, num_hypotheses=dcfg.nbest,
-                max_decoding_length=max_len, suppress_sequences=[["<pad>"], ["<s>"]], return_scores=True,
-                max_input_length=0)
+                max_decoding_length=max_len, min_decoding_length=0, suppress_sequences=[["<pad>"], ["<s>"]],
+                return_scores=True, max_input_length=0)
             for j, r in zip(batch, res):
                 out[keep[j]] = [CT2Translation(self.tgt_vocab.decode([to_id(p) for p in h]), s, h)
                                 for h, s in zip(r.hypotheses, r.scores)]

@@ -18,6 +18,7 @@ when it holds ``beam`` finalised hypotheses, or when it reaches its maximum leng
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -73,6 +74,8 @@ def beam_search(
     if not shared:
         enc = enc.reorder(torch.arange(B, device=device).repeat_interleave(K))
     cache = IncrementalCache(beam=K if shared else 1)
+    # logits when the model can give them; log-probabilities are logits too (their log-sum-exp is 0)
+    takes_flag = "log_probs" in inspect.signature(model.decode_step).parameters
     tokens = torch.full((B * K, 1), BOS, dtype=torch.long, device=device)
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0
@@ -81,7 +84,8 @@ def beam_search(
     step = 0
     while active.numel() > 0:
         n = active.numel()
-        logits = model.decode_step(tokens, enc, cache, log_probs=False).float()  # (n*K, V)
+        logits = (model.decode_step(tokens, enc, cache, log_probs=False) if takes_flag
+                  else model.decode_step(tokens, enc, cache)).float()  # (n*K, V)
         V = logits.shape[-1]
         lse = torch.logsumexp(logits, dim=-1, keepdim=True)  # (n*K, 1)
         eos_lp = logits[:, EOS : EOS + 1] - lse

@@ -105,7 +105,6 @@ def cmd_translate(args) -> int:
 
     overrides = {k: v for k, v in (("dependency_file", args.parse_dependency),
                                    ("constituency_file", args.parse_constituency)) if v}
-    from .config import validate_decode
 
     if args.output and args.input not in (None, "-") and Path(args.output).resolve() == Path(args.input).resolve():
         return _err(f"--output {args.output} is the input file; write the translations to another file.")
@@ -118,13 +117,7 @@ def cmd_translate(args) -> int:
     if tr.note:
         print(f"translate: {tr.note}", file=sys.stderr)
     d = tr.cfg.decode
-    for name in ("beam", "lenpen", "max_len_a", "max_len_b", "nbest", "batch_size"):
-        value = getattr(args, name)
-        if value is not None:
-            setattr(d, name, value)
-    if args.greedy:
-        d.beam, d.nbest = 1, 1
-    validate_decode(d, "translate options (--beam, --nbest, --batch-size, ...)")
+    _apply_decode_options(args, d)
     lines = _read_input(args.input)
     results = tr.translate(lines, d, progress=not args.no_progress and args.output is not None)
     if tr.unaligned:
@@ -140,6 +133,19 @@ def cmd_translate(args) -> int:
               f"{tr.cfg.model.max_positions} pieces {done}: line {shown}.", file=sys.stderr)
     _write_translations(args, results, d.nbest)
     return 0
+
+
+def _apply_decode_options(args, d) -> None:
+    """The translate command's --beam, --lenpen, ... over the checkpoint's decode settings ``d``, checked."""
+    from .config import validate_decode
+
+    for name in ("beam", "lenpen", "max_len_a", "max_len_b", "nbest", "batch_size"):
+        value = getattr(args, name)
+        if value is not None:
+            setattr(d, name, value)
+    if args.greedy:
+        d.beam, d.nbest = 1, 1
+    validate_decode(d, "translate options (--beam, --nbest, --batch-size, ...)")
 
 
 def _write_translations(args, results, nbest: int) -> None:
@@ -158,7 +164,6 @@ def _write_translations(args, results, nbest: int) -> None:
 
 def _translate_ctranslate2(args) -> int:
     """``translate --checkpoint DIR`` where DIR is a ``structnmt export --format ctranslate2`` directory."""
-    from .config import validate_decode
     from .export import CT2Translator
 
     if args.parse_dependency or args.parse_constituency:
@@ -169,13 +174,7 @@ def _translate_ctranslate2(args) -> int:
                     "an empty translation and are reported).")
     tr = CT2Translator(args.checkpoint, device=args.device, data_dir=args.data)
     d = tr.decode
-    for name in ("beam", "lenpen", "max_len_a", "max_len_b", "nbest", "batch_size"):
-        value = getattr(args, name)
-        if value is not None:
-            setattr(d, name, value)
-    if args.greedy:
-        d.beam, d.nbest = 1, 1
-    validate_decode(d, "translate options (--beam, --nbest, --batch-size, ...)")
+    _apply_decode_options(args, d)
     results = tr.translate(_read_input(args.input), d)
     if tr.too_long:
         shown = ", ".join(map(str, tr.too_long[:20])) + (", ..." if len(tr.too_long) > 20 else "")

@@ -94,9 +94,23 @@ def _set_norm(spec, norm: torch.nn.LayerNorm) -> None:
     spec.beta = _np(norm.bias)
 
 
+def _set_self_attention(spec, attn, norm: torch.nn.LayerNorm) -> None:
+    """Self-attention: q_proj and kv_proj (keys, then values) fused into one (3d, d) projection."""
+    _set_linear(spec.linear[0], torch.cat([attn.q_proj.weight, attn.kv_proj.weight]),
+                torch.cat([attn.q_proj.bias, attn.kv_proj.bias]))
+    _set_linear(spec.linear[1], attn.out_proj.weight, attn.out_proj.bias)
+    _set_norm(spec.layer_norm, norm)
+
+
+def _set_ffn(spec, layer) -> None:
+    _set_linear(spec.linear_0, layer.ffn.fc1.weight, layer.ffn.fc1.bias)
+    _set_linear(spec.linear_1, layer.ffn.fc2.weight, layer.ffn.fc2.bias)
+    _set_norm(spec.layer_norm, layer.ffn_sub.norm)
+
+
 def build_spec(model, cfg: Config, src_vocab: Vocab, tgt_vocab: Vocab):
     """A CTranslate2 ``TransformerSpec`` holding the weights of ``model`` (a TransformerModel)."""
-    ctranslate2 = _require_ctranslate2()
+    _require_ctranslate2()
     from ctranslate2.specs import common_spec, transformer_spec
 
     m = cfg.model
@@ -107,47 +121,29 @@ def build_spec(model, cfg: Config, src_vocab: Vocab, tgt_vocab: Vocab):
                                                        no_final_norm=not m.pre_norm, activation=act)
     positions = _np(model.positions)
     scale = math.sqrt(m.d_model)
-    # encoder
-    enc_spec.embeddings[0].weight = _np(model.src_embed.weight)
-    enc_spec.scale_embeddings = scale
-    enc_spec.position_encodings.encodings = positions
+    for spec_, emb in ((enc_spec, model.src_embed), (dec_spec, model.tgt_embed)):
+        (spec_.embeddings[0] if isinstance(spec_.embeddings, list) else spec_.embeddings).weight = _np(emb.weight)
+        spec_.scale_embeddings = scale
+        spec_.position_encodings.encodings = positions
     for ls, layer in zip(enc_spec.layer, model.encoder.layers):
-        a = layer.self_attn
-        _set_linear(ls.self_attention.linear[0], torch.cat([a.q_proj.weight, a.kv_proj.weight]),
-                    torch.cat([a.q_proj.bias, a.kv_proj.bias]))
-        _set_linear(ls.self_attention.linear[1], a.out_proj.weight, a.out_proj.bias)
-        _set_norm(ls.self_attention.layer_norm, layer.attn_sub.norm)
-        _set_linear(ls.ffn.linear_0, layer.ffn.fc1.weight, layer.ffn.fc1.bias)
-        _set_linear(ls.ffn.linear_1, layer.ffn.fc2.weight, layer.ffn.fc2.bias)
-        _set_norm(ls.ffn.layer_norm, layer.ffn_sub.norm)
-    if m.pre_norm:
-        _set_norm(enc_spec.layer_norm, model.encoder.norm)
-    # decoder
-    dec_spec.embeddings.weight = _np(model.tgt_embed.weight)
-    dec_spec.scale_embeddings = scale
-    dec_spec.position_encodings.encodings = positions
+        _set_self_attention(ls.self_attention, layer.self_attn, layer.attn_sub.norm)
+        _set_ffn(ls.ffn, layer)
     for ls, layer in zip(dec_spec.layer, model.decoder_layers):
-        a = layer.self_attn
-        _set_linear(ls.self_attention.linear[0], torch.cat([a.q_proj.weight, a.kv_proj.weight]),
-                    torch.cat([a.q_proj.bias, a.kv_proj.bias]))
-        _set_linear(ls.self_attention.linear[1], a.out_proj.weight, a.out_proj.bias)
-        _set_norm(ls.self_attention.layer_norm, layer.self_sub.norm)
+        _set_self_attention(ls.self_attention, layer.self_attn, layer.self_sub.norm)
         c = layer.cross_attn
         _set_linear(ls.attention.linear[0], c.q_proj.weight, c.q_proj.bias)
         _set_linear(ls.attention.linear[1], c.kv_proj.weight, c.kv_proj.bias)
         _set_linear(ls.attention.linear[2], c.out_proj.weight, c.out_proj.bias)
         _set_norm(ls.attention.layer_norm, layer.cross_sub.norm)
-        _set_linear(ls.ffn.linear_0, layer.ffn.fc1.weight, layer.ffn.fc1.bias)
-        _set_linear(ls.ffn.linear_1, layer.ffn.fc2.weight, layer.ffn.fc2.bias)
-        _set_norm(ls.ffn.layer_norm, layer.ffn_sub.norm)
+        _set_ffn(ls.ffn, layer)
     if m.pre_norm:
+        _set_norm(enc_spec.layer_norm, model.encoder.norm)
         _set_norm(dec_spec.layer_norm, model.decoder_norm)
     _set_linear(dec_spec.projection, model.output_proj.weight, None)
     spec = transformer_spec.TransformerSpec(enc_spec, dec_spec)
     spec.config.layer_norm_epsilon = 1e-5
     spec.register_source_vocabulary([src_vocab.sp.id_to_piece(i) for i in range(len(src_vocab))])
     spec.register_target_vocabulary([tgt_vocab.sp.id_to_piece(i) for i in range(len(tgt_vocab))])
-    del ctranslate2
     return spec
 
 

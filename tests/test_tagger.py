@@ -136,3 +136,29 @@ def test_rows_resume_and_report_only_trains_nothing(tmp_path, monkeypatch):
     assert any("Transformer: done before" in x for x in lines)
     assert "| Transformer | " in md and "| PhraseTransformer (k=2) |" not in md
     assert "Not run yet" in md and "PhraseTransformer (k=2)." in md
+
+
+def test_row_selection_and_rows_in_processes(tmp_path):
+    """--row trains only the named rows (an unknown name is refused with the row list);
+    --jobs 2 trains the remaining rows in their own processes, each with its log, and the
+    report holds every row."""
+    rows = ("rows:\n  - name: Transformer\n  - name: PhraseTransformer (k=2)\n"
+            "    overrides: ['model.attention={name: phrase_transformer, options: {k: 2}}']\n"
+            "  - name: Linear PhraseTransformer (k=2)\n"
+            "    overrides: ['model.attention={name: phrase_transformer, options: {k: 2, nonlinear: false}}']\n")
+    cfg = tag_config(tmp_path, epochs=1, extra=rows)
+    with pytest.raises(ConfigError, match="no row named 'Transformr'; its rows are: Transformer; "):
+        run_tag(cfg, only_rows=["Transformr"], log=lambda *_: None)
+    md = run_tag(cfg, only_rows=["Transformer"], log=lambda *_: None).read_text()
+    out = tmp_path / "out"
+    assert (out / "Transformer" / "result.json").is_file()
+    assert not (out / "PhraseTransformer_k2").exists()
+    assert "--row Transformer" in md and "Not run yet" in md and "PhraseTransformer (k=2)" in md
+    lines: list[str] = []
+    md = run_tag(cfg, jobs=2, log=lines.append).read_text()
+    for name in ("PhraseTransformer_k2", "Linear_PhraseTransformer_k2"):
+        assert (out / name / "result.json").is_file()
+        assert "test accuracy" in (out / name / "tag.log").read_text()  # the child's own output
+    assert not (out / "Transformer" / "tag.log").exists()  # finished before: not relaunched
+    assert "Not run yet" not in md and md.count("| PhraseTransformer (k=2) |") == 1
+    assert "--jobs 2" in md and sum("in its own process" in x for x in lines) == 2

@@ -253,7 +253,8 @@ def cmd_probe(args) -> int:
 def cmd_tag(args) -> int:
     from .tagger import run_tag
 
-    report = run_tag(args.config, args.overrides, report_only=args.report_only)
+    report = run_tag(args.config, args.overrides, report_only=args.report_only, only_rows=args.rows,
+                     jobs=args.jobs)
     print(f"tag: results in {report}")
     return 0
 
@@ -436,6 +437,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("config", help="tag YAML (see configs/tag/)")
     s.add_argument("--report-only", action="store_true",
                    help="train nothing: write tag.md from the rows that finished and name the others")
+    s.add_argument("--row", dest="rows", action="append", metavar="NAME",
+                   help="train only the row of this name (repeatable); the report lists every finished row")
+    s.add_argument("--jobs", type=int, default=1,
+                   help="train this many rows at once, each in its own process (with train.threads=1 on 2 cores)")
     s.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. train.epochs=5")
     s.set_defaults(func=cmd_tag)
 

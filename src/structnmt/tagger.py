@@ -417,13 +417,32 @@ def train_row(cfg: TagConfig, splits: dict[str, list[Sentence]], out: Path, log=
     return result
 
 
-def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, report_only: bool = False) -> Path:
+def row_dir(out: Path, name: str) -> Path:
+    """Where a row's ``result.json``, ``test.pred`` and (with ``--jobs``) ``tag.log`` go."""
+    return out / name.replace(" ", "_").replace("=", "").replace("(", "").replace(")", "")
+
+
+def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, report_only: bool = False,
+            only_rows: list[str] | None = None, jobs: int = 1) -> Path:
     """Train and score the config (or each of its rows); write out_dir/tag.md and tag.json.
 
     Rows that finished before (``<row>/result.json``) are read, not retrained. ``report_only``
-    trains nothing: the report holds the finished rows and names the others as not run."""
+    trains nothing: the report holds the finished rows and names the others as not run.
+    ``only_rows`` trains only the rows of these names (the report still lists every finished
+    row). ``jobs`` > 1 trains that many rows at once, each in its own process
+    (``structnmt tag CONFIG --row NAME``, output in ``<row>/tag.log``); give each
+    ``train.threads`` = cores / jobs."""
     base = load_tag_config(config, overrides)
     out = Path(base.out_dir)
+    rows = base.rows or [TagRow(name=base.name or "tagger")]
+    unknown = [n for n in only_rows or [] if n not in {r.name for r in rows}]
+    if unknown:
+        raise ConfigError(f"{config}: no row named '{unknown[0]}'; its rows are: "
+                          + "; ".join(r.name for r in rows) + ".")
+    selected = [r.name for r in rows if not only_rows or r.name in only_rows]
+    if jobs > 1 and not report_only:
+        _train_rows_in_processes(config, overrides or [], [n for n in selected if not (
+            row_dir(out, n) / "result.json").is_file()], out, jobs, log)
     if base.corpus.name == "ptb":
         splits, stats = read_ptb(base.corpus.path, base.split.ptb_files, base.corpus.limit)
     else:
@@ -433,18 +452,17 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, r
                                                                     for k, (n, t) in sizes.items()))
     gold_trees = {k: [s.tree for s in v] for k, v in splits.items()}
     spacy_cache: dict[str, list] = {}
-    rows = base.rows or [TagRow(name=base.name or "tagger")]
     results = {}
     missing: list[str] = []
     for row in rows:
         cfg = load_tag_config(config, (overrides or []) + row.overrides)
-        row_dir = out / row.name.replace(" ", "_").replace("=", "").replace("(", "").replace(")", "")
-        if (row_dir / "result.json").is_file():
-            results[row.name] = json.loads((row_dir / "result.json").read_text())
+        rdir = row_dir(out, row.name)
+        if (rdir / "result.json").is_file():
+            results[row.name] = json.loads((rdir / "result.json").read_text())
             log(f"tag: {row.name}: done before ({results[row.name]['accuracy']:.2f}), skipped")
             continue
-        if report_only:
-            log(f"tag: {row.name}: not run yet (--report-only)")
+        if report_only or row.name not in selected:
+            log(f"tag: {row.name}: not run yet" + (" (--report-only)" if report_only else ""))
             missing.append(row.name)
             continue
         if cfg.trees == "spacy":
@@ -463,16 +481,44 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, r
                     s.tree = t if cfg.trees == "gold" else None
         log(f"tag: {row.name}: training (attention {cfg.model.attention.name} {cfg.model.attention.options}, "
             f"trees {cfg.trees})")
-        results[row.name] = train_row(cfg, splits, row_dir, log)
+        results[row.name] = train_row(cfg, splits, rdir, log)
         r = results[row.name]
         log(f"tag: {row.name}: test accuracy {r['accuracy']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]")
-    return write_report(base, config, overrides or [], results, sizes, stats, out, missing=missing)
+    command = [str(config), *(["--jobs", str(jobs)] if jobs > 1 else []),
+               *(x for n in (only_rows or []) for x in ("--row", n)), *(overrides or [])]
+    return write_report(base, command, results, sizes, stats, out, missing=missing)
 
 
-def write_report(cfg: TagConfig, config, overrides, results: dict, sizes: dict, stats: dict, out: Path,
+def _train_rows_in_processes(config, overrides: list[str], names: list[str], out: Path, jobs: int, log) -> None:
+    """Train each named row in its own ``structnmt tag CONFIG --row NAME`` process, ``jobs`` at
+    once; a row that fails is named with its log and the others go on."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .experiment.runner import launch_cli
+
+    def one(name: str) -> tuple[str, int, float]:
+        rdir = row_dir(out, name)
+        rdir.mkdir(parents=True, exist_ok=True)
+        log(f"tag: {name}: training in its own process (log {rdir / 'tag.log'})")
+        t0 = time.time()
+        return name, launch_cli(["tag", str(config), "--row", name, *overrides], rdir / "tag.log"), t0
+
+    failed = []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for name, rc, t0 in pool.map(one, names):
+            if rc:
+                failed.append(f"{name} (exit status {rc}; see {row_dir(out, name) / 'tag.log'})")
+            else:
+                log(f"tag: {name}: finished in {time.time() - t0:.0f} s")
+    if failed:
+        raise ConfigError("tag: rows failed: " + "; ".join(failed) + ". The finished rows are kept; fix the "
+                          "cause and run the same command to train the rest.")
+
+
+def write_report(cfg: TagConfig, args: list[str], results: dict, sizes: dict, stats: dict, out: Path,
                  missing: list[str] | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    command = "structnmt tag " + " ".join(shlex.quote(str(x)) for x in [config, *overrides])
+    command = "structnmt tag " + " ".join(shlex.quote(str(x)) for x in args)
     lines = [f"# POS tagging: {cfg.corpus.name} ({cfg.corpus.path})", "",
              f"Command: `{command}`  ", f"Machine: {platform.machine()}, {platform.processor() or '?'}, "
              f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), python {sys.version.split()[0]}  ",
@@ -494,7 +540,8 @@ def write_report(cfg: TagConfig, config, overrides, results: dict, sizes: dict, 
               "of sentences, seed 1; p = share of resamples without the observed sign). Sentences are resampled "
               "independently; UD documents are not kept together, so the intervals may be a little narrow."]
     if missing:
-        lines += ["", "Not run yet (the report was written with `--report-only`): " + "; ".join(missing) + "."]
+        lines += ["", "Not run yet (not trained by this command: `--report-only` or `--row`): "
+                  + "; ".join(missing) + "."]
     (out / "tag.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     slim = {k: {kk: vv for kk, vv in v.items() if kk not in ("correct_per_sentence", "tokens_per_sentence")}
             for k, v in results.items()}

@@ -50,7 +50,13 @@ def launch_training(config_path: Path, log_path: Path) -> int:
     A subprocess gives every run its own peak-memory measurement and leaves a resumable
     checkpoint when the runner is interrupted. Returns the exit status.
     """
-    cmd = [sys.executable, "-m", "structnmt.cli", "train", str(config_path), "--no-progress"]
+    return launch_cli(["train", str(config_path), "--no-progress"], log_path)
+
+
+def launch_cli(args: list[str], log_path: Path) -> int:
+    """Run ``structnmt ARGS`` in a fresh Python process, output appended to ``log_path``;
+    returns the exit status."""
+    cmd = [sys.executable, "-m", "structnmt.cli", *args]
     with open(log_path, "a", encoding="utf-8") as f:
         f.write(f"$ {shlex.join(cmd)}\n")
         f.flush()

@@ -1,6 +1,7 @@
 """configs/phrase_transformer/*.yaml (one per row of the paper's Table 1, at the tuned recipe and at
-the paper's size) build the mechanism their row names; the grids (both directions, the paper's
-size), the cross-paper grid and the synthetic benchmark's PhraseTransformer rows load and build."""
+the paper's size, and one per row of Table 2, the tagging tables' row files) build the mechanism
+their row names; the grids (both directions, the paper's size), the tagging tables, the cross-paper
+grid and the synthetic benchmark's PhraseTransformer rows load and build."""
 
 from __future__ import annotations
 
@@ -25,8 +26,63 @@ ROWS = {"transformer": None, "linear_k2": {"k": 2, "nonlinear": False}, "linear_
 SIZES = {"table1": (4, 128, 4), "table1_paper_size": (6, 512, 8)}
 
 
+# Table 2 row file -> (row name, trees, PhraseTransformer options or None)
+TAG_ROWS = {
+    "transformer": ("Transformer", "none", None),
+    "semantic_spacy_k2": ("Semantic PhraseTransformer (k=2), spaCy trees", "spacy", {"k": 2, "hypernodes": "semantic"}),
+    "semantic_spacy_k3": ("Semantic PhraseTransformer (k=3), spaCy trees", "spacy", {"k": 3, "hypernodes": "semantic"}),
+    "semantic_gold_k2": ("Semantic PhraseTransformer (k=2), gold trees", "gold", {"k": 2, "hypernodes": "semantic"}),
+    "semantic_gold_k3": ("Semantic PhraseTransformer (k=3), gold trees", "gold", {"k": 3, "hypernodes": "semantic"}),
+    "linear_k2": ("Linear PhraseTransformer (k=2)", "none", {"k": 2, "nonlinear": False}),
+    "linear_k3": ("Linear PhraseTransformer (k=3)", "none", {"k": 3, "nonlinear": False}),
+    "pt_k2": ("PhraseTransformer (k=2)", "none", {"k": 2}),
+    "pt_k3": ("PhraseTransformer (k=3)", "none", {"k": 3}),
+}
+
+
 def test_every_config_file_is_a_known_row():
-    assert sorted(p.stem for p in CONFIGS.glob("*.yaml")) == sorted(f"{s}_{r}" for s in SIZES for r in ROWS)
+    assert sorted(p.stem for p in CONFIGS.glob("*.yaml")) == sorted(
+        [f"{s}_{r}" for s in SIZES for r in ROWS] + [f"table2_{r}" for r in TAG_ROWS])
+
+
+@pytest.mark.parametrize("table", ["ptb_table2", "ud_ewt_table2"])
+def test_tagging_tables_are_their_row_files(table):
+    """Each tagging table lists the nine Table 2 row files; every row resolves to the table's
+    corpus, split and sizes with the row's trees and mechanism, and the tagger builds it."""
+    from structnmt.tagger import Tagger, load_tag_config, row_name
+
+    path = ROOT / "configs" / "tag" / f"{table}.yaml"
+    base = load_tag_config(path)
+    assert [r.config for r in base.rows] == [f"../phrase_transformer/table2_{r}.yaml" for r in TAG_ROWS]
+    for row, (stem, (name, trees, options)) in zip(base.rows, TAG_ROWS.items()):
+        assert row_name(path, row) == name
+        cfg = load_tag_config(path, ["train.threads=1"], row)
+        assert (cfg.corpus, cfg.split, cfg.out_dir) == (base.corpus, base.split, base.out_dir)
+        assert cfg.trees == trees and cfg.train.threads == 1
+        assert (cfg.model.layers, cfg.model.d_model, cfg.model.heads) == (2, 300, 6)
+        tagger = Tagger(cfg.model, 50, 10)
+        attns = [layer.self_attn for layer in tagger.encoder.layers]
+        if options is None:
+            assert attns and all(type(a) is MultiHeadAttention for a in attns)
+        else:
+            assert attns and all(isinstance(a, PhraseTransformerAttention) for a in attns)
+            for a in attns:
+                assert all(getattr(a.options, k) == v for k, v in options.items())
+                assert a.options.nonlinear == options.get("nonlinear", True)
+        # on its own, a row file tags the PTB sample with the defaults
+        alone = load_tag_config(CONFIGS / f"table2_{stem}.yaml")
+        assert alone.name == name and alone.corpus.name == "ptb" and alone.model == cfg.model
+
+
+def test_a_row_file_may_not_move_the_table(tmp_path):
+    from structnmt.config import ConfigError
+    from structnmt.tagger import load_tag_config
+
+    (tmp_path / "row.yaml").write_text("name: R\ncorpus: {name: ud, path: x.conllu}\n")
+    (tmp_path / "table.yaml").write_text("rows:\n  - config: row.yaml\n")
+    base = load_tag_config(tmp_path / "table.yaml")
+    with pytest.raises(ConfigError, match="row.yaml: a row file may set only name, .*not corpus"):
+        load_tag_config(tmp_path / "table.yaml", row=base.rows[0])
 
 
 @pytest.mark.parametrize("size", sorted(SIZES))

@@ -144,8 +144,11 @@ def test_row_selection_and_rows_in_processes(tmp_path):
     report holds every row."""
     rows = ("rows:\n  - name: Transformer\n  - name: PhraseTransformer (k=2)\n"
             "    overrides: ['model.attention={name: phrase_transformer, options: {k: 2}}']\n"
-            "  - name: Linear PhraseTransformer (k=2)\n"
-            "    overrides: ['model.attention={name: phrase_transformer, options: {k: 2, nonlinear: false}}']\n")
+            "  - config: rows/linear.yaml\n")  # a row file: its name and mechanism
+    (tmp_path / "rows").mkdir()
+    (tmp_path / "rows" / "linear.yaml").write_text(
+        "name: Linear PhraseTransformer (k=2)\nmodel: {attention: {name: phrase_transformer, "
+        "options: {k: 2, nonlinear: false}}}\n")
     cfg = tag_config(tmp_path, epochs=1, extra=rows)
     with pytest.raises(ConfigError, match="no row named 'Transformr'; its rows are: Transformer; "):
         run_tag(cfg, only_rows=["Transformr"], log=lambda *_: None)
@@ -158,6 +161,8 @@ def test_row_selection_and_rows_in_processes(tmp_path):
     md = run_tag(cfg, jobs=2, log=lines.append).read_text()
     for name in ("PhraseTransformer_k2", "Linear_PhraseTransformer_k2"):
         assert (out / name / "result.json").is_file()
+        assert json.loads((out / name / "result.json").read_text())["params"] > json.loads(
+            (out / "Transformer" / "result.json").read_text())["params"]  # phase 2's projections: not a Transformer
         assert "test accuracy" in (out / name / "tag.log").read_text()  # the child's own output
     assert not (out / "Transformer" / "tag.log").exists()  # finished before: not relaunched
     assert "Not run yet" not in md and md.count("| PhraseTransformer (k=2) |") == 1

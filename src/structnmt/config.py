@@ -17,6 +17,7 @@ model without the YAML file.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import math
@@ -311,6 +312,17 @@ def validate(cfg: Config, where: str = "config") -> None:
     _need(t.early_stop_metric in ("loss", "bleu"), where, "train.early_stop_metric", t.early_stop_metric,
           "must be loss or bleu")
     validate_decode(cfg.decode, where)
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    """``base`` with ``over`` on top, nested mappings merged key by key (copies; inputs untouched)."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
 
 
 def apply_overrides(data: dict, overrides: list[str], where: str = "command line") -> dict:

@@ -59,6 +59,7 @@ from .config import (
     ModelConfig,
     _build,
     apply_overrides,
+    deep_merge,
     read_yaml_mapping,
 )
 from .syntax.trees import DependencyTree
@@ -107,7 +108,8 @@ class TagTrainConfig:
 
 @dataclass
 class TagRow:
-    name: str = ""
+    name: str = ""  # may come from the row file
+    config: str = ""  # a row file (relative to the table), e.g. ../phrase_transformer/table2_pt_k2.yaml
     overrides: list[str] = field(default_factory=list)  # model.* / trees overrides of this row
 
 
@@ -124,13 +126,47 @@ class TagConfig:
     out_dir: str = "runs/tag"
 
 
-def load_tag_config(path: str | Path, overrides: list[str] | None = None) -> TagConfig:
+ROW_FILE_KEYS = ("name", "trees", "spacy_pipeline", "model", "train")  # what a row file may set
+
+
+def load_tag_config(path: str | Path, overrides: list[str] | None = None, row: TagRow | None = None) -> TagConfig:
+    """A tag YAML plus overrides; with ``row``, the settings of that row of the table: the
+    table's, then the row file's (deep-merged), then ``overrides``, then the row's overrides."""
     where = str(path)
     data = read_yaml_mapping(path, "tag config (examples in configs/tag/)", expect="a mapping (corpus, model, ...)")
-    data = apply_overrides(data, overrides or [])
+    extra: list[str] = []
+    if row is not None:
+        data.pop("rows", None)
+        if row.config:
+            data = deep_merge(data, read_row_file(path, row.config))
+        data["name"] = row_name(path, row)
+        extra = row.overrides
+    data = apply_overrides(data, [*(overrides or []), *extra])
     cfg = _build(TagConfig, data, where)
     check(cfg, where)
     return cfg
+
+
+def read_row_file(table: str | Path, rel: str) -> dict:
+    """A row file of a table (path relative to the table's file): only ``ROW_FILE_KEYS``, so
+    that every row of a table reads the same corpus and split and writes to the same place."""
+    p = Path(table).parent / rel
+    data = read_yaml_mapping(p, f"row file of {table}", expect="a mapping (name, trees, model, ...)")
+    bad = sorted(set(data) - set(ROW_FILE_KEYS))
+    if bad:
+        raise ConfigError(f"{p}: a row file may set only {', '.join(ROW_FILE_KEYS)}, not {', '.join(bad)}; "
+                          "put corpus, split and out_dir in the table.")
+    return data
+
+
+def row_name(table: str | Path, row: TagRow) -> str:
+    """The row's own name, else its row file's ``name``."""
+    if row.name or not row.config:
+        return row.name
+    name = read_row_file(table, row.config).get("name") or ""
+    if not name:
+        raise ConfigError(f"{Path(table).parent / row.config}: a row file needs a name (the row of the table).")
+    return str(name)
 
 
 def check(cfg: TagConfig, where: str) -> None:
@@ -147,9 +183,8 @@ def check(cfg: TagConfig, where: str) -> None:
         bad("split.ratios must be three positive numbers (train, valid, test).")
     if cfg.model.d_model % cfg.model.heads:
         bad(f"model.d_model={cfg.model.d_model} is not divisible by model.heads={cfg.model.heads}.")
-    names = [r.name for r in cfg.rows]
-    if len(set(names)) != len(names) or any(not n for n in names):
-        bad("every row needs a unique, non-empty name.")
+    if any(not (r.name or r.config) for r in cfg.rows):
+        bad("every row needs a name or a row file (config:).")
 
 
 # --------------------------------------------------------------------------- corpora
@@ -434,7 +469,12 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, r
     ``train.threads`` = cores / jobs."""
     base = load_tag_config(config, overrides)
     out = Path(base.out_dir)
-    rows = base.rows or [TagRow(name=base.name or "tagger")]
+    rows = [TagRow(row_name(config, r), r.config, r.overrides) for r in base.rows] or [
+        TagRow(name=base.name or "tagger")]
+    names = [r.name for r in rows]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{config}: every row needs a unique name; "
+                          + ", ".join(sorted({n for n in names if names.count(n) > 1})) + " repeat.")
     unknown = [n for n in only_rows or [] if n not in {r.name for r in rows}]
     if unknown:
         raise ConfigError(f"{config}: no row named '{unknown[0]}'; its rows are: "
@@ -455,7 +495,7 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, r
     results = {}
     missing: list[str] = []
     for row in rows:
-        cfg = load_tag_config(config, (overrides or []) + row.overrides)
+        cfg = load_tag_config(config, overrides, row) if base.rows else base
         rdir = row_dir(out, row.name)
         if (rdir / "result.json").is_file():
             results[row.name] = json.loads((rdir / "result.json").read_text())

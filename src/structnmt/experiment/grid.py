@@ -27,6 +27,7 @@ from ..config import (
     _build,
     _nearest,
     apply_overrides,
+    deep_merge,
     from_dict,
     read_yaml_mapping,
 )
@@ -229,16 +230,6 @@ def slug(name: str) -> str:
     return out.strip("-") or "run"
 
 
-def _merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
-
-
 def base_data(grid: GridConfig) -> dict:
     if grid.base is None:
         return {}
@@ -254,7 +245,7 @@ def resolve_run_config(grid: GridConfig, run: RunSpec, seed: int, *, data_path: 
     where = f"{grid.source}: run '{run.name}'"
     data = base_data(grid)
     if run.config:
-        data = _merge(data, _yaml_file(Path(grid.source).parent / run.config, f"config of run '{run.name}'"))
+        data = deep_merge(data, _yaml_file(Path(grid.source).parent / run.config, f"config of run '{run.name}'"))
     data = apply_overrides(data, list(run.overrides), where=where)
     data = apply_overrides(data, list(overrides), where="command line")
     budget_key, budget_value = grid.budget.which()

@@ -136,6 +136,7 @@ def test_rows_resume_and_report_only_trains_nothing(tmp_path, monkeypatch):
     assert any("Transformer: done before" in x for x in lines)
     assert "| Transformer | " in md and "| PhraseTransformer (k=2) |" not in md
     assert "Not run yet" in md and "PhraseTransformer (k=2)." in md
+    assert f"Command: `structnmt tag {cfg} --report-only`" in md  # the report says how it was written
 
 
 def test_row_selection_and_rows_in_processes(tmp_path):

@@ -524,7 +524,7 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, r
         results[row.name] = train_row(cfg, splits, rdir, log)
         r = results[row.name]
         log(f"tag: {row.name}: test accuracy {r['accuracy']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]")
-    command = [str(config), *(["--jobs", str(jobs)] if jobs > 1 else []),
+    command = [str(config), *(["--report-only"] if report_only else []), *(["--jobs", str(jobs)] if jobs > 1 else []),
                *(x for n in (only_rows or []) for x in ("--row", n)), *(overrides or [])]
     return write_report(base, command, results, sizes, stats, out, missing=missing)
 

@@ -9,6 +9,11 @@ Two families, each against its own baseline:
 * Transformer (the tiny size): ``transformer`` and ``structured_l1`` (the matrix-tree
   attention as the first encoder layer, all heads).
 
+Then the matrix-tree marginals alone (``structnmt.nn.matrix_tree.marginals``, forward and
+backward) for a batch of ``--mt-batch`` sentences of ``--mt-words`` words (default 64 x 40,
+random scores), median of ``--mt-reps`` calls, against one RNN baseline step (the median
+round's summed step time divided by the number of batches).
+
 Data, timing and output as in ``bench_mgsa.py``: the synthetic task, a fixed list of
 batches, one warm-up pass, ``--rounds`` rounds in a rotating order; reported: the median
 over rounds of the summed step times and the ratio to the family's baseline.
@@ -69,6 +74,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--mt-batch", type=int, default=64)
+    ap.add_argument("--mt-words", type=int, default=40)
+    ap.add_argument("--mt-reps", type=int, default=20)
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "structnmt-bench-mgsa"))
     args = ap.parse_args()
     if args.threads:
@@ -110,6 +118,33 @@ def main() -> None:
         nparam = sum(p.numel() for p in {id(p): p for p in models[n].parameters()}.values())
         print(f"{n:<15}{base:<13}{nparam:>11,}{med:>14.3f}{med / statistics.median(per_round[base]):>8.3f}"
               f"{min(ratios):>11.3f}")
+    mt = time_marginals(args.mt_batch, args.mt_words, args.mt_reps, device)
+    rnn_step = statistics.median(per_round["rnn"]) / len(batches)
+    print(f"# matrix-tree marginals, {args.mt_batch} sentences x {args.mt_words} words, forward + backward: "
+          f"{mt * 1000:.1f} ms (median of {args.mt_reps}) = {mt / rnn_step:.3f} of one RNN baseline step "
+          f"({rnn_step * 1000:.0f} ms)")
+
+
+def time_marginals(batch: int, words: int, reps: int, device: torch.device) -> float:
+    """Median seconds of marginals() forward + backward on random (batch, words, words) scores."""
+    import time
+
+    from structnmt.nn.matrix_tree import marginals
+
+    g = torch.Generator().manual_seed(1)
+    scores = (torch.randn(batch, words, words, generator=g) * 3).to(device).requires_grad_(True)
+    lengths = torch.full((batch,), words, dtype=torch.long, device=device)
+    weight = torch.rand(batch, words, words, generator=g).to(device)  # not the sum: columns sum to 1
+    times = []
+    for i in range(reps + 1):
+        t0 = time.perf_counter()
+        (marginals(scores, lengths) * weight).sum().backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        if i:  # the first call warms up
+            times.append(time.perf_counter() - t0)
+        scores.grad = None
+    return statistics.median(times)
 
 
 if __name__ == "__main__":

@@ -168,3 +168,17 @@ def test_row_selection_and_rows_in_processes(tmp_path):
     assert not (out / "Transformer" / "tag.log").exists()  # finished before: not relaunched
     assert "Not run yet" not in md and md.count("| PhraseTransformer (k=2) |") == 1
     assert "--jobs 2" in md and sum("in its own process" in x for x in lines) == 2
+
+
+def test_cli_row_and_jobs_refuse_bad_input_in_one_sentence(tmp_path, capsys):
+    """Through the CLI: an unknown --row names the table's rows, --jobs 0 is refused; both
+    exit with status 2 and a one-line message, and nothing is trained."""
+    from structnmt.cli import main
+
+    cfg = tag_config(tmp_path, epochs=1, extra="rows:\n  - name: Transformer\n")
+    assert main(["tag", str(cfg), "--row", "Transformr", "train.epochs=1"]) != 0
+    err = capsys.readouterr().err
+    assert "no row named 'Transformr'; its rows are: Transformer." in err and "Traceback" not in err
+    assert main(["tag", str(cfg), "--jobs", "0"]) != 0
+    assert "--jobs 0: give the number of rows to train at once" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

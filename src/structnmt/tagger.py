@@ -467,6 +467,8 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, r
     row). ``jobs`` > 1 trains that many rows at once, each in its own process
     (``structnmt tag CONFIG --row NAME``, output in ``<row>/tag.log``); give each
     ``train.threads`` = cores / jobs."""
+    if jobs < 1:
+        raise ConfigError(f"--jobs {jobs}: give the number of rows to train at once, 1 or more.")
     base = load_tag_config(config, overrides)
     out = Path(base.out_dir)
     rows = [TagRow(row_name(config, r), r.config, r.overrides) for r in base.rows] or [

@@ -139,7 +139,8 @@ def load_tag_config(path: str | Path, overrides: list[str] | None = None, row: T
         data.pop("rows", None)
         if row.config:
             data = deep_merge(data, read_row_file(path, row.config))
-        data["name"] = row_name(path, row)
+        if row.name:  # the table's name for the row wins over the row file's
+            data["name"] = row.name
         extra = row.overrides
     data = apply_overrides(data, [*(overrides or []), *extra])
     cfg = _build(TagConfig, data, where)

@@ -25,8 +25,34 @@ ROWS = {"nmt": ("none", "shared", False), "fa_nmt_separate": ("fa", "separate", 
 
 
 def test_every_config_is_a_known_row():
-    assert sorted(p.stem for p in CONFIGS.glob("*.yaml")) == sorted(f"{s}_{r}" for s in ("multi30k", "paper")
-                                                                     for r in ROWS)
+    assert sorted(p.stem for p in CONFIGS.glob("*.yaml")) == sorted(
+        [f"{s}_{r}" for s in ("multi30k", "paper") for r in ROWS] + ["multi30k_transformer_structured"])
+
+
+def test_transformer_variant_config_puts_structured_attention_in_layer_1_only():
+    cfg = load_config(CONFIGS / "multi30k_transformer_structured.yaml")
+    validate(cfg)
+    model = build_model(cfg.model, 100, 100)
+    kinds = [type(layer.self_attn) for layer in model.encoder_layers]
+    assert kinds[0] is StructuredAttention and StructuredAttention not in kinds[1:]
+    assert cfg.train.lr_schedule == "inverse_sqrt" and cfg.train.lr == 0.005  # the transformer_tiny recipe
+
+
+def test_tuning_and_transformer_grids(tmp_path):
+    grid, _ = load_grid(GRIDS / "sa_nmt_tune.yaml")
+    assert grid.evaluate.split == "valid"  # tuned on validation data, never on the test set
+    seen = set()
+    for run in grid.runs:
+        cfg = resolve_run_config(grid, run, 1, data_path=tmp_path / "d", run_dir=tmp_path / "r", overrides=[])
+        assert cfg.model.family == "rnn" and cfg.model.rnn.syntax == "none"
+        seen.add((cfg.train.lr, cfg.model.dropout))
+    assert seen == {(0.001, 0.3), (0.002, 0.3), (0.001, 0.2), (0.002, 0.2)}
+    grid, _ = load_grid(GRIDS / "sa_nmt_transformer.yaml")
+    assert grid.baseline == "Transformer" and len(grid.runs) == 2
+    plain, structured = (build_model(resolve_run_config(grid, r, 1, data_path=tmp_path / "d", run_dir=tmp_path / "r",
+                                                        overrides=[]).model, 100, 100) for r in grid.runs)
+    assert isinstance(structured.encoder_layers[0].self_attn, StructuredAttention)
+    assert not isinstance(plain.encoder_layers[0].self_attn, StructuredAttention)
 
 
 @pytest.mark.parametrize("size", ["multi30k", "paper"])

@@ -279,6 +279,17 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def cmd_gate(args) -> int:
+    from .analysis.gate import run_gate
+
+    written = run_gate(checkpoint=args.checkpoint, input_path=args.input, reference_path=args.reference,
+                       out_dir=args.out, beam=args.beam, pos=args.pos, word_rule=args.word_rule,
+                       max_sentences=args.max_sentences, draw=args.draw, batch_size=args.batch_size,
+                       progress=not args.no_progress)
+    print(f"gate: wrote {', '.join(str(p) for p in written)}")
+    return 0
+
+
 def cmd_sweep_plot(args) -> int:
     from .analysis.sweep import plot_sweep
 
@@ -491,6 +502,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--parse-dependency", help="pre-parsed input (CoNLL-U) for models prepared with parser 'file'")
     s.add_argument("--parse-constituency", help="pre-parsed input (PTB) for models prepared with parser 'file'")
     s.set_defaults(func=cmd_analyze)
+
+    s = sub.add_parser("gate", help="SA-NMT's syntactic gate per target token and POS (sec. 5, eq. 23; PNG + tables)")
+    s.add_argument("--checkpoint", required=True, help="an SA-NMT / FA-NMT checkpoint (RNN family)")
+    s.add_argument("--input", required=True, help="source sentences, one per line (.gz ok)")
+    s.add_argument("--reference", help="their reference translations: also forced-decoded and analysed")
+    s.add_argument("--out", required=True, help="output directory (gate.md/json, gate_tokens.tsv, PNGs)")
+    s.add_argument("--beam", type=int, default=5)
+    s.add_argument("--pos", default="hanta",
+                   help="target POS: hanta (German, STTS mapped to UPOS; pip install hanta), spacy:<pipeline>, none")
+    s.add_argument("--word-rule", default="max", choices=["max", "first"],
+                   help="a token's z from its pieces' (default: the maximum)")
+    s.add_argument("--max-sentences", type=int, default=0, help="only the first N input lines (0: all)")
+    s.add_argument("--draw", type=int, default=6, help="sentences drawn in gate_sentences.png (Fig. 6)")
+    s.add_argument("--batch-size", type=int, default=64, help="sentences per forced-decoding batch")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_gate)
 
     s = sub.add_parser("demo", help="train a small model on the synthetic task and report BLEU")
     s.add_argument("--workdir", default="runs/demo")

@@ -15,6 +15,7 @@ from structnmt.induce import (
     branching,
     collapse,
     eval_view,
+    induce_table,
     productions,
     read_words,
     single_root_tree,
@@ -147,3 +148,23 @@ def test_induce_end_to_end(synth_data, tmp_path):
     with pytest.raises(UserError, match="--punct"):
         run_induce(checkpoint=tmp_path / "m" / "checkpoint_last.pt", conllu=gold, out_dir=tmp_path / "x",
                    punct="drop")
+
+    # Tables 3 and 4 across models: the same report twice under two labels, and a mismatched protocol refused
+    from structnmt.cli import main
+
+    assert main(["induce-table", f"SA={tmp_path / 'out'}", f"again={tmp_path / 'out'}", "--out",
+                 str(tmp_path / "t.md")]) == 0
+    table = (tmp_path / "t.md").read_text()
+    row = f"| SA | {red['model']['DA']:.1f} | {red['model']['UA']:.1f} |"
+    assert row in table and f"| again | {red['model']['DA']:.1f}" in table
+    assert f"| L (head = right neighbour) | {red['left_branching']['DA']:.1f} |" in table
+    verb_noun = [line for line in table.splitlines() if line.startswith("| NOUN → NOUN |")]
+    assert verb_noun == [f"| NOUN → NOUN | {red['productions']['gold']['NOUN']['NOUN']:.1f} | "
+                         f"{red['productions']['left'].get('NOUN', {}).get('NOUN', 0.0):.1f} | "
+                         f"{red['productions']['model'].get('NOUN', {}).get('NOUN', 0.0):.1f} | "
+                         f"{red['productions']['model'].get('NOUN', {}).get('NOUN', 0.0):.1f} |"]
+    with pytest.raises(UserError, match="same --punct protocol"):
+        induce_table([("a", tmp_path / "out"), ("b", tmp_path / "skip")], tmp_path / "t2.md")
+    with pytest.raises(UserError, match="not found"):
+        induce_table([("a", tmp_path / "nowhere")], tmp_path / "t3.md")
+    assert main(["induce-table", "no-equals-sign", "--out", str(tmp_path / "t4.md")]) == 2

@@ -268,6 +268,19 @@ def cmd_induce(args) -> int:
     return 0
 
 
+def cmd_induce_table(args) -> int:
+    from .induce import induce_table
+
+    runs = []
+    for item in args.runs:
+        if "=" not in item:
+            return _err(f"induce-table: {item!r} is not LABEL=DIR; write e.g. 'SA-NMT (shared)=runs/induce/sa'.")
+        label, d = item.split("=", 1)
+        runs.append((label, d))
+    print(f"induce-table: wrote {induce_table(runs, args.out, args.title)}")
+    return 0
+
+
 def cmd_analyze(args) -> int:
     from .analysis.heatmaps import run_analyze
 
@@ -469,6 +482,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "the paper's baselines); skip: one tree over the whole sentence, PUNCT dependents not scored")
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_induce)
+
+    s = sub.add_parser("induce-table", help="Tables 3 and 4 (DA/UA, productions) of several induce outputs")
+    s.add_argument("runs", nargs="+", help="LABEL=DIR, DIR an `induce --out` directory (same gold file each)")
+    s.add_argument("--out", required=True, help="the Markdown file to write")
+    s.add_argument("--title", default="")
+    s.set_defaults(func=cmd_induce_table)
 
     s = sub.add_parser("head-roles", help="redundant encoder heads (RHE) over training, compared across runs (PNG + table)")
     s.add_argument("runs", nargs="+", help="save_dirs of runs trained with train.head_roles=true")

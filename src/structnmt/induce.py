@@ -425,3 +425,58 @@ def _write_report(out: Path, r: dict) -> list[Path]:
                 md.append(f"| {h} → {d} | " + " | ".join(f"{v:.1f}" for v in vals) + " |")
     (out / "induce.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     return [out / "induce.json", out / "induce.md"]
+
+
+# --------------------------------------------------------------------------- Tables 3 and 4 across models
+
+#: Table 4's rules, in the paper's order
+TABLE4_RULES = (("VERB", "NOUN"), ("VERB", "PRON"), ("VERB", "ADV"), ("VERB", "VERB"),
+                ("NOUN", "DET"), ("NOUN", "ADP"), ("NOUN", "NOUN"), ("NOUN", "ADJ"))
+
+
+def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str = "") -> Path:
+    """Tables 3 and 4 of several ``structnmt induce`` outputs on the same gold file.
+
+    ``runs``: (label, directory holding induce.json) pairs; every report must have scored
+    the same input with the same protocol (refused otherwise, in one sentence). Writes a
+    Markdown file: DA/UA of every model with the L and R baselines (Table 3's row), then
+    the production percentages of Table 4's rules for gold, L and every model."""
+    reports = []
+    for label, d in runs:
+        path = Path(d) / "induce.json"
+        if not path.is_file():
+            raise UserError(f"{path}: not found; run `structnmt induce ... --out {d}` first (or fix the directory).")
+        r = json.loads(path.read_text(encoding="utf-8"))
+        if "model" not in r:
+            raise UserError(f"{path}: scored no gold trees (its input has no heads); give induce outputs of a gold "
+                            "CoNLL-U file.")
+        reports.append((label, path, r))
+    first = reports[0][2]
+    for _, path, r in reports[1:]:
+        for key in ("input", "punct"):
+            if r[key] != first[key]:
+                raise UserError(f"{path}: {key} {r[key]!r}, but {reports[0][1]} has {first[key]!r}; every report "
+                                "of one table must score the same file with the same --punct protocol.")
+    md = [f"# {title or 'Induced trees against ' + first['input']}", "",
+          f"Gold file `{first['input']}`, `--punct {first['punct']}`; {first['model']['scored']} scored words. "
+          "Each model's DA / UA (%), and the branching baselines. Per model: its checkpoint, the scores collapsed "
+          "(eq. 24) and the sentences it could not encode (scored with the right-branching tree).", "",
+          "| trees | DA % | UA % | checkpoint | scores | not encoded |", "|---|---:|---:|---|---|---:|"]
+    for label, _, r in reports:
+        md.append(f"| {label} | {r['model']['DA']:.1f} | {r['model']['UA']:.1f} | `{r['checkpoint']}` | "
+                  f"{r['scores']} | {len(r['not_encoded'])} |")
+    for key, name in (("left_branching", "L (head = right neighbour)"), ("right_branching", "R (head = left neighbour)")):
+        md.append(f"| {name} | {first[key]['DA']:.1f} | {first[key]['UA']:.1f} | | | |")
+    if all("productions" in r for _, _, r in reports):
+        labels = [lab for lab, _, _ in reports]
+        md += ["", "Productions P(dependent UPOS | head UPOS), % (Table 4's rules):", "",
+               "| rule | gold | left | " + " | ".join(labels) + " |", "|---|" + "---:|" * (2 + len(labels))]
+        for h, d in TABLE4_RULES:
+            vals = [first["productions"]["gold"].get(h, {}).get(d, 0.0),
+                    first["productions"]["left"].get(h, {}).get(d, 0.0)]
+            vals += [r["productions"]["model"].get(h, {}).get(d, 0.0) for _, _, r in reports]
+            md.append(f"| {h} → {d} | " + " | ".join(f"{v:.1f}" for v in vals) + " |")
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(md) + "\n", encoding="utf-8")
+    return path

@@ -148,6 +148,12 @@ def test_induce_end_to_end(synth_data, tmp_path):
     with pytest.raises(UserError, match="--punct"):
         run_induce(checkpoint=tmp_path / "m" / "checkpoint_last.pt", conllu=gold, out_dir=tmp_path / "x",
                    punct="drop")
+    # Figs. 4 and 5: only sentences of at least 3 words are drawn (here the first), trees as written
+    drawn = run_induce(checkpoint=tmp_path / "m" / "checkpoint_last.pt", conllu=gold, out_dir=tmp_path / "pic",
+                       draw=3)
+    pngs = sorted(p.name for p in drawn if p.suffix == ".png")
+    assert pngs == ["sent1_heads.png", "sent1_tree.png"]
+    assert all((tmp_path / "pic" / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in pngs)
 
     # Tables 3 and 4 across models: the same report twice under two labels, and a mismatched protocol refused
     from structnmt.cli import main
@@ -168,3 +174,35 @@ def test_induce_end_to_end(synth_data, tmp_path):
     with pytest.raises(UserError, match="not found"):
         induce_table([("a", tmp_path / "nowhere")], tmp_path / "t3.md")
     assert main(["induce-table", "no-equals-sign", "--out", str(tmp_path / "t4.md")]) == 2
+
+
+def test_head_weight_picture_moves_the_diagonal_to_the_root_row(monkeypatch, tmp_path):
+    """Fig. 4's matrix: ROOT row = the diagonal (root / within-word mass), heads below, zero diagonal."""
+    from structnmt.analysis import trees
+
+    seen = {}
+    real = trees._figure
+
+    def spy(w, h):
+        fig = real(w, h)
+        orig = fig.subplots
+
+        def subplots(*a, **k):
+            ax = orig(*a, **k)
+            imshow = ax.imshow
+            ax.imshow = lambda mat, **kw: (seen.setdefault("mat", mat), imshow(mat, **kw))[1]
+            return ax
+
+        fig.subplots = subplots
+        return fig
+
+    monkeypatch.setattr(trees, "_figure", spy)
+    beta = np.array([[0.5, 0.3, 0.0], [0.2, 0.6, 0.9], [0.3, 0.1, 0.1]])
+    trees.draw_head_weights(["a", "b", "c"], beta, tmp_path / "h.png")
+    mat = seen["mat"]
+    assert mat.shape == (4, 3)
+    np.testing.assert_allclose(mat[0], [0.5, 0.6, 0.1])
+    np.testing.assert_allclose(mat[1:], [[0.0, 0.3, 0.0], [0.2, 0.0, 0.9], [0.3, 0.1, 0.0]])
+    np.testing.assert_allclose(mat.sum(0), beta.sum(0))  # every column keeps its mass
+    trees.draw_tree(["a", "b", "c"], [2, 0, 2], tmp_path / "t.png", gold=[2, 0, 1])
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

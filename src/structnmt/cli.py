@@ -263,7 +263,8 @@ def cmd_induce(args) -> int:
     from .induce import run_induce
 
     written = run_induce(checkpoint=args.checkpoint, conllu=args.conllu, out_dir=args.out, scores=args.scores,
-                         layer=args.layer, head=args.head, punct=args.punct, progress=not args.no_progress)
+                         layer=args.layer, head=args.head, punct=args.punct, progress=not args.no_progress,
+                         draw=args.draw, draw_max_words=args.draw_max_words)
     print(f"induce: wrote {', '.join(str(p) for p in written)}")
     return 0
 
@@ -480,6 +481,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--punct", default="reduce", choices=["reduce", "skip"],
                    help="reduce: gold-PUNCT words removed from the sentence before extraction and scoring (default; "
                         "the paper's baselines); skip: one tree over the whole sentence, PUNCT dependents not scored")
+    s.add_argument("--draw", type=int, default=0,
+                   help="draw the first N sentences (Fig. 4: beta over head words; Fig. 5: the tree over the gold one)")
+    s.add_argument("--draw-max-words", type=int, default=25, help="only sentences of at most this many words are drawn")
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_induce)
 

@@ -302,7 +302,12 @@ def _arc_scores(tr, src_ids: list[int], how: str, layer: int, head: int) -> np.n
 
 
 def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Path, scores: str = "phi",
-               layer: int = 0, head: int = 0, punct: str = "reduce", progress: bool = False) -> list[Path]:
+               layer: int = 0, head: int = 0, punct: str = "reduce", progress: bool = False, draw: int = 0,
+               draw_max_words: int = 25) -> list[Path]:
+    """Induce, write and score trees (see the module docstring). ``draw``: pictures of the
+    first ``draw`` encoded sentences of 3..``draw_max_words`` words (Figs. 4 and 5,
+    :mod:`structnmt.analysis.trees`): ``sent{i}_heads.png`` (beta over head words) and
+    ``sent{i}_tree.png`` (the written tree, over the gold one), ``i`` the sentence's number."""
     from .data.dataset import encode_sources
     from .decode.translate import Translator
     from .syntax.align import AlignmentError, align, find_word_spans, piece_char_spans
@@ -323,6 +328,7 @@ def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Pat
     pred: list[list[int]] = []
     word_scores: list[np.ndarray | None] = []
     failed: list[tuple[int, str]] = []
+    drawn: list[tuple[int, np.ndarray]] = []  # (sentence index, word-level beta) of the pictures
     it = range(len(sents))
     if progress:
         from tqdm import tqdm
@@ -340,12 +346,24 @@ def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Pat
             ws = collapse(_arc_scores(tr, ids, scores, layer, head), al.word_of_piece)
             pred.append(single_root_tree(ws))
             word_scores.append(ws)
+            if len(drawn) < draw and 3 <= len(s.words) <= draw_max_words:
+                drawn.append((i, collapse(_arc_scores(tr, ids, "beta", layer, head), al.word_of_piece)
+                              / np.bincount(np.asarray(al.word_of_piece))[None, :]))
         except AlignmentError as err:
             failed.append((s.line, str(err)))
             pred.append(branching(len(s.words), "R"))
             word_scores.append(None)
     written = [_write_conllu(out / (Path(str(conllu)).name.replace(".gz", "").replace(".conllu", "") +
                                     ".induced.conllu"), sents, pred)]
+    if drawn:
+        from .analysis.trees import draw_head_weights, draw_tree
+
+        for i, beta_words in drawn:
+            s = sents[i]
+            written.append(draw_head_weights(s.words, beta_words, out / f"sent{i + 1}_heads.png",
+                                             f"sentence {i + 1}: attention over head words (beta, eq. 24 collapsed)"))
+            written.append(draw_tree(s.words, pred[i], out / f"sent{i + 1}_tree.png", s.heads,
+                                     f"sentence {i + 1}: induced tree"))
     report = {"checkpoint": str(checkpoint), "input": str(conllu), "scores": scores, "punct": punct,
               "sentences": len(sents), "not_encoded": [{"line": ln, "why": why} for ln, why in failed]}
     if all(s.heads is not None for s in sents):

@@ -170,3 +170,12 @@ def test_gate_refuses_misaligned_references_and_unknown_taggers(sa_checkpoint, s
     with pytest.raises(UserError, match="--pos"):
         run_gate(checkpoint=sa_checkpoint, input_path=tmp_path / "in.txt", out_dir=tmp_path / "o", pos="tnt")
     assert not (tmp_path / "o").exists()  # nothing written before the input is checked
+
+
+def test_english_targets_are_tagged_by_a_spacy_pipeline_on_the_given_tokens():
+    from structnmt.analysis.gate import _Tagger
+
+    tags = _Tagger("spacy:en_core_web_sm")(["The", "dog", "runs", "home", "."])
+    assert len(tags) == 5 and tags[0] == "DET" and tags[1] == "NOUN" and tags[2] == "VERB" and tags[4] == "PUNCT"
+    with pytest.raises(UserError, match="not installed"):
+        _Tagger("spacy:xx_no_such_pipeline")

@@ -62,7 +62,8 @@ def test_config_builds_its_variant(size, row):
     validate(cfg)
     r = cfg.model.rnn
     assert (r.syntax, r.annotations, r.hard) == ROWS[row]
-    assert cfg.train.lr_schedule == "halve_on_rise" and cfg.train.lr == 0.001
+    # the paper's Adam 0.001; the Multi30k recipe's rate tuned on val (configs/grids/sa_nmt_tune.yaml)
+    assert cfg.train.lr_schedule == "halve_on_rise" and cfg.train.lr == (0.001 if size == "paper" else 0.005)
     if size == "paper":
         assert (cfg.model.d_model, cfg.model.encoder_layers, cfg.model.dropout, r.init_range) == (1024, 2, 0.3, 0.04)
     else:

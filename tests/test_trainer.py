@@ -181,3 +181,12 @@ def test_ddp_two_processes_equals_accumulation(synth_data, tmp_path):
     # and the updates did move the parameters
     init = Trainer(small_config(synth_data, tmp_path / "fresh"), log=quiet).model.state_dict()
     assert any(not torch.allclose(init[k], b[k]) for k in b)
+
+
+def test_without_a_progress_bar_training_statistics_are_logged_every_interval(synth_data, tmp_path):
+    """--no-progress (the experiment runner's training logs): one line per log_interval."""
+    lines: list[str] = []
+    train(small_config(synth_data, tmp_path / "m", max_updates=6, log_interval=3), log=lines.append)
+    logged = [x for x in lines if x.startswith("update ")]
+    assert [x.split(":")[0] for x in logged] == ["update 1", "update 3", "update 6"]
+    assert all("loss " in x and "tok/s" in x and "lr " in x for x in logged)

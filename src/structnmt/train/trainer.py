@@ -591,6 +591,7 @@ class Trainer:
         seg_start = time.time()
         reason = self._stop_reason(seg_start)
         window_tokens, window_start, window_loss = 0, time.time(), 0.0
+        shown_train = ""  # the last logged training statistics (progress bar or log line)
         while reason is None:
             order = self.batches.epoch_order(self.state.epoch)
             while self.state.batches_done < len(order) and reason is None:
@@ -609,13 +610,14 @@ class Trainer:
                     stats["loss"] = window_loss / window_tokens  # mean over the updates since the last log
                     window_tokens, window_start, window_loss = 0, now, 0.0
                     self.metrics.log("train", n, {k: v for k, v in stats.items() if k != "tokens"})
-                    if bar is not None:
-                        bar.set_postfix(loss=f"{stats['loss']:.3f}", lr=f"{stats['lr']:.2e}",
-                                        tok_s=f"{stats['tok_per_s']:.0f}", refresh=False)
+                    shown_train = (f"loss {stats['loss']:.3f}, lr {stats['lr']:.2e}, "
+                                   f"{stats['tok_per_s']:,.0f} tok/s")
+                    if bar is None and self.is_main:  # no bar (--no-progress, logs): one line per interval
+                        self.log(f"update {n}: {shown_train}, gnorm {stats.get('gnorm', float('nan')):.3f}")
                 if bar is not None:
                     elapsed = self.state.train_seconds + time.time() - seg_start
                     done = 100 * budget_fraction(tc, self.state, elapsed, self.state.batches_done / len(order))
-                    bar.set_postfix_str(f"upd {n}", refresh=False)
+                    bar.set_postfix_str(f"upd {n}, {shown_train}" if shown_train else f"upd {n}", refresh=False)
                     bar.update(max(0.0, done - bar.n))
                 reason = self._stop_reason(seg_start)
                 validate_now = self.valid_split is not None and (

@@ -26,7 +26,17 @@ ROWS = {"nmt": ("none", "shared", False), "fa_nmt_separate": ("fa", "separate", 
 
 def test_every_config_is_a_known_row():
     assert sorted(p.stem for p in CONFIGS.glob("*.yaml")) == sorted(
-        [f"{s}_{r}" for s in ("multi30k", "paper") for r in ROWS] + ["multi30k_transformer_structured"])
+        [f"{s}_{r}" for s in ("multi30k", "paper") for r in ROWS]
+        + ["multi30k_transformer_structured", "multi30k_sa_nmt_shared_scaled"])
+
+
+def test_scaled_row_differs_from_the_shared_row_only_by_the_scaling():
+    shared = load_config(CONFIGS / "multi30k_sa_nmt_shared.yaml")
+    scaled = load_config(CONFIGS / "multi30k_sa_nmt_shared_scaled.yaml")
+    assert not shared.model.rnn.scale and scaled.model.rnn.scale
+    scaled.model.rnn.scale = False
+    scaled.train.save_dir = shared.train.save_dir
+    assert scaled == shared
 
 
 def test_transformer_variant_config_puts_structured_attention_in_layer_1_only():
@@ -72,7 +82,7 @@ def test_config_builds_its_variant(size, row):
 
 def test_table2_grid_and_shared_grid_rows(tmp_path):
     grid, _ = load_grid(GRIDS / "sa_nmt_table2.yaml")
-    assert [r.name for r in grid.runs][0] == "NMT" and len(grid.runs) == 7 and grid.baseline == "NMT"
+    assert [r.name for r in grid.runs][0] == "NMT" and len(grid.runs) == 8 and grid.baseline == "NMT"
     de_en, _ = load_grid(GRIDS / "sa_nmt_table2_de_en.yaml")
     assert [r.name for r in de_en.runs] == [r.name for r in grid.runs]  # the same rows, German source
     assert de_en.data.path == "data-bin/multi30k_de_en" and de_en.evaluate.lang == "en"

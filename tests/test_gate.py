@@ -69,8 +69,13 @@ def test_summarise_counts_the_highest_token_against_per_sentence_frequencies():
 def test_stts_tags_map_to_upos_through_hanta():
     from structnmt.analysis.gate import _Tagger  # hanta is a dev dependency
 
-    tags = _Tagger("hanta")("Er ist nach Hause gegangen und kann nicht kommen .".split())
+    tagger = _Tagger("hanta")
+    tags = tagger("Er ist nach Hause gegangen und kann nicht kommen .".split())
     assert tags == ["PRON", "AUX", "ADP", "NOUN", "VERB", "CCONJ", "AUX", "PART", "VERB", "PUNCT"]
+    # "$(" is punctuation (not "$" once parentheses are stripped); HanTa's NNA ("das Blaue") a noun
+    tags = tagger("Ein Mann ( links ) sieht das Blaue .".split())
+    assert (tags[2], tags[4], tags[7]) == ("PUNCT", "PUNCT", "NOUN")
+    assert not tagger.unmapped
     assert set(STTS_TO_UPOS.values()) <= {"ADJ", "ADV", "ADP", "DET", "NUM", "X", "INTJ", "SCONJ", "CCONJ", "NOUN",
                                           "PROPN", "PRON", "PART", "VERB", "AUX", "PUNCT"}
 

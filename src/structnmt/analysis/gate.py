@@ -62,15 +62,16 @@ from ..errors import UserError
 SPIECE = "\u2581"
 EOS_LABEL = "</s>"
 
-#: STTS (the HanTa tags with their parentheses removed, e.g. "VV(FIN)" -> "VVFIN") -> UPOS,
-#: following the UD German conversions (TIGER/HDT): modal and auxiliary verbs are AUX,
-#: separable verb particles (PTKVZ) ADP, pronominal adverbs ADV.
+#: STTS (the HanTa tags with their parentheses removed, e.g. "VV(FIN)" -> "VVFIN", except the
+#: punctuation tags "$(", "$,", "$.") -> UPOS, following the UD German conversions (TIGER/HDT):
+#: modal and auxiliary verbs are AUX, separable verb particles (PTKVZ) ADP, pronominal adverbs
+#: ADV; HanTa's own NNA (nominalised adjective, "das Blaue") and NNI are nouns.
 STTS_TO_UPOS = {
     "ADJA": "ADJ", "ADJD": "ADJ", "ADV": "ADV",
     "APPR": "ADP", "APPRART": "ADP", "APPO": "ADP", "APZR": "ADP",
     "ART": "DET", "CARD": "NUM", "FM": "X", "ITJ": "INTJ",
     "KOUI": "SCONJ", "KOUS": "SCONJ", "KON": "CCONJ", "KOKOM": "CCONJ",
-    "NN": "NOUN", "NE": "PROPN",
+    "NN": "NOUN", "NE": "PROPN", "NNA": "NOUN", "NNI": "NOUN",  # HanTa's nominalised adjectives (NNA), NNI
     "PDS": "PRON", "PDAT": "DET", "PIS": "PRON", "PIAT": "DET", "PIDAT": "DET",
     "PPER": "PRON", "PPOSS": "PRON", "PPOSAT": "DET", "PRELS": "PRON", "PRELAT": "DET",
     "PRF": "PRON", "PWS": "PRON", "PWAT": "DET", "PWAV": "ADV", "PAV": "ADV", "PROAV": "ADV",
@@ -290,7 +291,8 @@ class _Tagger:
         if self.kind == "hanta":
             tags = []
             for _, _, stts in self.tagger.tag_sent(tokens, taglevel=1):
-                key = stts.replace("(", "").replace(")", "")
+                # "VV(FIN)" -> "VVFIN"; punctuation tags ("$(", "$,", "$.") are kept as they are
+                key = stts if stts.startswith("$") else stts.replace("(", "").replace(")", "")
                 if key not in STTS_TO_UPOS:
                     self.unmapped[key] += 1
                 tags.append(STTS_TO_UPOS.get(key, "X"))

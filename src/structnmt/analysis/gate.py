@@ -326,7 +326,7 @@ def _draw_sentences(sents: list[SentenceGates], path: Path, lo: float, hi: float
         for i, (tok, v) in enumerate(words):
             shade = 0.15 + 0.8 * ((v - lo) / (hi - lo) if hi > lo else 0.5)
             t = ax.text(x, y, tok, transform=ax.transAxes, fontsize=10, va="center",
-                        fontweight="bold" if i == top else "normal",
+                        fontweight="bold" if i == top else "normal", color="white" if shade > 0.6 else "black",
                         bbox={"facecolor": cmap(shade), "edgecolor": "none", "pad": 1.5})
             box = t.get_window_extent(renderer=renderer).transformed(ax.transAxes.inverted())
             x += box.width + 0.008

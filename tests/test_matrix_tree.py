@@ -169,3 +169,45 @@ def test_structured_attention_in_a_transformer_encoder():
     cfg.attention.decoder_self = AttentionSpec("structured")
     with pytest.raises(Exception, match="encoder self-attention"):
         build_model(cfg, 20, 20)
+
+
+# The column-best choices of this sentence form a cycle (2 <-> 3 heads each other) with a margin
+# of ~64 nats: its Laplacian needs 1 + e^-64, which float64 rounds to 1, so the solve is singular
+# (it raised torch.linalg.LinAlgError in an SA-NMT-hard training run before the fallback existed).
+CYCLE = torch.tensor([[-40.0, -64.0, -244.0], [-114.0, -111.0, 0.0], [0.0, 0.0, -383.0]], dtype=torch.float64)
+
+
+def test_unresolvable_sentences_get_the_tempered_marginals_and_the_others_are_untouched():
+    from structnmt.nn.matrix_tree import _closed_form
+
+    good = torch.randn(3, 3, dtype=torch.float64)
+    scores = torch.stack([CYCLE, good]).requires_grad_(True)
+    lengths = torch.tensor([3, 3])
+    beta = marginals(scores, lengths)
+    beta.sum().backward()
+    assert torch.isfinite(scores.grad).all()
+    assert torch.allclose(beta.sum(dim=1), torch.ones(2, 3, dtype=torch.float64), atol=1e-9)
+    assert (beta >= -1e-9).all()
+    assert torch.equal(beta[1], marginals(good[None], lengths[:1])[0])  # untouched
+    # the untempered computation fails; the result is the exact marginals of the scores scaled by the
+    # largest power of 2 that float64 resolves (column shifts change nothing)
+    pair = torch.ones(1, 3, 3, dtype=torch.bool)
+    shifted = CYCLE[None] - CYCLE[None].amax(dim=1, keepdim=True)
+    assert not bool(_closed_form(shifted, torch.ones(1, 3, dtype=torch.bool), pair)[1])
+    k = next(k for k in range(1, 65) if bool(_closed_form(shifted * 2.0**-k, torch.ones(1, 3, dtype=torch.bool),
+                                                          pair)[1]))
+    assert torch.allclose(beta[0], marginals(CYCLE[None] * 2.0**-k, lengths[:1])[0], atol=1e-12)
+    # and tempered marginals are still those of a distribution over single-root trees: checked against enumeration
+    assert torch.allclose(beta[0], brute(CYCLE * 2.0**-k), atol=1e-9)
+
+
+def test_large_unscaled_scores_never_raise_and_keep_gradients_finite():
+    torch.manual_seed(0)
+    for scale in (100.0, 1000.0):
+        s = (torch.randn(32, 30, 30, dtype=torch.float64) * scale).requires_grad_(True)
+        lengths = torch.randint(2, 31, (32,))
+        b = marginals(s, lengths)
+        b.sum().backward()
+        assert torch.isfinite(b).all() and torch.isfinite(s.grad).all()
+        real = torch.arange(30)[None, :] < lengths[:, None]
+        assert torch.allclose(b.sum(dim=1), real.double(), atol=1e-6)

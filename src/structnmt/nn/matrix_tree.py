@@ -36,12 +36,28 @@ weight of an option by less than e^-600 relative to its column's best, which is 
 in any non-degenerate case (tested against enumeration with scores of ±10^4), and in the
 degenerate case spreads the forced choice evenly over the floored options instead of
 resolving it — the marginals stay finite, non-negative and normalised.
+
+A second limit, met in training (SA-NMT-hard with the unscaled scores of eq. 9, which grew
+to hundreds within 600 updates): when the column-best choices form a cycle (or several
+roots) with a margin of more than ~36 nats, the Laplacian's entries are sums like
+1 + e^-64 that float64 rounds to 1, L-hat is singular to working precision, and the solve
+fails or returns marginals that are not distributions. Every sentence's result is
+therefore checked (solve succeeded; entries finite and non-negative; every column and the
+root diagonal summing to 1 within 1e-6), and a sentence that fails is recomputed with its
+shifted scores divided by the smallest power of 2 that passes (found without a graph, then
+recomputed with one, so no NaN reaches the gradient). Such a sentence's marginals are
+those of a tempered distribution — the exact ones are not computable this way in float64
+— and a sentence that passes is untouched (tested). Scaling the scores (``rnn.scale``,
+the Transformer's ``structured`` default) keeps them in range in the first place.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+MAX_HALVINGS = 64
+"""At most this many halvings of a sentence's scores in the tempered fallback."""
 
 FLOOR = -600.0
 """Shifted log-scores below this (more than 600 nats under their column's best entry) are
@@ -52,7 +68,8 @@ among options float64 cannot tell apart (e^-745 underflows): see the module docs
 def marginals(scores: Tensor, lengths: Tensor) -> Tensor:
     """scores (B, n, n) [head, dependent] with root scores on the diagonal; lengths (B,)
     long -> marginals (B, n, n), same layout (root marginals on the diagonal), zeros
-    outside each sentence's length. See the module docstring for the equations."""
+    outside each sentence's length. See the module docstring for the equations and for
+    the tempered fallback of sentences float64 cannot resolve."""
     if scores.dim() != 3 or scores.shape[1] != scores.shape[2]:
         raise ValueError(f"marginals: scores must be (B, n, n), got {tuple(scores.shape)}.")
     B, n, _ = scores.shape
@@ -60,25 +77,56 @@ def marginals(scores: Tensor, lengths: Tensor) -> Tensor:
     pos = torch.arange(n, device=device)
     valid = pos[None, :] < lengths.to(device)[:, None]  # (B, n) real words
     pair = valid[:, :, None] & valid[:, None, :]  # (B, n, n) both real
-    eye = torch.eye(n, dtype=torch.bool, device=device)
     x = scores.double().masked_fill(~pair, float("-inf"))
     # exact per-column shift (each tree takes one entry per column: head or root)
     col_max = x.amax(dim=1, keepdim=True)  # (B, 1, n)
     col_max = torch.where(torch.isfinite(col_max), col_max, torch.zeros_like(col_max)).detach()
     shifted = (x - col_max).clamp_min(FLOOR).masked_fill(~pair, float("-inf"))
+    beta, ok = _closed_form(shifted, valid, pair)
+    if not bool(ok.all()):
+        # tempered fallback: the smallest power-of-2 scaling of each failing sentence's
+        # (shifted) scores that float64 resolves, found without a graph, then recomputed with one
+        temp = torch.ones(B, dtype=shifted.dtype, device=device)
+        with torch.no_grad():
+            for _ in range(MAX_HALVINGS):
+                temp = torch.where(ok, temp, temp / 2)
+                _, ok = _closed_form(shifted * temp[:, None, None], valid, pair)
+                if bool(ok.all()):
+                    break
+        if not bool(ok.all()):  # scores scaled by 2^-64 are uniform to float64: cannot happen
+            raise FloatingPointError("marginals: the tempered fallback did not converge")
+        beta, _ = _closed_form(shifted * temp[:, None, None], valid, pair)
+    return beta.masked_fill(~pair, 0.0).to(scores.dtype)
+
+
+def _closed_form(shifted: Tensor, valid: Tensor, pair: Tensor) -> tuple[Tensor, Tensor]:
+    """Eqs. 12-15 on column-shifted float64 log-scores (B, n, n) (-inf outside the
+    sentence) -> (beta (B, n, n), ok (B,)): ``ok`` is False for a sentence whose solve
+    failed or whose marginals are not a distribution (a negative or non-finite entry, or a
+    column or the root diagonal not summing to 1 within 1e-6): float64 could not resolve it."""
+    B, n, _ = shifted.shape
+    device = shifted.device
+    pos = torch.arange(n, device=device)
+    eye = torch.eye(n, dtype=torch.bool, device=device)
     e = torch.exp(shifted)  # (B, n, n); 0 outside the sentence
     root = torch.diagonal(e, dim1=1, dim2=2)  # (B, n) r_d
     arcs = e.masked_fill(eye, 0.0)  # A_{h,d}, h != d
     lap = torch.diag_embed(arcs.sum(dim=1)) - arcs  # eq. 12: column sums on the diagonal
     lap_hat = torch.cat([root[:, None, :], lap[:, 1:, :]], dim=1)  # eq. 13: first row = root scores
-    pad = ~valid
-    lap_hat = lap_hat + torch.diag_embed(pad.double())  # padded positions: an identity block
-    inv = torch.linalg.solve(lap_hat, torch.eye(n, dtype=lap_hat.dtype, device=device).expand(B, n, n))
+    lap_hat = lap_hat + torch.diag_embed((~valid).double())  # padded positions: an identity block
+    inv, info = torch.linalg.solve_ex(lap_hat, torch.eye(n, dtype=lap_hat.dtype, device=device).expand(B, n, n))
     inv_diag = torch.diagonal(inv, dim1=1, dim2=2)  # (B, n) [L-hat^-1]_{d,d}
     not_first_dep = (pos != 0).double()[None, None, :]  # (1 - delta_{1,d})
     not_first_head = (pos != 0).double()[None, :, None]  # (1 - delta_{h,1})
     beta = (not_first_dep * arcs * inv_diag[:, None, :]
             - not_first_head * arcs * inv.transpose(1, 2))  # eq. 14: [L-hat^-1]_{d,h} at [h, d]
     root_marg = root * inv[:, :, 0]  # eq. 15: r_d [L-hat^-1]_{d,1}
-    beta = beta.masked_fill(eye, 0.0) + torch.diag_embed(root_marg)
-    return beta.masked_fill(~pair, 0.0).to(scores.dtype)
+    beta = (beta.masked_fill(eye, 0.0) + torch.diag_embed(root_marg)).masked_fill(~pair, 0.0)
+    with torch.no_grad():
+        b = beta.detach()
+        finite = torch.isfinite(b).all(dim=(1, 2))
+        nonneg = (b >= -1e-6).all(dim=(1, 2))
+        cols = ((b.sum(dim=1) - valid.double()).abs() <= 1e-6).all(dim=1)
+        roots = (torch.diagonal(b, dim1=1, dim2=2).sum(dim=1) - 1.0).abs() <= 1e-6
+        ok = (info == 0) & finite & nonneg & cols & (roots | ~valid.any(dim=1))
+    return beta, ok

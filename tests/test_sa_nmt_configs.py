@@ -54,9 +54,10 @@ def test_tuning_and_transformer_grids(tmp_path):
     seen = set()
     for run in grid.runs:
         cfg = resolve_run_config(grid, run, 1, data_path=tmp_path / "d", run_dir=tmp_path / "r", overrides=[])
-        assert cfg.model.family == "rnn" and cfg.model.rnn.syntax == "none"
-        seen.add((cfg.train.lr, cfg.model.dropout))
-    assert seen == {(0.001, 0.3), (0.002, 0.3), (0.003, 0.3), (0.005, 0.3)}
+        assert cfg.model.family == "rnn"
+        seen.add((cfg.model.rnn.syntax, cfg.train.lr, cfg.model.dropout))
+    assert seen == {("none", 0.001, 0.3), ("none", 0.002, 0.3), ("none", 0.003, 0.3), ("none", 0.005, 0.3),
+                    ("sa", 0.001, 0.3)}
     grid, _ = load_grid(GRIDS / "sa_nmt_transformer.yaml")
     assert grid.baseline == "Transformer" and len(grid.runs) == 2
     plain, structured = (build_model(resolve_run_config(grid, r, 1, data_path=tmp_path / "d", run_dir=tmp_path / "r",

@@ -52,7 +52,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -168,8 +168,6 @@ class SentenceGates:
     pos: list[str]
     z: list[float]
     eos: float
-    pieces: list[str] = field(default_factory=list)
-    piece_z: list[float] = field(default_factory=list)
 
 
 def summarise(sents: list[SentenceGates]) -> dict:
@@ -469,7 +467,7 @@ def run_gate(*, checkpoint: str | Path, input_path: str | Path, out_dir: str | P
             groups = piece_tokens(pieces)
             tz = token_gates(z[:-1], groups, word_rule)
             toks = [g[0] for g in groups]
-            sents.append(SentenceGates(keep[k] + 1, toks, tagger(toks), tz, z[-1], pieces, z[:-1]))
+            sents.append(SentenceGates(keep[k] + 1, toks, tagger(toks), tz, z[-1]))
         results[side] = sents
 
     summaries = {side: summarise(s) for side, s in results.items()}

@@ -184,3 +184,15 @@ def test_english_targets_are_tagged_by_a_spacy_pipeline_on_the_given_tokens():
     assert len(tags) == 5 and tags[0] == "DET" and tags[1] == "NOUN" and tags[2] == "VERB" and tags[4] == "PUNCT"
     with pytest.raises(UserError, match="not installed"):
         _Tagger("spacy:xx_no_such_pipeline")
+
+
+def test_gate_bad_input_through_the_cli_is_one_sentence(sa_checkpoint, synth_data, tmp_path, capsys):
+    from structnmt.cli import main
+
+    (tmp_path / "in.txt").write_text("\n".join(_lines(synth_data, "valid", 3)) + "\n")
+    (tmp_path / "ref.txt").write_text("one\n")
+    code = main(["gate", "--checkpoint", str(sa_checkpoint), "--input", str(tmp_path / "in.txt"), "--reference",
+                 str(tmp_path / "ref.txt"), "--out", str(tmp_path / "o"), "--pos", "none", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code != 0 and "1 lines, but" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()

@@ -182,3 +182,64 @@ def test_cli_row_and_jobs_refuse_bad_input_in_one_sentence(tmp_path, capsys):
     assert main(["tag", str(cfg), "--jobs", "0"]) != 0
     assert "--jobs 0: give the number of rows to train at once" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_chunked_batches_give_the_whole_batch_gradient_and_predictions():
+    """train.max_batch_nodes: a batch cut into length-sorted chunks (words + hypernodes) gives
+    the same gradient as the whole batch (dropout off) and the same predictions."""
+    import torch
+    import torch.nn.functional as F
+
+    from structnmt.config import AttentionSpec
+    from structnmt.tagger import (
+        Sentence,
+        Tagger,
+        TagModelConfig,
+        _batch,
+        _feature_values,
+        _predict,
+        node_chunks,
+    )
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    vocab = {"<pad>": 0, "<unk>": 1, **{f"w{i}": i + 2 for i in range(20)}}
+    tags = {"A": 0, "B": 1, "C": 2}
+    sents = [Sentence(words=[f"w{rng.integers(20)}" for _ in range(n)], tags=[["A", "B", "C"][rng.integers(3)]
+                                                                              for _ in range(n)])
+             for n in (3, 11, 5, 2, 9, 7, 1, 6)]
+    sents[2].tags[1] = "Z"  # a tag unseen in training: ignored in both losses
+    mc = TagModelConfig(layers=2, d_model=16, heads=2, ffn_dim=32, dropout=0.0, attention_dropout=0.0,
+                        attention=AttentionSpec(name="phrase_transformer", options={"k": 3}))
+    model = Tagger(mc, len(vocab), len(tags))
+    specs = model.required_structures()
+    _feature_values(sents, specs)
+    counts = {len(s.words): len(s.words) + len(s.features[next(iter(specs))][0]) for s in sents}
+    assert counts[11] == 11 + 10 + 9 and counts[1] == 1  # words + bigrams + trigrams
+
+    def grads(max_nodes: int) -> list[torch.Tensor]:
+        model.zero_grad()
+        n_tags = sum(sum(t in tags for t in s.tags) for s in sents)
+        chunks = node_chunks(sents, specs, max_nodes)
+        for chunk in chunks:
+            words, mask, st, y = _batch(chunk, vocab, tags, specs, "cpu")
+            (F.cross_entropy(model(words, mask, st).flatten(0, 1), y.flatten(), ignore_index=-100,
+                             reduction="sum") / n_tags).backward()
+        return [p.grad.clone() for p in model.parameters() if p.grad is not None], len(chunks)
+
+    chunks = node_chunks(sents, specs, 40)
+    assert sorted(id(s) for c in chunks for s in c) == sorted(id(s) for s in sents)  # a partition
+    assert all(len(c) == 1 or len(c) * max(counts[len(s.words)] for s in c) <= 40 for c in chunks)
+    assert node_chunks(sents, specs, 0) == [sents]
+    whole, n1 = grads(0)
+    chunked, n2 = grads(40)
+    assert n1 == 1 and n2 > 2
+    words, mask, st, y = _batch(sents, vocab, tags, specs, "cpu")
+    model.zero_grad()
+    F.cross_entropy(model(words, mask, st).flatten(0, 1), y.flatten(), ignore_index=-100).backward()
+    mean_loss = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    for a, b, c in zip(whole, chunked, mean_loss):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+        torch.testing.assert_close(a, c, atol=1e-6, rtol=1e-4)
+    assert _predict(model, sents, vocab, tags, specs, "cpu", 4, 40) == _predict(model, sents, vocab, tags, specs,
+                                                                                 "cpu", 128, 0)

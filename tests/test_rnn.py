@@ -166,8 +166,46 @@ def test_hard_attention_is_straight_through(seed):
     assert_close(g_hard, g_soft)  # backward: the marginals' gradient
 
 
+def test_score_cap_bounds_every_score_softly():
+    torch.manual_seed(0)
+    free = build_model(cfg(rnn=RNNConfig(syntax="sa")), V, V).eval()
+    capped = build_model(cfg(rnn=RNNConfig(syntax="sa", score_cap=2.0)), V, V).eval()
+    capped.load_state_dict(free.state_dict())
+    S = torch.randn(2, 4, 16) * 10  # scores of hundreds
+    mask = torch.ones(2, 4, dtype=torch.bool)
+    _, _, phi = free.head_selection(S, mask)
+    _, beta, phi_c = capped.head_selection(S, mask)
+    assert phi.abs().max() > 20
+    assert_close(phi_c, 2.0 * torch.tanh(phi / 2.0))
+    assert phi_c.abs().max() <= 2.0
+    assert_close(beta.sum(1), torch.ones(2, 4))
+
+
+def test_arc_lr_scale_puts_the_arc_scorer_in_its_own_group(synth_data, tmp_path):
+    """rnn.arc_lr_scale: W_q, W_k (and a learned root query) step with lr x scale, the rest with lr."""
+    from structnmt.config import Config, DataConfig, TrainConfig
+    from structnmt.train.trainer import Trainer
+
+    model = build_model(cfg(rnn=RNNConfig(syntax="sa", root="learned", arc_lr_scale=0.2)), V, V)
+    groups = model.optimizer_groups()
+    assert [g["lr_scale"] for g in groups] == [1.0, 0.2]
+    arc_ids = {id(p) for p in groups[1]["params"]}
+    assert arc_ids == {id(model.w_q.weight), id(model.w_k.weight), id(model.root_query)}
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+    assert len(build_model(cfg(rnn=RNNConfig(syntax="sa")), V, V).optimizer_groups()) == 1
+    c = Config(data=DataConfig(path=str(synth_data), max_tokens=600),
+               model=cfg(rnn=RNNConfig(syntax="sa", arc_lr_scale=0.2)),
+               train=TrainConfig(save_dir=str(tmp_path / "m"), lr=1e-3, warmup_updates=0, tensorboard=False,
+                                 progress=False, max_updates=1))
+    tr = Trainer(c, log=lambda *_: None)
+    tr.train()
+    lrs = [g["lr"] for g in tr.optimizer.param_groups]
+    assert lrs == pytest.approx([1e-3, 2e-4])
+
+
 def test_bad_rnn_options():
-    for bad in (dict(syntax="tree"), dict(annotations="both"), dict(root="first")):
+    for bad in (dict(syntax="tree"), dict(annotations="both"), dict(root="first"), dict(score_cap=-1.0),
+                dict(arc_lr_scale=0.0)):
         with pytest.raises(ConfigError, match="model.rnn"):
             build_model(cfg(rnn=RNNConfig(**bad)), V, V)
 

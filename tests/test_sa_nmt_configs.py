@@ -27,7 +27,8 @@ ROWS = {"nmt": ("none", "shared", False), "fa_nmt_separate": ("fa", "separate", 
 def test_every_config_is_a_known_row():
     assert sorted(p.stem for p in CONFIGS.glob("*.yaml")) == sorted(
         [f"{s}_{r}" for s in ("multi30k", "paper") for r in ROWS]
-        + ["multi30k_transformer_structured", "multi30k_sa_nmt_shared_scaled"])
+        + ["multi30k_transformer_structured", "multi30k_sa_nmt_shared_scaled", "multi30k_sa_nmt_shared_capped",
+           "multi30k_sa_nmt_shared_arc_lr"])
 
 
 def test_scaled_row_differs_from_the_shared_row_only_by_the_scaling():
@@ -37,6 +38,16 @@ def test_scaled_row_differs_from_the_shared_row_only_by_the_scaling():
     scaled.model.rnn.scale = False
     scaled.train.save_dir = shared.train.save_dir
     assert scaled == shared
+
+
+@pytest.mark.parametrize("name,field,value", [("capped", "score_cap", 5.0), ("arc_lr", "arc_lr_scale", 0.2)])
+def test_remedy_rows_differ_from_the_shared_row_only_by_their_option(name, field, value):
+    shared = load_config(CONFIGS / "multi30k_sa_nmt_shared.yaml")
+    row = load_config(CONFIGS / f"multi30k_sa_nmt_shared_{name}.yaml")
+    assert getattr(row.model.rnn, field) == value
+    setattr(row.model.rnn, field, getattr(shared.model.rnn, field))
+    row.train.save_dir = shared.train.save_dir
+    assert row == shared
 
 
 def test_transformer_variant_config_puts_structured_attention_in_layer_1_only():
@@ -83,9 +94,9 @@ def test_config_builds_its_variant(size, row):
 
 def test_table2_grid_and_shared_grid_rows(tmp_path):
     grid, _ = load_grid(GRIDS / "sa_nmt_table2.yaml")
-    assert [r.name for r in grid.runs][0] == "NMT" and len(grid.runs) == 8 and grid.baseline == "NMT"
+    assert [r.name for r in grid.runs][0] == "NMT" and len(grid.runs) == 10 and grid.baseline == "NMT"
     de_en, _ = load_grid(GRIDS / "sa_nmt_table2_de_en.yaml")
-    assert [r.name for r in de_en.runs] == [r.name for r in grid.runs]  # the same rows, German source
+    assert [r.name for r in de_en.runs] == [r.name for r in grid.runs][:8]  # the same rows, German source
     assert de_en.data.path == "data-bin/multi30k_de_en" and de_en.evaluate.lang == "en"
     for name in ("sa_nmt_table2", "sa_nmt_table2_de_en", "synth_generalization", "cross_paper_multi30k"):
         grid, _ = load_grid(GRIDS / f"{name}.yaml")

@@ -79,6 +79,8 @@ class RNNConfig:
     hard: bool = False  # eq. 21: one-hot heads (argmax of each column, root included), straight-through
     root: str = "self"  # root scores: self (phi_jj = q_j . k_j, the paper) | learned (a root query r . k_j)
     scale: bool = False  # divide the arc scores by sqrt(d)
+    score_cap: float = 0.0  # > 0: every arc and root score becomes cap * tanh(score / cap), in (-cap, cap)
+    arc_lr_scale: float = 1.0  # the arc scorer's (W_Q, W_K, root query) learning rate: train.lr x this
 
 
 @dataclass

@@ -18,7 +18,11 @@ Syntactic attention (``model.rnn.syntax``; §3, Table 2's rows):
 * head word selection (eqs. 6-8): S_q, S_k, S_v = W_q S, W_k S, W_v S; arc scores
   phi = S_q^T S_k, ``phi[b, i, j]`` = q_i . k_j the score of word i heading word j; the root
   score of j is phi_jj = q_j . k_j (``root: self``, the paper) or r . k_j with a learned
-  root query (``root: learned``); ``scale`` divides by sqrt(d). beta = sattn(phi) is
+  root query (``root: learned``); ``scale`` divides by sqrt(d); ``score_cap`` c > 0 bounds
+  every score softly, phi <- c tanh(phi / c) (beyond the paper: its unbounded scores grow to
+  hundreds of nats at a high learning rate and the marginals collapse to one tree, see
+  docs/sa_nmt.md; ``arc_lr_scale`` is the other remedy, a smaller learning rate for W_q,
+  W_k and the root query only, through :meth:`RNNModel.optimizer_groups`). beta = sattn(phi) is
   ``sa``: the matrix-tree marginals (:func:`structnmt.nn.matrix_tree.marginals`, eqs.
   10-15: each column sums to 1 over heads and root), or ``fa`` (flat attention, §4.2):
   a softmax over the heads of each column (self included). ``hard`` (eq. 21): each
@@ -93,6 +97,9 @@ class RNNModel(nn.Module):
         for name, allowed in (("syntax", SYNTAX), ("annotations", ANNOTATIONS), ("root", ROOTS)):
             if getattr(r, name) not in allowed:
                 raise ConfigError(f"model.rnn.{name}: unknown value '{getattr(r, name)}'; use one of {', '.join(allowed)}.")
+        if r.score_cap < 0 or r.arc_lr_scale <= 0:
+            raise ConfigError(f"model.rnn: score_cap={r.score_cap} must be >= 0 (0 = no cap) and "
+                              f"arc_lr_scale={r.arc_lr_scale} > 0.")
         self.cfg = cfg
         self.two_sets = r.syntax != "none" and r.annotations != "one_set"
         self.src_embed = nn.Embedding(src_vocab_size, d, padding_idx=PAD)
@@ -124,6 +131,19 @@ class RNNModel(nn.Module):
 
     def required_structures(self) -> dict:
         return {}
+
+    def optimizer_groups(self) -> list[dict]:
+        """Parameter groups for the optimizer, each with an ``lr_scale`` (times the schedule's
+        lr): one group, or two with ``rnn.arc_lr_scale`` != 1 (the arc scorer W_Q, W_K and the
+        root query in the second)."""
+        scale = self.cfg.rnn.arc_lr_scale
+        if self.cfg.rnn.syntax == "none" or scale == 1.0:
+            return [{"params": list(self.parameters()), "lr_scale": 1.0}]
+        arc = [*self.w_q.parameters(), *self.w_k.parameters(), *([self.root_query] if self.root_query is not None
+                                                                  else [])]
+        ids = {id(p) for p in arc}
+        return [{"params": [p for p in self.parameters() if id(p) not in ids], "lr_scale": 1.0},
+                {"params": arc, "lr_scale": scale}]
 
     def encode(self, src: Tensor, src_mask: Tensor, structures: dict[str, Tensor] | None = None,
                need_weights: bool = False) -> RNNEncoderOutput:
@@ -162,6 +182,8 @@ class RNNModel(nn.Module):
             phi = phi.diagonal_scatter(k @ self.root_query, dim1=1, dim2=2)  # learned root scores
         if r.scale:
             phi = phi / S.shape[-1] ** 0.5
+        if r.score_cap > 0:  # a soft bound: no arc can win by more than 2 cap nats
+            phi = r.score_cap * torch.tanh(phi / r.score_cap)
         lengths = mask.sum(-1)
         if r.syntax == "sa":
             beta = marginals(phi, lengths)  # eqs. 10-15

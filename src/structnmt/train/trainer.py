@@ -282,7 +282,9 @@ class Trainer:
         self.ddp = (torch.nn.parallel.DistributedDataParallel(
             self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
             if self.distributed else self.model)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=tc.lr, betas=tc.betas, eps=tc.eps,
+        groups = (self.model.optimizer_groups() if hasattr(self.model, "optimizer_groups")
+                  else [{"params": list(self.model.parameters()), "lr_scale": 1.0}])
+        self.optimizer = torch.optim.Adam(groups, lr=tc.lr, betas=tc.betas, eps=tc.eps,
                                           weight_decay=tc.weight_decay)
         self.state = RunState()
         self.metrics = MetricsLog(self.save_dir, tc.tensorboard, self.is_main)
@@ -429,7 +431,7 @@ class Trainer:
         self.state.nonfinite_consecutive = 0
         lr = self._lr()
         for g in self.optimizer.param_groups:
-            g["lr"] = lr
+            g["lr"] = lr * g.get("lr_scale", 1.0)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.state.num_updates += 1

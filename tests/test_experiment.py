@@ -344,3 +344,21 @@ def test_every_run_translates_the_extra_files_and_a_bad_one_is_recorded(tmp_path
     res = json.loads((run_dir / "result.json").read_text())
     assert res["translated"][str(blind)] == "blind.src.hyp"
     assert res["translated"][str(bad)].startswith("not translated:") and "latin1.src" in res["translated"][str(bad)]
+
+
+def test_an_option_added_after_a_run_started_is_its_default_not_a_change():
+    """A run dir's resolved.yaml written before an option existed compares as that option's default;
+    a real change, or an option the toolkit no longer knows, is still a difference."""
+    from structnmt.config import Config, to_dict
+    from structnmt.experiment.runner import _config_diff
+
+    new = to_dict(Config())
+    old = to_dict(Config())
+    del old["model"]["rnn"]["score_cap"]  # written by an older toolkit
+    assert _config_diff(old, new) == []
+    old["model"]["d_model"] = 64
+    assert _config_diff(old, new) == ["model.d_model"]
+    old = to_dict(Config())
+    old["model"]["rnn"]["retired_option"] = 1
+    assert _config_diff(old, new) == ["model.rnn.retired_option"]
+

@@ -79,6 +79,13 @@ def _flat(d: dict, prefix: str = "") -> dict:
 
 
 def _config_diff(old: dict, new: dict) -> list[str]:
+    """Keys whose values differ, speed-only keys aside. ``old`` (a run's resolved.yaml) is read
+    through the current Config first, so an option added to the toolkit after the run started
+    counts as its default (what that run had) instead of as a change."""
+    try:
+        old = to_dict(from_dict(old, where="resolved.yaml"))
+    except (ConfigError, TypeError, ValueError):
+        pass  # an option the toolkit no longer has: compare the raw keys (and report it)
     a, b = _flat(old), _flat(new)
     return sorted(k for k in set(a) | set(b) if k not in _SPEED_ONLY and a.get(k) != b.get(k))
 

@@ -30,20 +30,33 @@ def read_curves(metrics: str | Path) -> tuple[dict[int, float], dict[int, float]
     return dict(sorted(train.items())), dict(sorted(valid.items()))
 
 
+def validation_ylim(valids: list[list[float]], span: float = 0.6) -> tuple[float, float] | None:
+    """The validation panel's zoom: from just below the lowest loss to ``span`` bits above it,
+    raised where needed so that every run's last point stays in view (a run that ends far
+    above the others is not cut off); None (no zoom) when the curves fit in that range anyway."""
+    valids = [v for v in valids if v]
+    if not valids:
+        return None
+    low = min(min(v) for v in valids)
+    high = max(max(v) for v in valids)
+    top = max(low + span, max(v[-1] for v in valids) + 0.05)
+    return (low - 0.02, top) if high > top else None
+
+
 def plot_curves(series: list[tuple[str | None, Path, str, float]], title: str, path: str | Path,
                 linestyles: list[str] | None = None) -> None:
     """series: (label, metrics.jsonl, color, alpha) per run; writes a two-panel PNG.
 
-    The validation panel zooms on its last 0.6 bits above the lowest loss when the curves
-    span more (the early drop stays visible in the training panel), so that converged runs
-    can be told apart; with more than 6 labelled runs the legend stands outside, once."""
+    The validation panel zooms (:func:`validation_ylim`) so that converged runs can be told
+    apart, the early drop staying visible in the training panel; with more than 6 labelled
+    runs the legend stands outside, once."""
     from matplotlib.figure import Figure
 
     labelled = sum(1 for s in series if s[0])
     wide = labelled > 6
     fig = Figure(figsize=(13.5 if wide else 11, 4.6 if wide else 4.2), dpi=110)
     ax_t, ax_v = fig.subplots(1, 2)
-    lows, highs = [], []
+    valids = []
     for i, (label, metrics, color, alpha) in enumerate(series):
         ls = linestyles[i] if linestyles else "-"
         train, valid = read_curves(metrics)
@@ -52,11 +65,11 @@ def plot_curves(series: list[tuple[str | None, Path, str, float]], title: str, p
         if valid:
             ax_v.plot(list(valid), list(valid.values()), color=color, alpha=alpha, label=label, lw=1.2,
                       marker="o", ms=3, linestyle=ls)
-            lows.append(min(valid.values()))
-            highs.append(max(valid.values()))
-    zoomed = bool(lows) and max(highs) - min(lows) > 0.6
+            valids.append(list(valid.values()))
+    ylim = validation_ylim(valids)
+    zoomed = ylim is not None
     if zoomed:
-        ax_v.set_ylim(min(lows) - 0.02, min(lows) + 0.6)
+        ax_v.set_ylim(*ylim)
     for ax, name in ((ax_t, "training loss"), (ax_v, "validation loss" + (" (zoomed)" if zoomed else ""))):
         ax.set_xlabel("update")
         ax.set_ylabel("label-smoothed loss (bits/token)")

@@ -16,6 +16,8 @@ Variants:
   bf16           torch.autocast("cpu", bfloat16) around the forward (AMX/AVX512-BF16 CPUs)
   bf16+fused     both
   no-gnorm       no gradient-norm computation (clip_norm = 0 and the norm not logged)
+  compile        torch.compile(model, dynamic=True) (the CPU inductor backend; compiled in the untimed pass)
+  compile+fused  both
 
 THP (transparent huge pages for torch's CPU allocator) is a process setting, read at the
 first allocation: ``--thp-compare`` runs the baseline in two child processes, with
@@ -53,7 +55,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def variants(names: list[str]):
     out = {}
     for n in names:
-        out[n] = {"fused": "fused" in n, "bf16": n.startswith("bf16"), "gnorm": n != "no-gnorm"}
+        out[n] = {"fused": "fused" in n, "bf16": n.startswith("bf16"), "gnorm": n != "no-gnorm",
+                  "compile": n.startswith("compile")}
     return out
 
 
@@ -97,10 +100,11 @@ def main() -> None:
     base = build_model(cfg.model, len(ds.src_vocab), len(ds.tgt_vocab))
     names = ["baseline"] if args.only_baseline else args.variants.split(",")
     vs = variants(names)
-    models, opts = {}, {}
+    models, opts, calls = {}, {}, {}
     for n, v in vs.items():
         m = copy.deepcopy(base).train()
         models[n] = m
+        calls[n] = torch.compile(m, dynamic=True) if v["compile"] else m
         opts[n] = torch.optim.Adam(m.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-8, fused=v["fused"] or None)
     tc = cfg.train
 
@@ -108,7 +112,7 @@ def main() -> None:
         v, m, opt = vs[n], models[n], opts[n]
         t0 = time.perf_counter()
         with torch.autocast("cpu", dtype=torch.bfloat16) if v["bf16"] else nullcontext():
-            out = m(b.src, b.src_mask, b.tgt_in)
+            out = calls[n](b.src, b.src_mask, b.tgt_in)
         loss, _ = label_smoothed_nll(out.logits, b.tgt_out, tc.label_smoothing)
         (loss / b.n_tgt_tokens).backward()
         if v["gnorm"]:
@@ -118,9 +122,11 @@ def main() -> None:
         float(loss.detach())  # the trainer reads the loss every step
         return time.perf_counter() - t0
 
-    for n in names:  # warm-up
+    for n in names:  # warm-up (and compilation)
+        t0 = time.perf_counter()
         for b in data:
             step(n, b)
+        print(f"# warm-up pass of {n}: {time.perf_counter() - t0:.1f} s", flush=True)
     rates: dict[str, list[float]] = {n: [] for n in names}
     for r in range(args.rounds):
         spent = {n: 0.0 for n in names}

@@ -1,4 +1,4 @@
-"""configs/phrase_transformer/*.yaml (one per row of the paper's Table 1, at the tuned recipe and at
+"""configs/phrasetransformer/*.yaml (one per row of the paper's Table 1, at the tuned recipe and at
 the paper's size, and one per row of Table 2, the tagging tables' row files) build the mechanism
 their row names; the grids (both directions, the paper's size), the tagging tables, the cross-paper
 grid and the synthetic benchmark's PhraseTransformer rows load and build."""
@@ -17,7 +17,7 @@ from structnmt.nn.attention import MultiHeadAttention
 from structnmt.nn.phrase_transformer import PhraseTransformerAttention
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "configs" / "phrase_transformer"
+CONFIGS = ROOT / "configs" / "phrasetransformer"
 GRIDS = ROOT / "configs" / "grids"
 
 # row -> PhraseTransformer options (None: the plain Transformer)
@@ -53,7 +53,7 @@ def test_tagging_tables_are_their_row_files(table):
 
     path = ROOT / "configs" / "tag" / f"{table}.yaml"
     base = load_tag_config(path)
-    assert [r.config for r in base.rows] == [f"../phrase_transformer/table2_{r}.yaml" for r in TAG_ROWS]
+    assert [r.config for r in base.rows] == [f"../phrasetransformer/table2_{r}.yaml" for r in TAG_ROWS]
     for row, (stem, (name, trees, options)) in zip(base.rows, TAG_ROWS.items()):
         assert row_name(path, row) == name
         cfg = load_tag_config(path, ["train.threads=1"], row)

@@ -1,4 +1,4 @@
-"""configs/sa_nmt/*.yaml (Table 2's rows at the Multi30k recipe and at the paper's settings) build the
+"""configs/sanmt/*.yaml (Table 2's rows at the Multi30k recipe and at the paper's settings) build the
 variant their row names; the Table 2 grid, the synthetic benchmark's and the cross-paper grid's SA-NMT
 rows load and build."""
 
@@ -16,7 +16,7 @@ from structnmt.models.rnn import RNNModel
 from structnmt.nn.structured_attention import StructuredAttention
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "configs" / "sa_nmt"
+CONFIGS = ROOT / "configs" / "sanmt"
 GRIDS = ROOT / "configs" / "grids"
 ROWS = {"nmt": ("none", "shared", False), "fa_nmt_separate": ("fa", "separate", False),
         "fa_nmt_shared": ("fa", "shared", False), "sa_nmt_separate": ("sa", "separate", False),

@@ -116,7 +116,7 @@ class TagTrainConfig:
 @dataclass
 class TagRow:
     name: str = ""  # may come from the row file
-    config: str = ""  # a row file (relative to the table), e.g. ../phrase_transformer/table2_pt_k2.yaml
+    config: str = ""  # a row file (relative to the table), e.g. ../phrasetransformer/table2_pt_k2.yaml
     overrides: list[str] = field(default_factory=list)  # model.* / trees overrides of this row
 
 

@@ -19,6 +19,7 @@ from structnmt.induce import (
     productions,
     read_words,
     single_root_tree,
+    tree_shape,
 )
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -174,6 +175,30 @@ def test_induce_end_to_end(synth_data, tmp_path):
     with pytest.raises(UserError, match="not found"):
         induce_table([("a", tmp_path / "nowhere")], tmp_path / "t3.md")
     assert main(["induce-table", "no-equals-sign", "--out", str(tmp_path / "t4.md")]) == 2
+    # the shape columns: from the report, or (a report older than them) from the written trees, the same
+    assert red["shape"]["trees"] >= 1
+    import json as _json
+
+    old = {k: v for k, v in red.items() if k != "shape"}
+    (tmp_path / "out" / "induce.json").write_text(_json.dumps(old))
+    induce_table([("SA", tmp_path / "out")], tmp_path / "t5.md")
+    shape_cells = [line.split("|")[4:6] for line in (tmp_path / "t5.md").read_text().splitlines()
+                   if line.startswith("| SA |")]
+    assert shape_cells == [[f" {red['shape']['star']:.1f} ", f" {100 * red['shape']['top_head_share']:.1f} "]]
+
+
+def test_tree_shape_counts_stars_and_roots():
+    star = [0, 1, 1, 1]  # word 1 heads all
+    left = branching(4, "L")  # [2, 3, 4, 0]
+    right = branching(4, "R")  # [0, 1, 2, 3]
+    sh = tree_shape([star, left, right, [0, 1]])  # the 2-word tree is not counted
+    assert sh["trees"] == 3
+    assert sh["star"] == pytest.approx(100 / 3)
+    assert sh["root_first"] == pytest.approx(200 / 3) and sh["root_last"] == pytest.approx(100 / 3)
+    assert sh["top_head_share"] == pytest.approx((1 + 1 / 3 + 1 / 3) / 3)
+    assert tree_shape([[2, 0, 2, 2]])["star"] == 100.0  # a star rooted in the middle
+    assert tree_shape([[2, 0, 2, 3]])["star"] == 0.0
+    assert tree_shape([])["trees"] == 0
 
 
 def test_head_weight_picture_moves_the_diagonal_to_the_root_row(monkeypatch, tmp_path):

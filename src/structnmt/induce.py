@@ -254,6 +254,29 @@ def productions(pred: list[list[int]], gold: list[EvalView], skip_punct: bool = 
 
 
 # --------------------------------------------------------------------------- the model
+def tree_shape(trees: list[list[int]], min_words: int = 3) -> dict:
+    """How degenerate a set of trees is (heads 1-based, 0 = root), over the trees of at least
+    ``min_words`` words: ``star`` % of trees where one word heads every other word (the
+    collapse of docs/sa_nmt.md), ``top_head_share`` the mean share of a tree's non-root words
+    headed by its most frequent head (1 for a star; L and R branching give 1/(n-1)),
+    ``root_first`` / ``root_last`` % of trees rooted at the first / last word; ``trees`` counted."""
+    big = [t for t in trees if len(t) >= min_words]
+    if not big:
+        return {"trees": 0, "star": 0.0, "top_head_share": 0.0, "root_first": 0.0, "root_last": 0.0}
+    star = shares = first = last = 0.0
+    for t in big:
+        root = t.index(0) + 1 if 0 in t else 0
+        heads = [h for h in t if h != 0]
+        top = Counter(heads).most_common(1)[0][1] if heads else 0
+        star += len(heads) == len(t) - 1 and top == len(heads) and all(h == root for h in heads)
+        shares += top / max(len(heads), 1)
+        first += root == 1
+        last += root == len(t)
+    n = len(big)
+    return {"trees": n, "star": 100 * star / n, "top_head_share": shares / n, "root_first": 100 * first / n,
+            "root_last": 100 * last / n}
+
+
 def _arc_scores(tr, src_ids: list[int], how: str, layer: int, head: int) -> np.ndarray:
     """(P, P) piece-level scores [head, dependent] of the sentence (EOS dropped)."""
     model, dev = tr.model, tr.device
@@ -365,7 +388,8 @@ def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Pat
             written.append(draw_tree(s.words, pred[i], out / f"sent{i + 1}_tree.png", s.heads,
                                      f"sentence {i + 1}: induced tree"))
     report = {"checkpoint": str(checkpoint), "input": str(conllu), "scores": scores, "punct": punct,
-              "sentences": len(sents), "not_encoded": [{"line": ln, "why": why} for ln, why in failed]}
+              "sentences": len(sents), "not_encoded": [{"line": ln, "why": why} for ln, why in failed],
+              "shape": tree_shape([p for p, ws in zip(pred, word_scores) if ws is not None])}
     if all(s.heads is not None for s in sents):
         report["without_upos_punctuation_kept"] = sum(s.upos is None for s in sents)
         if punct == "reduce":
@@ -433,6 +457,11 @@ def _write_report(out: Path, r: dict) -> list[Path]:
     for key, name in rows + [("left_branching", "L (head = right neighbour)"),
                              ("right_branching", "R (head = left neighbour)")]:
         md.append(f"| {name} | {r[key]['DA']:.1f} | {r[key]['UA']:.1f} |")
+    sh = r["shape"]
+    md += ["", f"Shape of the written trees ({sh['trees']} encoded sentences of 3+ words): {sh['star']:.1f} % stars "
+           f"(one word heads all others), most frequent head of a tree heads {100 * sh['top_head_share']:.1f} % of "
+           f"its words on average, root at the first word {sh['root_first']:.1f} %, at the last "
+           f"{sh['root_last']:.1f} %."]
     if "productions" in r:
         md += ["", "Productions P(dependent UPOS | head UPOS), % (Table 4):", "",
                "| rule | gold | left | model |", "|---|---|---|---|"]
@@ -446,6 +475,16 @@ def _write_report(out: Path, r: dict) -> list[Path]:
 
 
 # --------------------------------------------------------------------------- Tables 3 and 4 across models
+
+
+def _shape_of_written(d: Path) -> dict:
+    """:func:`tree_shape` of the trees an induce run wrote (for reports older than its ``shape``;
+    sentences it could not encode carry the right-branching tree and count as such)."""
+    files = sorted(Path(d).glob("*.induced.conllu"))
+    if len(files) != 1:
+        raise UserError(f"{d}: expected one *.induced.conllu written by `structnmt induce`, found {len(files)}; "
+                        "give the directory of one induce run.")
+    return tree_shape([s.heads for s in read_words(files[0]) if s.heads is not None])
 
 #: Table 4's rules, in the paper's order
 TABLE4_RULES = (("VERB", "NOUN"), ("VERB", "PRON"), ("VERB", "ADV"), ("VERB", "VERB"),
@@ -479,12 +518,20 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
           f"Gold file `{first['input']}`, `--punct {first['punct']}`; {first['model']['scored']} scored words. "
           "Each model's DA / UA (%), and the branching baselines. Per model: its checkpoint, the scores collapsed "
           "(eq. 24) and the sentences it could not encode (scored with the right-branching tree).", "",
-          "| trees | DA % | UA % | checkpoint | scores | not encoded |", "|---|---:|---:|---|---|---:|"]
-    for label, _, r in reports:
-        md.append(f"| {label} | {r['model']['DA']:.1f} | {r['model']['UA']:.1f} | `{r['checkpoint']}` | "
-                  f"{r['scores']} | {len(r['not_encoded'])} |")
-    for key, name in (("left_branching", "L (head = right neighbour)"), ("right_branching", "R (head = left neighbour)")):
-        md.append(f"| {name} | {first[key]['DA']:.1f} | {first[key]['UA']:.1f} | | | |")
+          "Star %: written trees (3+ words) in which one word heads every other word; top head %: the mean share "
+          "of a tree's words headed by its most frequent head (read from each directory's `*.induced.conllu`).", "",
+          "| trees | DA % | UA % | star % | top head % | checkpoint | scores | not encoded |",
+          "|---|---:|---:|---:|---:|---|---|---:|"]
+    for label, path, r in reports:
+        sh = r.get("shape") or _shape_of_written(path.parent)
+        md.append(f"| {label} | {r['model']['DA']:.1f} | {r['model']['UA']:.1f} | {sh['star']:.1f} | "
+                  f"{100 * sh['top_head_share']:.1f} | `{r['checkpoint']}` | {r['scores']} | {len(r['not_encoded'])} |")
+    n_words = [len(s.words) for s in read_words(first["input"])]
+    for key, name, kind in (("left_branching", "L (head = right neighbour)", "L"),
+                            ("right_branching", "R (head = left neighbour)", "R")):
+        sh = tree_shape([branching(n, kind) for n in n_words])
+        md.append(f"| {name} | {first[key]['DA']:.1f} | {first[key]['UA']:.1f} | {sh['star']:.1f} | "
+                  f"{100 * sh['top_head_share']:.1f} | | | |")
     if all("productions" in r for _, _, r in reports):
         labels = [lab for lab, _, _ in reports]
         md += ["", "Productions P(dependent UPOS | head UPOS), % (Table 4's rules):", "",

@@ -98,6 +98,25 @@ def test_resume_refuses_a_different_model(synth_data, tmp_path):
         Trainer(cfg, log=quiet)
 
 
+def test_resume_reads_a_checkpoint_older_than_an_option_as_its_default(synth_data, tmp_path):
+    """A checkpoint written before an option existed (here model.rnn.score_cap and train.bf16
+    removed from its saved config) resumes: the missing option is its default, not a change."""
+    save = tmp_path / "run"
+    train(small_config(synth_data, save, max_updates=2), log=quiet)
+    last = save / "checkpoint_last.pt"
+    st = torch.load(last, weights_only=False)
+    del st["config"]["model"]["rnn"]["score_cap"]
+    del st["config"]["train"]["bf16"]
+    torch.save(st, last)
+    tr = Trainer(small_config(synth_data, save, max_updates=4), log=quiet)
+    assert tr.state.num_updates == 2
+    tr.close()
+    st["config"]["model"]["rnn"]["score_cap"] = 3.0  # a real change is still refused
+    torch.save(st, last)
+    with pytest.raises(TrainingError, match="score_cap"):
+        Trainer(small_config(synth_data, save, max_updates=4), log=quiet)
+
+
 def _nan_on_calls(monkeypatch, bad_calls: set[int]):
     real = trainer_mod.label_smoothed_nll
     calls = {"n": 0}

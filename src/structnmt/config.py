@@ -245,6 +245,17 @@ def from_dict(data: dict, where: str = "config") -> Config:
     return cfg
 
 
+def with_defaults(data: dict) -> dict:
+    """A saved plain config (a checkpoint's, a run's resolved.yaml) read through the current
+    :class:`Config`, so that an option added to the toolkit after it was written appears
+    with its default — what that run had — instead of as missing. Returned unchanged where
+    it cannot be read (an option the toolkit no longer has), so that a comparison reports it."""
+    try:
+        return to_dict(_build(Config, data, "saved config"))
+    except (ConfigError, TypeError, ValueError):
+        return data
+
+
 # --------------------------------------------------------------------------- values
 
 

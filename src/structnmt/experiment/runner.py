@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from ..config import Config, ConfigError, _build, from_dict, to_dict
+from ..config import Config, ConfigError, _build, from_dict, to_dict, with_defaults
 from ..train.lock import RESUMABLE_KEYS
 from .grid import BUDGET_KEYS, ExperimentError, GridConfig, load_grid, resolve_run_config, slug
 
@@ -82,11 +82,7 @@ def _config_diff(old: dict, new: dict) -> list[str]:
     """Keys whose values differ, speed-only keys aside. ``old`` (a run's resolved.yaml) is read
     through the current Config first, so an option added to the toolkit after the run started
     counts as its default (what that run had) instead of as a change."""
-    try:
-        old = to_dict(from_dict(old, where="resolved.yaml"))
-    except (ConfigError, TypeError, ValueError):
-        pass  # an option the toolkit no longer has: compare the raw keys (and report it)
-    a, b = _flat(old), _flat(new)
+    a, b = _flat(with_defaults(old)), _flat(new)
     return sorted(k for k in set(a) | set(b) if k not in _SPEED_ONLY and a.get(k) != b.get(k))
 
 

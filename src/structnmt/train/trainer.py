@@ -40,7 +40,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..config import Config, ConfigError, to_dict
+from ..config import Config, ConfigError, to_dict, with_defaults
 from ..data.dataset import EpochBatchIterator, PreparedDataset, collate, make_batches
 from ..errors import UserError
 from ..models import build_model
@@ -347,14 +347,15 @@ class Trainer:
 
     def load(self, st: dict, path: Path) -> None:
         """Resume from checkpoint ``st`` (read from ``path``) after checking that it is this run's."""
-        saved_model = st["config"]["model"]
+        saved = with_defaults(st["config"])  # options added since the checkpoint was written: their defaults
+        saved_model = saved["model"]
         if saved_model != to_dict(self.cfg.model):
             changed = config_changes({"model": saved_model}, {"model": to_dict(self.cfg.model)})
             raise TrainingError(
                 f"{path}: its model config differs from this run's ({'; '.join(changed[:4])}); use a new "
                 "train.save_dir or the same model settings."
             )
-        changed = config_changes(st["config"], to_dict(self.cfg))
+        changed = config_changes(saved, to_dict(self.cfg))
         if changed and not self.allow_config_change:
             raise TrainingError(
                 f"{path}: this run's config differs from the one it would resume ({'; '.join(changed[:6])}"

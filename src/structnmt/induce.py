@@ -526,12 +526,9 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
         sh = r.get("shape") or _shape_of_written(path.parent)
         md.append(f"| {label} | {r['model']['DA']:.1f} | {r['model']['UA']:.1f} | {sh['star']:.1f} | "
                   f"{100 * sh['top_head_share']:.1f} | `{r['checkpoint']}` | {r['scores']} | {len(r['not_encoded'])} |")
-    n_words = [len(s.words) for s in read_words(first["input"])]
-    for key, name, kind in (("left_branching", "L (head = right neighbour)", "L"),
-                            ("right_branching", "R (head = left neighbour)", "R")):
-        sh = tree_shape([branching(n, kind) for n in n_words])
-        md.append(f"| {name} | {first[key]['DA']:.1f} | {first[key]['UA']:.1f} | {sh['star']:.1f} | "
-                  f"{100 * sh['top_head_share']:.1f} | | | |")
+    for key, name in (("left_branching", "L (head = right neighbour)"), ("right_branching", "R (head = left neighbour)")):
+        # a chain of 3+ words is never a star; each head has one dependent (top head 1 / (n - 1))
+        md.append(f"| {name} | {first[key]['DA']:.1f} | {first[key]['UA']:.1f} | 0.0 | 1/(n-1) | | | |")
     if all("productions" in r for _, _, r in reports):
         labels = [lab for lab, _, _ in reports]
         md += ["", "Productions P(dependent UPOS | head UPOS), % (Table 4's rules):", "",

@@ -203,6 +203,18 @@ def test_arc_lr_scale_puts_the_arc_scorer_in_its_own_group(synth_data, tmp_path)
     assert lrs == pytest.approx([1e-3, 2e-4])
 
 
+def test_bad_rnn_option_through_the_cli_is_one_sentence(synth_data, tmp_path, capsys):
+    from structnmt.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"data: {{path: {synth_data}}}\nmodel: {{family: rnn, d_model: 16, encoder_layers: 1, "
+                   "decoder_layers: 1, rnn: {syntax: sa}}\n"
+                   f"train: {{save_dir: {tmp_path / 'm'}, max_updates: 1, tensorboard: false}}\n")
+    assert main(["train", str(cfg), "model.rnn.score_cap=-1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "model.rnn: score_cap=-1.0 must be >= 0" in err and "Traceback" not in err
+
+
 def test_bad_rnn_options():
     for bad in (dict(syntax="tree"), dict(annotations="both"), dict(root="first"), dict(score_cap=-1.0),
                 dict(arc_lr_scale=0.0)):

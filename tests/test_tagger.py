@@ -181,7 +181,22 @@ def test_cli_row_and_jobs_refuse_bad_input_in_one_sentence(tmp_path, capsys):
     assert "no row named 'Transformr'; its rows are: Transformer." in err and "Traceback" not in err
     assert main(["tag", str(cfg), "--jobs", "0"]) != 0
     assert "--jobs 0: give the number of rows to train at once" in capsys.readouterr().err
+    assert main(["tag", str(cfg), "train.max_batch_nodes=-5"]) == 2
+    err = capsys.readouterr().err
+    assert "train.max_batch_nodes=-5 must be 0 (whole batches) or a positive node count." in err
+    assert "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_chunked_training_runs_through_the_cli(tmp_path):
+    """train.max_batch_nodes through `structnmt tag`: a PhraseTransformer row trains and scores."""
+    from structnmt.cli import main
+
+    cfg = tag_config(tmp_path, epochs=1)
+    assert main(["tag", str(cfg), "model.attention={name: phrase_transformer, options: {k: 3}}",
+                 "train.max_batch_nodes=12"]) == 0
+    result = json.loads(next((tmp_path / "out").rglob("result.json")).read_text())
+    assert 0.0 <= result["accuracy"] <= 100.0 and result["test_tokens"] > 0
 
 
 def test_chunked_batches_give_the_whole_batch_gradient_and_predictions():

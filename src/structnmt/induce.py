@@ -268,7 +268,7 @@ def tree_shape(trees: list[list[int]], min_words: int = 3) -> dict:
         root = t.index(0) + 1 if 0 in t else 0
         heads = [h for h in t if h != 0]
         top = Counter(heads).most_common(1)[0][1] if heads else 0
-        star += len(heads) == len(t) - 1 and top == len(heads) and all(h == root for h in heads)
+        star += len(heads) == len(t) - 1 and top == len(heads)  # one root, and one head for all the others
         shares += top / max(len(heads), 1)
         first += root == 1
         last += root == len(t)

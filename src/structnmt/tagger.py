@@ -189,6 +189,8 @@ def check(cfg: TagConfig, where: str) -> None:
         bad("split.ptb_files must be three [first, last] WSJ file ranges (train, valid, test).")
     if len(cfg.split.ratios) != 3 or min(cfg.split.ratios) <= 0:
         bad("split.ratios must be three positive numbers (train, valid, test).")
+    if cfg.train.max_batch_nodes < 0:
+        bad(f"train.max_batch_nodes={cfg.train.max_batch_nodes} must be 0 (whole batches) or a positive node count.")
     if cfg.model.d_model % cfg.model.heads:
         bad(f"model.d_model={cfg.model.d_model} is not divisible by model.heads={cfg.model.heads}.")
     if any(not (r.name or r.config) for r in cfg.rows):
@@ -358,8 +360,8 @@ def node_chunks(batch: list[Sentence], specs: dict, max_nodes: int) -> list[list
         return [batch]
     chunks: list[list[Sentence]] = []
     cur: list[Sentence] = []
-    for s in sorted(batch, key=lambda s: node_count(s, specs)):
-        if cur and (len(cur) + 1) * node_count(s, specs) > max_nodes:
+    for size, s in sorted(((node_count(s, specs), s) for s in batch), key=lambda x: x[0]):
+        if cur and (len(cur) + 1) * size > max_nodes:
             chunks.append(cur)
             cur = []
         cur.append(s)
@@ -459,14 +461,14 @@ def train_row(cfg: TagConfig, splits: dict[str, list[Sentence]], out: Path, log=
         random.shuffle(train)
         tot, n = 0.0, 0
         for i in range(0, len(train), tc.batch_size):
-            batch = train[i: i + tc.batch_size]
-            n_tags = sum(sum(t in tags for t in s.tags) for s in batch)
+            chunks = [_batch(c, vocab, tags, specs, device)
+                      for c in node_chunks(train[i: i + tc.batch_size], specs, tc.max_batch_nodes)]
+            n_tags = max(sum(int((y != -100).sum()) for *_, y in chunks), 1)  # the whole batch's scored tags
             opt.zero_grad()
             loss = 0.0
-            for chunk in node_chunks(batch, specs, tc.max_batch_nodes):
-                words, mask, st, y = _batch(chunk, vocab, tags, specs, device)
+            for words, mask, st, y in chunks:
                 part = F.cross_entropy(model(words, mask, st).flatten(0, 1), y.flatten(), ignore_index=-100,
-                                       reduction="sum") / max(n_tags, 1)
+                                       reduction="sum") / n_tags
                 part.backward()
                 loss += float(part.detach())
             opt.step()

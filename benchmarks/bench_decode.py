@@ -12,6 +12,12 @@ Variants, all on the same sentences, beam and batch size, in one run, in rotatin
   (float32), through ``CT2Translator`` (``structnmt translate --checkpoint EXPORT``);
 * ``ctranslate2-int8`` (``--int8``): the same export with int8 weights.
 
+``--malloc-compare`` instead runs the ``structnmt`` variant in child processes with
+STRUCTNMT_MALLOC=system and =retain (structnmt.allocator; a process setting),
+alternating ``--rounds`` times, and reports the ratio and whether the translations are
+identical. Otherwise the benchmark applies STRUCTNMT_MALLOC (default: retain), as
+``structnmt translate`` does.
+
 Reported: sentences/s (best of ``--rounds``), the ratio to ``structnmt-copied``, the
 fraction of translations identical to ``structnmt``'s, and sacreBLEU against
 ``--ref`` (with its signature) when given. Plain Transformers only (CTranslate2).
@@ -26,8 +32,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import gzip
+import json
+import os
 import platform
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -54,8 +64,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--int8", action="store_true", help="also CTranslate2 with int8 weights")
     ap.add_argument("--no-ctranslate2", action="store_true")
+    ap.add_argument("--malloc-compare", action="store_true")
+    ap.add_argument("--child-json", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
+    if args.malloc_compare:
+        malloc_compare(args)
+        return
+    from structnmt.allocator import configure_allocator
+
+    allocator = configure_allocator()
     torch.set_num_threads(args.threads)
     import structnmt.decode.translate as T
     from structnmt.config import DecodeConfig
@@ -79,6 +97,12 @@ def main() -> None:
         return run
 
     variants = {"structnmt": ours(True), "structnmt-copied": ours(False)}
+    if args.child_json:  # one timed pass of the structnmt variant (after an untimed one), for --malloc-compare
+        ours(True)()
+        t0 = time.perf_counter()
+        out = ours(True)()
+        Path(args.child_json).write_text(json.dumps({"rate": len(lines) / (time.perf_counter() - t0), "out": out}))
+        return
     tmp = Path(tempfile.mkdtemp(prefix="bench-decode-"))
     try:
         if not args.no_ctranslate2:
@@ -105,7 +129,7 @@ def main() -> None:
 
     print(f"# bench_decode {datetime.date.today()} {platform.machine()} torch {torch.__version__}, "
           f"{args.threads} thread(s), {len(lines)} sentences, beam {args.beam}, batch {args.batch_size}, "
-          f"best of {args.rounds} rounds")
+          f"best of {args.rounds} rounds, allocator {allocator}")
     bleu = None
     if refs:
         import sacrebleu
@@ -121,6 +145,33 @@ def main() -> None:
         print(f"| {n} | {len(lines) / best:.1f} | {base / best:.2f} | {100 * same:.1f} % | {score} |")
     if bleu:
         print(f"sacreBLEU signature: {bleu.get_signature()}")
+
+
+def malloc_compare(args) -> None:
+    cmd = [sys.executable, __file__, "--checkpoint", args.checkpoint, "--input", args.input, "--beam", str(args.beam),
+           "--lenpen", str(args.lenpen), "--batch-size", str(args.batch_size), "--threads", str(args.threads),
+           "--sentences", str(args.sentences), "--no-ctranslate2"]
+    settings = ("system", "retain")
+    rates: dict[str, list[float]] = {v: [] for v in settings}
+    outs: dict[str, list[str]] = {}
+    tmp = Path(tempfile.mkdtemp(prefix="bench-decode-"))
+    try:
+        for r in range(args.rounds):
+            for v in (settings if r % 2 == 0 else settings[::-1]):
+                res = tmp / f"{v}.json"
+                subprocess.run(cmd + ["--child-json", str(res)], env={**os.environ, "STRUCTNMT_MALLOC": v}, check=True)
+                got = json.loads(res.read_text())
+                rates[v].append(got["rate"])
+                outs[v] = got["out"]
+                print(f"STRUCTNMT_MALLOC={v}: {got['rate']:.1f} sentences/s", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    a, b = max(rates["system"]), max(rates["retain"])
+    same = sum(x == y for x, y in zip(outs["system"], outs["retain"])) / len(outs["system"])
+    print(f"# bench_decode --malloc-compare {datetime.date.today()} {platform.machine()} torch {torch.__version__}, "
+          f"{args.threads} thread(s), beam {args.beam}, batch {args.batch_size}, best of {args.rounds} rounds")
+    print(f"| STRUCTNMT_MALLOC=system | {a:.1f} sentences/s | 1.00 |\n| STRUCTNMT_MALLOC=retain | {b:.1f} sentences/s | "
+          f"{b / a:.2f} |\ntranslations identical: {100 * same:.1f} %")
 
 
 if __name__ == "__main__":

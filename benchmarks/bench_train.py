@@ -19,12 +19,16 @@ Variants:
   compile        torch.compile(model, dynamic=True) (the CPU inductor backend; compiled in the untimed pass)
   compile+fused  both
 
-THP (transparent huge pages for torch's CPU allocator) is a process setting, read at the
-first allocation: ``--thp-compare`` runs the baseline in two child processes, with
-THP_MEM_ALLOC_ENABLE=0 and =1, alternating ``--rounds`` times.
+Two process settings are compared in child processes that run the baseline alternately,
+``--rounds`` times each: ``--thp-compare`` (transparent huge pages for torch's CPU
+allocator, THP_MEM_ALLOC_ENABLE=0 and =1, read at the first allocation) and
+``--malloc-compare`` (structnmt's allocator setting, ``structnmt.allocator``:
+STRUCTNMT_MALLOC=system and =retain). Like the command line, the benchmark applies the
+allocator setting of STRUCTNMT_MALLOC (default: retain) before it allocates anything.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_train.py --data data-bin/multi30k_en_de --threads 1
     python benchmarks/bench_train.py --data data-bin/multi30k_en_de --thp-compare
+    OMP_NUM_THREADS=1 python benchmarks/bench_train.py --data data-bin/multi30k_en_de --malloc-compare
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from structnmt.allocator import configure_allocator
 from structnmt.config import load_config
 from structnmt.data.dataset import PreparedDataset, collate, make_batches
 from structnmt.models import build_model
@@ -69,22 +74,26 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--variants", default="baseline,fused-adam,bf16,bf16+fused,no-gnorm")
     ap.add_argument("--thp-compare", action="store_true")
+    ap.add_argument("--malloc-compare", action="store_true")
     ap.add_argument("--only-baseline", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
-    if args.thp_compare:
+    if args.thp_compare or args.malloc_compare:
         cmd = [sys.executable, __file__, "--config", args.config, "--data", args.data, "--threads", str(args.threads),
                "--batches", str(args.batches), "--rounds", "1", "--only-baseline"]
-        res: dict[str, list[float]] = {"0": [], "1": []}
+        var, settings = ("THP_MEM_ALLOC_ENABLE", ("0", "1")) if args.thp_compare else ("STRUCTNMT_MALLOC", ("system", "retain"))
+        res: dict[str, list[float]] = {v: [] for v in settings}
         for r in range(args.rounds):
-            for thp in (("0", "1") if r % 2 == 0 else ("1", "0")):
-                env = {**os.environ, "THP_MEM_ALLOC_ENABLE": thp}
+            for v in (settings if r % 2 == 0 else settings[::-1]):
+                env = {**os.environ, var: v}
                 line = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout.strip()
-                res[thp].append(float(line.split()[-1]))
-                print(f"THP_MEM_ALLOC_ENABLE={thp}: {res[thp][-1]:.0f} tok/s", flush=True)
-        a, b = statistics.median(res["0"]), statistics.median(res["1"])
-        print(f"| THP off | {a:.0f} tok/s | 1.00 |\n| THP on | {b:.0f} tok/s | {b / a:.2f} |")
+                res[v].append(float(line.split()[-1]))
+                print(f"{var}={v}: {res[v][-1]:.0f} tok/s", flush=True)
+        a, b = statistics.median(res[settings[0]]), statistics.median(res[settings[1]])
+        print(f"| {var}={settings[0]} | {a:.0f} tok/s | 1.00 |\n| {var}={settings[1]} | {b:.0f} tok/s | {b / a:.2f} |")
         return
+
+    allocator = configure_allocator()
 
     torch.set_num_threads(args.threads)
     cfg = load_config(args.config, [f"data.path={args.data}"])
@@ -150,7 +159,7 @@ def main() -> None:
             final[n] = tot / sum(n_tok)
     print(f"# bench_train {datetime.date.today()} {platform.machine()} torch {torch.__version__}, "
           f"{args.threads} thread(s), {args.batches} batches ({sum(n_tok)} target tokens), {args.rounds} rounds, "
-          f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}")
+          f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}, allocator {allocator}")
     b0 = statistics.median(rates["baseline"])
     print("| variant | target tok/s (median) | ratio | loss per token after the passes (fp32 eval) |")
     print("|---|---|---|---|")

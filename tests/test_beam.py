@@ -263,3 +263,29 @@ def test_a_model_whose_decode_step_gives_only_log_probs_still_decodes():
     old = beam_search(OldStyle([TABLE0, TABLE1]), src, mask, beam=3, nbest=3)
     assert [[h.tokens for h in x] for x in new] == [[h.tokens for h in x] for x in old]
     assert [[round(h.score, 6) for h in x] for x in new] == [[round(h.score, 6) for h in x] for x in old]
+
+
+def test_top_extensions_equal_log_softmax_topk_with_pad_and_bos_excluded():
+    """The in-place normaliser is the log-sum-exp over the whole vocabulary (PAD and BOS
+    included); the candidates never contain PAD or BOS; an all -inf row stays -inf, not NaN."""
+    from structnmt.data.vocab import BOS, PAD
+    from structnmt.decode.beam import _top_extensions
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 40, generator=g) * 4
+    logits[1, PAD] = 30.0  # PAD the most likely token: it takes mass but is never a candidate
+    logits[2, BOS] = 25.0
+    logits[3] = float("-inf")
+    logits[4, 10:] = float("-inf")
+    ref_lp = torch.log_softmax(logits, dim=-1)
+    masked = ref_lp.clone()
+    masked[:, [PAD, BOS]] = float("-inf")
+    ref_v, ref_i = masked.topk(5, dim=1)
+    v, i, eos = _top_extensions(logits.clone(), 5)
+    live = [0, 1, 2, 4, 5]
+    torch.testing.assert_close(v[live], ref_v[live], rtol=0, atol=1e-5)
+    assert torch.equal(i[live], ref_i[live])
+    torch.testing.assert_close(eos[live, 0], ref_lp[live, EOS], rtol=0, atol=1e-5)
+    assert not (i == PAD).any() and not (i == BOS).any()
+    assert torch.isneginf(v[3]).all() and not torch.isnan(eos).any()
+    assert v[1, 0] < -10  # PAD (logit 30, the others below 20) holds almost all the mass

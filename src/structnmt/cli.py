@@ -565,6 +565,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        # freed tensor memory stays in the process (glibc); STRUCTNMT_MALLOC=system turns it off
+        from .allocator import configure_allocator
+
+        configure_allocator()
         return args.func(args) or 0
     except (UserError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as err:
         if debug:

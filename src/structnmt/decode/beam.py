@@ -41,6 +41,28 @@ def _max_lens(src_mask: Tensor, a: float, b: int, cap: int) -> Tensor:
     return torch.clamp((a * src_len + b).floor().long(), min=1, max=cap)
 
 
+def _top_extensions(logits: Tensor, c: int) -> tuple[Tensor, Tensor, Tensor]:
+    """logits (N, V), overwritten -> the c best extensions of every row (PAD and BOS never
+    among them) as log-probabilities (N, c), their tokens (N, c), and EOS's log-probability (N, 1).
+
+    The normaliser is the log-sum-exp over the whole vocabulary, PAD and BOS included
+    (the model's distribution), computed in place from the row maximum: two passes over
+    the (N, V) scores instead of ``torch.logsumexp``'s four and its (N, V) temporary.
+    """
+    special = logits[:, [PAD, BOS]].clone()
+    eos = logits[:, EOS : EOS + 1].clone()
+    logits[:, PAD] = float("-inf")
+    logits[:, BOS] = float("-inf")
+    cand_logit, cand_tok = logits.topk(c, dim=1)
+    logits[:, PAD] = special[:, 0]
+    logits[:, BOS] = special[:, 1]
+    m = torch.maximum(cand_logit[:, :1], special.amax(dim=1, keepdim=True))  # the row maximum
+    m = m.masked_fill(~torch.isfinite(m), 0.0)
+    lse = logits.sub_(m).exp_().sum(dim=1, keepdim=True).log_().add_(m)
+    lse = lse.masked_fill(torch.isneginf(lse), 0.0)  # a row without any finite score stays -inf, not NaN
+    return cand_logit - lse, cand_tok, eos - lse
+
+
 @torch.inference_mode()
 def beam_search(
     model,
@@ -87,13 +109,8 @@ def beam_search(
         logits = (model.decode_step(tokens, enc, cache, log_probs=False) if takes_flag
                   else model.decode_step(tokens, enc, cache)).float()  # (n*K, V)
         V = logits.shape[-1]
-        lse = torch.logsumexp(logits, dim=-1, keepdim=True)  # (n*K, 1)
-        eos_lp = logits[:, EOS : EOS + 1] - lse
-        logits[:, PAD] = float("-inf")
-        logits[:, BOS] = float("-inf")
         c = min(2 * K, V)
-        cand_logit, cand_tok = logits.topk(c, dim=1)  # (n*K, c): each hypothesis' best extensions
-        cand_lp = cand_logit - lse
+        cand_lp, cand_tok, eos_lp = _top_extensions(logits, c)
         at_max = (max_lens[active] <= step + 1).repeat_interleave(K)
         if at_max.any():
             # EOS is forced here; a model that gives it zero probability still yields a

@@ -18,6 +18,8 @@ Variants:
   no-gnorm       no gradient-norm computation (clip_norm = 0 and the norm not logged)
   compile        torch.compile(model, dynamic=True) (the CPU inductor backend; compiled in the untimed pass)
   compile+fused  both
+  autograd-loss  the label-smoothed loss left to autograd (log_softmax, gather, mean), as
+                 the trainer computed it before structnmt.train.loss wrote its gradient out
 
 Two process settings are compared in child processes that run the baseline alternately,
 ``--rounds`` times each: ``--thp-compare`` (transparent huge pages for torch's CPU
@@ -57,11 +59,22 @@ from structnmt.train.loss import label_smoothed_nll
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def autograd_label_smoothed_nll(logits, target, eps):
+    """The loss as the trainer computed it before its gradient was written out."""
+    lprobs = torch.log_softmax(logits.float(), dim=-1)
+    keep = target != 0  # PAD
+    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    smooth = -lprobs.mean(dim=-1)
+    nll = nll.masked_fill(~keep, 0.0).sum()
+    smooth = smooth.masked_fill(~keep, 0.0).sum()
+    return (1.0 - eps) * nll + eps * smooth, nll
+
+
 def variants(names: list[str]):
     out = {}
     for n in names:
         out[n] = {"fused": "fused" in n, "bf16": n.startswith("bf16"), "gnorm": n != "no-gnorm",
-                  "compile": n.startswith("compile")}
+                  "compile": n.startswith("compile"), "autograd_loss": n == "autograd-loss"}
     return out
 
 
@@ -122,7 +135,8 @@ def main() -> None:
         t0 = time.perf_counter()
         with torch.autocast("cpu", dtype=torch.bfloat16) if v["bf16"] else nullcontext():
             out = calls[n](b.src, b.src_mask, b.tgt_in)
-        loss, _ = label_smoothed_nll(out.logits, b.tgt_out, tc.label_smoothing)
+        loss_fn = autograd_label_smoothed_nll if v["autograd_loss"] else label_smoothed_nll
+        loss, _ = loss_fn(out.logits, b.tgt_out, tc.label_smoothing)
         (loss / b.n_tgt_tokens).backward()
         if v["gnorm"]:
             torch.nn.utils.clip_grad_norm_(m.parameters(), float("inf"))

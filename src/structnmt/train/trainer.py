@@ -284,8 +284,11 @@ class Trainer:
             if self.distributed else self.model)
         groups = (self.model.optimizer_groups() if hasattr(self.model, "optimizer_groups")
                   else [{"params": list(self.model.parameters()), "lr_scale": 1.0}])
+        # fused: one kernel per step over all parameters instead of ~10 small ops per tensor
+        # (1.02-1.05x a CPU step, benchmarks/bench_train.py); the same update rule
+        fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for g in groups for p in g["params"])
         self.optimizer = torch.optim.Adam(groups, lr=tc.lr, betas=tc.betas, eps=tc.eps,
-                                          weight_decay=tc.weight_decay)
+                                          weight_decay=tc.weight_decay, fused=fused or None)
         self.state = RunState()
         self.metrics = MetricsLog(self.save_dir, tc.tensorboard, self.is_main)
         self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16)

@@ -18,6 +18,8 @@ Variants:
   no-gnorm       no gradient-norm computation (clip_norm = 0 and the norm not logged)
   compile        torch.compile(model, dynamic=True) (the CPU inductor backend; compiled in the untimed pass)
   compile+fused  both
+  torch-dropout  dropout masks from F.dropout (bernoulli_) instead of structnmt.nn.dropout's
+                 uniform-threshold masks, as the model computed them before
   autograd-loss  the label-smoothed loss left to autograd (log_softmax, gather, mean), as
                  the trainer computed it before structnmt.train.loss wrote its gradient out
 
@@ -44,7 +46,7 @@ import statistics
 import subprocess
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -70,11 +72,28 @@ def autograd_label_smoothed_nll(logits, target, eps):
     return (1.0 - eps) * nll + eps * smooth, nll
 
 
+@contextmanager
+def torch_dropout():
+    """The model's dropout through F.dropout while inside (the backward needs no patch: masks are saved)."""
+    import torch.nn.functional as F
+
+    import structnmt.nn.dropout as D
+
+    saved = D.dropout, D.residual_dropout
+    D.dropout = lambda x, p, training: F.dropout(x, p, training)
+    D.residual_dropout = lambda x, y, p, training: x + F.dropout(y, p, training)
+    try:
+        yield
+    finally:
+        D.dropout, D.residual_dropout = saved
+
+
 def variants(names: list[str]):
     out = {}
     for n in names:
         out[n] = {"fused": "fused" in n, "bf16": n.startswith("bf16"), "gnorm": n != "no-gnorm",
-                  "compile": n.startswith("compile"), "autograd_loss": n == "autograd-loss"}
+                  "compile": n.startswith("compile"), "autograd_loss": n == "autograd-loss",
+                  "torch_dropout": n == "torch-dropout"}
     return out
 
 
@@ -133,7 +152,8 @@ def main() -> None:
     def step(n: str, b) -> float:
         v, m, opt = vs[n], models[n], opts[n]
         t0 = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16) if v["bf16"] else nullcontext():
+        with (torch.autocast("cpu", dtype=torch.bfloat16) if v["bf16"] else nullcontext(),
+              torch_dropout() if v["torch_dropout"] else nullcontext()):
             out = calls[n](b.src, b.src_mask, b.tgt_in)
         loss_fn = autograd_label_smoothed_nll if v["autograd_loss"] else label_smoothed_nll
         loss, _ = loss_fn(out.logits, b.tgt_out, tc.label_smoothing)

@@ -50,11 +50,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ConfigError, ModelConfig
 from ..data.vocab import PAD
+from ..nn import dropout as drop
 from ..nn.attention import IncrementalCache
 from ..nn.matrix_tree import marginals
 from .transformer import EncoderOutput, ModelOutput
@@ -148,12 +148,12 @@ class RNNModel(nn.Module):
     def encode(self, src: Tensor, src_mask: Tensor, structures: dict[str, Tensor] | None = None,
                need_weights: bool = False) -> RNNEncoderOutput:
         """src (B, n), src_mask (B, n) -> annotations S (B, n, d) and the decoder's initial state."""
-        x = F.dropout(self.src_embed(src), self.cfg.dropout, self.training)
+        x = drop.dropout(self.src_embed(src), self.cfg.dropout, self.training)
         lengths = src_mask.sum(-1).clamp_min(1).cpu()
         packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         out, (h, c) = self.encoder(packed)
         memory, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])
-        memory = F.dropout(memory, self.cfg.dropout, self.training)
+        memory = drop.dropout(memory, self.cfg.dropout, self.training)
         B, d = src.shape[0], self.cfg.d_model
         syntax, arcs = None, {}
         if self.cfg.rnn.syntax != "none":
@@ -212,7 +212,7 @@ class RNNModel(nn.Module):
     def step(self, y_prev: Tensor, h: Tensor, c: Tensor, u: Tensor, enc: RNNEncoderOutput):
         """One decoder step: y_prev (B,) -> u_t (B, d), new (h, c) (B, layers, d), alpha_t (B, n) and
         the syntactic gate sigma(W_gate h_t) (B, d) of eq. 17 (None without a syntactic annotation)."""
-        emb = F.dropout(self.tgt_embed(y_prev), self.cfg.dropout, self.training)
+        emb = drop.dropout(self.tgt_embed(y_prev), self.cfg.dropout, self.training)
         inp = torch.cat([emb, u], dim=-1)[:, None]  # input feeding
         out, (h2, c2) = self.decoder(inp, (h.transpose(0, 1).contiguous(), c.transpose(0, 1).contiguous()))
         top = out[:, 0]  # h_t of the top layer (B, d)
@@ -232,7 +232,7 @@ class RNNModel(nn.Module):
             gate = torch.sigmoid(self.w_gate(top))
             d_hat = d_t * gate  # eq. 17
             u_t = torch.tanh(self.w_g(torch.cat([top, ctx, d_hat], dim=-1)))  # eq. 18
-        u_t = F.dropout(u_t, self.cfg.dropout, self.training)
+        u_t = drop.dropout(u_t, self.cfg.dropout, self.training)
         return u_t, h2.transpose(0, 1), c2.transpose(0, 1), alpha, gate
 
     def decode(self, tgt_in: Tensor, enc: RNNEncoderOutput, *, cache: IncrementalCache | None = None,

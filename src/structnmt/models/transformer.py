@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from ..config import ConfigError, ModelConfig
 from ..data.vocab import PAD
+from ..nn import dropout as drop
 from ..nn.attention import (
     AttentionContext,
     AttentionDims,
@@ -83,7 +84,7 @@ class FeedForward(nn.Module):
         self.activation_dropout = cfg.activation_dropout
 
     def forward(self, x: Tensor) -> Tensor:
-        h = F.dropout(self.act(self.fc1(x)), self.activation_dropout, self.training)
+        h = drop.dropout(self.act(self.fc1(x)), self.activation_dropout, self.training)
         return self.fc2(h)
 
 
@@ -100,7 +101,7 @@ class Sublayer(nn.Module):
         return self.norm(x) if self.pre_norm else x
 
     def out(self, x: Tensor, y: Tensor) -> Tensor:
-        x = x + F.dropout(y, self.dropout, self.training)
+        x = drop.residual_dropout(x, y, self.dropout, self.training)
         return x if self.pre_norm else self.norm(x)
 
 
@@ -313,7 +314,7 @@ class TransformerModel(nn.Module):
         if offset + T > self.positions.shape[0]:
             raise ValueError(f"sequence of length {offset + T} exceeds model.max_positions={self.positions.shape[0]}.")
         x = emb(tokens) * self.embed_scale + self.positions[offset : offset + T]
-        return F.dropout(x, self.cfg.dropout, self.training)
+        return drop.dropout(x, self.cfg.dropout, self.training)
 
     def encode(
         self, src: Tensor, src_mask: Tensor, structures: dict[str, Tensor] | None = None, need_weights: bool = False

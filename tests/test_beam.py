@@ -289,3 +289,17 @@ def test_top_extensions_equal_log_softmax_topk_with_pad_and_bos_excluded():
     assert not (i == PAD).any() and not (i == BOS).any()
     assert torch.isneginf(v[3]).all() and not torch.isnan(eos).any()
     assert v[1, 0] < -10  # PAD (logit 30, the others below 20) holds almost all the mass
+
+
+@pytest.mark.parametrize("V,k", [(10000, 10), (4096, 3), (3000, 20), (2053, 10), (500, 10)])
+def test_two_stage_topk_equals_topk(V, k):
+    from structnmt.decode.beam import topk_rows
+
+    g = torch.Generator().manual_seed(V + k)
+    x = torch.randn(37, V, generator=g) * 3
+    x[0, : V // 2] = float("-inf")
+    x[1, 7] = 100.0  # one dominant entry
+    x[2, :] = torch.arange(V, dtype=torch.float)  # the k largest all in the last chunk
+    v, i = topk_rows(x, k)
+    rv, ri = x.topk(k, dim=1)
+    assert torch.equal(v, rv) and torch.equal(i, ri)

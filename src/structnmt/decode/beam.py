@@ -41,6 +41,37 @@ def _max_lens(src_mask: Tensor, a: float, b: int, cap: int) -> Tensor:
     return torch.clamp((a * src_len + b).floor().long(), min=1, max=cap)
 
 
+def _chunk_size(V: int, k: int) -> int:
+    """The divisor of V between 32 and 1024 closest to sqrt(V) with at least 4k chunks; 0 if none."""
+    best = 0
+    for C in range(32, 1025):
+        if V % C == 0 and V // C >= 4 * k and (not best or abs(C * C - V) < abs(best * best - V)):
+            best = C
+    return best
+
+
+def topk_rows(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """``x.topk(k, dim=1)`` for a contiguous (N, V) ``x``, in two stages when V is large.
+
+    The row is cut into chunks of C entries; the k chunks with the largest maxima hold
+    the row's k largest entries (a chunk holding one of them has a maximum at least as
+    large, and if k other chunks had larger maxima there would be k larger entries), so
+    the top k of those k*C entries is the row's top k. About twice as fast as one top-k
+    over 10,000 types on the CPU (benchmarks/README.md); among exactly equal scores the
+    choice may differ from ``topk``'s. Values in descending order, like ``topk``.
+    """
+    N, V = x.shape
+    C = _chunk_size(V, k) if V >= 2048 and x.is_contiguous() else 0
+    if not C:
+        return x.topk(k, dim=1)
+    chunks = x.view(N, V // C, C)
+    _, top_chunks = chunks.amax(dim=2).topk(k, dim=1)  # (N, k)
+    cand = chunks.gather(1, top_chunks[:, :, None].expand(N, k, C)).reshape(N, k * C)
+    values, j = cand.topk(k, dim=1)
+    index = top_chunks.gather(1, torch.div(j, C, rounding_mode="floor")) * C + j % C
+    return values, index
+
+
 def _top_extensions(logits: Tensor, c: int) -> tuple[Tensor, Tensor, Tensor]:
     """logits (N, V), overwritten -> the c best extensions of every row (PAD and BOS never
     among them) as log-probabilities (N, c), their tokens (N, c), and EOS's log-probability (N, 1).
@@ -53,7 +84,7 @@ def _top_extensions(logits: Tensor, c: int) -> tuple[Tensor, Tensor, Tensor]:
     eos = logits[:, EOS : EOS + 1].clone()
     logits[:, PAD] = float("-inf")
     logits[:, BOS] = float("-inf")
-    cand_logit, cand_tok = logits.topk(c, dim=1)
+    cand_logit, cand_tok = topk_rows(logits, c)
     logits[:, PAD] = special[:, 0]
     logits[:, BOS] = special[:, 1]
     m = torch.maximum(cand_logit[:, :1], special.amax(dim=1, keepdim=True))  # the row maximum

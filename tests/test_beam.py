@@ -303,3 +303,27 @@ def test_two_stage_topk_equals_topk(V, k):
     v, i = topk_rows(x, k)
     rv, ri = x.topk(k, dim=1)
     assert torch.equal(v, rv) and torch.equal(i, ri)
+
+
+def test_cache_extend_applies_pending_reorders_in_its_copy_like_get_then_cat():
+    from structnmt.nn.attention import IncrementalCache
+
+    g = torch.Generator().manual_seed(5)
+    cache = IncrementalCache()
+    ref = {"k": torch.randn(6, 2, 1, 3, generator=g)}
+    cache.extend("self", dict(ref), dim=2)
+    for step in range(3):
+        idx = torch.randint(0, 6, (6,), generator=g)
+        cache.reorder(idx)
+        if step == 1:
+            cache.reorder(idx.flip(0))  # two permutations before the next read compose
+            ref = {"k": ref["k"][idx][idx.flip(0)]}
+        else:
+            ref = {"k": ref["k"][idx]}
+        new = torch.randn(6, 2, 1, 3, generator=g)
+        got = cache.extend("self", {"k": new}, dim=2)["k"]
+        ref = {"k": torch.cat([ref["k"], new], dim=2)}
+        assert torch.equal(got, ref["k"])
+    cache.reorder(torch.tensor([5, 0, 0]))  # rows leave the batch
+    assert torch.equal(cache.get("self")["k"], ref["k"][[5, 0, 0]])
+    assert not cache.pending

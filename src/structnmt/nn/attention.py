@@ -94,35 +94,74 @@ class IncrementalCache:
         self.beam = beam
         self.entries: dict[str, dict[str, Tensor]] = {}
         self.per_sentence: set[str] = set()
+        # beam permutations not yet applied to an entry (composed); applied when the entry is
+        # read (get) or, fused with the copy that grows it, when it is extended (extend)
+        self.pending: dict[str, Tensor] = {}
 
     def get(self, key: str) -> dict[str, Tensor] | None:
+        index = self.pending.pop(key, None)
+        if index is not None:
+            self.entries[key] = {name: t.index_select(0, index) for name, t in self.entries[key].items()}
         return self.entries.get(key)
 
     def set(self, key: str, value: dict[str, Tensor], *, per_sentence: bool = False) -> None:
         if per_sentence and self.beam == 1:
             raise ValueError("per-sentence cache entries need IncrementalCache(beam=K) with K > 1.")
         self.entries[key] = value
+        self.pending.pop(key, None)
         if per_sentence:
             self.per_sentence.add(key)
+
+    def extend(self, key: str, new: dict[str, Tensor], dim: int) -> dict[str, Tensor]:
+        """The entry's tensors with ``new``'s concatenated along ``dim`` (the entry is set to that).
+
+        Equal to ``torch.cat([get(key)[name], new[name]], dim)``, but a pending beam
+        permutation is applied in the same copy (one copy of the history per step instead
+        of two). Without an entry, ``new`` becomes the entry.
+        """
+        prev = self.entries.get(key)
+        index = self.pending.pop(key, None)
+        if prev is None:
+            self.entries[key] = dict(new)
+            return self.entries[key]
+        out: dict[str, Tensor] = {}
+        for name, t_new in new.items():
+            old = prev[name]
+            T = old.shape[dim]
+            shape = list(old.shape)
+            shape[dim] = T + t_new.shape[dim]
+            if index is not None:
+                shape[0] = index.numel()
+            buf = old.new_empty(shape)
+            if index is None:
+                buf.narrow(dim, 0, T).copy_(old)
+            else:
+                torch.index_select(old, 0, index, out=buf.narrow(dim, 0, T))
+            buf.narrow(dim, T, t_new.shape[dim]).copy_(t_new)
+            out[name] = buf
+        self.entries[key] = out
+        return out
 
     def reorder(self, index: Tensor) -> None:
         """Select/permute the batch dimension of every cached tensor: ``t[index]``.
 
         With ``beam > 1`` the new rows must come in groups of ``beam`` that each take
         their rows from one old sentence (as beam search's do); per-sentence entries
-        follow the sentences, and are left untouched while no sentence leaves.
+        follow the sentences, and are left untouched while no sentence leaves. Other
+        entries are reordered lazily (:meth:`get`, :meth:`extend`).
         """
         sentences: Tensor | None = None
         for key, entry in self.entries.items():
-            for name, t in entry.items():
-                if key in self.per_sentence:
+            if key in self.per_sentence:
+                for name, t in entry.items():
                     if index.numel() == t.shape[0] * self.beam:
                         continue  # every sentence stays, in order: beam moves happen inside a sentence
                     if sentences is None:
                         sentences = torch.div(index.view(-1, self.beam)[:, 0], self.beam, rounding_mode="floor")
                     entry[name] = t.index_select(0, sentences)
-                else:
-                    entry[name] = t.index_select(0, index)
+            else:
+                prev = self.pending.get(key)
+                self.pending[key] = index if prev is None else prev.index_select(0, index)
 
 
 @dataclass
@@ -339,11 +378,11 @@ class MultiHeadAttention(nn.Module):
         k, v = self.kv_proj(memory).chunk(2, dim=-1)
         k, v = split_heads(k, self.heads), split_heads(v, self.heads)
         if cache is not None:
-            if not self.static_kv and cache.get(key) is not None:
-                prev = cache.get(key)
-                k = torch.cat([prev["k"], k], dim=2)
-                v = torch.cat([prev["v"], v], dim=2)
-            cache.set(key, {"k": k, "v": v}, per_sentence=self.static_kv and ctx.memory_group > 1)
+            if self.static_kv:
+                cache.set(key, {"k": k, "v": v}, per_sentence=ctx.memory_group > 1)
+            else:
+                entry = cache.extend(key, {"k": k, "v": v}, dim=2)  # the beam's reorder fused into the copy
+                k, v = entry["k"], entry["v"]
         return k, v
 
     def logit_bias(self, query: Tensor, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor | None:

@@ -23,8 +23,10 @@ What it does, in one run:
 4. **Decoding speed.** Both models of the last round (the same number of updates, so
    their outputs have comparable lengths) translate the test split with beam 5 and 128
    sentences per batch: fairseq-generate's own "sentences/s" against structnmt's
-   sentences/s measured the same way (generation only, the model already loaded), plus
-   structnmt's CTranslate2 export when ``ctranslate2`` is installed.
+   sentences/s measured the same way (generation only, the model already loaded), the
+   same with ``--threads`` worker processes of one thread each (``structnmt translate
+   --workers``; workers started before the clock), plus structnmt's CTranslate2 export
+   when ``ctranslate2`` is installed.
 
     bash benchmarks/install_fairseq.sh ~/fairseq-venv
     python benchmarks/bench_fairseq.py --data data-bin/multi30k_en_de --fairseq-venv ~/fairseq-venv \\
@@ -173,6 +175,13 @@ def main() -> None:
         ours = subprocess.run([sys.executable, "-c", snippet, str(work / "structnmt-run" / "checkpoint_last.pt"),
                                str(src_lines), str(args.threads)], env=env, capture_output=True, text=True, check=True)
         sn_dec, sn_tokens = (float(x) for x in ours.stdout.strip().splitlines()[-1].split())
+        # the same decoding in --threads worker processes of one thread each (structnmt translate --workers)
+        snippet_w = snippet.replace("Translator(sys.argv[1], device='cpu')",
+                                    "Translator(sys.argv[1], device='cpu', workers=int(sys.argv[3]))")
+        env1 = {**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        ours_w = subprocess.run([sys.executable, "-c", snippet_w, str(work / "structnmt-run" / "checkpoint_last.pt"),
+                                 str(src_lines), str(args.threads)], env=env1, capture_output=True, text=True, check=True)
+        sn_dec_w, sn_tokens_w = (float(x) for x in ours_w.stdout.strip().splitlines()[-1].split())
         ct2_dec = None
         try:
             import ctranslate2  # noqa: F401
@@ -201,8 +210,12 @@ def main() -> None:
     print("|---|---|---|---|")
     print(f"| training target tok/s (median) | {fs:.0f} | {sn:.0f} | {sn / fs:.2f} |")
     print(f"| decoding sentences/s (beam 5, batch 128) | {fs_dec:.1f} | {sn_dec:.1f} | {sn_dec / fs_dec:.2f} |")
+    print(f"| decoding sentences/s, structnmt --workers {args.threads} (1 thread each) | {fs_dec:.1f} | {sn_dec_w:.1f} | "
+          f"{sn_dec_w / fs_dec:.2f} |")
     print(f"| output tokens (EOS included; decoding speeds compare only where these are alike) | {fs_tokens} | "
           f"{sn_tokens:.0f} | {sn_tokens / fs_tokens:.2f} |")
+    if sn_tokens_w != sn_tokens:
+        print(f"WARNING: --workers wrote {sn_tokens_w:.0f} output tokens, one process {sn_tokens:.0f}")
     if ct2_dec is not None:
         print(f"| decoding sentences/s, structnmt's CTranslate2 export | {fs_dec:.1f} | {ct2_dec:.1f} | "
               f"{ct2_dec / fs_dec:.2f} |")

@@ -61,6 +61,21 @@ def test_translate_and_score_reach_bleu_threshold(trained):
     assert (work / "model" / "tensorboard").is_dir() and (work / "model" / "metrics.jsonl").exists()
 
 
+def test_translate_with_two_worker_processes_writes_the_same_translations(trained):
+    work = trained
+    if not (work / "test.hyp").exists():
+        run("translate", "--checkpoint", str(work / "avg.pt"), "--input", str(work / "corpus" / "test.src"),
+            "--output", str(work / "test.hyp"), "--no-progress")
+    # a small batch size gives several batches per worker
+    run("translate", "--checkpoint", str(work / "avg.pt"), "--input", str(work / "corpus" / "test.src"),
+        "--output", str(work / "test.workers.hyp"), "--workers", "2", "--batch-size", "16", "--no-progress")
+    one = run("translate", "--checkpoint", str(work / "avg.pt"), "--input", str(work / "corpus" / "test.src"),
+              "--batch-size", "16").stdout
+    assert (work / "test.workers.hyp").read_text() == one
+    bad = run("translate", "--checkpoint", str(work / "avg.pt"), "--workers", "0", stdin="a\n", check=False)
+    assert bad.returncode == 2 and "--workers 0: give a number of decoding processes >= 1" in bad.stderr
+
+
 def test_translate_from_stdin_greedy_and_nbest(trained):
     work = trained
     lines = (work / "corpus" / "test.src").read_text().splitlines()[:5]

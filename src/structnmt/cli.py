@@ -111,9 +111,19 @@ def cmd_translate(args) -> int:
     from .export import is_export
 
     if is_export(args.checkpoint):
+        if args.workers != 1:
+            return _err("--workers is for structnmt checkpoints; a CTranslate2 export runs its own threads "
+                        "(drop --workers).")
         return _translate_ctranslate2(args)
     tr = Translator(args.checkpoint, data_dir=args.data, device=args.device, parser_overrides=overrides,
-                    too_long=args.too_long)
+                    too_long=args.too_long, workers=args.workers)
+    try:
+        return _translate_with(tr, args)
+    finally:
+        tr.close()
+
+
+def _translate_with(tr, args) -> int:
     if tr.note:
         print(f"translate: {tr.note}", file=sys.stderr)
     d = tr.cfg.decode
@@ -413,6 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--parse-dependency", help="pre-parsed input (CoNLL-U) for models prepared with parser 'file'")
     s.add_argument("--parse-constituency", help="pre-parsed input (PTB) for models prepared with parser 'file'")
     s.add_argument("--device", default="auto")
+    s.add_argument("--workers", type=int, default=1,
+                   help="CPU decoding processes, one thread each (default 1: this process, torch's threads)")
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_translate)
 

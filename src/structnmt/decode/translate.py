@@ -9,6 +9,7 @@ translated. Either way :attr:`Translator.too_long` lists its 1-based line number
 from __future__ import annotations
 
 import json
+import multiprocessing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,13 +52,15 @@ def translate_ids(
     max_positions: int,
     progress: bool = False,
     structures_for: Callable[[list[int], int], dict[str, torch.Tensor]] | None = None,
+    pool: DecodePool | None = None,
 ) -> list[list]:
     """Piece-id sources (with EOS) -> per sentence the n-best :class:`Hypothesis` list, in input order.
 
     A source longer than ``max_positions`` is not decoded: its list is empty.
 
     ``structures_for(indices, S)`` builds the structure tensors of the sentences
-    ``indices`` padded to length ``S``, for mechanisms that need them.
+    ``indices`` padded to length ``S``, for mechanisms that need them. ``pool``: the
+    batches are decoded by its worker processes (same batches, same results), not here.
     """
     order = sorted((i for i in range(len(sources)) if len(sources[i]) <= max_positions), key=lambda i: len(sources[i]))
     results: list[list] = [[] for _ in sources]  # a source longer than max_positions keeps []
@@ -66,8 +69,19 @@ def translate_ids(
         from tqdm import tqdm
 
         bar = tqdm(total=len(sources), desc="translate", unit=" sent", mininterval=1.0)
-    for start in range(0, len(order), dcfg.batch_size):
-        idx = order[start : start + dcfg.batch_size]
+    batches = [order[start : start + dcfg.batch_size] for start in range(0, len(order), dcfg.batch_size)]
+    if pool is not None:
+        if structures_for is not None:
+            raise ValueError("a DecodePool decodes models that read no structures")
+        for idx, hyps in zip(batches, pool.decode([[sources[i] for i in idx] for idx in batches], dcfg, max_positions)):
+            for i, h in zip(idx, hyps):
+                results[i] = h
+            if bar is not None:
+                bar.update(len(idx))
+        if bar is not None:
+            bar.close()
+        return results
+    for idx in batches:
         src, mask = pad_sources([sources[i] for i in idx])
         structures = None
         if structures_for is not None:
@@ -82,6 +96,58 @@ def translate_ids(
     return results
 
 
+class DecodePool:
+    """``workers`` CPU processes, each with its own copy of a checkpoint's model on ``threads`` threads.
+
+    On a CPU with few cores, beam search over small matrices uses a second thread poorly
+    (most of its operations are too small to split); two processes with one thread each
+    decode two batches at once instead. Each batch is decoded exactly as in one process
+    (the same batches, so the same translations); the batches go to whichever worker is
+    free and come back in order. The workers start (and load the model) when the pool is
+    made; :meth:`close` stops them. Only for models that read no parses (their structure
+    tensors are built from the parent's parses). The workers are spawned (not forked), so
+    a script that makes a pool needs Python's ``if __name__ == "__main__":`` guard; the
+    command line has it.
+    """
+
+    def __init__(self, checkpoint: str | Path, workers: int, threads: int = 1, data_dir: str | Path | None = None):
+        if workers < 2:
+            raise ValueError("a DecodePool has at least 2 workers")
+        ctx = multiprocessing.get_context("spawn")  # fork after torch has started threads can hang
+        self.pool = ctx.Pool(workers, initializer=_pool_init, initargs=(str(checkpoint), threads, data_dir))
+        self.workers = workers
+
+    def decode(self, batches: list[list[list[int]]], dcfg: DecodeConfig, max_positions: int) -> Iterable[list]:
+        """Per batch of piece-id sources (each sorted by the caller), the n-best lists, in order."""
+        return self.pool.imap(_pool_decode, [(b, dcfg, max_positions) for b in batches], chunksize=1)
+
+    def close(self) -> None:
+        self.pool.terminate()
+        self.pool.join()
+
+
+_POOL_MODEL: dict = {}
+
+
+def _pool_init(checkpoint: str, threads: int, data_dir) -> None:
+    from ..allocator import configure_allocator
+
+    configure_allocator()
+    torch.set_num_threads(threads)
+    state = load_checkpoint(checkpoint)
+    cfg = from_dict(state["config"], where=f"{checkpoint} (saved config)")
+    src_vocab, tgt_vocab = checkpoint_vocabs(state, checkpoint, data_dir)
+    model = build_model(cfg.model, len(src_vocab), len(tgt_vocab))
+    load_model_state(model, state, checkpoint)
+    _POOL_MODEL["model"] = model.eval()
+
+
+def _pool_decode(task) -> list:
+    sources, dcfg, max_positions = task
+    src, mask = pad_sources(sources)
+    return decode_batch(_POOL_MODEL["model"], src, mask, dcfg, max_positions)
+
+
 class Translator:
     """A checkpoint with its vocabularies, ready to translate raw lines.
 
@@ -92,9 +158,12 @@ class Translator:
     """
 
     def __init__(self, checkpoint: str | Path, *, data_dir: str | Path | None = None, device: str = "auto",
-                 parser_overrides: dict | None = None, too_long: str = "empty"):
+                 parser_overrides: dict | None = None, too_long: str = "empty", workers: int = 1):
         if too_long not in ("empty", "truncate"):
             raise ValueError(f"too_long must be 'empty' or 'truncate', not {too_long!r}")
+        if workers < 1:
+            raise UserError(f"--workers {workers}: give a number of decoding processes >= 1.")
+        self.pool: DecodePool | None = None
         self.too_long_policy = too_long
         self.note = ""  # one line for the user about how the input is read, if anything is unusual
         self.pieces_without_prefix = False
@@ -145,6 +214,20 @@ class Translator:
                 self.note = ("this model's features read no trees; its dataset's pre-parsed trees do not cover this "
                              "input, so words are taken from the SentencePiece pieces (pass --parse-dependency and "
                              "--parse-constituency to use parses instead).")
+        if workers > 1:
+            if self.device.type != "cpu":
+                raise UserError(f"--workers {workers}: several decoding processes are for the CPU; on {self.device} "
+                                "decode with one (drop --workers).")
+            if self.structures:
+                raise UserError(f"--workers {workers}: {checkpoint} reads parses ({', '.join(sorted(self.structures))}), "
+                                "which one process builds; decode it with one worker (drop --workers).")
+            self.pool = DecodePool(checkpoint, workers, data_dir=data_dir)
+
+    def close(self) -> None:
+        """Stop the decoding processes (``workers`` > 1); the translator then decodes in this process."""
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
 
     def _parse(self, texts: list[str], prefix: str | None = None, lang: str | None = None):
         """((dependency, constituency), word_of_piece) of every (non-empty, stripped) text;
@@ -210,7 +293,7 @@ class Translator:
                                         self.label_ids)
 
         hyps = translate_ids(self.model, [sources[j] for j in todo], dcfg, device=self.device,
-                             max_positions=limit, progress=progress, structures_for=structures_for)
+                             max_positions=limit, progress=progress, structures_for=structures_for, pool=self.pool)
         # empty lines, and lines that could not be translated, get one empty translation in place
         kept = set(keep)
         out = [[Translation("", float("-inf") if i in kept else 0.0, [])] for i in range(len(lines))]

@@ -70,23 +70,20 @@ def translate_ids(
 
         bar = tqdm(total=len(sources), desc="translate", unit=" sent", mininterval=1.0)
     batches = [order[start : start + dcfg.batch_size] for start in range(0, len(order), dcfg.batch_size)]
-    if pool is not None:
-        if structures_for is not None:
-            raise ValueError("a DecodePool decodes models that read no structures")
-        for idx, hyps in zip(batches, pool.decode([[sources[i] for i in idx] for idx in batches], dcfg, max_positions)):
-            for i, h in zip(idx, hyps):
-                results[i] = h
-            if bar is not None:
-                bar.update(len(idx))
-        if bar is not None:
-            bar.close()
-        return results
-    for idx in batches:
-        src, mask = pad_sources([sources[i] for i in idx])
-        structures = None
-        if structures_for is not None:
-            structures = {k: v.to(device) for k, v in structures_for(idx, src.shape[1]).items()}
-        hyps = decode_batch(model, src.to(device), mask.to(device), dcfg, max_positions, structures)
+    if pool is not None and structures_for is not None:
+        raise ValueError("a DecodePool decodes models that read no structures")
+
+    def decoded_here():
+        for idx in batches:
+            src, mask = pad_sources([sources[i] for i in idx])
+            structures = None
+            if structures_for is not None:
+                structures = {k: v.to(device) for k, v in structures_for(idx, src.shape[1]).items()}
+            yield decode_batch(model, src.to(device), mask.to(device), dcfg, max_positions, structures)
+
+    decoded = (pool.decode([[sources[i] for i in idx] for idx in batches], dcfg, max_positions)
+               if pool is not None else decoded_here())
+    for idx, hyps in zip(batches, decoded):
         for i, h in zip(idx, hyps):
             results[i] = h
         if bar is not None:

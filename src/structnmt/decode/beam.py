@@ -18,6 +18,7 @@ when it holds ``beam`` finalised hypotheses, or when it reaches its maximum leng
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ def _max_lens(src_mask: Tensor, a: float, b: int, cap: int) -> Tensor:
     return torch.clamp((a * src_len + b).floor().long(), min=1, max=cap)
 
 
+@functools.lru_cache(maxsize=64)
 def _chunk_size(V: int, k: int) -> int:
     """The divisor of V between 32 and 1024 closest to sqrt(V) with at least 4k chunks; 0 if none."""
     best = 0

@@ -365,3 +365,103 @@ def test_failed_rebuild_keeps_nothing_half_written(tmp_path):
         prepare(_cfg(pref), out, progress=False, log=Log())
     assert (out / "manifest.json").exists()
     assert len(PreparedDataset(out).split("train")) == 200
+
+
+# ---------------------------------------------------------------------------- --lowercase
+
+
+@pytest.fixture(scope="module")
+def lowercased(tmp_path_factory):
+    """A corpus with capitalised words, prepared with ``lowercase=True`` (joint vocabulary)."""
+    root = tmp_path_factory.mktemp("lc")
+    src = [" ".join(w.capitalize() if i % 2 else w.upper() for i, w in enumerate(s.split()))
+           for s in _sentences(250, 11)]
+    tgt = [s.capitalize() for s in _sentences(250, 12)]
+    vsrc, vtgt = [s.title() for s in _sentences(20, 13)], [s.title() for s in _sentences(20, 14)]
+    cfg = _cfg(_corpus(root, "train", src, tgt), validpref=_corpus(root, "valid", vsrc, vtgt), lowercase=True)
+    manifest, _ = _run(cfg, root / "data")
+    return {"out": root / "data", "manifest": manifest, "cfg": cfg, "train": (src, tgt), "valid": (vsrc, vtgt)}
+
+
+def test_lowercase_trains_and_encodes_lowercased_text_and_keeps_raw_references(lowercased):
+    out, m = lowercased["out"], lowercased["manifest"]
+    assert m["config"]["lowercase"] is True
+    assert m["vocab"]["src"]["lowercase"] is True and m["vocab"]["tgt"]["lowercase"] is True
+    ds = PreparedDataset(out)
+    assert ds.src_vocab.lowercase and ds.tgt_vocab.lowercase
+    pieces = [ds.src_vocab.sp.id_to_piece(i) for i in range(len(ds.src_vocab))]
+    assert not any(ch.isupper() for p in pieces for ch in p)  # SentencePiece never saw a capital
+    src, tgt = lowercased["train"]
+    train = ds.split("train")
+    assert ds.tgt_vocab.decode(train.get("tgt", 0).tolist()) == tgt[0].lower() != tgt[0]
+    assert ds.src_vocab.decode(train.get("src", 0).tolist()) == src[0].lower()
+    # cased input encodes exactly as its lowercased form (what translation relies on)
+    assert ds.src_vocab.encode([src[3]]) == ds.src_vocab.encode([src[3].lower()])
+    assert ds.src_vocab.encode([src[3]])[0] == train.get("src", 3).tolist()
+    # references and sources for BLEU and decoding stay raw (cased)
+    vsrc, vtgt = lowercased["valid"]
+    assert (out / "valid.ref.txt").read_text(encoding="utf-8").splitlines() == vtgt
+    assert (out / "valid.src.txt").read_text(encoding="utf-8").splitlines() == vsrc
+
+
+def test_lowercase_is_part_of_the_vocabulary_identity_and_of_the_manifest_key(lowercased, tmp_path):
+    from structnmt.data.prepare import _manifest_key
+    from structnmt.data.vocab import Vocab
+    from structnmt.train.checkpoint import checkpoint_vocabs, dataset_vocabs, vocab_entry
+
+    ds = PreparedDataset(lowercased["out"])
+    cased = Vocab(proto=ds.src_vocab.proto)
+    assert cased.sha256 != ds.src_vocab.sha256 and not cased.lowercase
+    assert cased.encode(["Alpha"]) != ds.src_vocab.encode(["Alpha"])
+    # the flag travels: checkpoint entry -> vocabularies, and dataset directory -> vocabularies
+    state = {"vocab_models": vocab_entry(ds.src_vocab, ds.tgt_vocab), "vocab": {"src": "spm.model", "tgt": "spm.model"},
+             "config": {}}
+    src, tgt = checkpoint_vocabs(state, "ckpt.pt")
+    assert src.lowercase and tgt.lowercase and src.sha256 == ds.src_vocab.sha256
+    src2, _ = dataset_vocabs(lowercased["out"], {"src": "spm.model", "tgt": "spm.model"})
+    assert src2.lowercase and src2.sha256 == ds.src_vocab.sha256
+    # a cased dataset with the same pieces is refused for this checkpoint
+    from structnmt.errors import CheckpointError
+    from structnmt.train.checkpoint import check_same_vocab
+
+    with pytest.raises(CheckpointError, match="not the one"):
+        check_same_vocab(state, cased, cased, checkpoint="ckpt.pt", data="cased-data")
+    # datasets prepared before the option existed keep their manifest key (not rebuilt)
+    plain = _cfg("train")
+    assert "lowercase" not in _manifest_key(plain, {})["config"]
+    assert _manifest_key(_cfg("train", lowercase=True), {})["config"]["lowercase"] is True
+
+
+def test_lowercase_with_a_parser_is_refused_with_the_fix(tmp_path):
+    from structnmt.syntax.parsers import ParserConfig
+
+    pref = _corpus(tmp_path, "train", _sentences(50, 1), _sentences(50, 2))
+    with pytest.raises(CorpusError, match="--lowercase.*--parser none"):
+        _run(_cfg(pref, lowercase=True, parser=ParserConfig(name="synthetic")), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_model_trained_on_lowercased_data_lowercases_what_it_translates(lowercased, tmp_path):
+    from structnmt.config import Config, DataConfig, ModelConfig, TrainConfig
+    from structnmt.decode.translate import Translator
+    from structnmt.train.checkpoint import load_checkpoint
+    from structnmt.train.trainer import train
+
+    save = tmp_path / "model"
+    cfg = Config(data=DataConfig(path=str(lowercased["out"]), max_tokens=600),
+                 model=ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=1,
+                                   share_all_embeddings=True),
+                 train=TrainConfig(seed=1, save_dir=str(save), warmup_updates=1, max_updates=3,
+                                   save_interval_updates=3, validate_interval_updates=3, tensorboard=False,
+                                   progress=False))
+    train(cfg, log=lambda *_a, **_k: None)
+    state = load_checkpoint(save / "checkpoint_last.pt")
+    assert state["vocab_models"]["src"]["lowercase"] is True
+    tr = Translator(save / "checkpoint_last.pt", device="cpu")
+    assert tr.src_vocab.lowercase
+    cased, lower = ["ALPHA Beta Gamma dog", "Red CAT"], ["alpha beta gamma dog", "red cat"]
+    a = [(h[0].text, h[0].score) for h in tr.translate(cased)]
+    b = [(h[0].text, h[0].score) for h in tr.translate(lower)]
+    assert a == b  # the same pieces in, so the same search and scores
+    tr.src_vocab.lowercase = False  # a reader of the cased text would see other pieces: other scores
+    assert [(h[0].text, h[0].score) for h in tr.translate(cased)] != a

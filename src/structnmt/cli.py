@@ -68,7 +68,7 @@ def cmd_prepare(args) -> int:
         source_lang=args.source_lang, target_lang=args.target_lang, trainpref=args.trainpref,
         validpref=args.validpref, testprefs=args.testpref or [], joint_vocab=not args.separate_vocab,
         vocab_size=args.vocab_size, tgt_vocab_size=args.tgt_vocab_size, model_type=args.model_type,
-        max_len=args.max_len, eval_too_long=args.eval_too_long, parser=parser,
+        max_len=args.max_len, eval_too_long=args.eval_too_long, parser=parser, lowercase=args.lowercase,
     )
     manifest = prepare(cfg, args.destdir, progress=not args.no_progress)
     for split, c in manifest["counts"].items():
@@ -378,6 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--separate-vocab", action="store_true", help="one SentencePiece model per side")
     s.add_argument("--tgt-vocab-size", type=int, default=0)
     s.add_argument("--model-type", default="bpe", choices=["bpe", "unigram"])
+    s.add_argument("--lowercase", action="store_true",
+                   help="lowercase both sides before SentencePiece (as fairseq's Multi30k recipe); models trained on it "
+                        "lowercase what they translate; the references stay raw (score with --lc-tok)")
     s.add_argument("--max-len", type=int, default=256,
                    help="pairs with more pieces are dropped (train) or handled by --eval-too-long (valid/test), "
                         "and counted")

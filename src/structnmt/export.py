@@ -188,6 +188,7 @@ def export_ctranslate2(checkpoint: str | Path, out_dir: str | Path, *, quantizat
     written = sorted(p.name for p in out.iterdir() if p.is_file() and p.name not in before)
     meta = {"checkpoint": str(Path(checkpoint).resolve()), "quantization": quantization or "none",
             "source_sha256": src_vocab.sha256, "target_sha256": tgt_vocab.sha256,
+            "lowercase": {"source": src_vocab.lowercase, "target": tgt_vocab.lowercase},
             "decode": {k: getattr(cfg.decode, k) for k in ("beam", "lenpen", "max_len_a", "max_len_b", "nbest",
                                                             "batch_size")},
             "max_positions": cfg.model.max_positions, "vocab_files": state["vocab"], "files": written}
@@ -223,8 +224,9 @@ class CT2Translator:
             raise ExportError(f"--device {device}: CTranslate2 sees {ctranslate2.get_cuda_device_count()} CUDA "
                               "device(s); use --device cpu.")
         self.meta = json.loads((d / MARKER).read_text(encoding="utf-8"))
-        self.src_vocab = Vocab(d / "source.spm.model")
-        self.tgt_vocab = Vocab(d / "target.spm.model")
+        lowercase = self.meta.get("lowercase", {})  # exports of `prepare --lowercase` models
+        self.src_vocab = Vocab(d / "source.spm.model", lowercase=lowercase.get("source", False))
+        self.tgt_vocab = Vocab(d / "target.spm.model", lowercase=lowercase.get("target", False))
         if data_dir is not None:
             from .train.checkpoint import dataset_vocabs
 

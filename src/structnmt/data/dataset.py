@@ -204,8 +204,9 @@ class PreparedDataset:
             raise FileNotFoundError(f"{mpath}: no prepared dataset here; run `structnmt prepare` first.")
         self.manifest = json.loads(mpath.read_text())
         files = self.manifest["vocab"]
-        self.src_vocab = Vocab(self.root / files["src"]["file"])
-        self.tgt_vocab = self.src_vocab if self.manifest["joint_vocab"] else Vocab(self.root / files["tgt"]["file"])
+        self.src_vocab = Vocab(self.root / files["src"]["file"], lowercase=files["src"].get("lowercase", False))
+        self.tgt_vocab = self.src_vocab if self.manifest["joint_vocab"] else Vocab(
+            self.root / files["tgt"]["file"], lowercase=files["tgt"].get("lowercase", False))
 
     def split(self, name: str, *, structure_cache_mb: float = 1024) -> PreparedSplit:
         return PreparedSplit(self.root, name, self.src_vocab, structure_cache_mb=structure_cache_mb)

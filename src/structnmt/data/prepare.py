@@ -78,6 +78,9 @@ class PrepareConfig:
     spm_max_sentences: int = 2_000_000
     chunk: int = 10000
     parser: ParserConfig = field(default_factory=ParserConfig)
+    # both sides lowercased (str.lower) before SentencePiece; the vocabularies keep the flag, so
+    # translation lowercases its input too. The raw references stay as they are (for BLEU).
+    lowercase: bool = False
 
 
 def _split_files(cfg: PrepareConfig) -> dict[str, tuple[Path, Path]]:
@@ -108,7 +111,10 @@ def _parser_version(cfg: ParserConfig) -> str:
 
 
 def _manifest_key(cfg: PrepareConfig, digests: dict) -> dict:
-    return {"version": FORMAT_VERSION, "config": asdict(cfg), "inputs": digests,
+    config = asdict(cfg)
+    if not cfg.lowercase:  # datasets prepared before the option existed stay up to date
+        del config["lowercase"]
+    return {"version": FORMAT_VERSION, "config": config, "inputs": digests,
             "parser_version": _parser_version(cfg.parser)}
 
 
@@ -147,6 +153,9 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
     out = Path(out_dir)
     if cfg.eval_too_long not in ("truncate", "drop"):
         raise CorpusError(f"eval_too_long={cfg.eval_too_long!r}: choose truncate or drop.")
+    if cfg.lowercase and cfg.parser.name != "none":
+        raise CorpusError(f"--lowercase with the parser {cfg.parser.name!r}: lowercasing is for unparsed data only "
+                          "(a parser reads the cased text); drop --lowercase or use --parser none.")
     old = existing_manifest(out)  # refuses a destination that is not ours before any work
     splits = _split_files(cfg)
     backend = build_parser(cfg.parser)  # fails early on an unknown parser or a missing pipeline
@@ -203,7 +212,7 @@ def _build(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, p
         sample_stats.empty_examples.clear()
         try:
             vocab = train_sentencepiece(lines, prefix, vocab_size=size, model_type=cfg.model_type,
-                                        max_sentences=cfg.spm_max_sentences)
+                                        max_sentences=cfg.spm_max_sentences, lowercase=cfg.lowercase)
         except RuntimeError:
             if stream_error:
                 raise stream_error[0] from None
@@ -358,7 +367,8 @@ def _build(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, p
     manifest = {
         **key,
         "counts": counts,
-        "vocab": {side: {"file": vocab_files[side], "size": len(vocabs[side])} for side in ("src", "tgt")},
+        "vocab": {side: {"file": vocab_files[side], "size": len(vocabs[side]),
+                         **({"lowercase": True} if cfg.lowercase else {})} for side in ("src", "tgt")},
         "joint_vocab": cfg.joint_vocab,
         "syntax": {"parser": cfg.parser.name, "labels": sorted(labels)} if parsing else None,
         "seconds": round(time.time() - t0, 2),

@@ -16,10 +16,17 @@ PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
 
 class Vocab:
-    """A trained SentencePiece model: text <-> piece ids."""
+    """A trained SentencePiece model: text <-> piece ids.
 
-    def __init__(self, model_path: str | Path | None = None, *, proto: bytes | None = None):
+    ``lowercase``: the model was trained on lowercased text (``structnmt prepare
+    --lowercase``), so every text is lowercased (``str.lower``) before it is encoded. The
+    flag is part of the vocabulary's identity (:attr:`sha256`) and travels with it in the
+    manifest and the checkpoint, so a model never reads cased text it was not trained on.
+    """
+
+    def __init__(self, model_path: str | Path | None = None, *, proto: bytes | None = None, lowercase: bool = False):
         """From a ``.model`` file, or from the bytes of one (``proto``, as a checkpoint keeps it)."""
+        self.lowercase = bool(lowercase)
         self.path = Path(model_path) if model_path is not None else None
         if proto is not None:
             self.sp = spm.SentencePieceProcessor(model_proto=proto)
@@ -34,17 +41,21 @@ class Vocab:
 
     @property
     def sha256(self) -> str:
-        """Identity of the pieces: SHA-256 of the serialized model."""
-        return hashlib.sha256(self.proto).hexdigest()
+        """Identity of the pieces: SHA-256 of the serialized model (and of the lowercasing, when set)."""
+        return hashlib.sha256(self.proto + (b"\0lowercase" if self.lowercase else b"")).hexdigest()
 
     def __len__(self) -> int:
         return self.sp.get_piece_size()
 
+    def normalize(self, lines: list[str]) -> list[str]:
+        """The texts as the model reads them (lowercased for a ``lowercase`` vocabulary)."""
+        return [line.lower() for line in lines] if self.lowercase else lines
+
     def encode(self, lines: list[str]) -> list[list[int]]:
-        return self.sp.encode(lines, out_type=int)
+        return self.sp.encode(self.normalize(lines), out_type=int)
 
     def encode_pieces(self, lines: list[str]) -> list[list[str]]:
-        return self.sp.encode(lines, out_type=str)
+        return self.sp.encode(self.normalize(lines), out_type=str)
 
     def decode(self, ids: list[int]) -> str:
         """Detokenised text; stops at the first EOS and skips BOS/PAD."""
@@ -68,13 +79,15 @@ def train_sentencepiece(
     max_sentences: int = 2_000_000,
     seed_sentencepiece_size: int = 1_000_000,
     num_threads: int = 2,
+    lowercase: bool = False,
 ) -> Vocab:
     """Train a SentencePiece model from a stream of lines.
 
     SentencePiece samples at most ``max_sentences`` of the stream (shuffled), so memory
-    stays bounded for WMT-size corpora.
+    stays bounded for WMT-size corpora. ``lowercase``: trained on the lowercased lines,
+    and the returned vocabulary lowercases what it encodes.
     """
-    it: Iterator[str] = iter(lines)
+    it: Iterator[str] = (line.lower() for line in lines) if lowercase else iter(lines)
     spm.SentencePieceTrainer.train(
         sentence_iterator=it,
         model_prefix=str(model_prefix),
@@ -92,4 +105,4 @@ def train_sentencepiece(
         num_threads=num_threads,
         minloglevel=2,
     )
-    return Vocab(f"{model_prefix}.model")
+    return Vocab(f"{model_prefix}.model", lowercase=lowercase)

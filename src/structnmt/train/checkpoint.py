@@ -18,6 +18,7 @@ directory, next to the checkpoint), and a size mismatch is a one-sentence error.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -52,7 +53,8 @@ def load_checkpoint(path: str | Path) -> dict:
 
 def vocab_entry(src: Vocab, tgt: Vocab) -> dict:
     """The ``vocab_models`` entry of a checkpoint (see the module docstring)."""
-    return {side: {"sha256": v.sha256, "size": len(v), "proto": v.proto} for side, v in (("src", src), ("tgt", tgt))}
+    return {side: {"sha256": v.sha256, "size": len(v), "proto": v.proto, "lowercase": v.lowercase}
+            for side, v in (("src", src), ("tgt", tgt))}
 
 
 def check_same_vocab(state: dict, src: Vocab, tgt: Vocab, *, checkpoint: str | Path, data: str | Path) -> None:
@@ -96,9 +98,9 @@ def checkpoint_vocabs(state: dict, checkpoint: str | Path, data_dir: str | Path 
         return src, tgt
     saved = state.get("vocab_models")
     if saved:
-        src = Vocab(proto=saved["src"]["proto"])
+        src = Vocab(proto=saved["src"]["proto"], lowercase=saved["src"].get("lowercase", False))
         same = saved["src"]["sha256"] == saved["tgt"]["sha256"]
-        return src, (src if same else Vocab(proto=saved["tgt"]["proto"]))
+        return src, (src if same else Vocab(proto=saved["tgt"]["proto"], lowercase=saved["tgt"].get("lowercase", False)))
     data_path = Path(state["config"].get("data", {}).get("path", "") or ".")
     ckpt_dir = Path(checkpoint).resolve().parent
     for root in (data_path, ckpt_dir / data_path, ckpt_dir):
@@ -115,8 +117,12 @@ def dataset_vocabs(root: Path, files: dict) -> tuple[Vocab, Vocab]:
         if not (root / files[side]).is_file():
             raise CheckpointError(f"{root}: has no {files[side]}; give the prepared dataset directory "
                                   "(the --destdir of `structnmt prepare`).")
-    src = Vocab(root / files["src"])
-    return src, (src if files["src"] == files["tgt"] else Vocab(root / files["tgt"]))
+    lowercase = {"src": False, "tgt": False}  # `prepare --lowercase` datasets say so in their manifest
+    if (root / "manifest.json").is_file():
+        entries = json.loads((root / "manifest.json").read_text()).get("vocab", {})
+        lowercase = {side: bool(entries.get(side, {}).get("lowercase", False)) for side in lowercase}
+    src = Vocab(root / files["src"], lowercase=lowercase["src"])
+    return src, (src if files["src"] == files["tgt"] else Vocab(root / files["tgt"], lowercase=lowercase["tgt"]))
 
 
 def load_model_state(model: torch.nn.Module, state: dict, checkpoint: str | Path) -> None:

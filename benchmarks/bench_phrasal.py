@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from structnmt.allocator import configure_allocator  # noqa: E402
 from structnmt.config import AttentionSpec, ModelConfig
 from structnmt.data.dataset import PreparedDataset, collate, make_batches
 from structnmt.data.prepare import PrepareConfig, prepare
@@ -153,6 +154,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave as is)")
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "structnmt-bench-phrasal"))
     args = ap.parse_args()
+    allocator = configure_allocator()  # as `structnmt train` does (STRUCTNMT_MALLOC=system: glibc's own)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -164,7 +166,7 @@ def main() -> None:
     if args.only:
         specs = {k: v for k, v in specs.items() if k == "baseline" or k in args.only}
     models = {name: build(args.size, spec, vocab, seed=1).to(device) for name, spec in specs.items()}
-    opts = {name: torch.optim.Adam(m.parameters(), lr=1e-4) for name, m in models.items()}
+    opts = {name: torch.optim.Adam(m.parameters(), lr=1e-4, fused=True) for name, m in models.items()}
     names = list(models)
 
     all_batches, _ = make_batches(split.src_lens, split.tgt_lens, max_tokens=args.max_tokens, seed=1)
@@ -201,7 +203,7 @@ def main() -> None:
 
     ntok = sum(b.n_tgt_tokens for b in batches) or float("nan")
     med = statistics.median
-    print(f"# bench_phrasal  size={args.size} {SIZES[args.size]}  device={device} threads={torch.get_num_threads()}"
+    print(f"# bench_phrasal  size={args.size} {SIZES[args.size]}  device={device} threads={torch.get_num_threads()} allocator={allocator}"
           f"  torch {torch.__version__}  {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
     print(f"# training: {len(batches)} batches (max_tokens={args.max_tokens}, {ntok} target tokens), {args.rounds} "
           f"rounds; decoding: {len(order)} sentences, beam {args.beam}, batches of {args.decode_batch}, cached")

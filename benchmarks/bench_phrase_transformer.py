@@ -51,6 +51,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_mgsa import SIZES, dataset, step  # noqa: E402
 
+from structnmt.allocator import configure_allocator  # noqa: E402
 from structnmt.config import AttentionPlan, AttentionSpec, ModelConfig  # noqa: E402
 from structnmt.data.dataset import PreparedDataset, collate, make_batches  # noqa: E402
 from structnmt.models.transformer import TransformerModel  # noqa: E402
@@ -85,7 +86,7 @@ def phase2_table(rounds: int, device: torch.device) -> None:
     from structnmt.nn.phrase_transformer import within_phrase_attention
     from structnmt.syntax.batching import StructureSpec, build_structures
 
-    print(f"# phase 2 alone (fwd + bwd), threads={torch.get_num_threads()}, min over {rounds} rounds after one warm-up")
+    print(f"# phase 2 alone (fwd + bwd), threads={torch.get_num_threads()} allocator={configure_allocator()}, min over {rounds} rounds after one warm-up")
     print(f"{'words':>6}{'k':>3}{'batch':>7}{'L':>6}{'K':>4}{'dense ms':>10}{'gathered ms':>13}{'g/d':>7}")
     for words in (10, 20, 40, 80, 160, 320):
         for k in (2, 3):
@@ -125,6 +126,7 @@ def main() -> None:
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "structnmt-bench-mgsa"))
     ap.add_argument("--phase2", action="store_true", help="time phase 2 alone, dense vs gathered, by length")
     args = ap.parse_args()
+    allocator = configure_allocator()  # as `structnmt train` does (STRUCTNMT_MALLOC=system: glibc's own)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.phase2:
@@ -137,7 +139,7 @@ def main() -> None:
     vocab = len(ds.src_vocab)
     specs = {k: v for k, v in VARIANTS.items() if not args.only or k == "baseline" or k in args.only}
     models = {name: build(args.size, plan, vocab, seed=1).to(device) for name, plan in specs.items()}
-    opts = {name: torch.optim.Adam(m.parameters(), lr=1e-4) for name, m in models.items()}
+    opts = {name: torch.optim.Adam(m.parameters(), lr=1e-4, fused=True) for name, m in models.items()}
 
     all_batches, _ = make_batches(split.src_lens, split.tgt_lens, max_tokens=args.max_tokens, seed=1)
     pick = np.random.default_rng(0).choice(len(all_batches), size=min(args.train_batches, len(all_batches)),
@@ -170,7 +172,7 @@ def main() -> None:
 
     ntok = sum(b.n_tgt_tokens for b in batches)
     nsrc = sum(int(b.src_mask.sum()) for b in batches)
-    print(f"# bench_phrase_transformer  size={args.size} {SIZES[args.size]}  device={device} threads={torch.get_num_threads()}"
+    print(f"# bench_phrase_transformer  size={args.size} {SIZES[args.size]}  device={device} threads={torch.get_num_threads()} allocator={allocator}"
           f"  torch {torch.__version__}  {platform.processor() or platform.machine()}")
     print(f"# {len(batches)} batches (max_tokens={args.max_tokens}): {nsrc} source / {ntok} target tokens; "
           f"{args.rounds} rounds, rotating order; times = median over rounds of the summed step times")

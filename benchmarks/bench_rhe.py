@@ -42,6 +42,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_mgsa import SIZES, dataset, step  # noqa: E402
 
+from structnmt.allocator import configure_allocator  # noqa: E402
 from structnmt.config import AttentionPlan, AttentionSpec, ModelConfig  # noqa: E402
 from structnmt.data.dataset import PreparedDataset, collate, make_batches  # noqa: E402
 from structnmt.models.transformer import TransformerModel  # noqa: E402
@@ -86,6 +87,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave as is)")
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "structnmt-bench-mgsa"))
     args = ap.parse_args()
+    allocator = configure_allocator()  # as `structnmt train` does (STRUCTNMT_MALLOC=system: glibc's own)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -95,7 +97,7 @@ def main() -> None:
     vocab = len(ds.src_vocab)
     specs = {k: v for k, v in VARIANTS.items() if not args.only or k == "baseline" or k in args.only}
     models = {name: build(args.size, plan, vocab, seed=1).to(device) for name, plan in specs.items()}
-    opts = {name: torch.optim.Adam(m.parameters(), lr=1e-4) for name, m in models.items()}
+    opts = {name: torch.optim.Adam(m.parameters(), lr=1e-4, fused=True) for name, m in models.items()}
 
     all_batches, _ = make_batches(split.src_lens, split.tgt_lens, max_tokens=args.max_tokens, seed=1)
     pick = np.random.default_rng(0).choice(len(all_batches), size=min(args.train_batches, len(all_batches)),
@@ -128,7 +130,7 @@ def main() -> None:
 
     ntok = sum(b.n_tgt_tokens for b in batches)
     nsrc = sum(int(b.src_mask.sum()) for b in batches)
-    print(f"# bench_rhe  size={args.size} {SIZES[args.size]}  device={device} threads={torch.get_num_threads()}"
+    print(f"# bench_rhe  size={args.size} {SIZES[args.size]}  device={device} threads={torch.get_num_threads()} allocator={allocator}"
           f"  torch {torch.__version__}  {platform.processor() or platform.machine()}")
     print(f"# {len(batches)} batches (max_tokens={args.max_tokens}): {nsrc} source / {ntok} target tokens; "
           f"{args.rounds} rounds, rotating order; times = median over rounds of the summed step times")

@@ -39,6 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_mgsa import SIZES, dataset, step  # noqa: E402
 
+from structnmt.allocator import configure_allocator  # noqa: E402
 from structnmt.config import AttentionPlan, AttentionSpec, ModelConfig, RNNConfig  # noqa: E402
 from structnmt.data.dataset import PreparedDataset, collate, make_batches  # noqa: E402
 from structnmt.models import build_model  # noqa: E402
@@ -79,6 +80,7 @@ def main() -> None:
     ap.add_argument("--mt-reps", type=int, default=20)
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "structnmt-bench-mgsa"))
     args = ap.parse_args()
+    allocator = configure_allocator()  # as `structnmt train` does (STRUCTNMT_MALLOC=system: glibc's own)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -89,7 +91,7 @@ def main() -> None:
     for name, (_, cfg) in VARIANTS.items():
         torch.manual_seed(1)
         models[name] = build_model(cfg, vocab, vocab).to(device)
-    opts = {n: torch.optim.Adam(m.parameters(), lr=1e-4) for n, m in models.items()}
+    opts = {n: torch.optim.Adam(m.parameters(), lr=1e-4, fused=True) for n, m in models.items()}
     all_batches, _ = make_batches(split.src_lens, split.tgt_lens, max_tokens=args.max_tokens, seed=1)
     pick = np.random.default_rng(0).choice(len(all_batches), size=min(args.train_batches, len(all_batches)),
                                            replace=False)
@@ -107,7 +109,7 @@ def main() -> None:
                 tot[n] += step(models[n], opts[n], b, device)
         for n in names:
             per_round[n].append(tot[n])
-    print(f"# bench_sa_nmt  device={device} threads={torch.get_num_threads()}  torch {torch.__version__}  "
+    print(f"# bench_sa_nmt  device={device} threads={torch.get_num_threads()} allocator={allocator}  torch {torch.__version__}  "
           f"{platform.processor() or platform.machine()}")
     print(f"# {len(batches)} batches (max_tokens={args.max_tokens}); {args.rounds} rounds, rotating order")
     print(f"{'variant':<15}{'baseline':<13}{'params':>11}{'step s (sum)':>14}{'ratio':>8}{'min-ratio':>11}")

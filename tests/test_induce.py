@@ -175,6 +175,18 @@ def test_induce_end_to_end(synth_data, tmp_path):
     with pytest.raises(UserError, match="not found"):
         induce_table([("a", tmp_path / "nowhere")], tmp_path / "t3.md")
     assert main(["induce-table", "no-equals-sign", "--out", str(tmp_path / "t4.md")]) == 2
+    # BLEU column and the rank correlation of DA/UA with BLEU (here every model has the same trees: undefined)
+    assert main(["induce-table", f"SA={tmp_path / 'out'}", f"again={tmp_path / 'out'}", f"third={tmp_path / 'out'}",
+                 "--bleu", "SA=20.5", "--bleu", "again=22", "--bleu", "third=1e1", "--out", str(tmp_path / "tb.md")]) == 0
+    tb = (tmp_path / "tb.md").read_text()
+    assert f"| SA | {red['model']['DA']:.1f} | {red['model']['UA']:.1f} |" in tb and "| 20.50 |" in tb
+    assert "| 10.00 |" in tb and "- DA vs BLEU: rho undefined (a constant column, n = 3)" in tb
+    assert main(["induce-table", f"SA={tmp_path / 'out'}", f"again={tmp_path / 'out'}", "--bleu", "SA=20",
+                 "--out", str(tmp_path / "tc.md")]) == 0
+    assert "not computed: 1 models with a BLEU" in (tmp_path / "tc.md").read_text()
+    with pytest.raises(UserError, match="--bleu 'nope': no run has that label"):
+        induce_table([("SA", tmp_path / "out")], tmp_path / "td.md", bleu={"nope": 1.0})
+    assert main(["induce-table", f"SA={tmp_path / 'out'}", "--bleu", "SA=high", "--out", str(tmp_path / "te.md")]) == 2
     # the shape columns: from the report, or (a report older than them) from the written trees, the same
     assert red["shape"]["trees"] >= 1
     import json as _json

@@ -288,7 +288,16 @@ def cmd_induce_table(args) -> int:
             return _err(f"induce-table: {item!r} is not LABEL=DIR; write e.g. 'SA-NMT (shared)=runs/induce/sa'.")
         label, d = item.split("=", 1)
         runs.append((label, d))
-    print(f"induce-table: wrote {induce_table(runs, args.out, args.title)}")
+    bleu = {}
+    for item in args.bleu or []:
+        label, _, value = item.rpartition("=")
+        try:
+            bleu[label] = float(value)
+        except ValueError:
+            label = ""
+        if not label:
+            return _err(f"induce-table: --bleu {item!r} is not LABEL=NUMBER; write e.g. --bleu 'SA-NMT (shared)=27.1'.")
+    print(f"induce-table: wrote {induce_table(runs, args.out, args.title, bleu=bleu)}")
     return 0
 
 
@@ -506,6 +515,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("runs", nargs="+", help="LABEL=DIR, DIR an `induce --out` directory (same gold file each)")
     s.add_argument("--out", required=True, help="the Markdown file to write")
     s.add_argument("--title", default="")
+    s.add_argument("--bleu", action="append", metavar="LABEL=NUMBER",
+                   help="a model's BLEU (repeatable): adds a BLEU column and the rank correlation of DA/UA with BLEU")
     s.set_defaults(func=cmd_induce_table)
 
     s = sub.add_parser("head-roles", help="redundant encoder heads (RHE) over training, compared across runs (PNG + table)")

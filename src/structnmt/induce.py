@@ -491,13 +491,19 @@ TABLE4_RULES = (("VERB", "NOUN"), ("VERB", "PRON"), ("VERB", "ADV"), ("VERB", "V
                 ("NOUN", "DET"), ("NOUN", "ADP"), ("NOUN", "NOUN"), ("NOUN", "ADJ"))
 
 
-def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str = "") -> Path:
+def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str = "",
+                 bleu: dict[str, float] | None = None) -> Path:
     """Tables 3 and 4 of several ``structnmt induce`` outputs on the same gold file.
 
     ``runs``: (label, directory holding induce.json) pairs; every report must have scored
     the same input with the same protocol (refused otherwise, in one sentence). Writes a
     Markdown file: DA/UA of every model with the L and R baselines (Table 3's row), then
-    the production percentages of Table 4's rules for gold, L and every model."""
+    the production percentages of Table 4's rules for gold, L and every model.
+
+    ``bleu``: label -> the model's BLEU (the labels of ``runs``). The table then has a BLEU
+    column and the rank correlation of DA and of UA with BLEU across those models
+    (Spearman, permutation test: :mod:`structnmt.evaluate.correlation`) — §6.2's "the
+    quality of induced trees ... is not correlated with the translation quality"."""
     reports = []
     for label, d in runs:
         path = Path(d) / "induce.json"
@@ -508,6 +514,11 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
             raise UserError(f"{path}: scored no gold trees (its input has no heads); give induce outputs of a gold "
                             "CoNLL-U file.")
         reports.append((label, path, r))
+    bleu = dict(bleu or {})
+    unknown = sorted(set(bleu) - {label for label, _, _ in reports})
+    if unknown:
+        raise UserError(f"--bleu {unknown[0]!r}: no run has that label; the labels are "
+                        + ", ".join(repr(label) for label, _, _ in reports) + ".")
     first = reports[0][2]
     for _, path, r in reports[1:]:
         for key in ("input", "punct"):
@@ -520,15 +531,30 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
           "(eq. 24) and the sentences it could not encode (scored with the right-branching tree).", "",
           "Star %: written trees (3+ words) in which one word heads every other word; top head %: the mean share "
           "of a tree's words headed by its most frequent head (read from each directory's `*.induced.conllu`).", "",
-          "| trees | DA % | UA % | star % | top head % | checkpoint | scores | not encoded |",
-          "|---|---:|---:|---:|---:|---|---|---:|"]
+          "| trees | DA % | UA % | star % | top head % |" + (" BLEU |" if bleu else "")
+          + " checkpoint | scores | not encoded |",
+          "|---|---:|---:|---:|---:|" + ("---:|" if bleu else "") + "---|---|---:|"]
     for label, path, r in reports:
         sh = r.get("shape") or _shape_of_written(path.parent)
+        b = (f" {bleu[label]:.2f} |" if label in bleu else " |") if bleu else ""
         md.append(f"| {label} | {r['model']['DA']:.1f} | {r['model']['UA']:.1f} | {sh['star']:.1f} | "
-                  f"{100 * sh['top_head_share']:.1f} | `{r['checkpoint']}` | {r['scores']} | {len(r['not_encoded'])} |")
+                  f"{100 * sh['top_head_share']:.1f} |{b} `{r['checkpoint']}` | {r['scores']} | "
+                  f"{len(r['not_encoded'])} |")
     for key, name in (("left_branching", "L (head = right neighbour)"), ("right_branching", "R (head = left neighbour)")):
         # a chain of 3+ words is never a star; each head has one dependent (top head 1 / (n - 1))
-        md.append(f"| {name} | {first[key]['DA']:.1f} | {first[key]['UA']:.1f} | 0.0 | 1/(n-1) | | | |")
+        md.append(f"| {name} | {first[key]['DA']:.1f} | {first[key]['UA']:.1f} | 0.0 | 1/(n-1) |"
+                  + (" |" if bleu else "") + " | | |")
+    if bleu:
+        from .evaluate.correlation import spearman
+
+        with_bleu = [(bleu[label], r["model"]) for label, _, r in reports if label in bleu]
+        md += ["", f"Rank correlation with BLEU across the {len(with_bleu)} models that have one (Spearman; "
+               "two-sided permutation test):", ""]
+        if len(with_bleu) < 3:
+            md.append(f"not computed: {len(with_bleu)} models with a BLEU, a rank correlation needs at least 3.")
+        else:
+            for metric in ("DA", "UA"):
+                md.append(f"- {metric} vs BLEU: {spearman([m[metric] for _, m in with_bleu], [b for b, _ in with_bleu])}")
     if all("productions" in r for _, _, r in reports):
         labels = [lab for lab, _, _ in reports]
         md += ["", "Productions P(dependent UPOS | head UPOS), % (Table 4's rules):", "",

@@ -77,6 +77,18 @@ def test_tuning_and_transformer_grids(tmp_path):
     assert not isinstance(plain.encoder_layers[0].self_attn, StructuredAttention)
 
 
+def test_target_language_grid_is_the_en_de_arc_lr_row_toward_another_language(tmp_path):
+    grid, _ = load_grid(GRIDS / "sa_nmt_target_language.yaml")
+    table2, _ = load_grid(GRIDS / "sa_nmt_table2.yaml")
+    (row,) = grid.runs
+    same = next(r for r in table2.runs if r.name == row.name)
+    a = resolve_run_config(grid, row, 1, data_path=tmp_path / "d", run_dir=tmp_path / "r", overrides=[])
+    b = resolve_run_config(table2, same, 1, data_path=tmp_path / "d", run_dir=tmp_path / "r", overrides=[])
+    assert a.model == b.model and a.train == b.train  # only the data (target language) differs
+    assert a.model.rnn.syntax == "sa" and a.model.rnn.arc_lr_scale == 0.2
+    assert grid.baseline == row.name and len(grid.evaluate.translate) == 2
+
+
 @pytest.mark.parametrize("size", ["multi30k", "paper"])
 @pytest.mark.parametrize("row", sorted(ROWS))
 def test_config_builds_its_variant(size, row):

@@ -197,6 +197,14 @@ def test_induce_end_to_end(synth_data, tmp_path):
     shape_cells = [line.split("|")[4:6] for line in (tmp_path / "t5.md").read_text().splitlines()
                    if line.startswith("| SA |")]
     assert shape_cells == [[f" {red['shape']['star']:.1f} ", f" {100 * red['shape']['top_head_share']:.1f} "]]
+    # a copy of such a report without its trees: the cells say so (n/r) and the table names the row, not a crash
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "induce.json").write_text(_json.dumps(old))
+    induce_table([("SA", tmp_path / "out"), ("kept", tmp_path / "copy")], tmp_path / "t6.md")
+    t6 = (tmp_path / "t6.md").read_text()
+    assert f"| kept | {red['model']['DA']:.1f} | {red['model']['UA']:.1f} | n/r | n/r |" in t6
+    assert f"| SA | {red['model']['DA']:.1f} | {red['model']['UA']:.1f} | {red['shape']['star']:.1f} |" in t6
+    assert "n/r: not recorded — the report of kept predates" in t6
 
 
 def test_tree_shape_counts_stars_and_roots():

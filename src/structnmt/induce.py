@@ -477,10 +477,13 @@ def _write_report(out: Path, r: dict) -> list[Path]:
 # --------------------------------------------------------------------------- Tables 3 and 4 across models
 
 
-def _shape_of_written(d: Path) -> dict:
+def _shape_of_written(d: Path) -> dict | None:
     """:func:`tree_shape` of the trees an induce run wrote (for reports older than its ``shape``;
-    sentences it could not encode carry the right-branching tree and count as such)."""
+    sentences it could not encode carry the right-branching tree and count as such). None when the
+    directory holds the report but not the trees (a copy of an old report kept without them)."""
     files = sorted(Path(d).glob("*.induced.conllu"))
+    if not files:
+        return None
     if len(files) != 1:
         raise UserError(f"{d}: expected one *.induced.conllu written by `structnmt induce`, found {len(files)}; "
                         "give the directory of one induce run.")
@@ -534,16 +537,22 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
           "| trees | DA % | UA % | star % | top head % |" + (" BLEU |" if bleu else "")
           + " checkpoint | scores | not encoded |",
           "|---|---:|---:|---:|---:|" + ("---:|" if bleu else "") + "---|---|---:|"]
+    unrecorded = []
     for label, path, r in reports:
         sh = r.get("shape") or _shape_of_written(path.parent)
+        if sh is None:
+            unrecorded.append(label)
+        shape = (f" {sh['star']:.1f} | {100 * sh['top_head_share']:.1f} |" if sh is not None else " n/r | n/r |")
         b = (f" {bleu[label]:.2f} |" if label in bleu else " |") if bleu else ""
-        md.append(f"| {label} | {r['model']['DA']:.1f} | {r['model']['UA']:.1f} | {sh['star']:.1f} | "
-                  f"{100 * sh['top_head_share']:.1f} |{b} `{r['checkpoint']}` | {r['scores']} | "
-                  f"{len(r['not_encoded'])} |")
+        md.append(f"| {label} | {r['model']['DA']:.1f} | {r['model']['UA']:.1f} |{shape}{b} `{r['checkpoint']}` | "
+                  f"{r['scores']} | {len(r['not_encoded'])} |")
     for key, name in (("left_branching", "L (head = right neighbour)"), ("right_branching", "R (head = left neighbour)")):
         # a chain of 3+ words is never a star; each head has one dependent (top head 1 / (n - 1))
         md.append(f"| {name} | {first[key]['DA']:.1f} | {first[key]['UA']:.1f} | 0.0 | 1/(n-1) |"
                   + (" |" if bleu else "") + " | | |")
+    if unrecorded:
+        md += ["", "n/r: not recorded — the report of " + ", ".join(unrecorded) + " predates induce's tree-shape "
+               "field and its directory no longer holds the written trees (`*.induced.conllu`) to count them from."]
     if bleu:
         from .evaluate.correlation import spearman
 

@@ -98,6 +98,23 @@ def test_score_bootstrap_between_systems(trained):
     assert re.search(r"p = 0\.0\d+", out), out
 
 
+def test_score_lc_tok_bootstrap_compares_on_the_lowercased_score(tmp_path):
+    # a lowercased system loses on cased BLEU by its casing alone; with --lc-tok the test must also be run
+    # on BLEU (lc,tok), where it is the better one (it matches every reference but for case)
+    refs = [f"The Man number {i} sees A Dog in Berlin ." for i in range(40)]
+    cased = [r.replace("Dog", "Cat") if i % 2 else r for i, r in enumerate(refs)]
+    lower = [r.lower() for r in refs]
+    for name, lines in (("ref", refs), ("cased", cased), ("lower", lower)):
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+    out = run("score", "--hyp", str(tmp_path / "cased"), "--hyp", str(tmp_path / "lower"), "--ref",
+              str(tmp_path / "ref"), "--lc-tok", "--lang", "en", "--bootstrap", "100").stdout
+    cased_line = re.search(r"lower: BLEU (\S+) vs (\S+)  delta (\S+)", out)
+    lc_line = re.search(r"lower: BLEU \(lc,tok\) (\S+) vs (\S+)  delta (\S+)  p = (\S+)", out)
+    assert cased_line and lc_line, out
+    assert float(cased_line.group(3)) < 0 < float(lc_line.group(3))
+    assert float(lc_line.group(1)) == 100.0 and float(lc_line.group(4)) < 0.05
+
+
 def test_user_errors_are_one_sentence_without_traceback(tmp_path):
     (tmp_path / "a.src").write_text("one\ntwo\nthree\n")
     (tmp_path / "a.tgt").write_text("eins\nzwei\n")

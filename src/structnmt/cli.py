@@ -236,10 +236,16 @@ def cmd_score(args) -> int:
     if args.bootstrap and len(systems) > 1:
         names = list(systems)
         base = systems[names[0]]
-        res = paired_bootstrap(base, {n: systems[n] for n in names[1:]}, refs, n_samples=args.bootstrap)
-        print(f"paired bootstrap resampling ({args.bootstrap} samples, sacreBLEU), baseline {names[0]}:")
-        for n, r in res.items():
-            print(f"  {n}: BLEU {r['score']:.2f} vs {r['baseline']:.2f}  delta {r['delta']:+.2f}  p = {r['p_value']:.4f}")
+        # with --lc-tok the test is also run on BLEU (lc,tok): a system trained on lowercased text is
+        # compared with a cased one on that score, not on cased BLEU, which its casing alone decides
+        metrics = [("bleu", "BLEU")] + ([("bleu_lc_tok", "BLEU (lc,tok)")] if args.lc_tok else [])
+        for metric, label in metrics:
+            res = paired_bootstrap(base, {n: systems[n] for n in names[1:]}, refs, metric=metric,
+                                   n_samples=args.bootstrap, lang=args.lang)
+            print(f"paired bootstrap resampling ({args.bootstrap} samples, sacreBLEU, {label}), baseline {names[0]}:")
+            for n, r in res.items():
+                print(f"  {n}: {label} {r['score']:.2f} vs {r['baseline']:.2f}  delta {r['delta']:+.2f}  "
+                      f"p = {r['p_value']:.4f}")
     return 0
 
 

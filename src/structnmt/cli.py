@@ -464,7 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("score", help="sacreBLEU BLEU/chrF with signatures and paired bootstrap")
     s.add_argument("--hyp", action="append", required=True, help="repeatable; the first is the baseline")
     s.add_argument("--ref", required=True)
-    s.add_argument("--lc-tok", action="store_true", help="also BLEU lowercased on Moses-tokenized text (fairseq Multi30k anchor)")
+    s.add_argument("--lc-tok", action="store_true", help="also BLEU lowercased on Moses-tokenized text (fairseq Multi30k anchor); with --bootstrap "
+                        "the paired test runs on it too")
     s.add_argument("--lang", default="en", help="target language for the Moses tokenizer")
     s.add_argument("--bootstrap", type=int, default=0, help="paired bootstrap samples (0 = off)")
     s.set_defaults(func=cmd_score)

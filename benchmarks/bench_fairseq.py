@@ -84,6 +84,17 @@ def fairseq_train_args(bin_dir: Path, save: Path, updates: int, log_interval: in
             "--save-interval-updates", "0", "--seed", "1"]
 
 
+def cpu_name() -> str:
+    """The CPU's model name (Linux), so that a table says which machine it was measured on."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
 def median_after(values: list[float], skip: int) -> float:
     kept = values[skip:] or values
     return statistics.median(kept)
@@ -99,6 +110,8 @@ def main() -> None:
     ap.add_argument("--log-interval", type=int, default=10)
     ap.add_argument("--skip", type=int, default=2, help="log intervals left out at the start (warm-up)")
     ap.add_argument("--work", help="working directory (default: a temporary one, removed at the end)")
+    ap.add_argument("--decode-only", action="store_true",
+                    help="skip training: decode with the models a previous run left in --work")
     args = ap.parse_args()
 
     venv = Path(args.fairseq_venv)
@@ -123,7 +136,10 @@ def main() -> None:
                            check=True, env=env, capture_output=True)
         fs_rates: list[float] = []
         sn_rates: list[float] = []
-        for r in range(args.rounds):
+        if args.decode_only and not (args.work and (work / "fairseq-run" / "checkpoint_last.pt").exists()
+                                     and (work / "structnmt-run" / "checkpoint_last.pt").exists()):
+            raise SystemExit("--decode-only needs --work with the models of an earlier run of this benchmark.")
+        for r in range(0 if args.decode_only else args.rounds):
             order = ("fairseq", "structnmt") if r % 2 == 0 else ("structnmt", "fairseq")
             for who in order:
                 if who == "fairseq":
@@ -166,6 +182,7 @@ def main() -> None:
         fs_dec, fs_tokens = float(m.group(3)), int(m.group(2).replace(",", ""))
         snippet = (
             "import sys, time, torch; torch.set_num_threads(int(sys.argv[3]))\n"
+            "from structnmt.allocator import configure_allocator; configure_allocator()  # as structnmt translate\n"
             "from structnmt.decode.translate import Translator\nfrom structnmt.config import DecodeConfig\n"
             "lines = open(sys.argv[2], encoding='utf-8').read().splitlines()\n"
             "tr = Translator(sys.argv[1], device='cpu')\nd = DecodeConfig(beam=5, batch_size=128)\n"
@@ -175,6 +192,11 @@ def main() -> None:
         ours = subprocess.run([sys.executable, "-c", snippet, str(work / "structnmt-run" / "checkpoint_last.pt"),
                                str(src_lines), str(args.threads)], env=env, capture_output=True, text=True, check=True)
         sn_dec, sn_tokens = (float(x) for x in ours.stdout.strip().splitlines()[-1].split())
+        # the same in bfloat16 (structnmt translate --dtype bfloat16): faster where the CPU has AVX512-BF16 or AMX
+        ours_bf = subprocess.run([sys.executable, "-c", snippet.replace("beam=5,", "beam=5, dtype='bfloat16',"),
+                                  str(work / "structnmt-run" / "checkpoint_last.pt"), str(src_lines), str(args.threads)],
+                                 env=env, capture_output=True, text=True, check=True)
+        sn_dec_bf, sn_tokens_bf = (float(x) for x in ours_bf.stdout.strip().splitlines()[-1].split())
         # the same decoding in --threads worker processes of one thread each (structnmt translate --workers)
         snippet_w = snippet.replace("Translator(sys.argv[1], device='cpu')",
                                     "Translator(sys.argv[1], device='cpu', workers=int(sys.argv[3]))")
@@ -203,24 +225,30 @@ def main() -> None:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
 
-    fs, sn = statistics.median(fs_rates), statistics.median(sn_rates)
-    print(f"# bench_fairseq {datetime.date.today()} {platform.machine()} {os.cpu_count()} cores, {args.threads} thread(s), "
-          f"{args.updates} updates x {args.rounds} rounds each, data {args.data}")
+    print(f"# bench_fairseq {datetime.date.today()} {platform.machine()} {cpu_name()}, {os.cpu_count()} cores, "
+          f"{args.threads} thread(s), {args.updates} updates x {args.rounds} rounds each, data {args.data}"
+          + (" (decoding only: the models of an earlier run)" if args.decode_only else ""))
     print("| measure | fairseq 0.12 | structnmt | ratio structnmt / fairseq |")
     print("|---|---|---|---|")
-    print(f"| training target tok/s (median) | {fs:.0f} | {sn:.0f} | {sn / fs:.2f} |")
+    if fs_rates:
+        fs, sn = statistics.median(fs_rates), statistics.median(sn_rates)
+        print(f"| training target tok/s (median) | {fs:.0f} | {sn:.0f} | {sn / fs:.2f} |")
     print(f"| decoding sentences/s (beam 5, batch 128) | {fs_dec:.1f} | {sn_dec:.1f} | {sn_dec / fs_dec:.2f} |")
+    print(f"| decoding sentences/s, structnmt --dtype bfloat16 | {fs_dec:.1f} | {sn_dec_bf:.1f} | "
+          f"{sn_dec_bf / fs_dec:.2f} |")
     print(f"| decoding sentences/s, structnmt --workers {args.threads} (1 thread each) | {fs_dec:.1f} | {sn_dec_w:.1f} | "
           f"{sn_dec_w / fs_dec:.2f} |")
     print(f"| output tokens (EOS included; decoding speeds compare only where these are alike) | {fs_tokens} | "
           f"{sn_tokens:.0f} | {sn_tokens / fs_tokens:.2f} |")
+    print(f"| output tokens, structnmt --dtype bfloat16 | {fs_tokens} | {sn_tokens_bf:.0f} | {sn_tokens_bf / fs_tokens:.2f} |")
     if sn_tokens_w != sn_tokens:
         print(f"WARNING: --workers wrote {sn_tokens_w:.0f} output tokens, one process {sn_tokens:.0f}")
     if ct2_dec is not None:
         print(f"| decoding sentences/s, structnmt's CTranslate2 export | {fs_dec:.1f} | {ct2_dec:.1f} | "
               f"{ct2_dec / fs_dec:.2f} |")
-    print(f"(per round: fairseq {', '.join(f'{x:.0f}' for x in fs_rates)}; "
-          f"structnmt {', '.join(f'{x:.0f}' for x in sn_rates)} target tok/s)")
+    if fs_rates:
+        print(f"(per round: fairseq {', '.join(f'{x:.0f}' for x in fs_rates)}; "
+              f"structnmt {', '.join(f'{x:.0f}' for x in sn_rates)} target tok/s)")
 
 
 if __name__ == "__main__":

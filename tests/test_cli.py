@@ -76,6 +76,22 @@ def test_translate_with_two_worker_processes_writes_the_same_translations(traine
     assert bad.returncode == 2 and "--workers 0: give a number of decoding processes >= 1" in bad.stderr
 
 
+def test_translate_in_bfloat16_reaches_the_bleu_threshold_with_mostly_the_same_translations(trained):
+    work = trained
+    if not (work / "test.hyp").exists():
+        run("translate", "--checkpoint", str(work / "avg.pt"), "--input", str(work / "corpus" / "test.src"),
+            "--output", str(work / "test.hyp"), "--no-progress")
+    run("translate", "--checkpoint", str(work / "avg.pt"), "--input", str(work / "corpus" / "test.src"),
+        "--output", str(work / "test.bf16.hyp"), "--dtype", "bfloat16", "--no-progress")
+    fp32 = (work / "test.hyp").read_text().splitlines()
+    bf16 = (work / "test.bf16.hyp").read_text().splitlines()
+    assert len(bf16) == len(fp32) == 200
+    assert sum(a == b for a, b in zip(fp32, bf16)) >= 0.8 * len(fp32)
+    out = run("score", "--hyp", str(work / "test.bf16.hyp"), "--ref", str(work / "corpus" / "test.tgt")).stdout
+    m = re.search(r"^BLEU = ([\d.]+) ", out, re.M)
+    assert m and float(m.group(1)) >= BLEU_THRESHOLD, out
+
+
 def test_translate_from_stdin_greedy_and_nbest(trained):
     work = trained
     lines = (work / "corpus" / "test.src").read_text().splitlines()[:5]

@@ -136,6 +136,9 @@ def test_translate_command_uses_an_export_and_export_refuses_what_it_cannot_do(s
     # a device name that is not one is refused, not ignored
     assert main(["translate", "--checkpoint", str(ct2), "--input", str(inp), "--device", "gpu0"]) == 2
     assert "--device gpu0: not a device" in capsys.readouterr().err
+    # --dtype belongs to structnmt's own decoder; an export keeps the number format it was exported with
+    assert main(["translate", "--checkpoint", str(ct2), "--input", str(inp), "--dtype", "bfloat16"]) == 2
+    assert "--dtype is for structnmt checkpoints" in capsys.readouterr().err
 
 
 def test_a_structure_aware_model_is_not_exported(synth_data, tmp_path, capsys):

@@ -124,6 +124,10 @@ class DecodeConfig:
     max_len_b: int = 10
     nbest: int = 1
     batch_size: int = 64  # sentences per decoding batch
+    # float32 | bfloat16: the number format of the decoder's weights and activations (scores and the
+    # normaliser stay float32). bfloat16 is for plain Transformers; on a CPU with AVX512-BF16 or AMX it
+    # decodes faster at a small cost in exactness (docs/results.md, "bfloat16 decoding")
+    dtype: str = "float32"
 
 
 @dataclass
@@ -279,6 +283,7 @@ def validate_decode(d: DecodeConfig, where: str = "config") -> None:
     _need(_finite(d.max_len_a) and d.max_len_a >= 0, where, "decode.max_len_a", d.max_len_a, "must be >= 0")
     _need(d.max_len_a > 0 or d.max_len_b >= 1, where, "decode.max_len_b", d.max_len_b,
           "must be at least 1 when decode.max_len_a is 0 (no output could be produced)")
+    _need(d.dtype in ("float32", "bfloat16"), where, "decode.dtype", d.dtype, "must be float32 or bfloat16")
 
 
 def validate(cfg: Config, where: str = "config") -> None:

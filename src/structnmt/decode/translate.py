@@ -33,6 +33,53 @@ class Translation:
     tokens: list[int]
 
 
+DECODE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def low_precision_refusal(model) -> str | None:
+    """Why ``model`` cannot decode in bfloat16, or None when it can.
+
+    Only the plain Transformer (multi-head attention in every layer) is decoded and checked in
+    bfloat16 (docs/results.md); a mechanism's own arithmetic (matrix-tree marginals, phrase
+    compositions, learned biases) is not, and the RNN family's recurrences are not either.
+    """
+    cfg = getattr(model, "cfg", None)
+    family = getattr(cfg, "family", None)
+    if family != "transformer":
+        return f"model.family is {family or type(model).__name__}, not transformer"
+    plan = cfg.attention
+    for where, spec in [("encoder_self", plan.encoder_self), ("decoder_self", plan.decoder_self),
+                        ("cross", plan.cross), *plan.overrides.items()]:
+        if spec.name != "mha":
+            return f"model.attention {where} is {spec.name}, not plain multi-head attention (mha)"
+    return None
+
+
+def check_dtype(model, dtype: str) -> None:
+    """Raise :class:`UserError` unless ``model`` can decode in ``dtype``."""
+    if dtype not in DECODE_DTYPES:
+        raise UserError(f"decode.dtype={dtype!r}: give float32 or bfloat16.")
+    why = low_precision_refusal(model) if dtype != "float32" else None
+    if why:
+        raise UserError(f"decode.dtype={dtype}: {why}; only plain Transformers decode in {dtype}, "
+                        "decode this one in float32 (drop --dtype).")
+
+
+def model_for_dtype(model, dtype: str):
+    """``model`` itself for float32; otherwise a copy of it in ``dtype`` (parameters and buffers).
+
+    A copy, so the caller's model (a trainer's, which goes on learning) is never changed; for the
+    tiny recipe the copy takes milliseconds. Raises :class:`UserError` for a model that
+    :func:`low_precision_refusal` refuses.
+    """
+    check_dtype(model, dtype)
+    if dtype == "float32":
+        return model
+    import copy
+
+    return copy.deepcopy(model).to(DECODE_DTYPES[dtype])
+
+
 def decode_batch(model, src: torch.Tensor, src_mask: torch.Tensor, dcfg: DecodeConfig, max_positions: int,
                  structures: dict | None = None):
     """Beam search (or greedy when ``beam == 1`` and ``nbest == 1``) on one padded batch."""
@@ -72,14 +119,16 @@ def translate_ids(
     batches = [order[start : start + dcfg.batch_size] for start in range(0, len(order), dcfg.batch_size)]
     if pool is not None and structures_for is not None:
         raise ValueError("a DecodePool decodes models that read no structures")
+    check_dtype(model, dcfg.dtype)  # here too when a pool decodes: refused before any work is sent
 
     def decoded_here():
+        model_d = model_for_dtype(model, dcfg.dtype)
         for idx in batches:
             src, mask = pad_sources([sources[i] for i in idx])
             structures = None
             if structures_for is not None:
                 structures = {k: v.to(device) for k, v in structures_for(idx, src.shape[1]).items()}
-            yield decode_batch(model, src.to(device), mask.to(device), dcfg, max_positions, structures)
+            yield decode_batch(model_d, src.to(device), mask.to(device), dcfg, max_positions, structures)
 
     decoded = (pool.decode([[sources[i] for i in idx] for idx in batches], dcfg, max_positions)
                if pool is not None else decoded_here())
@@ -142,7 +191,9 @@ def _pool_init(checkpoint: str, threads: int, data_dir) -> None:
 def _pool_decode(task) -> list:
     sources, dcfg, max_positions = task
     src, mask = pad_sources(sources)
-    return decode_batch(_POOL_MODEL["model"], src, mask, dcfg, max_positions)
+    if dcfg.dtype not in _POOL_MODEL:  # the worker's model never changes: one copy per number format
+        _POOL_MODEL[dcfg.dtype] = model_for_dtype(_POOL_MODEL["model"], dcfg.dtype)
+    return decode_batch(_POOL_MODEL[dcfg.dtype], src, mask, dcfg, max_positions)
 
 
 class Translator:

@@ -264,6 +264,10 @@ def masked_softmax(scores: Tensor, allowed: Tensor | None) -> Tensor:
     return torch.softmax(scores, dim=-1).masked_fill(~live, 0.0)
 
 
+#: at most this many queries per row take the explicit path without gradients on the CPU (see below)
+_FEW_QUERIES = 8
+
+
 def scaled_attention(
     q: Tensor,
     k: Tensor,
@@ -287,7 +291,9 @@ def scaled_attention(
 
     Fast path: ``F.scaled_dot_product_attention`` (causal without other masks uses its
     ``is_causal`` kernel). The explicit matmul-softmax path runs when weights are
-    requested or the bias requires grad. A query row with no allowed key gets a zero
+    requested or the bias requires grad, and, without weights, for at most
+    ``_FEW_QUERIES`` queries per row on the CPU with gradients off (decoding steps), where it is
+    faster than SDPA's kernel; the softmax is then computed in float32 whatever ``q``'s dtype. A query row with no allowed key gets a zero
     output and zero weights on every path (see :func:`masked_softmax`).
     ``return_dropped=True`` (explicit path) returns ``(weights, dropped weights)`` as the
     second element, for mechanisms that also read the weights that met the values.
@@ -308,6 +314,17 @@ def scaled_attention(
         cmask = torch.arange(S, device=q.device)[None, :] <= pos_q
         allowed = cmask if allowed is None else allowed & cmask
     explicit = need_weights or return_dropped or (bias is not None and bias.requires_grad)
+    if (not explicit and T <= _FEW_QUERIES and dropout_p == 0.0 and q.device.type == "cpu"
+            and not torch.is_grad_enabled()):
+        # decoding on the CPU (one new step per hypothesis, or a sentence's hypotheses over its source):
+        # two batched matmuls beat SDPA's blocked kernel for so few queries (benchmarks/README.md)
+        scores = torch.matmul(q * scale, k.transpose(-1, -2))
+        if bias is not None:
+            scores = scores + bias
+        if use_is_causal:
+            allowed = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()
+        weights = masked_softmax(scores, allowed).to(q.dtype)
+        return torch.matmul(weights, v), None
     if not explicit:
         live = None
         if allowed is not None:  # a query with no allowed key gets a zero output (not NaN) on every torch

@@ -1,0 +1,174 @@
+"""The decoding fast paths: few-query attention without SDPA on the CPU, and bfloat16 decoding."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from structnmt.config import (
+    AttentionPlan,
+    AttentionSpec,
+    ConfigError,
+    DecodeConfig,
+    ModelConfig,
+    validate_decode,
+)
+from structnmt.data.vocab import EOS
+from structnmt.decode.beam import beam_search
+from structnmt.decode.translate import low_precision_refusal, model_for_dtype, translate_ids
+from structnmt.errors import UserError
+from structnmt.models import build_model
+from structnmt.nn.attention import _FEW_QUERIES, scaled_attention
+
+
+def _qkv(B: int, H: int, T: int, S: int, d: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, n, d, generator=g) for n in (T, S, S)]
+
+
+@pytest.mark.parametrize("case", ["plain", "key_mask_dead_row", "bias", "causal_square", "causal_offset", "mask"])
+@pytest.mark.parametrize("T", [1, 5, _FEW_QUERIES])
+def test_few_query_path_without_gradients_equals_sdpa(case, T):
+    """Decoding (no gradients, CPU, <= _FEW_QUERIES queries) takes the explicit path; it must give what the
+    SDPA path gives with gradients on (the training path), dead rows included."""
+    B, H, d = 3, 2, 8
+    S = T if case == "causal_square" else T + 6
+    q, k, v = _qkv(B, H, T, S, d)
+    kw: dict = {}
+    if case == "key_mask_dead_row":
+        km = torch.ones(B, S, dtype=torch.bool)
+        km[1, 3:] = False
+        km[2] = False  # a sentence without any key: zeros, not NaN
+        kw["key_mask"] = km
+    elif case == "bias":
+        kw["bias"] = torch.randn(B, H, T, S)
+    elif case == "causal_square":
+        kw["causal"] = True
+    elif case == "causal_offset":
+        kw.update(causal=True, query_offset=S - T)
+    elif case == "mask":
+        kw["mask"] = torch.rand(B, 1, T, S, generator=torch.Generator().manual_seed(1)) > 0.4
+    with torch.enable_grad():
+        ref, _ = scaled_attention(q, k, v, **kw)
+    with torch.no_grad():
+        fast, w = scaled_attention(q, k, v, **kw)
+    assert w is None
+    assert torch.isfinite(fast).all()
+    assert_close(fast, ref, atol=1e-5, rtol=1e-5)
+    if case == "key_mask_dead_row":
+        assert torch.equal(fast[2], torch.zeros_like(fast[2]))
+
+
+@pytest.mark.parametrize("T, grad, dropout, takes_sdpa", [
+    (1, False, 0.0, False), (_FEW_QUERIES, False, 0.0, False),  # decoding steps: explicit
+    (_FEW_QUERIES + 1, False, 0.0, True),  # a longer query (a validation pass): SDPA
+    (1, True, 0.0, True),  # training: SDPA, whose backward is the tested one
+    (1, False, 0.1, True),  # dropout on the weights: SDPA's
+])
+def test_which_path_few_queries_take(monkeypatch, T, grad, dropout, takes_sdpa):
+    import structnmt.nn.attention as attention
+
+    calls = []
+    real = attention.F.scaled_dot_product_attention
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    q, k, v = _qkv(2, 2, T, T + 3, 8)
+    with torch.set_grad_enabled(grad):
+        scaled_attention(q, k, v, dropout_p=dropout)
+    assert bool(calls) == takes_sdpa
+
+
+def _model(seed: int = 0, **kw) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=2, decoder_layers=2, dropout=0.0,
+                      share_all_embeddings=True, **kw)
+    return build_model(cfg, 40, 40).eval()
+
+
+def _batch(seed: int = 0, n: int = 6, S: int = 9):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, 40, (n, S), generator=g)
+    mask = torch.ones_like(src, dtype=torch.bool)
+    for i in range(n):
+        mask[i, int(torch.randint(3, S + 1, (1,), generator=g)) :] = False
+    src[~mask] = 0
+    return src, mask
+
+
+def test_bfloat16_copy_leaves_the_model_alone_and_keeps_tied_weights():
+    model = _model()
+    copy = model_for_dtype(model, "bfloat16")
+    assert copy is not model
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert all(p.dtype == torch.bfloat16 for p in copy.parameters())
+    assert copy.output_proj.weight is copy.src_embed.weight  # shared embeddings stay shared
+    assert model_for_dtype(model, "float32") is model
+
+
+def _teacher_forced_logprob(model, src, mask, tokens: list[int]) -> float:
+    """log p(tokens + EOS | src) under ``model`` in float32, one sentence."""
+    tgt = torch.tensor([[2, *tokens]])  # BOS = 2
+    with torch.no_grad():
+        lp = torch.log_softmax(model(src, mask, tgt).logits.float(), dim=-1)[0]
+    gold = [*tokens, EOS]
+    return float(sum(lp[t, g] for t, g in enumerate(gold)))
+
+
+def test_bfloat16_beam_scores_are_the_float32_model_scores_of_its_hypotheses():
+    """Every hypothesis found in bfloat16 carries (within bfloat16's rounding) the log-probability that the
+    float32 model gives it: the normaliser, the scores and the cache work in the lower precision too."""
+    model = _model(3)
+    src, mask = _batch(3)
+    hyps = beam_search(model_for_dtype(model, "bfloat16"), src, mask, beam=4, nbest=2, max_len_a=1.0, max_len_b=3)
+    for i, nbest in enumerate(hyps):
+        assert len(nbest) == 2
+        n = int(mask[i].sum())
+        for h in nbest:
+            exact = _teacher_forced_logprob(model, src[i : i + 1, :n], mask[i : i + 1, :n], h.tokens)
+            assert math.isfinite(h.logprob)
+            assert abs(h.logprob - exact) <= 0.05 * (len(h.tokens) + 1), (h.logprob, exact)
+
+
+def test_translate_ids_decodes_in_the_configured_dtype():
+    model = _model(4)
+    src, mask = _batch(4, n=5)
+    sources = [src[i, : int(mask[i].sum())].tolist() for i in range(5)]
+    d32 = DecodeConfig(beam=3, batch_size=2, max_len_a=1.0, max_len_b=3)
+    d16 = DecodeConfig(beam=3, batch_size=2, max_len_a=1.0, max_len_b=3, dtype="bfloat16")
+    out32 = translate_ids(model, sources, d32, device=torch.device("cpu"), max_positions=64)
+    out16 = translate_ids(model, sources, d16, device=torch.device("cpu"), max_positions=64)
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # the caller's model is not cast
+    # random weights give flat distributions, so hypotheses may differ; their scores may not, much
+    for a, b in zip(out32, out16):
+        assert len(a) == len(b) == 1
+        assert abs(a[0].score - b[0].score) < 0.25
+
+
+@pytest.mark.parametrize("kw, named", [
+    ({"attention": AttentionPlan(encoder_self=AttentionSpec("localness"))}, "encoder_self is localness"),
+    ({"attention": AttentionPlan(decoder_self=AttentionSpec("rel_pos"))}, "decoder_self is rel_pos"),
+])
+def test_bfloat16_is_refused_for_mechanisms_with_a_sentence(kw, named):
+    model = _model(**kw)
+    assert named in low_precision_refusal(model)
+    with pytest.raises(UserError, match=f"decode.dtype=bfloat16: model.attention {named}.*decode this one in float32"):
+        model_for_dtype(model, "bfloat16")
+    src, mask = _batch()
+    with pytest.raises(UserError, match="decode.dtype=bfloat16"):
+        translate_ids(model, [src[0].tolist()], DecodeConfig(dtype="bfloat16"), device=torch.device("cpu"),
+                      max_positions=64)
+
+
+def test_bfloat16_is_refused_for_the_rnn_family():
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(family="rnn", d_model=16, dropout=0.0), 20, 20)
+    assert "model.family is rnn" in low_precision_refusal(model)
+    assert low_precision_refusal(_model()) is None
+
+
+def test_a_decode_dtype_other_than_float32_or_bfloat16_is_refused_by_the_config():
+    with pytest.raises(ConfigError, match="decode.dtype"):
+        validate_decode(DecodeConfig(dtype="float16"))
+    validate_decode(DecodeConfig(dtype="bfloat16"))

@@ -131,6 +131,18 @@ def test_score_lc_tok_bootstrap_compares_on_the_lowercased_score(tmp_path):
     assert float(lc_line.group(1)) == 100.0 and float(lc_line.group(4)) < 0.05
 
 
+def test_score_unescape_reads_moses_escaped_tokenized_output_like_the_raw_text(tmp_path):
+    # fairseq's anchor translations are lowercased, tokenized and keep Moses' XML escapes
+    refs = [f"Ein Mann's Hund \"Nr. {i}\" läuft & springt." for i in range(20)]
+    escaped = [f"ein mann &apos;s hund &quot; nr. {i} &quot; läuft &amp; springt ." for i in range(20)]
+    (tmp_path / "ref").write_text("\n".join(refs) + "\n")
+    (tmp_path / "anchor").write_text("\n".join(escaped) + "\n")
+    args = ["score", "--hyp", str(tmp_path / "anchor"), "--ref", str(tmp_path / "ref"), "--lc-tok", "--lang", "de"]
+    lc = re.compile(r"^BLEU \(lc,tok\) = ([\d.]+)", re.M)
+    assert float(lc.search(run(*args, "--unescape").stdout).group(1)) == 100.0
+    assert float(lc.search(run(*args).stdout).group(1)) < 60.0  # the escapes left in cost a lot
+
+
 def test_user_errors_are_one_sentence_without_traceback(tmp_path):
     (tmp_path / "a.src").write_text("one\ntwo\nthree\n")
     (tmp_path / "a.tgt").write_text("eins\nzwei\n")

@@ -172,3 +172,4 @@ def test_a_decode_dtype_other_than_float32_or_bfloat16_is_refused_by_the_config(
     with pytest.raises(ConfigError, match="decode.dtype"):
         validate_decode(DecodeConfig(dtype="float16"))
     validate_decode(DecodeConfig(dtype="bfloat16"))
+

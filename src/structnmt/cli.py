@@ -226,6 +226,10 @@ def cmd_score(args) -> int:
     if not refs:
         return _err(f"{args.ref}: the reference file is empty; give the references, one per line.")
     systems = {h: read_lines(h) for h in args.hyp}
+    if args.unescape:  # Moses' XML escapes in tokenized outputs (fairseq on Moses-tokenized data): &apos; -> '
+        import html
+
+        systems = {h: [html.unescape(x) for x in lines] for h, lines in systems.items()}
     for name, hyps in systems.items():
         if len(hyps) != len(refs):
             return _err(f"{name} has {len(hyps)} lines but the references {args.ref} have {len(refs)}; "
@@ -474,6 +478,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "the paired test runs on it too")
     s.add_argument("--lang", default="en", help="target language for the Moses tokenizer")
     s.add_argument("--bootstrap", type=int, default=0, help="paired bootstrap samples (0 = off)")
+    s.add_argument("--unescape", action="store_true",
+                   help="undo Moses' XML escapes (&apos; &quot; &amp; &#124; ...) in the hypotheses first, as for "
+                        "translations made on Moses-tokenized data (../shared/data/anchors); read BLEU (lc,tok) then")
     s.set_defaults(func=cmd_score)
 
     s = sub.add_parser("experiment", help="train, decode and score a grid of configs; write a results table")

@@ -403,5 +403,5 @@ class TransformerModel(nn.Module):
         :meth:`shares_source_across_beam` holds."""
         t = prev_tokens.shape[1]
         out = self.decode(prev_tokens[:, -1:], enc, cache=cache, offset=t - 1)
-        logits = out.logits[:, -1].float()
-        return torch.log_softmax(logits, dim=-1) if log_probs else logits
+        logits = out.logits[:, -1]  # in the model's dtype: beam search normalises bfloat16 logits itself
+        return torch.log_softmax(logits.float(), dim=-1) if log_probs else logits

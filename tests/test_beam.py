@@ -265,14 +265,15 @@ def test_a_model_whose_decode_step_gives_only_log_probs_still_decodes():
     assert [[round(h.score, 6) for h in x] for x in new] == [[round(h.score, 6) for h in x] for x in old]
 
 
-def test_top_extensions_equal_log_softmax_topk_with_pad_and_bos_excluded():
-    """The in-place normaliser is the log-sum-exp over the whole vocabulary (PAD and BOS
-    included); the candidates never contain PAD or BOS; an all -inf row stays -inf, not NaN."""
+@pytest.mark.parametrize("V", [40, 4096])  # one top-k, and the two-stage top-k (where NaN ranks first)
+def test_top_extensions_equal_log_softmax_topk_with_pad_and_bos_excluded(V):
+    """The normaliser is the log-sum-exp over the whole vocabulary (PAD and BOS included); the
+    candidates never contain PAD or BOS; an all -inf row stays -inf, not NaN."""
     from structnmt.data.vocab import BOS, PAD
     from structnmt.decode.beam import _top_extensions
 
     g = torch.Generator().manual_seed(0)
-    logits = torch.randn(6, 40, generator=g) * 4
+    logits = torch.randn(6, V, generator=g) * 4
     logits[1, PAD] = 30.0  # PAD the most likely token: it takes mass but is never a candidate
     logits[2, BOS] = 25.0
     logits[3] = float("-inf")

@@ -90,6 +90,12 @@ def test_translate_in_bfloat16_reaches_the_bleu_threshold_with_mostly_the_same_t
     out = run("score", "--hyp", str(work / "test.bf16.hyp"), "--ref", str(work / "corpus" / "test.tgt")).stdout
     m = re.search(r"^BLEU = ([\d.]+) ", out, re.M)
     assert m and float(m.group(1)) >= BLEU_THRESHOLD, out
+    # the option reaches the decoder: the n-best scores (4 decimals) move with bfloat16's rounding
+    src = "\n".join((work / "corpus" / "test.src").read_text().splitlines()[:20]) + "\n"
+    nb32 = run("translate", "--checkpoint", str(work / "avg.pt"), "--nbest", "2", stdin=src).stdout.splitlines()
+    nb16 = run("translate", "--checkpoint", str(work / "avg.pt"), "--nbest", "2", "--dtype", "bfloat16",
+               stdin=src).stdout.splitlines()
+    assert len(nb32) == len(nb16) == 40 and nb32 != nb16
 
 
 def test_translate_from_stdin_greedy_and_nbest(trained):

@@ -14,11 +14,12 @@ from structnmt.config import (
     ConfigError,
     DecodeConfig,
     ModelConfig,
+    low_precision_refusal,
     validate_decode,
 )
 from structnmt.data.vocab import EOS
 from structnmt.decode.beam import beam_search
-from structnmt.decode.translate import low_precision_refusal, model_for_dtype, translate_ids
+from structnmt.decode.translate import model_for_dtype, translate_ids
 from structnmt.errors import UserError
 from structnmt.models import build_model
 from structnmt.nn.attention import _FEW_QUERIES, scaled_attention
@@ -29,7 +30,8 @@ def _qkv(B: int, H: int, T: int, S: int, d: int, seed: int = 0):
     return [torch.randn(B, H, n, d, generator=g) for n in (T, S, S)]
 
 
-@pytest.mark.parametrize("case", ["plain", "key_mask_dead_row", "bias", "causal_square", "causal_offset", "mask"])
+@pytest.mark.parametrize("case", ["plain", "key_mask_dead_row", "bias", "causal_square", "causal_offset", "mask",
+                                  "mask_2d_with_key_mask_and_bias", "bias_minus_inf_row"])
 @pytest.mark.parametrize("T", [1, 5, _FEW_QUERIES])
 def test_few_query_path_without_gradients_equals_sdpa(case, T):
     """Decoding (no gradients, CPU, <= _FEW_QUERIES queries) takes the explicit path; it must give what the
@@ -51,6 +53,14 @@ def test_few_query_path_without_gradients_equals_sdpa(case, T):
         kw.update(causal=True, query_offset=S - T)
     elif case == "mask":
         kw["mask"] = torch.rand(B, 1, T, S, generator=torch.Generator().manual_seed(1)) > 0.4
+    elif case == "mask_2d_with_key_mask_and_bias":
+        kw["mask"] = torch.rand(T, S, generator=torch.Generator().manual_seed(2)) > 0.3
+        kw["key_mask"] = torch.arange(S)[None, :] < torch.tensor([[S], [S - 2], [3]])
+        kw["bias"] = torch.randn(B, 1, T, S)
+    elif case == "bias_minus_inf_row":  # every key of one query forbidden by the bias: zeros, as from SDPA
+        bias = torch.randn(B, H, T, S)
+        bias[1, :, 0] = float("-inf")
+        kw["bias"] = bias
     with torch.enable_grad():
         ref, _ = scaled_attention(q, k, v, **kw)
     with torch.no_grad():
@@ -60,6 +70,26 @@ def test_few_query_path_without_gradients_equals_sdpa(case, T):
     assert_close(fast, ref, atol=1e-5, rtol=1e-5)
     if case == "key_mask_dead_row":
         assert torch.equal(fast[2], torch.zeros_like(fast[2]))
+    if case == "bias_minus_inf_row":
+        assert torch.equal(fast[1, :, 0], torch.zeros_like(fast[1, :, 0]))
+
+
+def test_few_query_path_in_bfloat16_is_as_exact_as_sdpa():
+    """A bfloat16 model's decoding steps: the explicit path's scores are float32, so it is not
+    less exact than SDPA (measured against float64 on the same bfloat16 inputs)."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(4, 4, n, 64, generator=g).mul(3).bfloat16() for n in (5, 30, 30))
+    km = torch.ones(4, 30, dtype=torch.bool)
+    km[1, 20:] = False
+    ref, _ = scaled_attention(q.double(), k.double(), v.double(), key_mask=km)
+    with torch.enable_grad():
+        sdpa, _ = scaled_attention(q, k, v, key_mask=km)
+    with torch.no_grad():
+        fast, _ = scaled_attention(q, k, v, key_mask=km)
+    assert fast.dtype == torch.bfloat16
+    err_fast = (fast.double() - ref).abs().max().item()
+    err_sdpa = (sdpa.double() - ref).abs().max().item()
+    assert err_fast <= 2 * err_sdpa + 1e-3, (err_fast, err_sdpa)
 
 
 @pytest.mark.parametrize("T, grad, dropout, takes_sdpa", [
@@ -131,7 +161,13 @@ def test_bfloat16_beam_scores_are_the_float32_model_scores_of_its_hypotheses():
             assert abs(h.logprob - exact) <= 0.05 * (len(h.tokens) + 1), (h.logprob, exact)
 
 
-def test_translate_ids_decodes_in_the_configured_dtype():
+def test_translate_ids_decodes_in_the_configured_dtype(monkeypatch):
+    import structnmt.decode.translate as translate
+
+    seen = []
+    real = translate.decode_batch
+    monkeypatch.setattr(translate, "decode_batch",
+                        lambda m, *a, **k: seen.append(next(m.parameters()).dtype) or real(m, *a, **k))
     model = _model(4)
     src, mask = _batch(4, n=5)
     sources = [src[i, : int(mask[i].sum())].tolist() for i in range(5)]
@@ -140,6 +176,7 @@ def test_translate_ids_decodes_in_the_configured_dtype():
     out32 = translate_ids(model, sources, d32, device=torch.device("cpu"), max_positions=64)
     out16 = translate_ids(model, sources, d16, device=torch.device("cpu"), max_positions=64)
     assert all(p.dtype == torch.float32 for p in model.parameters())  # the caller's model is not cast
+    assert seen == [torch.float32] * 3 + [torch.bfloat16] * 3  # 5 sentences in batches of 2, each way
     # random weights give flat distributions, so hypotheses may differ; their scores may not, much
     for a, b in zip(out32, out16):
         assert len(a) == len(b) == 1
@@ -152,7 +189,7 @@ def test_translate_ids_decodes_in_the_configured_dtype():
 ])
 def test_bfloat16_is_refused_for_mechanisms_with_a_sentence(kw, named):
     model = _model(**kw)
-    assert named in low_precision_refusal(model)
+    assert named in low_precision_refusal(model.cfg)
     with pytest.raises(UserError, match=f"decode.dtype=bfloat16: model.attention {named}.*decode this one in float32"):
         model_for_dtype(model, "bfloat16")
     src, mask = _batch()
@@ -164,8 +201,8 @@ def test_bfloat16_is_refused_for_mechanisms_with_a_sentence(kw, named):
 def test_bfloat16_is_refused_for_the_rnn_family():
     torch.manual_seed(0)
     model = build_model(ModelConfig(family="rnn", d_model=16, dropout=0.0), 20, 20)
-    assert "model.family is rnn" in low_precision_refusal(model)
-    assert low_precision_refusal(_model()) is None
+    assert "model.family is rnn" in low_precision_refusal(model.cfg)
+    assert low_precision_refusal(_model().cfg) is None
 
 
 def test_a_decode_dtype_other_than_float32_or_bfloat16_is_refused_by_the_config():
@@ -173,3 +210,28 @@ def test_a_decode_dtype_other_than_float32_or_bfloat16_is_refused_by_the_config(
         validate_decode(DecodeConfig(dtype="float16"))
     validate_decode(DecodeConfig(dtype="bfloat16"))
 
+
+def test_pool_worker_decodes_in_the_configured_dtype_with_one_copy(monkeypatch):
+    """DecodePool workers (translate --workers) cast their model once per dtype and decode with that copy."""
+    import structnmt.decode.translate as translate
+
+    seen = []
+    monkeypatch.setattr(translate, "decode_batch", lambda m, *a, **k: seen.append(m) or [[]])
+    monkeypatch.setattr(translate, "_POOL_MODEL", {"model": _model(5)})
+    src, mask = _batch(5, n=2)
+    sources = [src[i, : int(mask[i].sum())].tolist() for i in range(2)]
+    for dtype in ("bfloat16", "bfloat16", "float32"):
+        translate._pool_decode((sources, DecodeConfig(dtype=dtype), 64))
+    assert next(seen[0].parameters()).dtype == torch.bfloat16 and seen[1] is seen[0]
+    assert seen[2] is translate._POOL_MODEL["model"]
+
+
+def test_a_training_config_with_bfloat16_decoding_for_a_mechanism_is_refused_before_training():
+    from structnmt.config import Config, validate
+
+    cfg = Config()
+    cfg.decode.dtype = "bfloat16"
+    validate(cfg)  # the default model is a plain Transformer
+    cfg.model.attention = AttentionPlan(encoder_self=AttentionSpec("localness"))
+    with pytest.raises(ConfigError, match="decode.dtype='bfloat16' is for plain Transformers .*localness"):
+        validate(cfg)

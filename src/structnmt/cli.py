@@ -227,9 +227,9 @@ def cmd_score(args) -> int:
         return _err(f"{args.ref}: the reference file is empty; give the references, one per line.")
     systems = {h: read_lines(h) for h in args.hyp}
     if args.unescape:  # Moses' XML escapes in tokenized outputs (fairseq on Moses-tokenized data): &apos; -> '
-        import html
+        from .evaluate.score import moses_unescape
 
-        systems = {h: [html.unescape(x) for x in lines] for h, lines in systems.items()}
+        systems = {h: [moses_unescape(x) for x in lines] for h, lines in systems.items()}
     for name, hyps in systems.items():
         if len(hyps) != len(refs):
             return _err(f"{name} has {len(hyps)} lines but the references {args.ref} have {len(refs)}; "
@@ -479,8 +479,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--lang", default="en", help="target language for the Moses tokenizer")
     s.add_argument("--bootstrap", type=int, default=0, help="paired bootstrap samples (0 = off)")
     s.add_argument("--unescape", action="store_true",
-                   help="undo Moses' XML escapes (&apos; &quot; &amp; &#124; ...) in the hypotheses first, as for "
-                        "translations made on Moses-tokenized data (../shared/data/anchors); read BLEU (lc,tok) then")
+                   help="undo Moses' XML escapes (&apos; &quot; &amp; &#124; &lt; &gt; &#91; &#93;) in every hypothesis first, "
+                        "as for translations made on Moses-tokenized data (../shared/data/anchors); read BLEU (lc,tok) then")
     s.set_defaults(func=cmd_score)
 
     s = sub.add_parser("experiment", help="train, decode and score a grid of configs; write a results table")

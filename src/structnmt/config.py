@@ -272,6 +272,23 @@ def _finite(x: float) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
+def low_precision_refusal(m: ModelConfig) -> str | None:
+    """Why a model with this config cannot decode in bfloat16 (``decode.dtype``), or None when it can.
+
+    Only the plain Transformer (multi-head attention in every layer) is decoded and checked in
+    bfloat16 (docs/results.md, "bfloat16 decoding"); a mechanism's own arithmetic (matrix-tree
+    marginals, phrase compositions, learned biases) is not, nor are the RNN family's recurrences.
+    """
+    if m.family != "transformer":
+        return f"model.family is {m.family}, not transformer"
+    plan = m.attention
+    for role, spec in [("encoder_self", plan.encoder_self), ("decoder_self", plan.decoder_self),
+                       ("cross", plan.cross), *plan.overrides.items()]:
+        if spec.name != "mha":
+            return f"model.attention {role} is {spec.name}, not plain multi-head attention (mha)"
+    return None
+
+
 def validate_decode(d: DecodeConfig, where: str = "config") -> None:
     """Reject decoding settings that cannot work (raises :class:`ConfigError`)."""
     _need(d.beam >= 1, where, "decode.beam", d.beam, "must be at least 1 (1 = greedy)")
@@ -330,6 +347,10 @@ def validate(cfg: Config, where: str = "config") -> None:
     _need(t.early_stop_metric in ("loss", "bleu"), where, "train.early_stop_metric", t.early_stop_metric,
           "must be loss or bleu")
     validate_decode(cfg.decode, where)
+    if cfg.decode.dtype != "float32":  # refused before training, not at its first BLEU validation
+        why = low_precision_refusal(m)
+        _need(why is None, where, "decode.dtype", cfg.decode.dtype,
+              f"is for plain Transformers ({why}); set decode.dtype=float32")
 
 
 def deep_merge(base: dict, over: dict) -> dict:

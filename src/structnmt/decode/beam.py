@@ -122,9 +122,8 @@ def beam_search(
     ``share_source`` (default): when the model allows it (``shares_source_across_beam``),
     the encoder output and the cross-attention keys and values keep one row per sentence
     for all its hypotheses instead of a copy per hypothesis that is reordered every step.
-    Each step normalises only what it keeps: the ``2 * beam`` best logits of every
-    hypothesis (the sentence's best ``2 * beam`` extensions are among them) minus its
-    log-sum-exp, instead of a log-softmax over the whole vocabulary.
+    Each step normalises every hypothesis's logits (one ``log_softmax``) and keeps the
+    ``2 * beam`` best extensions of each (the sentence's best ``2 * beam`` are among them).
     """
     B = src.shape[0]
     K = beam

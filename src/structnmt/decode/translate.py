@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import Config, DecodeConfig, from_dict
+from ..config import Config, DecodeConfig, ModelConfig, from_dict, low_precision_refusal
 from ..data.dataset import encode_sources, pad_sources
 from ..data.vocab import EOS
 from ..errors import CheckpointError, UserError
@@ -36,44 +36,31 @@ class Translation:
 DECODE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def low_precision_refusal(model) -> str | None:
-    """Why ``model`` cannot decode in bfloat16, or None when it can.
-
-    Only the plain Transformer (multi-head attention in every layer) is decoded and checked in
-    bfloat16 (docs/results.md); a mechanism's own arithmetic (matrix-tree marginals, phrase
-    compositions, learned biases) is not, and the RNN family's recurrences are not either.
-    """
-    cfg = getattr(model, "cfg", None)
-    family = getattr(cfg, "family", None)
-    if family != "transformer":
-        return f"model.family is {family or type(model).__name__}, not transformer"
-    plan = cfg.attention
-    for where, spec in [("encoder_self", plan.encoder_self), ("decoder_self", plan.decoder_self),
-                        ("cross", plan.cross), *plan.overrides.items()]:
-        if spec.name != "mha":
-            return f"model.attention {where} is {spec.name}, not plain multi-head attention (mha)"
-    return None
-
-
 def check_dtype(model, dtype: str) -> None:
     """Raise :class:`UserError` unless ``model`` can decode in ``dtype``."""
     if dtype not in DECODE_DTYPES:
         raise UserError(f"decode.dtype={dtype!r}: give float32 or bfloat16.")
-    why = low_precision_refusal(model) if dtype != "float32" else None
+    if dtype == "float32":
+        return
+    cfg = getattr(model, "cfg", None)
+    why = (low_precision_refusal(cfg) if isinstance(cfg, ModelConfig)
+           else f"{type(model).__name__} is not a structnmt model with a model config")
     if why:
         raise UserError(f"decode.dtype={dtype}: {why}; only plain Transformers decode in {dtype}, "
-                        "decode this one in float32 (drop --dtype).")
+                        "decode this one in float32 (drop --dtype, or set decode.dtype=float32).")
 
 
 def model_for_dtype(model, dtype: str):
-    """``model`` itself for float32; otherwise a copy of it in ``dtype`` (parameters and buffers).
+    """``model`` itself when its parameters are in ``dtype`` already (float32, or a copy made
+    before); otherwise a copy of it in ``dtype`` (parameters and buffers).
 
     A copy, so the caller's model (a trainer's, which goes on learning) is never changed; for the
     tiny recipe the copy takes milliseconds. Raises :class:`UserError` for a model that
-    :func:`low_precision_refusal` refuses.
+    :func:`~structnmt.config.low_precision_refusal` refuses.
     """
     check_dtype(model, dtype)
-    if dtype == "float32":
+    target = DECODE_DTYPES[dtype]
+    if next(model.parameters()).dtype == target:  # float32, or a copy made before
         return model
     import copy
 
@@ -225,6 +212,7 @@ class Translator:
         self.model = build_model(self.cfg.model, len(self.src_vocab), len(self.tgt_vocab))
         load_model_state(self.model, state, checkpoint)
         self.model.to(self.device).eval()
+        self._cast: dict[str, torch.nn.Module] = {}  # decode.dtype -> the model in that format (made on first use)
         self.parser_cfg = None
         self.label_ids: dict[str, int] = {}
         self.structures = {**self.cfg.data.structures, **self.model.required_structures()}
@@ -340,7 +328,9 @@ class Translator:
                 return build_structures(self.structures, [c[0] for c in chosen], [c[1] for c in chosen], S,
                                         self.label_ids)
 
-        hyps = translate_ids(self.model, [sources[j] for j in todo], dcfg, device=self.device,
+        if dcfg.dtype not in self._cast:  # this translator's model never changes: one copy per number format
+            self._cast[dcfg.dtype] = model_for_dtype(self.model, dcfg.dtype)
+        hyps = translate_ids(self._cast[dcfg.dtype], [sources[j] for j in todo], dcfg, device=self.device,
                              max_positions=limit, progress=progress, structures_for=structures_for, pool=self.pool)
         # empty lines, and lines that could not be translated, get one empty translation in place
         kept = set(keep)

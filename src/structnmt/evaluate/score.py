@@ -115,6 +115,19 @@ def moses_lc_tokenize(lines: Iterable[str], lang: str = "en") -> list[str]:
     return [tok.tokenize(line.lower(), escape=False, return_str=True) for line in lines]
 
 
+# Moses' XML escapes (tokenizer.perl without -no-escape), undone in this order: &amp; last, so that an
+# escaped "&lt;" ("&amp;lt;") comes back as the text "&lt;" and not as "<"
+_MOSES_ESCAPES = (("&#124;", "|"), ("&lt;", "<"), ("&gt;", ">"), ("&apos;", "'"), ("&quot;", '"'),
+                  ("&#91;", "["), ("&#93;", "]"), ("&amp;", "&"))
+
+
+def moses_unescape(line: str) -> str:
+    """Undo Moses' XML escapes (``&apos;`` -> ``'``, ...) and nothing else (unlike ``html.unescape``)."""
+    for escaped, char in _MOSES_ESCAPES:
+        line = line.replace(escaped, char)
+    return line
+
+
 def _lc_tok_convention(lang: str) -> str:
     return f"conv:lc+moses-tok({lang})"
 

@@ -397,7 +397,8 @@ class TransformerModel(nn.Module):
     def decode_step(self, prev_tokens: Tensor, enc: EncoderOutput, cache: IncrementalCache,
                     log_probs: bool = True) -> Tensor:
         """prev_tokens (N, t): all tokens so far; returns log-probs (N, V) of the next one
-        (``log_probs=False``: the logits, for callers that normalise only what they keep).
+        (``log_probs=False``: the logits, in the model's dtype, for callers that normalise them
+        themselves, as beam search does).
 
         ``enc`` has N rows, or one per sentence when ``N`` = sentences x beam and
         :meth:`shares_source_across_beam` holds."""

@@ -292,8 +292,9 @@ def scaled_attention(
     Fast path: ``F.scaled_dot_product_attention`` (causal without other masks uses its
     ``is_causal`` kernel). The explicit matmul-softmax path runs when weights are
     requested or the bias requires grad, and, without weights, for at most
-    ``_FEW_QUERIES`` queries per row on the CPU with gradients off (decoding steps), where it is
-    faster than SDPA's kernel; the softmax is then computed in float32 whatever ``q``'s dtype. A query row with no allowed key gets a zero
+    ``_FEW_QUERIES`` queries per row on the CPU with gradients off (decoding steps), where
+    it is faster than SDPA's kernel; its scores and softmax are then float32 whatever ``q``'s
+    dtype. A query row with no allowed key gets a zero
     output and zero weights on every path (see :func:`masked_softmax`).
     ``return_dropped=True`` (explicit path) returns ``(weights, dropped weights)`` as the
     second element, for mechanisms that also read the weights that met the values.
@@ -318,13 +319,17 @@ def scaled_attention(
             and not torch.is_grad_enabled()):
         # decoding on the CPU (one new step per hypothesis, or a sentence's hypotheses over its source):
         # two batched matmuls beat SDPA's blocked kernel for so few queries (benchmarks/README.md)
-        scores = torch.matmul(q * scale, k.transpose(-1, -2))
+        # scores in float32 whatever q's dtype (a bfloat16 model's logits rounded to bfloat16 would be ~10x
+        # less exact than SDPA's, which accumulates them in float32); for float32 the casts are no-ops
+        scores = torch.matmul(q.float() * scale, k.float().transpose(-1, -2))
         if bias is not None:
             scores = scores + bias
         if use_is_causal:
             allowed = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()
-        weights = masked_softmax(scores, allowed).to(q.dtype)
-        return torch.matmul(weights, v), None
+        weights = masked_softmax(scores, allowed)
+        if bias is not None:  # a bias of -inf on every allowed key: zeros, as SDPA gives, not NaN
+            weights = weights.nan_to_num(nan=0.0)
+        return torch.matmul(weights.to(v.dtype), v), None
     if not explicit:
         live = None
         if allowed is not None:  # a query with no allowed key gets a zero output (not NaN) on every torch

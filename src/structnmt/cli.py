@@ -444,7 +444,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--greedy", action="store_true")
     s.add_argument("--dtype", choices=["float32", "bfloat16"],
                    help="number format of the decoder (default: the checkpoint's decode.dtype, float32); bfloat16 "
-                        "is faster on CPUs with AVX512-BF16 or AMX, for plain Transformers, and not bit-identical")
+                        "is for plain Transformers, not bit-identical, and faster only where the CPU's bfloat16 "
+                        "arithmetic is (benchmarks/README.md)")
     s.add_argument("--too-long", choices=["empty", "truncate"], default="empty",
                    help="a line longer than the model's positions: empty output (default) or translate its beginning; "
                         "either way its line number is reported")

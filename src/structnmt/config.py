@@ -124,9 +124,10 @@ class DecodeConfig:
     max_len_b: int = 10
     nbest: int = 1
     batch_size: int = 64  # sentences per decoding batch
-    # float32 | bfloat16: the number format of the decoder's weights and activations (scores and the
-    # normaliser stay float32). bfloat16 is for plain Transformers; on a CPU with AVX512-BF16 or AMX it
-    # decodes faster at a small cost in exactness (docs/results.md, "bfloat16 decoding")
+    # float32 | bfloat16: the number format of the decoder's weights and activations (attention scores,
+    # the normaliser and the scores stay float32). bfloat16 is for plain Transformers, level in BLEU on
+    # Multi30k (docs/results.md, "bfloat16 decoding"); its speed is the CPU's: 1.23x at 1 thread on an
+    # AMD Zen 4, no consistent gain at 2 threads (benchmarks/README.md)
     dtype: str = "float32"
 
 

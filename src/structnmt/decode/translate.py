@@ -64,7 +64,7 @@ def model_for_dtype(model, dtype: str):
         return model
     import copy
 
-    return copy.deepcopy(model).to(DECODE_DTYPES[dtype])
+    return copy.deepcopy(model).to(target)
 
 
 def decode_batch(model, src: torch.Tensor, src_mask: torch.Tensor, dcfg: DecodeConfig, max_positions: int,

@@ -136,6 +136,13 @@ def test_translate_command_uses_an_export_and_export_refuses_what_it_cannot_do(s
     # a device name that is not one is refused, not ignored
     assert main(["translate", "--checkpoint", str(ct2), "--input", str(inp), "--device", "gpu0"]) == 2
     assert "--device gpu0: not a device" in capsys.readouterr().err
+    # bfloat16 decoding of a model with a mechanism: one sentence through the command line, no traceback
+    (tmp_path / "localness").mkdir()
+    loc = _train(synth_data, tmp_path / "localness",
+                 attention={"overrides": {"encoder_self.0": {"name": "localness", "options": {}}}})
+    assert main(["translate", "--checkpoint", str(loc), "--input", str(inp), "--dtype", "bfloat16"]) == 2
+    err = capsys.readouterr().err
+    assert "decode.dtype=bfloat16: model.attention encoder_self.0 is localness" in err and "Traceback" not in err
     # --dtype belongs to structnmt's own decoder; an export keeps the number format it was exported with
     assert main(["translate", "--checkpoint", str(ct2), "--input", str(inp), "--dtype", "bfloat16"]) == 2
     assert "--dtype is for structnmt checkpoints" in capsys.readouterr().err

@@ -273,6 +273,15 @@ def _finite(x: float) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
+def first_mechanism(plan: AttentionPlan) -> tuple[str, str] | None:
+    """(role, name) of the first attention that is not plain multi-head attention (mha), or None."""
+    for role, spec in [("encoder_self", plan.encoder_self), ("decoder_self", plan.decoder_self),
+                       ("cross", plan.cross), *plan.overrides.items()]:
+        if spec.name != "mha":
+            return role, spec.name
+    return None
+
+
 def low_precision_refusal(m: ModelConfig) -> str | None:
     """Why a model with this config cannot decode in bfloat16 (``decode.dtype``), or None when it can.
 
@@ -282,12 +291,8 @@ def low_precision_refusal(m: ModelConfig) -> str | None:
     """
     if m.family != "transformer":
         return f"model.family is {m.family}, not transformer"
-    plan = m.attention
-    for role, spec in [("encoder_self", plan.encoder_self), ("decoder_self", plan.decoder_self),
-                       ("cross", plan.cross), *plan.overrides.items()]:
-        if spec.name != "mha":
-            return f"model.attention {role} is {spec.name}, not plain multi-head attention (mha)"
-    return None
+    other = first_mechanism(m.attention)
+    return f"model.attention {other[0]} is {other[1]}, not plain multi-head attention (mha)" if other else None
 
 
 def validate_decode(d: DecodeConfig, where: str = "config") -> None:

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from .config import Config, DecodeConfig, from_dict
+from .config import Config, DecodeConfig, first_mechanism, from_dict
 from .data.dataset import encode_sources
 from .data.vocab import Vocab
 from .errors import UserError
@@ -66,12 +66,9 @@ def exportable(cfg: Config) -> str | None:
     m = cfg.model
     if m.family != "transformer":
         return f"model.family is {m.family}; only the Transformer family has a CTranslate2 counterpart"
-    plan = m.attention
-    specs = [("encoder_self", plan.encoder_self), ("decoder_self", plan.decoder_self), ("cross", plan.cross)]
-    specs += [(k, v) for k, v in plan.overrides.items()]
-    for where, spec in specs:
-        if spec.name != "mha":
-            return f"model.attention {where} is {spec.name}; only plain multi-head attention (mha) can be exported"
+    other = first_mechanism(m.attention)
+    if other:
+        return f"model.attention {other[0]} is {other[1]}; only plain multi-head attention (mha) can be exported"
     if cfg.data.structures:
         return "the model reads structure tensors (data.structures)"
     if m.activation not in ("relu", "gelu"):

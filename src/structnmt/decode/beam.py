@@ -95,11 +95,8 @@ def _top_extensions(logits: Tensor, c: int) -> tuple[Tensor, Tensor, Tensor]:
     lp[:, PAD] = float("-inf")
     lp[:, BOS] = float("-inf")
     cand_lp, cand_tok = topk_rows(lp, c)
-    dead = torch.isnan(cand_lp[:, 0])  # all -inf logits: log_softmax gives NaN (topk ranks NaN first)
-    if bool(dead.any()):
-        cand_lp[dead] = float("-inf")
-        eos[dead] = float("-inf")
-    return cand_lp, cand_tok, eos
+    # all -inf logits: log_softmax gives NaN (and topk ranks NaN first); -inf instead, without a host sync
+    return cand_lp.nan_to_num_(nan=float("-inf")), cand_tok, eos.nan_to_num_(nan=float("-inf"))
 
 
 @torch.inference_mode()

@@ -19,14 +19,20 @@ What it does, in one run:
    times, ``--updates`` each, with the same number of threads; each reports target
    tokens/s per log interval (fairseq's ``wps``, structnmt's ``tok_per_s``); the median
    over the intervals after the first ``--skip`` is taken, and the ratio of the medians
-   over rounds is printed.
+   over rounds is printed. With ``--processes N`` (default 2; 1 leaves it out) both also
+   train as N processes of one thread each with 4,096 / N tokens per process (the same
+   tokens per update): structnmt under ``torchrun --standalone`` (DistributedDataParallel,
+   gloo), fairseq as N ``fairseq-train`` processes joined over TCP with gloo and its
+   ``legacy_ddp`` (fairseq 0.12's DistributedDataParallel wrapper passes a GPU device to
+   PyTorch and fails on the CPU; its automatic set-up divides by the number of GPUs).
 4. **Decoding speed.** Both models of the last round (the same number of updates, so
    their outputs have comparable lengths) translate the test split with beam 5 and 128
    sentences per batch: fairseq-generate's own "sentences/s" against structnmt's
    sentences/s measured the same way (generation only, the model already loaded), the
    same with ``--threads`` worker processes of one thread each (``structnmt translate
-   --workers``; workers started before the clock), plus structnmt's CTranslate2 export
-   when ``ctranslate2`` is installed.
+   --workers``; workers started before the clock), structnmt's ``--dtype bfloat16`` and
+   ``--dtype int8``, plus structnmt's CTranslate2 export (float32 and int8) when
+   ``ctranslate2`` is installed.
 
     bash benchmarks/install_fairseq.sh ~/fairseq-venv
     python benchmarks/bench_fairseq.py --data data-bin/multi30k_en_de --fairseq-venv ~/fairseq-venv \\
@@ -84,6 +90,63 @@ def fairseq_train_args(bin_dir: Path, save: Path, updates: int, log_interval: in
             "--save-interval-updates", "0", "--seed", "1"]
 
 
+def structnmt_train_args(data: Path, save: Path, args, threads: int, max_tokens: int = 4096) -> list[str]:
+    return ["train", str(RECIPE), f"data.path={data}", f"data.max_tokens={max_tokens}",
+            f"train.save_dir={save}", f"train.max_updates={args.updates}",
+            f"train.log_interval={args.log_interval}", f"train.threads={threads}",
+            f"train.save_interval_updates={10 * args.updates}",
+            f"train.validate_interval_updates={10 * args.updates}", "train.keep_last=1",
+            "train.tensorboard=false", "train.seed=1", "--no-progress"]
+
+
+def run_structnmt(cmd: list[str], save: Path, env: dict, skip: int) -> float:
+    """Run a structnmt training; the median target tokens/s of its log intervals after ``skip``."""
+    shutil.rmtree(save, ignore_errors=True)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit(f"structnmt train failed: {p.stderr[-2000:]}")
+    rows = [json.loads(x) for x in (save / "metrics.jsonl").read_text().splitlines()]
+    return median_after([x["tok_per_s"] for x in rows if x.get("kind") == "train" and x["step"] > 1], skip)
+
+
+def train_structnmt_processes(data: Path, work: Path, args, env: dict) -> float:
+    """structnmt as ``--processes`` processes of one thread (torchrun), 4,096 / N tokens each."""
+    n = args.processes
+    save = work / "structnmt-mp-run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+           "-m", "structnmt.cli", *structnmt_train_args(data, save, args, 1, 4096 // n)]
+    return run_structnmt(cmd, save, {**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}, args.skip)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def train_fairseq_processes(venv: Path, bin_dir: Path, work: Path, args, env: dict) -> float:
+    """fairseq-train as ``--processes`` processes of one thread, 4,096 / N tokens each: gloo over TCP and
+    fairseq's own ``legacy_ddp`` (its torch DistributedDataParallel wrapper asks for a GPU device)."""
+    n = args.processes
+    save = work / "fairseq-mp-run"
+    shutil.rmtree(save, ignore_errors=True)
+    base = fairseq_train_args(bin_dir, save, args.updates, args.log_interval)
+    base[base.index("--max-tokens") + 1] = str(4096 // n)
+    base += ["--distributed-world-size", str(n), "--distributed-backend", "gloo", "--distributed-no-spawn",
+             "--distributed-init-method", f"tcp://127.0.0.1:{free_port()}", "--ddp-backend", "legacy_ddp"]
+    env1 = {**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([str(venv / "bin" / "fairseq-train"), *base, "--distributed-rank", str(r)], env=env1,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(n)]
+    outs = [p.communicate()[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise SystemExit(f"fairseq-train ({n} processes) failed: {outs[0][-2000:]}")
+    # rank 0 logs the statistics summed over all processes (wpb and wps are totals)
+    wps = [float(json.loads(m.group(1))["wps"]) for m in re.finditer(r"\| train_inner \| (\{.*\})", outs[0])]
+    return median_after(wps, args.skip)
+
+
 def cpu_name() -> str:
     """The CPU's model name (Linux), so that a table says which machine it was measured on."""
     try:
@@ -110,6 +173,8 @@ def main() -> None:
     ap.add_argument("--log-interval", type=int, default=10)
     ap.add_argument("--skip", type=int, default=2, help="log intervals left out at the start (warm-up)")
     ap.add_argument("--work", help="working directory (default: a temporary one, removed at the end)")
+    ap.add_argument("--processes", type=int, default=2,
+                    help="also train both as this many processes of one thread each (1: leave it out)")
     ap.add_argument("--decode-only", action="store_true",
                     help="skip training: decode with the models a previous run left in --work")
     args = ap.parse_args()
@@ -136,13 +201,20 @@ def main() -> None:
                            check=True, env=env, capture_output=True)
         fs_rates: list[float] = []
         sn_rates: list[float] = []
+        fs_mp: list[float] = []  # N processes x 1 thread
+        sn_mp: list[float] = []
+        whos = ("fairseq", "structnmt") + (("fairseq-mp", "structnmt-mp") if args.processes > 1 else ())
         if args.decode_only and not (args.work and (work / "fairseq-run" / "checkpoint_last.pt").exists()
                                      and (work / "structnmt-run" / "checkpoint_last.pt").exists()):
             raise SystemExit("--decode-only needs --work with the models of an earlier run of this benchmark.")
         for r in range(0 if args.decode_only else args.rounds):
-            order = ("fairseq", "structnmt") if r % 2 == 0 else ("structnmt", "fairseq")
+            order = whos if r % 2 == 0 else tuple(reversed(whos))
             for who in order:
-                if who == "fairseq":
+                if who == "fairseq-mp":
+                    fs_mp.append(train_fairseq_processes(venv, bin_dir, work, args, env))
+                elif who == "structnmt-mp":
+                    sn_mp.append(train_structnmt_processes(data, work, args, env))
+                elif who == "fairseq":
                     save = work / "fairseq-run"
                     shutil.rmtree(save, ignore_errors=True)
                     p = subprocess.run([str(venv / "bin" / "fairseq-train"),
@@ -156,20 +228,10 @@ def main() -> None:
                 else:
                     save = work / "structnmt-run"
                     shutil.rmtree(save, ignore_errors=True)
-                    cmd = [sys.executable, "-m", "structnmt.cli", "train", str(RECIPE), f"data.path={data}",
-                           f"train.save_dir={save}", f"train.max_updates={args.updates}",
-                           f"train.log_interval={args.log_interval}", f"train.threads={args.threads}",
-                           f"train.save_interval_updates={10 * args.updates}",
-                           f"train.validate_interval_updates={10 * args.updates}", "train.keep_last=1",
-                           "train.tensorboard=false", "train.seed=1", "--no-progress"]
-                    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
-                    if p.returncode:
-                        raise SystemExit(f"structnmt train failed: {p.stderr[-2000:]}")
-                    rows = [json.loads(x) for x in (save / "metrics.jsonl").read_text().splitlines()]
-                    tps = [x["tok_per_s"] for x in rows if x.get("kind") == "train" and x["step"] > 1]
-                    sn_rates.append(median_after(tps, args.skip))
-                print(f"round {r + 1}: {who}: {(fs_rates if who == 'fairseq' else sn_rates)[-1]:.0f} target tok/s",
-                      flush=True)
+                    cmd = [sys.executable, "-m", "structnmt.cli", *structnmt_train_args(data, save, args, args.threads)]
+                    sn_rates.append(run_structnmt(cmd, save, env, args.skip))
+                rates = {"fairseq": fs_rates, "structnmt": sn_rates, "fairseq-mp": fs_mp, "structnmt-mp": sn_mp}[who]
+                print(f"round {r + 1}: {who}: {rates[-1]:.0f} target tok/s", flush=True)
         # decoding: the last round's models
         gen = subprocess.run([str(venv / "bin" / "fairseq-generate"), str(bin_dir), "--path",
                               str(work / "fairseq-run" / "checkpoint_last.pt"), "--gen-subset", "test", "--beam", "5",
@@ -197,6 +259,11 @@ def main() -> None:
                                   str(work / "structnmt-run" / "checkpoint_last.pt"), str(src_lines), str(args.threads)],
                                  env=env, capture_output=True, text=True, check=True)
         sn_dec_bf, sn_tokens_bf = (float(x) for x in ours_bf.stdout.strip().splitlines()[-1].split())
+        # and with the linear layers in int8 (structnmt translate --dtype int8)
+        ours_i8 = subprocess.run([sys.executable, "-c", snippet.replace("beam=5,", "beam=5, dtype='int8',"),
+                                  str(work / "structnmt-run" / "checkpoint_last.pt"), str(src_lines), str(args.threads)],
+                                 env=env, capture_output=True, text=True, check=True)
+        sn_dec_i8, sn_tokens_i8 = (float(x) for x in ours_i8.stdout.strip().splitlines()[-1].split())
         # the same decoding in --threads worker processes of one thread each (structnmt translate --workers)
         snippet_w = snippet.replace("Translator(sys.argv[1], device='cpu')",
                                     "Translator(sys.argv[1], device='cpu', workers=int(sys.argv[3]))")
@@ -204,7 +271,7 @@ def main() -> None:
         ours_w = subprocess.run([sys.executable, "-c", snippet_w, str(work / "structnmt-run" / "checkpoint_last.pt"),
                                  str(src_lines), str(args.threads)], env=env1, capture_output=True, text=True, check=True)
         sn_dec_w, sn_tokens_w = (float(x) for x in ours_w.stdout.strip().splitlines()[-1].split())
-        ct2_dec = None
+        ct2_dec: dict[str, float] = {}
         try:
             import ctranslate2  # noqa: F401
 
@@ -212,13 +279,17 @@ def main() -> None:
                 "import sys, time\nfrom structnmt.export import export_ctranslate2, CT2Translator\n"
                 "from structnmt.config import DecodeConfig\n"
                 "lines = open(sys.argv[2], encoding='utf-8').read().splitlines()\n"
-                "ct = CT2Translator(export_ctranslate2(sys.argv[1], sys.argv[4]), threads=int(sys.argv[3]))\n"
+                "q = None if sys.argv[5] == 'none' else sys.argv[5]\n"
+                "ct = CT2Translator(export_ctranslate2(sys.argv[1], sys.argv[4], quantization=q), "
+                "threads=int(sys.argv[3]))\n"
                 "d = DecodeConfig(beam=5, batch_size=128)\n"
                 "t = time.perf_counter(); ct.translate(lines, d); print(len(lines) / (time.perf_counter() - t))\n")
-            out = subprocess.run([sys.executable, "-c", snippet_ct2, str(work / "structnmt-run" / "checkpoint_last.pt"),
-                                  str(src_lines), str(args.threads), str(work / "ct2")], env=env, capture_output=True,
-                                 text=True, check=True)
-            ct2_dec = float(out.stdout.strip().splitlines()[-1])
+            for quant in ("none", "int8"):
+                out = subprocess.run([sys.executable, "-c", snippet_ct2,
+                                      str(work / "structnmt-run" / "checkpoint_last.pt"), str(src_lines),
+                                      str(args.threads), str(work / f"ct2-{quant}"), quant],
+                                     env=env, capture_output=True, text=True, check=True)
+                ct2_dec[quant] = float(out.stdout.strip().splitlines()[-1])
         except ImportError:
             pass
     finally:
@@ -232,7 +303,15 @@ def main() -> None:
     print("|---|---|---|---|")
     if fs_rates:
         fs, sn = statistics.median(fs_rates), statistics.median(sn_rates)
-        print(f"| training target tok/s (median) | {fs:.0f} | {sn:.0f} | {sn / fs:.2f} |")
+        print(f"| training target tok/s (median), 1 process x {args.threads} threads | {fs:.0f} | {sn:.0f} | "
+              f"{sn / fs:.2f} |")
+    if fs_mp:
+        fm, sm = statistics.median(fs_mp), statistics.median(sn_mp)
+        n = args.processes
+        print(f"| training target tok/s (median), {n} processes x 1 thread, {4096 // n} tokens each | {fm:.0f} | "
+              f"{sm:.0f} | {sm / fm:.2f} |")
+        print(f"| training: structnmt {n} processes x 1 thread against fairseq 1 process x {args.threads} threads "
+              f"| {fs:.0f} | {sm:.0f} | {sm / fs:.2f} |")
     print(f"| decoding sentences/s (beam 5, batch 128) | {fs_dec:.1f} | {sn_dec:.1f} | {sn_dec / fs_dec:.2f} |")
     print(f"| decoding sentences/s, structnmt --dtype bfloat16 | {fs_dec:.1f} | {sn_dec_bf:.1f} | "
           f"{sn_dec_bf / fs_dec:.2f} |")
@@ -240,15 +319,19 @@ def main() -> None:
           f"{sn_dec_w / fs_dec:.2f} |")
     print(f"| output tokens (EOS included; decoding speeds compare only where these are alike) | {fs_tokens} | "
           f"{sn_tokens:.0f} | {sn_tokens / fs_tokens:.2f} |")
+    print(f"| decoding sentences/s, structnmt --dtype int8 | {fs_dec:.1f} | {sn_dec_i8:.1f} | {sn_dec_i8 / fs_dec:.2f} |")
     print(f"| output tokens, structnmt --dtype bfloat16 | {fs_tokens} | {sn_tokens_bf:.0f} | {sn_tokens_bf / fs_tokens:.2f} |")
+    print(f"| output tokens, structnmt --dtype int8 | {fs_tokens} | {sn_tokens_i8:.0f} | {sn_tokens_i8 / fs_tokens:.2f} |")
     if sn_tokens_w != sn_tokens:
         print(f"WARNING: --workers wrote {sn_tokens_w:.0f} output tokens, one process {sn_tokens:.0f}")
-    if ct2_dec is not None:
-        print(f"| decoding sentences/s, structnmt's CTranslate2 export | {fs_dec:.1f} | {ct2_dec:.1f} | "
-              f"{ct2_dec / fs_dec:.2f} |")
+    for quant, rate in ct2_dec.items():
+        print(f"| decoding sentences/s, structnmt's CTranslate2 export ({'float32' if quant == 'none' else quant}) | "
+              f"{fs_dec:.1f} | {rate:.1f} | {rate / fs_dec:.2f} |")
     if fs_rates:
         print(f"(per round: fairseq {', '.join(f'{x:.0f}' for x in fs_rates)}; "
-              f"structnmt {', '.join(f'{x:.0f}' for x in sn_rates)} target tok/s)")
+              f"structnmt {', '.join(f'{x:.0f}' for x in sn_rates)} target tok/s"
+              + (f"; {args.processes} processes: fairseq {', '.join(f'{x:.0f}' for x in fs_mp)}, structnmt "
+                 f"{', '.join(f'{x:.0f}' for x in sn_mp)}" if fs_mp else "") + ")")
 
 
 if __name__ == "__main__":

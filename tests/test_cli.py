@@ -73,26 +73,27 @@ def test_translate_with_two_worker_processes_writes_the_same_translations(traine
     assert bad.returncode == 2 and "--workers 0: give a number of decoding processes >= 1" in bad.stderr
 
 
-def test_translate_in_bfloat16_reaches_the_bleu_threshold_with_mostly_the_same_translations(trained):
+@pytest.mark.parametrize("dtype", ["bfloat16", "int8"])
+def test_translate_in_low_precision_reaches_the_bleu_threshold_with_mostly_the_same_translations(trained, dtype):
     work = trained
     if not (work / "test.hyp").exists():  # written by the threshold test when it ran first
         run("translate", "--checkpoint", str(work / "avg.pt"), "--input", str(work / "corpus" / "test.src"),
             "--output", str(work / "test.hyp"), "--no-progress")
     run("translate", "--checkpoint", str(work / "avg.pt"), "--input", str(work / "corpus" / "test.src"),
-        "--output", str(work / "test.bf16.hyp"), "--dtype", "bfloat16", "--no-progress")
+        "--output", str(work / f"test.{dtype}.hyp"), "--dtype", dtype, "--no-progress")
     fp32 = (work / "test.hyp").read_text().splitlines()
-    bf16 = (work / "test.bf16.hyp").read_text().splitlines()
-    assert len(bf16) == len(fp32) == 200
-    assert sum(a == b for a, b in zip(fp32, bf16)) >= 0.8 * len(fp32)
-    out = run("score", "--hyp", str(work / "test.bf16.hyp"), "--ref", str(work / "corpus" / "test.tgt")).stdout
+    low = (work / f"test.{dtype}.hyp").read_text().splitlines()
+    assert len(low) == len(fp32) == 200
+    assert sum(a == b for a, b in zip(fp32, low)) >= 0.8 * len(fp32)
+    out = run("score", "--hyp", str(work / f"test.{dtype}.hyp"), "--ref", str(work / "corpus" / "test.tgt")).stdout
     m = re.search(r"^BLEU = ([\d.]+) ", out, re.M)
     assert m and float(m.group(1)) >= BLEU_THRESHOLD, out
-    # the option reaches the decoder: the n-best scores (4 decimals) move with bfloat16's rounding
+    # the option reaches the decoder: the n-best scores (4 decimals) move with the format's rounding
     src = "\n".join((work / "corpus" / "test.src").read_text().splitlines()[:20]) + "\n"
     nb32 = run("translate", "--checkpoint", str(work / "avg.pt"), "--nbest", "2", stdin=src).stdout.splitlines()
-    nb16 = run("translate", "--checkpoint", str(work / "avg.pt"), "--nbest", "2", "--dtype", "bfloat16",
-               stdin=src).stdout.splitlines()
-    assert len(nb32) == len(nb16) == 40 and nb32 != nb16
+    nb_low = run("translate", "--checkpoint", str(work / "avg.pt"), "--nbest", "2", "--dtype", dtype,
+                 stdin=src).stdout.splitlines()
+    assert len(nb32) == len(nb_low) == 40 and nb32 != nb_low
 
 
 def test_translate_from_stdin_greedy_and_nbest(trained):

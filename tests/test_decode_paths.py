@@ -1,4 +1,4 @@
-"""The decoding fast paths: few-query attention without SDPA on the CPU, and bfloat16 decoding."""
+"""The decoding fast paths: few-query attention without SDPA on the CPU, bfloat16 and int8 decoding."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from structnmt.config import (
 )
 from structnmt.data.vocab import EOS
 from structnmt.decode.beam import beam_search
-from structnmt.decode.translate import model_for_dtype, translate_ids
+from structnmt.decode.translate import is_int8, model_for_dtype, translate_ids
 from structnmt.errors import UserError
 from structnmt.models import build_model
 from structnmt.nn.attention import _FEW_QUERIES, scaled_attention
@@ -146,12 +146,14 @@ def _teacher_forced_logprob(model, src, mask, tokens: list[int]) -> float:
     return float(sum(lp[t, g] for t, g in enumerate(gold)))
 
 
-def test_bfloat16_beam_scores_are_the_float32_model_scores_of_its_hypotheses():
-    """Every hypothesis found in bfloat16 carries (within bfloat16's rounding) the log-probability that the
-    float32 model gives it: the normaliser, the scores and the cache work in the lower precision too."""
+@pytest.mark.parametrize("dtype", ["bfloat16", "int8"])
+def test_low_precision_beam_scores_are_the_float32_model_scores_of_its_hypotheses(dtype):
+    """Every hypothesis found in bfloat16 or int8 carries (within the format's rounding) the log-probability
+    that the float32 model gives it: the normaliser, the scores and the cache work in the lower precision too."""
     model = _model(3)
     src, mask = _batch(3)
-    hyps = beam_search(model_for_dtype(model, "bfloat16"), src, mask, beam=4, nbest=2, max_len_a=1.0, max_len_b=3)
+    low = model_for_dtype(model, dtype)
+    hyps = beam_search(low, src, mask, beam=4, nbest=2, max_len_a=1.0, max_len_b=3)
     for i, nbest in enumerate(hyps):
         assert len(nbest) == 2
         n = int(mask[i].sum())
@@ -159,6 +161,70 @@ def test_bfloat16_beam_scores_are_the_float32_model_scores_of_its_hypotheses():
             exact = _teacher_forced_logprob(model, src[i : i + 1, :n], mask[i : i + 1, :n], h.tokens)
             assert math.isfinite(h.logprob)
             assert abs(h.logprob - exact) <= 0.05 * (len(h.tokens) + 1), (h.logprob, exact)
+
+
+def test_int8_copy_quantizes_every_linear_layer_and_leaves_the_model_alone():
+    model = _model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    low = model_for_dtype(model, "int8")
+    linears = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    assert "output_proj" in linears and len(linears) > 10
+    quantized = dict(low.named_modules())
+    for name in linears:  # every linear layer, the tied output projection included, computes in int8
+        assert type(quantized[name]).__name__ == "Linear" and "quantized" in type(quantized[name]).__module__, name
+        assert quantized[name].weight().dtype == torch.qint8
+        assert quantized[name].weight().qscheme() == torch.per_channel_affine  # one scale per output row
+    assert is_int8(low) and not is_int8(model)
+    assert all(isinstance(m, torch.nn.Linear) for n, m in model.named_modules() if n in linears)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert model_for_dtype(low, "int8") is low  # made once
+    with pytest.raises(ValueError, match="int8 copy cannot be decoded in float32"):
+        model_for_dtype(low, "float32")
+    # the logits move by int8's rounding, not more
+    src, mask = _batch()
+    tgt = torch.full((src.shape[0], 1), 2)
+    with torch.no_grad():
+        a, b = model(src, mask, tgt).logits, low(src, mask, tgt).logits
+    assert 0 < (a - b).abs().max() < 0.05 * a.abs().max()
+
+
+def test_int8_is_refused_off_the_cpu():
+    model = _model().to("meta")
+    with pytest.raises(UserError, match="decode.dtype=int8 is for CPUs .* on meta"):
+        model_for_dtype(model, "int8")
+
+
+def test_a_training_with_int8_decoding_off_the_cpu_is_refused_before_training(monkeypatch, tmp_path):
+    import structnmt.train.trainer as trainer
+    from structnmt.config import Config
+
+    cfg = Config()
+    cfg.decode.dtype = "int8"
+    cfg.train.save_dir = str(tmp_path / "run")
+    monkeypatch.setattr(trainer, "get_device", lambda name: torch.device("meta"))
+    with pytest.raises(ConfigError, match="decode.dtype=int8 decodes on CPUs only .* runs on meta"):
+        trainer.Trainer(cfg, log=lambda *a: None)
+    assert not (tmp_path / "run").exists()
+
+
+def test_translate_ids_decodes_in_int8_with_one_copy(monkeypatch):
+    import structnmt.decode.translate as translate
+
+    seen = []
+    real = translate.decode_batch
+    monkeypatch.setattr(translate, "decode_batch", lambda m, *a, **k: seen.append(m) or real(m, *a, **k))
+    model = _model(4)
+    src, mask = _batch(4, n=5)
+    sources = [src[i, : int(mask[i].sum())].tolist() for i in range(5)]
+    d8 = DecodeConfig(beam=3, batch_size=2, max_len_a=1.0, max_len_b=3, dtype="int8")
+    d32 = DecodeConfig(beam=3, batch_size=2, max_len_a=1.0, max_len_b=3)
+    out8 = translate_ids(model, sources, d8, device=torch.device("cpu"), max_positions=64)
+    out32 = translate_ids(model, sources, d32, device=torch.device("cpu"), max_positions=64)
+    assert [is_int8(m) for m in seen] == [True] * 3 + [False] * 3 and seen[0] is seen[1] is seen[2]
+    assert not is_int8(model)
+    for a, b in zip(out32, out8):
+        assert len(a) == len(b) == 1
+        assert abs(a[0].score - b[0].score) < 0.25
 
 
 def test_translate_ids_decodes_in_the_configured_dtype(monkeypatch):
@@ -187,14 +253,15 @@ def test_translate_ids_decodes_in_the_configured_dtype(monkeypatch):
     ({"attention": AttentionPlan(encoder_self=AttentionSpec("localness"))}, "encoder_self is localness"),
     ({"attention": AttentionPlan(decoder_self=AttentionSpec("rel_pos"))}, "decoder_self is rel_pos"),
 ])
-def test_bfloat16_is_refused_for_mechanisms_with_a_sentence(kw, named):
+@pytest.mark.parametrize("dtype", ["bfloat16", "int8"])
+def test_low_precision_is_refused_for_mechanisms_with_a_sentence(kw, named, dtype):
     model = _model(**kw)
     assert named in low_precision_refusal(model.cfg)
-    with pytest.raises(UserError, match=f"decode.dtype=bfloat16: model.attention {named}.*decode this one in float32"):
-        model_for_dtype(model, "bfloat16")
+    with pytest.raises(UserError, match=f"decode.dtype={dtype}: model.attention {named}.*decode this one in float32"):
+        model_for_dtype(model, dtype)
     src, mask = _batch()
-    with pytest.raises(UserError, match="decode.dtype=bfloat16"):
-        translate_ids(model, [src[0].tolist()], DecodeConfig(dtype="bfloat16"), device=torch.device("cpu"),
+    with pytest.raises(UserError, match=f"decode.dtype={dtype}"):
+        translate_ids(model, [src[0].tolist()], DecodeConfig(dtype=dtype), device=torch.device("cpu"),
                       max_positions=64)
 
 
@@ -205,10 +272,11 @@ def test_bfloat16_is_refused_for_the_rnn_family():
     assert low_precision_refusal(_model().cfg) is None
 
 
-def test_a_decode_dtype_other_than_float32_or_bfloat16_is_refused_by_the_config():
-    with pytest.raises(ConfigError, match="decode.dtype"):
+def test_a_decode_dtype_other_than_float32_bfloat16_or_int8_is_refused_by_the_config():
+    with pytest.raises(ConfigError, match="decode.dtype.*must be float32, bfloat16 or int8"):
         validate_decode(DecodeConfig(dtype="float16"))
     validate_decode(DecodeConfig(dtype="bfloat16"))
+    validate_decode(DecodeConfig(dtype="int8"))
 
 
 def test_pool_worker_decodes_in_the_configured_dtype_with_one_copy(monkeypatch):
@@ -220,10 +288,11 @@ def test_pool_worker_decodes_in_the_configured_dtype_with_one_copy(monkeypatch):
     monkeypatch.setattr(translate, "_POOL_MODEL", {"model": _model(5)})
     src, mask = _batch(5, n=2)
     sources = [src[i, : int(mask[i].sum())].tolist() for i in range(2)]
-    for dtype in ("bfloat16", "bfloat16", "float32"):
+    for dtype in ("bfloat16", "bfloat16", "float32", "int8", "int8"):
         translate._pool_decode((sources, DecodeConfig(dtype=dtype), 64))
     assert next(seen[0].parameters()).dtype == torch.bfloat16 and seen[1] is seen[0]
     assert seen[2] is translate._POOL_MODEL["model"]
+    assert is_int8(seen[3]) and seen[4] is seen[3]
 
 
 def test_a_training_config_with_bfloat16_decoding_for_a_mechanism_is_refused_before_training():

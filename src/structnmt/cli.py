@@ -442,10 +442,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--nbest", type=int)
     s.add_argument("--batch-size", type=int)
     s.add_argument("--greedy", action="store_true")
-    s.add_argument("--dtype", choices=["float32", "bfloat16"],
+    s.add_argument("--dtype", choices=["float32", "bfloat16", "int8"],
                    help="number format of the decoder (default: the checkpoint's decode.dtype, float32); bfloat16 "
-                        "is for plain Transformers, not bit-identical, and faster only where the CPU's bfloat16 "
-                        "arithmetic is (benchmarks/README.md)")
+                        "and int8 (linear layers in 8-bit integers, CPU only) are for plain Transformers and not "
+                        "bit-identical; bfloat16 is faster only where the CPU's bfloat16 arithmetic is "
+                        "(benchmarks/README.md)")
     s.add_argument("--too-long", choices=["empty", "truncate"], default="empty",
                    help="a line longer than the model's positions: empty output (default) or translate its beginning; "
                         "either way its line number is reported")

@@ -124,10 +124,11 @@ class DecodeConfig:
     max_len_b: int = 10
     nbest: int = 1
     batch_size: int = 64  # sentences per decoding batch
-    # float32 | bfloat16: the number format of the decoder's weights and activations (attention scores,
-    # the normaliser and the scores stay float32). bfloat16 is for plain Transformers, level in BLEU on
-    # Multi30k (docs/results.md, "bfloat16 decoding"); its speed is the CPU's: 1.23x at 1 thread on an
-    # AMD Zen 4, no consistent gain at 2 threads (benchmarks/README.md)
+    # float32 | bfloat16 | int8: the number format of the decoder (attention scores, the normaliser and the
+    # scores stay float32). bfloat16: weights and activations, level in BLEU on Multi30k (docs/results.md,
+    # "bfloat16 decoding"); its speed is the CPU's: 1.23x at 1 thread on an AMD Zen 4, no consistent gain at
+    # 2 threads. int8 (CPU only): the linear layers in 8-bit integers, activations float32 between them
+    # (docs/results.md, "int8 decoding"). Both for plain Transformers only (benchmarks/README.md)
     dtype: str = "float32"
 
 
@@ -283,11 +284,12 @@ def first_mechanism(plan: AttentionPlan) -> tuple[str, str] | None:
 
 
 def low_precision_refusal(m: ModelConfig) -> str | None:
-    """Why a model with this config cannot decode in bfloat16 (``decode.dtype``), or None when it can.
+    """Why a model with this config cannot decode in bfloat16 or int8 (``decode.dtype``), or None when it can.
 
     Only the plain Transformer (multi-head attention in every layer) is decoded and checked in
-    bfloat16 (docs/results.md, "bfloat16 decoding"); a mechanism's own arithmetic (matrix-tree
-    marginals, phrase compositions, learned biases) is not, nor are the RNN family's recurrences.
+    bfloat16 and int8 (docs/results.md, "bfloat16 decoding", "int8 decoding"); a mechanism's own
+    arithmetic (matrix-tree marginals, phrase compositions, learned biases) is not, nor are the RNN
+    family's recurrences.
     """
     if m.family != "transformer":
         return f"model.family is {m.family}, not transformer"
@@ -306,7 +308,8 @@ def validate_decode(d: DecodeConfig, where: str = "config") -> None:
     _need(_finite(d.max_len_a) and d.max_len_a >= 0, where, "decode.max_len_a", d.max_len_a, "must be >= 0")
     _need(d.max_len_a > 0 or d.max_len_b >= 1, where, "decode.max_len_b", d.max_len_b,
           "must be at least 1 when decode.max_len_a is 0 (no output could be produced)")
-    _need(d.dtype in ("float32", "bfloat16"), where, "decode.dtype", d.dtype, "must be float32 or bfloat16")
+    _need(d.dtype in ("float32", "bfloat16", "int8"), where, "decode.dtype", d.dtype,
+          "must be float32, bfloat16 or int8")
 
 
 def validate(cfg: Config, where: str = "config") -> None:

@@ -33,13 +33,15 @@ class Translation:
     tokens: list[int]
 
 
-DECODE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DECODE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int8": torch.float32}
+"""decode.dtype -> the dtype of the decoder's floating-point parameters and activations. ``int8``
+keeps them float32; its linear layers compute in 8-bit integers (:func:`int8_copy`)."""
 
 
 def check_dtype(model, dtype: str) -> None:
     """Raise :class:`UserError` unless ``model`` can decode in ``dtype``."""
     if dtype not in DECODE_DTYPES:
-        raise UserError(f"decode.dtype={dtype!r}: give float32 or bfloat16.")
+        raise UserError(f"decode.dtype={dtype!r}: give float32, bfloat16 or int8.")
     if dtype == "float32":
         return
     cfg = getattr(model, "cfg", None)
@@ -48,17 +50,64 @@ def check_dtype(model, dtype: str) -> None:
     if why:
         raise UserError(f"decode.dtype={dtype}: {why}; only plain Transformers decode in {dtype}, "
                         "decode this one in float32 (drop --dtype, or set decode.dtype=float32).")
+    device = next(model.parameters()).device
+    if dtype == "int8" and device.type != "cpu":
+        raise UserError(f"decode.dtype=int8 is for CPUs (PyTorch's int8 kernels are CPU kernels) and this model is "
+                        f"on {device}; on a GPU decode in float32 or bfloat16.")
+
+
+def is_int8(model) -> bool:
+    """Whether ``model`` is a copy made by :func:`int8_copy`."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+    return any(isinstance(m, DynamicInt8Linear) for m in model.modules())
+
+
+def int8_copy(model):
+    """A copy of ``model`` whose linear layers compute in 8-bit integers, for decoding on a CPU.
+
+    PyTorch's dynamic quantization (``torch.ao.quantization.quantize_dynamic``, x86/fbgemm
+    kernels): every ``nn.Linear`` (attention projections, feed-forward layers, the output
+    projection) stores its weight in int8 with one scale per output row, quantizes its input
+    at run time (one scale per call) and returns float32 with the float32 bias added.
+    Embeddings, layer norms, attention scores and the normaliser stay float32. The tied
+    output projection gets its own int8 copy of the embedding matrix; the caller's model is
+    not changed. Measured on Multi30k: docs/results.md, "int8 decoding".
+
+    PyTorch marks this eager-mode API deprecated (to move to torchao) but keeps it in the
+    versions this project supports (torch < 2.14); where it is gone this raises
+    :class:`UserError`.
+    """
+    import copy
+    import warnings
+
+    try:
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+    except ImportError as e:  # pragma: no cover - depends on the installed PyTorch
+        raise UserError(f"decode.dtype=int8 needs PyTorch's dynamic quantization, which this PyTorch "
+                        f"({torch.__version__}) lacks ({e}); decode in float32 or bfloat16.") from e
+    with warnings.catch_warnings():  # the deprecation notices of the eager API, once per copy
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        warnings.simplefilter("ignore", category=UserWarning)
+        return quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear: per_channel_dynamic_qconfig})
 
 
 def model_for_dtype(model, dtype: str):
-    """``model`` itself when its parameters are in ``dtype`` already (float32, or a copy made
-    before); otherwise a copy of it in ``dtype`` (parameters and buffers).
+    """``model`` itself when it is in ``dtype`` already (float32, or a copy made before);
+    otherwise a copy of it in ``dtype``: parameters and buffers cast (bfloat16), or the
+    linear layers quantized (int8, :func:`int8_copy`).
 
     A copy, so the caller's model (a trainer's, which goes on learning) is never changed; for the
     tiny recipe the copy takes milliseconds. Raises :class:`UserError` for a model that
-    :func:`~structnmt.config.low_precision_refusal` refuses.
+    :func:`check_dtype` refuses.
     """
     check_dtype(model, dtype)
+    if is_int8(model):
+        if dtype == "int8":  # a copy made before
+            return model
+        raise ValueError(f"an int8 copy cannot be decoded in {dtype}; pass the float32 model it was made from")
+    if dtype == "int8":
+        return int8_copy(model)
     target = DECODE_DTYPES[dtype]
     if next(model.parameters()).dtype == target:  # float32, or a copy made before
         return model

@@ -208,6 +208,9 @@ class Trainer:
         if self.device.type == "cuda" and self.distributed:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
             torch.cuda.set_device(self.device)
+        if cfg.decode.dtype == "int8" and self.device.type != "cpu":  # refused now, not at the first BLEU validation
+            raise ConfigError(f"decode.dtype=int8 decodes on CPUs only (PyTorch's int8 kernels) and this training "
+                              f"runs on {self.device}; set decode.dtype=float32 or bfloat16.")
         if tc.threads > 0:
             torch.set_num_threads(tc.threads)
         self.save_dir = Path(tc.save_dir)

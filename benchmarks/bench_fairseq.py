@@ -271,6 +271,10 @@ def main() -> None:
         ours_w = subprocess.run([sys.executable, "-c", snippet_w, str(work / "structnmt-run" / "checkpoint_last.pt"),
                                  str(src_lines), str(args.threads)], env=env1, capture_output=True, text=True, check=True)
         sn_dec_w, sn_tokens_w = (float(x) for x in ours_w.stdout.strip().splitlines()[-1].split())
+        ours_wi8 = subprocess.run([sys.executable, "-c", snippet_w.replace("beam=5,", "beam=5, dtype='int8',"),
+                                   str(work / "structnmt-run" / "checkpoint_last.pt"), str(src_lines), str(args.threads)],
+                                  env=env1, capture_output=True, text=True, check=True)
+        sn_dec_wi8 = float(ours_wi8.stdout.strip().splitlines()[-1].split()[0])
         ct2_dec: dict[str, float] = {}
         try:
             import ctranslate2  # noqa: F401
@@ -317,6 +321,8 @@ def main() -> None:
           f"{sn_dec_bf / fs_dec:.2f} |")
     print(f"| decoding sentences/s, structnmt --workers {args.threads} (1 thread each) | {fs_dec:.1f} | {sn_dec_w:.1f} | "
           f"{sn_dec_w / fs_dec:.2f} |")
+    print(f"| decoding sentences/s, structnmt --workers {args.threads} --dtype int8 | {fs_dec:.1f} | {sn_dec_wi8:.1f} | "
+          f"{sn_dec_wi8 / fs_dec:.2f} |")
     print(f"| output tokens (EOS included; decoding speeds compare only where these are alike) | {fs_tokens} | "
           f"{sn_tokens:.0f} | {sn_tokens / fs_tokens:.2f} |")
     print(f"| decoding sentences/s, structnmt --dtype int8 | {fs_dec:.1f} | {sn_dec_i8:.1f} | {sn_dec_i8 / fs_dec:.2f} |")

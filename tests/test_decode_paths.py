@@ -295,6 +295,40 @@ def test_pool_worker_decodes_in_the_configured_dtype_with_one_copy(monkeypatch):
     assert is_int8(seen[3]) and seen[4] is seen[3]
 
 
+def test_pool_hands_out_the_longest_batches_first_and_translate_ids_puts_them_back(monkeypatch):
+    """translate --workers: the batches (sorted shortest first) go to the workers longest first, and every
+    result lands on its own sentences."""
+    import structnmt.decode.translate as translate
+    from structnmt.decode.beam import Hypothesis
+
+    submitted = []
+
+    class FakeWorkers:
+        def imap(self, fn, tasks, chunksize=1):
+            for sources, _dcfg, _max in tasks:
+                submitted.append(len(sources[0]))
+                # a worker's answer: per sentence one hypothesis that names its source's length
+                yield [[Hypothesis([len(s)], 0.0, 0.0)] for s in sources]
+
+    pool = translate.DecodePool.__new__(translate.DecodePool)
+    pool.pool, pool.workers = FakeWorkers(), 2
+    sources = [[5] * n + [EOS] for n in (7, 1, 4, 9, 2, 6, 3)]
+    out = translate_ids(_model(), sources, DecodeConfig(beam=2, batch_size=2), device=torch.device("cpu"),
+                        max_positions=64, pool=pool)
+    assert submitted == [10, 7, 4, 2]  # the first source of each batch, longest batch first
+    assert [h[0].tokens for h in out] == [[len(s)] for s in sources]
+
+
+def test_pool_that_cannot_load_its_checkpoint_says_so_in_one_sentence(tmp_path):
+    import structnmt.decode.translate as translate
+
+    bad = tmp_path / "not_a_checkpoint.pt"
+    bad.write_text("not a checkpoint")
+    with pytest.raises(UserError, match=r"--workers 2: a decoding process could not load .*not_a_checkpoint\.pt.*"
+                                        r"drop --workers"):
+        translate.DecodePool(bad, 2)
+
+
 def test_a_training_config_with_bfloat16_decoding_for_a_mechanism_is_refused_before_training():
     from structnmt.config import Config, validate
 

@@ -167,8 +167,9 @@ def translate_ids(
             yield decode_batch(model_d, src.to(device), mask.to(device), dcfg, max_positions, structures)
 
     decoded = (pool.decode([[sources[i] for i in idx] for idx in batches], dcfg, max_positions)
-               if pool is not None else decoded_here())
-    for idx, hyps in zip(batches, decoded):
+               if pool is not None else enumerate(decoded_here()))
+    for k, hyps in decoded:
+        idx = batches[k]
         for i, h in zip(idx, hyps):
             results[i] = h
         if bar is not None:
@@ -184,24 +185,54 @@ class DecodePool:
     On a CPU with few cores, beam search over small matrices uses a second thread poorly
     (most of its operations are too small to split); two processes with one thread each
     decode two batches at once instead. Each batch is decoded exactly as in one process
-    (the same batches, so the same translations); the batches go to whichever worker is
-    free and come back in order. The workers start (and load the model) when the pool is
-    made; :meth:`close` stops them. Only for models that read no parses (their structure
+    (the same batches, so the same translations); the batches go, longest first, to
+    whichever worker is free. The workers start and load the model when the pool is made,
+    which waits for them (a worker that cannot load is reported then, in one sentence);
+    :meth:`close` stops them. Only for models that read no parses (their structure
     tensors are built from the parent's parses). The workers are spawned (not forked), so
     a script that makes a pool needs Python's ``if __name__ == "__main__":`` guard; the
     command line has it.
     """
 
+    #: seconds to wait for the workers to load the model before giving up
+    START_TIMEOUT = 600.0
+
     def __init__(self, checkpoint: str | Path, workers: int, threads: int = 1, data_dir: str | Path | None = None):
         if workers < 2:
             raise ValueError("a DecodePool has at least 2 workers")
         ctx = multiprocessing.get_context("spawn")  # fork after torch has started threads can hang
-        self.pool = ctx.Pool(workers, initializer=_pool_init, initargs=(str(checkpoint), threads, data_dir))
+        ready = ctx.Queue()
+        self.pool = ctx.Pool(workers, initializer=_pool_init, initargs=(str(checkpoint), threads, data_dir, ready))
         self.workers = workers
+        # the pool returns before its workers have imported torch and loaded the model (seconds): wait for
+        # them here, so that the first batches do not pay for it and a worker that cannot load fails now
+        import queue
 
-    def decode(self, batches: list[list[list[int]]], dcfg: DecodeConfig, max_positions: int) -> Iterable[list]:
-        """Per batch of piece-id sources (each sorted by the caller), the n-best lists, in order."""
-        return self.pool.imap(_pool_decode, [(b, dcfg, max_positions) for b in batches], chunksize=1)
+        try:
+            for _ in range(workers):
+                why = ready.get(timeout=self.START_TIMEOUT)
+                if why is not None:
+                    raise UserError(f"--workers {workers}: a decoding process could not load {checkpoint}: {why}; "
+                                    "decode with one process (drop --workers) to see the whole error.")
+        except queue.Empty:
+            self.close()
+            raise UserError(f"--workers {workers}: the decoding processes did not load {checkpoint} within "
+                            f"{self.START_TIMEOUT:.0f} s; decode with one process (drop --workers).") from None
+        except UserError:
+            self.close()
+            raise
+
+    def decode(self, batches: list[list[list[int]]], dcfg: DecodeConfig,
+               max_positions: int) -> Iterable[tuple[int, list]]:
+        """Batches of piece-id sources (the caller sorts them shortest first) -> ``(k, n-best
+        lists of batches[k])`` for every ``k``, last batch first.
+
+        The longest batches are handed out first, so they do not end up alone at the end on one
+        worker while the others wait (measured: benchmarks/README.md, nineteenth session).
+        """
+        order = range(len(batches) - 1, -1, -1)
+        done = self.pool.imap(_pool_decode, [(batches[k], dcfg, max_positions) for k in order], chunksize=1)
+        return zip(order, done)
 
     def close(self) -> None:
         self.pool.terminate()
@@ -211,17 +242,23 @@ class DecodePool:
 _POOL_MODEL: dict = {}
 
 
-def _pool_init(checkpoint: str, threads: int, data_dir) -> None:
+def _pool_init(checkpoint: str, threads: int, data_dir, ready) -> None:
+    """A worker's start: load the model, then put None (or why it failed) on ``ready``."""
     from ..allocator import configure_allocator
 
-    configure_allocator()
-    torch.set_num_threads(threads)
-    state = load_checkpoint(checkpoint)
-    cfg = from_dict(state["config"], where=f"{checkpoint} (saved config)")
-    src_vocab, tgt_vocab = checkpoint_vocabs(state, checkpoint, data_dir)
-    model = build_model(cfg.model, len(src_vocab), len(tgt_vocab))
-    load_model_state(model, state, checkpoint)
-    _POOL_MODEL["model"] = model.eval()
+    try:
+        configure_allocator()
+        torch.set_num_threads(threads)
+        state = load_checkpoint(checkpoint)
+        cfg = from_dict(state["config"], where=f"{checkpoint} (saved config)")
+        src_vocab, tgt_vocab = checkpoint_vocabs(state, checkpoint, data_dir)
+        model = build_model(cfg.model, len(src_vocab), len(tgt_vocab))
+        load_model_state(model, state, checkpoint)
+        _POOL_MODEL["model"] = model.eval()
+    except Exception as e:  # reported by the parent as one sentence (DecodePool.__init__)
+        ready.put(f"{type(e).__name__}: {e}")
+        raise
+    ready.put(None)
 
 
 def _pool_decode(task) -> list:

@@ -327,6 +327,33 @@ def test_pool_that_cannot_load_its_checkpoint_says_so_in_one_sentence(tmp_path):
     with pytest.raises(UserError, match=r"--workers 2: a decoding process could not load .*not_a_checkpoint\.pt.*"
                                         r"drop --workers"):
         translate.DecodePool(bad, 2)
+    import multiprocessing
+
+    assert not multiprocessing.active_children()  # the pool was stopped
+
+
+class _ExitWhenUnpickled:
+    """An argument whose unpickling in a spawned worker ends that process at once, before the worker
+    can say anything (as a crash or a kill would)."""
+
+    def __reduce__(self):
+        import os
+
+        return (os._exit, (3,))
+
+
+def test_pool_whose_worker_dies_while_loading_says_so_without_waiting_for_the_timeout(monkeypatch, tmp_path):
+    import multiprocessing
+    import time
+
+    import structnmt.decode.translate as translate
+
+    monkeypatch.setattr(translate.DecodePool, "START_TIMEOUT", 120.0)
+    t0 = time.monotonic()
+    with pytest.raises(UserError, match=r"--workers 2: a decoding process exited while loading .*drop --workers"):
+        translate.DecodePool(tmp_path / "x.pt", 2, data_dir=_ExitWhenUnpickled())
+    assert time.monotonic() - t0 < 60  # not the timeout
+    assert not multiprocessing.active_children()
 
 
 def test_a_training_config_with_bfloat16_decoding_for_a_mechanism_is_refused_before_training():

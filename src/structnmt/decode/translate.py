@@ -206,21 +206,38 @@ class DecodePool:
         self.workers = workers
         # the pool returns before its workers have imported torch and loaded the model (seconds): wait for
         # them here, so that the first batches do not pay for it and a worker that cannot load fails now
-        import queue
-
         try:
-            for _ in range(workers):
-                why = ready.get(timeout=self.START_TIMEOUT)
-                if why is not None:
-                    raise UserError(f"--workers {workers}: a decoding process could not load {checkpoint}: {why}; "
-                                    "decode with one process (drop --workers) to see the whole error.")
-        except queue.Empty:
-            self.close()
-            raise UserError(f"--workers {workers}: the decoding processes did not load {checkpoint} within "
-                            f"{self.START_TIMEOUT:.0f} s; decode with one process (drop --workers).") from None
-        except UserError:
+            self._wait_until_loaded(ready, checkpoint)
+        except BaseException:
             self.close()
             raise
+
+    def _wait_until_loaded(self, ready, checkpoint) -> None:
+        """One message per worker on ``ready``: None (loaded) or why it could not load. A worker that
+        dies without a word (killed, crashed, a script without the ``__main__`` guard) is replaced by
+        the pool under a new process id; that, or the timeout, ends the wait too."""
+        import queue
+        import time
+
+        workers = self.workers
+        started = {p.pid for p in self.pool._pool}  # the pool's own processes (multiprocessing.Pool)
+        deadline = time.monotonic() + self.START_TIMEOUT
+        loaded = 0
+        while loaded < workers:
+            try:
+                why = ready.get(timeout=1.0)
+            except queue.Empty:
+                if {p.pid for p in self.pool._pool} != started or any(p.exitcode for p in self.pool._pool):
+                    raise UserError(f"--workers {workers}: a decoding process exited while loading {checkpoint}; "
+                                    "decode with one process (drop --workers) to see why.") from None
+                if time.monotonic() > deadline:
+                    raise UserError(f"--workers {workers}: the decoding processes did not load {checkpoint} within "
+                                    f"{self.START_TIMEOUT:.0f} s; decode with one process (drop --workers).") from None
+                continue
+            if why is not None:
+                raise UserError(f"--workers {workers}: a decoding process could not load {checkpoint}: {why}; "
+                                "decode with one process (drop --workers) to see the whole error.")
+            loaded += 1
 
     def decode(self, batches: list[list[list[int]]], dcfg: DecodeConfig,
                max_positions: int) -> Iterable[tuple[int, list]]:
@@ -255,9 +272,9 @@ def _pool_init(checkpoint: str, threads: int, data_dir, ready) -> None:
         model = build_model(cfg.model, len(src_vocab), len(tgt_vocab))
         load_model_state(model, state, checkpoint)
         _POOL_MODEL["model"] = model.eval()
-    except Exception as e:  # reported by the parent as one sentence (DecodePool.__init__)
-        ready.put(f"{type(e).__name__}: {e}")
-        raise
+    except Exception as e:  # reported by the parent as one sentence, which then stops the pool
+        ready.put(f"{type(e).__name__}: {e}")  # (not raised here: the pool would start the worker again)
+        return
     ready.put(None)
 
 

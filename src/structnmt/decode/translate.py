@@ -220,14 +220,17 @@ class DecodePool:
         import time
 
         workers = self.workers
-        started = {p.pid for p in self.pool._pool}  # the pool's own processes (multiprocessing.Pool)
+        # the pool's processes: multiprocessing.Pool's own list (no public API gives it; without it only the
+        # timeout ends the wait for a worker that died without a word)
+        processes = lambda: list(getattr(self.pool, "_pool", []))  # noqa: E731
+        started = {p.pid for p in processes()}
         deadline = time.monotonic() + self.START_TIMEOUT
         loaded = 0
         while loaded < workers:
             try:
                 why = ready.get(timeout=1.0)
             except queue.Empty:
-                if {p.pid for p in self.pool._pool} != started or any(p.exitcode for p in self.pool._pool):
+                if {p.pid for p in processes()} != started or any(p.exitcode for p in processes()):
                     raise UserError(f"--workers {workers}: a decoding process exited while loading {checkpoint}; "
                                     "decode with one process (drop --workers) to see why.") from None
                 if time.monotonic() > deadline:

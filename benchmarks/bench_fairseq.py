@@ -163,6 +163,29 @@ def median_after(values: list[float], skip: int) -> float:
     return statistics.median(kept)
 
 
+DECODE_SNIPPET = (
+    "import sys, time, torch; torch.set_num_threads(int(sys.argv[3]))\n"
+    "from structnmt.allocator import configure_allocator; configure_allocator()  # as structnmt translate\n"
+    "from structnmt.decode.translate import Translator\nfrom structnmt.config import DecodeConfig\n"
+    "if __name__ == '__main__':\n"
+    "    lines = open(sys.argv[2], encoding='utf-8').read().splitlines()\n"
+    "    tr = Translator(sys.argv[1], device='cpu', workers=int(sys.argv[5]))  # workers loaded before the clock\n"
+    "    d = DecodeConfig(beam=5, batch_size=128, dtype=sys.argv[4])\n"
+    "    t = time.perf_counter(); out = tr.translate(lines, d); el = time.perf_counter() - t\n"
+    "    print(len(lines) / el, sum(len(h[0].tokens) + 1 for h in out))\n"
+    "    tr.close()\n")
+
+
+def decode_structnmt(checkpoint: Path, src_lines: Path, threads: int, dtype: str, workers: int,
+                     env: dict) -> tuple[float, float]:
+    """structnmt's beam-5 decoding of ``src_lines`` in a fresh process: (sentences/s, output tokens with EOS)."""
+    env = {**env, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    out = subprocess.run([sys.executable, "-c", DECODE_SNIPPET, str(checkpoint), str(src_lines), str(threads), dtype,
+                          str(workers)], env=env, capture_output=True, text=True, check=True)
+    rate, tokens = (float(x) for x in out.stdout.strip().splitlines()[-1].split())
+    return rate, tokens
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="data-bin/multi30k_en_de")
@@ -242,39 +265,15 @@ def main() -> None:
         if gen.returncode or not m:
             raise SystemExit(f"fairseq-generate failed: {(gen.stdout + gen.stderr)[-2000:]}")
         fs_dec, fs_tokens = float(m.group(3)), int(m.group(2).replace(",", ""))
-        snippet = (
-            "import sys, time, torch; torch.set_num_threads(int(sys.argv[3]))\n"
-            "from structnmt.allocator import configure_allocator; configure_allocator()  # as structnmt translate\n"
-            "from structnmt.decode.translate import Translator\nfrom structnmt.config import DecodeConfig\n"
-            "lines = open(sys.argv[2], encoding='utf-8').read().splitlines()\n"
-            "tr = Translator(sys.argv[1], device='cpu')\nd = DecodeConfig(beam=5, batch_size=128)\n"
-            "t = time.perf_counter(); out = tr.translate(lines, d); el = time.perf_counter() - t\n"
-            "print(len(lines) / el, sum(len(h[0].tokens) + 1 for h in out))\n")
         src_lines = data / "test.src.txt"
-        ours = subprocess.run([sys.executable, "-c", snippet, str(work / "structnmt-run" / "checkpoint_last.pt"),
-                               str(src_lines), str(args.threads)], env=env, capture_output=True, text=True, check=True)
-        sn_dec, sn_tokens = (float(x) for x in ours.stdout.strip().splitlines()[-1].split())
-        # the same in bfloat16 (structnmt translate --dtype bfloat16): faster where the CPU has AVX512-BF16 or AMX
-        ours_bf = subprocess.run([sys.executable, "-c", snippet.replace("beam=5,", "beam=5, dtype='bfloat16',"),
-                                  str(work / "structnmt-run" / "checkpoint_last.pt"), str(src_lines), str(args.threads)],
-                                 env=env, capture_output=True, text=True, check=True)
-        sn_dec_bf, sn_tokens_bf = (float(x) for x in ours_bf.stdout.strip().splitlines()[-1].split())
-        # and with the linear layers in int8 (structnmt translate --dtype int8)
-        ours_i8 = subprocess.run([sys.executable, "-c", snippet.replace("beam=5,", "beam=5, dtype='int8',"),
-                                  str(work / "structnmt-run" / "checkpoint_last.pt"), str(src_lines), str(args.threads)],
-                                 env=env, capture_output=True, text=True, check=True)
-        sn_dec_i8, sn_tokens_i8 = (float(x) for x in ours_i8.stdout.strip().splitlines()[-1].split())
-        # the same decoding in --threads worker processes of one thread each (structnmt translate --workers)
-        snippet_w = snippet.replace("Translator(sys.argv[1], device='cpu')",
-                                    "Translator(sys.argv[1], device='cpu', workers=int(sys.argv[3]))")
-        env1 = {**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        ours_w = subprocess.run([sys.executable, "-c", snippet_w, str(work / "structnmt-run" / "checkpoint_last.pt"),
-                                 str(src_lines), str(args.threads)], env=env1, capture_output=True, text=True, check=True)
-        sn_dec_w, sn_tokens_w = (float(x) for x in ours_w.stdout.strip().splitlines()[-1].split())
-        ours_wi8 = subprocess.run([sys.executable, "-c", snippet_w.replace("beam=5,", "beam=5, dtype='int8',"),
-                                   str(work / "structnmt-run" / "checkpoint_last.pt"), str(src_lines), str(args.threads)],
-                                  env=env1, capture_output=True, text=True, check=True)
-        sn_dec_wi8 = float(ours_wi8.stdout.strip().splitlines()[-1].split()[0])
+        checkpoint = work / "structnmt-run" / "checkpoint_last.pt"
+        # structnmt decoding in float32, bfloat16 (faster where the CPU has AVX512-BF16 or AMX) and int8, in one
+        # process of --threads threads or in --threads worker processes of one thread (translate --workers)
+        sn_dec, sn_tokens = decode_structnmt(checkpoint, src_lines, args.threads, "float32", 1, env)
+        sn_dec_bf, sn_tokens_bf = decode_structnmt(checkpoint, src_lines, args.threads, "bfloat16", 1, env)
+        sn_dec_i8, sn_tokens_i8 = decode_structnmt(checkpoint, src_lines, args.threads, "int8", 1, env)
+        sn_dec_w, sn_tokens_w = decode_structnmt(checkpoint, src_lines, 1, "float32", args.threads, env)
+        sn_dec_wi8, _ = decode_structnmt(checkpoint, src_lines, 1, "int8", args.threads, env)
         ct2_dec: dict[str, float] = {}
         try:
             import ctranslate2  # noqa: F401
@@ -289,8 +288,7 @@ def main() -> None:
                 "d = DecodeConfig(beam=5, batch_size=128)\n"
                 "t = time.perf_counter(); ct.translate(lines, d); print(len(lines) / (time.perf_counter() - t))\n")
             for quant in ("none", "int8"):
-                out = subprocess.run([sys.executable, "-c", snippet_ct2,
-                                      str(work / "structnmt-run" / "checkpoint_last.pt"), str(src_lines),
+                out = subprocess.run([sys.executable, "-c", snippet_ct2, str(checkpoint), str(src_lines),
                                       str(args.threads), str(work / f"ct2-{quant}"), quant],
                                      env=env, capture_output=True, text=True, check=True)
                 ct2_dec[quant] = float(out.stdout.strip().splitlines()[-1])

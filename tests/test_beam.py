@@ -173,6 +173,57 @@ def test_batched_beam_equals_one_sentence_at_a_time():
             assert hs.score == pytest.approx(hb.score, abs=1e-4)
 
 
+def test_first_step_decodes_one_row_per_sentence_then_beam_rows():
+    """Every hypothesis is the empty prefix at the first step: one row per sentence is decoded there."""
+    torch.manual_seed(2)
+    cfg = ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=2, dropout=0.0)
+    model = build_model(cfg, 30, 30).eval()
+    rows = []
+    step = model.decode_step
+
+    def counting_step(tokens, enc, cache, log_probs=True):
+        rows.append(tokens.shape[0])
+        return step(tokens, enc, cache, log_probs=log_probs)
+
+    model.decode_step = counting_step
+    src, mask = _varied_batch(4, n=3)
+    beam_search(model, src, mask, beam=4, max_len_a=1.0, max_len_b=3)
+    assert rows[0] == 3 and rows[1] == 12
+
+
+@pytest.mark.parametrize("share_source", [True, False])
+def test_a_sentence_that_ends_at_the_first_step_leaves_the_others_unchanged(share_source):
+    """Rows leave the batch right after the one-row-per-sentence first step (the cache's sentences)."""
+    torch.manual_seed(3)
+    cfg = ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=2, dropout=0.0)
+    model = build_model(cfg, 30, 30).eval()
+    src, mask = _varied_batch(5, n=4, S=6)
+    mask[1, 1:] = False  # one source token: maximum length 1.0 * 1 + 0 = 1, EOS forced at the first step
+    src[~mask] = 0
+    kw = dict(beam=3, nbest=3, max_len_a=1.0, max_len_b=0, share_source=share_source)
+    batched = beam_search(model, src, mask, **kw)
+    assert all(h.tokens == [] for h in batched[1])
+    for i in range(4):
+        n = int(mask[i].sum())
+        single = beam_search(model, src[i : i + 1, :n], mask[i : i + 1, :n], **kw)
+        assert [h.tokens for h in single[0]] == [h.tokens for h in batched[i]]
+        for hs, hb in zip(single[0], batched[i]):
+            assert hs.score == pytest.approx(hb.score, abs=1e-4)
+
+
+def test_cache_reorder_with_the_sentences_that_stay():
+    from structnmt.nn.attention import IncrementalCache
+
+    cache = IncrementalCache(beam=2)
+    src_k = torch.arange(3.0).view(3, 1)
+    cache.set("x", {"k": src_k}, per_sentence=True)
+    cache.set("self", {"k": torch.arange(3.0).view(3, 1)})  # one row per sentence (a first step)
+    # sentence 1 leaves; the others' two rows each come from their one row
+    cache.reorder(torch.tensor([0, 0, 2, 2]), sentences=torch.tensor([0, 2]))
+    assert torch.equal(cache.get("x")["k"], src_k[[0, 2]])
+    assert torch.equal(cache.get("self")["k"].view(-1), torch.tensor([0.0, 0.0, 2.0, 2.0]))
+
+
 # --------------------------------------------------------------------------- one source row per sentence
 
 

@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..data.vocab import BOS, EOS, PAD
@@ -52,11 +53,6 @@ def _chunk_size(V: int, k: int) -> int:
     return best
 
 
-@functools.lru_cache(maxsize=8)
-def _arange(n: int, device: torch.device) -> Tensor:
-    return torch.arange(n, device=device)
-
-
 def topk_rows(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """``x.topk(k, dim=1)`` for a contiguous (N, V) ``x``, in two stages when V is large.
 
@@ -71,10 +67,13 @@ def topk_rows(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     C = _chunk_size(V, k) if V >= 2048 and x.is_contiguous() else 0
     if not C:
         return x.topk(k, dim=1)
-    chunks = x.view(N, V // C, C)
-    _, top_chunks = chunks.amax(dim=2).topk(k, dim=1)  # (N, k)
-    # one flat gather of the k chunks' entries (about twice as fast as gathering (N, k, C) blocks)
-    cand = x.gather(1, (top_chunks[:, :, None] * C + _arange(C, x.device)).view(N, k * C))
+    n_chunks = V // C
+    _, top_chunks = x.view(N, n_chunks, C).amax(dim=2).topk(k, dim=1)  # (N, k)
+    # the k chunks of every row copied whole: rows of (N * n_chunks, C) picked by one index_select (an
+    # element-wise gather needs an (N, k*C) index built and read: 2.6 vs 2.1 ms for the whole top-k over
+    # (640, 10,000) on the 2-core Xeon, benchmarks/README.md)
+    rows = (top_chunks + torch.arange(0, N * n_chunks, n_chunks, device=x.device)[:, None]).view(-1)
+    cand = x.view(N * n_chunks, C).index_select(0, rows).view(N, k * C)
     values, j = cand.topk(k, dim=1)
     index = top_chunks.gather(1, torch.div(j, C, rounding_mode="floor")) * C + j % C
     return values, index
@@ -89,8 +88,12 @@ def _top_extensions(logits: Tensor, c: int) -> tuple[Tensor, Tensor, Tensor]:
     without writing them (1.6x the in-place subtract-exp-sum passes of the thirteenth
     session, benchmarks/README.md), then the two-stage top-k over the log-probabilities.
     A row without any finite score gives -inf everywhere, not NaN.
+
+    ``logits`` is overwritten (with its log-probabilities): the kernel's last pass writes each
+    entry after reading it, and writing into the rows it has just read, instead of a fresh
+    (N, V) block, takes about a tenth off the normaliser on the CPU (benchmarks/README.md).
     """
-    lp = torch.log_softmax(logits, dim=1)
+    lp = torch.log_softmax(logits, dim=1, out=logits)
     eos = lp[:, EOS : EOS + 1].clone()
     lp[:, PAD] = float("-inf")
     lp[:, BOS] = float("-inf")
@@ -121,6 +124,9 @@ def beam_search(
     for all its hypotheses instead of a copy per hypothesis that is reordered every step.
     Each step normalises every hypothesis's logits (one ``log_softmax``) and keeps the
     ``2 * beam`` best extensions of each (the sentence's best ``2 * beam`` are among them).
+    The first step decodes one row per sentence (its ``beam`` hypotheses are all the empty
+    prefix, and only one of them is live): a full step's work less, about a thirtieth of a
+    translation's (benchmarks/README.md); the rows become ``beam`` per sentence after it.
     """
     B = src.shape[0]
     K = beam
@@ -128,38 +134,37 @@ def beam_search(
     enc = model.encode(src, src_mask, structures or {})
     max_lens = _max_lens(src_mask, max_len_a, max_len_b, max_positions - 1)
     shared = share_source and K > 1 and bool(getattr(model, "shares_source_across_beam", lambda: False)())
-    if not shared:
-        enc = enc.reorder(torch.arange(B, device=device).repeat_interleave(K))
+    # not shared: enc keeps one row per hypothesis, made by the first step's reorder (one row per sentence before it)
     cache = IncrementalCache(beam=K if shared else 1)
     # logits when the model can give them; log-probabilities are logits too (their log-sum-exp is 0)
     takes_flag = "log_probs" in inspect.signature(model.decode_step).parameters
-    tokens = torch.full((B * K, 1), BOS, dtype=torch.long, device=device)
-    scores = torch.full((B, K), float("-inf"), device=device)
-    scores[:, 0] = 0.0
+    width = 1  # rows per sentence: 1 at the first step (every hypothesis is the empty prefix), then K
+    tokens = torch.full((B, 1), BOS, dtype=torch.long, device=device)
+    scores = torch.zeros(B, 1, device=device)
     active = torch.arange(B, device=device)  # original sentence ids of the rows
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     step = 0
     while active.numel() > 0:
         n = active.numel()
-        # (n*K, V) in float32: bfloat16 logits (decode.dtype) are converted once here, since reductions over
+        # (n*width, V) in float32: bfloat16 logits (decode.dtype) are converted once here, since reductions over
         # bfloat16 rows (the top-k's chunk maxima, the normaliser's sum) are several times slower on the CPU
         logits = (model.decode_step(tokens, enc, cache, log_probs=False) if takes_flag
                   else model.decode_step(tokens, enc, cache)).float()
         V = logits.shape[-1]
         c = min(2 * K, V)
-        cand_lp, cand_tok, eos_lp = _top_extensions(logits, c)
-        at_max = (max_lens[active] <= step + 1).repeat_interleave(K)
+        cand_lp, cand_tok, eos_lp = _top_extensions(logits, c)  # logits overwritten: not read again
+        at_max = (max_lens[active] <= step + 1).repeat_interleave(width)
         if at_max.any():
             # EOS is forced here; a model that gives it zero probability still yields a
             # hypothesis, scored as if EOS had log-probability -1e4.
             cand_lp[at_max] = float("-inf")
             cand_lp[at_max, 0] = eos_lp[at_max, 0].clamp(min=-1e4)
             cand_tok[at_max, 0] = EOS
-        total = (scores.view(n, K, 1) + cand_lp.view(n, K, c)).view(n, K * c)
-        n_cand = min(2 * K, K * c)
+        total = (scores.view(n, width, 1) + cand_lp.view(n, width, c)).view(n, width * c)
+        n_cand = min(2 * K, width * c)
         top_scores, top_idx = total.topk(n_cand, dim=1)
         beam_idx = torch.div(top_idx, c, rounding_mode="floor")
-        tok = cand_tok.view(n, K * c).gather(1, top_idx)
+        tok = cand_tok.view(n, width * c).gather(1, top_idx)
         is_eos = tok == EOS
         length = step + 1
         # finalise EOS candidates ranked within the top K
@@ -170,17 +175,20 @@ def beam_search(
                 sid = int(active[r])
                 if len(finished[sid]) >= K:
                     continue
-                row = r * K + int(beam_idx[r, col])
+                row = r * width + int(beam_idx[r, col])
                 lp = float(top_scores[r, col])
                 finished[sid].append(Hypothesis(tokens[row, 1:].tolist(), lp / (length**lenpen), lp))
             done = torch.tensor([len(finished[int(s)]) >= K for s in active.tolist()], device=device)
         # continue with the K best non-EOS extensions
         cont = top_scores.masked_fill(is_eos, float("-inf"))
-        sel_scores, sel = cont.topk(K, dim=1)
+        sel_scores, sel = cont.topk(min(K, n_cand), dim=1)
+        if n_cand < K:  # a vocabulary smaller than the beam: the slots without a candidate are dead (-inf)
+            sel_scores = F.pad(sel_scores, (0, K - n_cand), value=float("-inf"))
+            sel = F.pad(sel, (0, K - n_cand), value=0)
         done = done | ~torch.isfinite(sel_scores[:, 0])
         sel_beam = beam_idx.gather(1, sel)
         sel_tok = tok.gather(1, sel)
-        rows = (torch.arange(n, device=device)[:, None] * K + sel_beam).view(-1)
+        rows = (torch.arange(n, device=device)[:, None] * width + sel_beam).view(-1)  # (n*K,) rows they extend
         tokens = torch.cat([tokens[rows], sel_tok.view(-1, 1)], dim=1)
         scores = sel_scores
         keep = ~done
@@ -193,7 +201,9 @@ def beam_search(
             active = active[keep]
         if active.numel() == 0:
             break
-        cache.reorder(rows)
+        # the sentences that stay, given: after the first step rows and sentences are not K to one
+        cache.reorder(rows, sentences=None if kept_all else keep.nonzero().squeeze(1))
+        width = K
         if not shared:
             enc = enc.reorder(rows)
         elif not kept_all:

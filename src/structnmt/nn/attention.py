@@ -142,19 +142,21 @@ class IncrementalCache:
         self.entries[key] = out
         return out
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, sentences: Tensor | None = None) -> None:
         """Select/permute the batch dimension of every cached tensor: ``t[index]``.
 
         With ``beam > 1`` the new rows must come in groups of ``beam`` that each take
         their rows from one old sentence (as beam search's do); per-sentence entries
         follow the sentences, and are left untouched while no sentence leaves. Other
-        entries are reordered lazily (:meth:`get`, :meth:`extend`).
+        entries are reordered lazily (:meth:`get`, :meth:`extend`). ``sentences``: the
+        old sentences that stay, in order (None: every sentence stays when there are
+        ``beam`` new rows per per-sentence row, otherwise read from ``index``, which then
+        must hold ``beam`` old rows per sentence too).
         """
-        sentences: Tensor | None = None
         for key, entry in self.entries.items():
             if key in self.per_sentence:
                 for name, t in entry.items():
-                    if index.numel() == t.shape[0] * self.beam:
+                    if sentences is None and index.numel() == t.shape[0] * self.beam:
                         continue  # every sentence stays, in order: beam moves happen inside a sentence
                     if sentences is None:
                         sentences = torch.div(index.view(-1, self.beam)[:, 0], self.beam, rounding_mode="floor")
@@ -401,7 +403,12 @@ class MultiHeadAttention(nn.Module):
         k, v = split_heads(k, self.heads), split_heads(v, self.heads)
         if cache is not None:
             if self.static_kv:
-                cache.set(key, {"k": k, "v": v}, per_sentence=ctx.memory_group > 1)
+                # contiguous once: every later step's matmuls read them, and the (B, H, S, d) views of the
+                # projection would be copied by each of those matmuls (about 4 % of a CPU beam step)
+                k, v = k.contiguous(), v.contiguous()
+                # a beam cache's memory is one row per sentence (beam search's first step reads it with
+                # memory_group 1, one row per sentence, the later ones with memory_group = beam)
+                cache.set(key, {"k": k, "v": v}, per_sentence=cache.beam > 1)
             else:
                 entry = cache.extend(key, {"k": k, "v": v}, dim=2)  # the beam's reorder fused into the copy
                 k, v = entry["k"], entry["v"]

@@ -343,6 +343,26 @@ def test_top_extensions_equal_log_softmax_topk_with_pad_and_bos_excluded(V):
     assert v[1, 0] < -10  # PAD (logit 30, the others below 20) holds almost all the mass
 
 
+def test_top_extensions_of_a_strided_last_position_take_the_two_stage_top_k(monkeypatch):
+    """A model's (N, t, V)[:, -1] is strided: normalised into a fresh block (the chunked top-k needs
+    a contiguous one), the model's output untouched; a contiguous one is normalised in place."""
+    import structnmt.decode.beam as bm
+
+    seen = []
+    real = bm.topk_rows
+    monkeypatch.setattr(bm, "topk_rows", lambda x, k: (seen.append(x.is_contiguous()), real(x, k))[1])
+    out = torch.randn(4, 3, 4096, generator=torch.Generator().manual_seed(0))
+    before = out.clone()
+    v, i, eos = bm._top_extensions(out[:, -1], 10)
+    assert seen == [True] and torch.equal(out, before)
+    ref = torch.log_softmax(before[:, -1], dim=1)
+    torch.testing.assert_close(eos[:, 0], ref[:, EOS])
+    flat = before[:, -1].contiguous()
+    v2, i2, _ = bm._top_extensions(flat, 10)
+    assert torch.equal(v, v2) and torch.equal(i, i2)
+    torch.testing.assert_close(flat[:, 7], ref[:, 7])  # written in place
+
+
 @pytest.mark.parametrize("V,k", [(10000, 10), (4096, 3), (3000, 20), (2053, 10), (500, 10)])
 def test_two_stage_topk_equals_topk(V, k):
     from structnmt.decode.beam import topk_rows

@@ -6,7 +6,9 @@ A model used here implements (see :mod:`structnmt.models.transformer`)::
     lp  = model.decode_step(tokens, enc, cache)        # tokens (N, t) -> log-probs (N, V)
     lg  = model.decode_step(tokens, enc, cache, log_probs=False)   # -> logits (N, V)
 
-and the :class:`~structnmt.nn.IncrementalCache` it fills is reordered with the beam.
+and the :class:`~structnmt.nn.IncrementalCache` it fills is reordered with the beam. The
+tensor ``decode_step`` returns is the caller's: beam and greedy search write into it, so
+it must be a fresh tensor (or a view of one), never a parameter, buffer or expanded view.
 
 Beam search keeps ``beam`` hypotheses per sentence; at each step it takes the best
 ``2 * beam`` extensions, finalises those ending in EOS that rank within the top
@@ -71,7 +73,7 @@ def topk_rows(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     _, top_chunks = x.view(N, n_chunks, C).amax(dim=2).topk(k, dim=1)  # (N, k)
     # the k chunks of every row copied whole: rows of (N * n_chunks, C) picked by one index_select (an
     # element-wise gather needs an (N, k*C) index built and read: 2.6 vs 2.1 ms for the whole top-k over
-    # (640, 10,000) on the 2-core Xeon, benchmarks/README.md)
+    # (640, 10,000) on the 2-core Xeon, benchmarks/README.md, twentieth session)
     rows = (top_chunks + torch.arange(0, N * n_chunks, n_chunks, device=x.device)[:, None]).view(-1)
     cand = x.view(N * n_chunks, C).index_select(0, rows).view(N, k * C)
     values, j = cand.topk(k, dim=1)
@@ -89,11 +91,13 @@ def _top_extensions(logits: Tensor, c: int) -> tuple[Tensor, Tensor, Tensor]:
     session, benchmarks/README.md), then the two-stage top-k over the log-probabilities.
     A row without any finite score gives -inf everywhere, not NaN.
 
-    ``logits`` is overwritten (with its log-probabilities): the kernel's last pass writes each
-    entry after reading it, and writing into the rows it has just read, instead of a fresh
-    (N, V) block, takes about a tenth off the normaliser on the CPU (benchmarks/README.md).
+    A contiguous ``logits`` is overwritten with its log-probabilities: the kernel's last pass
+    writes each entry after reading it, and writing into the rows it has just read instead of
+    a fresh (N, V) block took 2.16 -> 1.90 ms off the normaliser over (640, 10,000) on the
+    2-core Xeon (benchmarks/README.md, twentieth session). A strided one (the last position of
+    a model's (N, t, V) output) gets a fresh contiguous block, which the two-stage top-k needs.
     """
-    lp = torch.log_softmax(logits, dim=1, out=logits)
+    lp = torch.log_softmax(logits, dim=1, out=logits) if logits.is_contiguous() else torch.log_softmax(logits, dim=1)
     eos = lp[:, EOS : EOS + 1].clone()
     lp[:, PAD] = float("-inf")
     lp[:, BOS] = float("-inf")
@@ -125,8 +129,11 @@ def beam_search(
     Each step normalises every hypothesis's logits (one ``log_softmax``) and keeps the
     ``2 * beam`` best extensions of each (the sentence's best ``2 * beam`` are among them).
     The first step decodes one row per sentence (its ``beam`` hypotheses are all the empty
-    prefix, and only one of them is live): a full step's work less, about a thirtieth of a
-    translation's (benchmarks/README.md); the rows become ``beam`` per sentence after it.
+    prefix, and only one of them is live): ``(beam - 1) / beam`` of the first step's work
+    less, out of the 30-40 steps of a batch of Multi30k sentences; the rows become ``beam``
+    per sentence after it. float32 translations are the same as with ``beam`` rows at the
+    first step; in bfloat16, where logits tie more often, ``topk`` may order tied candidates
+    differently over the shorter row and so keep another of two equal-scoring tokens.
     """
     B = src.shape[0]
     K = beam

@@ -13,7 +13,7 @@ Decoding protocol (shared with every model family, used by beam search):
 
 * ``encode(src, src_mask, structures) -> EncoderOutput``
 * ``decode_step(prev_tokens (N, t), enc, cache, log_probs=True) -> log_probs (N, V)`` for the
-  last position (``log_probs=False``: logits)
+  last position (``log_probs=False``: logits); a fresh tensor, which the search may overwrite
 * ``EncoderOutput.reorder(index)`` and ``IncrementalCache.reorder(index)``
 * optionally ``shares_source_across_beam() -> bool``: beam search may then keep one
   encoder row per sentence for its ``beam`` hypotheses (``IncrementalCache(beam=K)``)

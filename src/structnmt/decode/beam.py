@@ -72,8 +72,8 @@ def topk_rows(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     n_chunks = V // C
     _, top_chunks = x.view(N, n_chunks, C).amax(dim=2).topk(k, dim=1)  # (N, k)
     # the k chunks of every row copied whole: rows of (N * n_chunks, C) picked by one index_select (an
-    # element-wise gather needs an (N, k*C) index built and read: 2.6 vs 2.1 ms for the whole top-k over
-    # (640, 10,000) on the 2-core Xeon, benchmarks/README.md, twentieth session)
+    # element-wise gather needs an (N, k*C) index built and read): the whole top-k over (640, 10,000) 1.22x
+    # faster than with the gather on the 2-core Xeon (benchmarks/bench_normaliser.py, benchmarks/README.md)
     rows = (top_chunks + torch.arange(0, N * n_chunks, n_chunks, device=x.device)[:, None]).view(-1)
     cand = x.view(N * n_chunks, C).index_select(0, rows).view(N, k * C)
     values, j = cand.topk(k, dim=1)
@@ -93,8 +93,8 @@ def _top_extensions(logits: Tensor, c: int) -> tuple[Tensor, Tensor, Tensor]:
 
     A contiguous ``logits`` is overwritten with its log-probabilities: the kernel's last pass
     writes each entry after reading it, and writing into the rows it has just read instead of
-    a fresh (N, V) block took 2.16 -> 1.90 ms off the normaliser over (640, 10,000) on the
-    2-core Xeon (benchmarks/README.md, twentieth session). A strided one (the last position of
+    a fresh (N, V) block makes the normaliser over (640, 10,000) 1.26x faster on the 2-core
+    Xeon (``benchmarks/bench_normaliser.py``, benchmarks/README.md). A strided one (the last position of
     a model's (N, t, V) output) gets a fresh contiguous block, which the two-stage top-k needs.
     """
     lp = torch.log_softmax(logits, dim=1, out=logits) if logits.is_contiguous() else torch.log_softmax(logits, dim=1)

@@ -33,6 +33,12 @@ What it does, in one run:
    --workers``; workers started before the clock), structnmt's ``--dtype bfloat16`` and
    ``--dtype int8``, plus structnmt's CTranslate2 export (float32 and int8) when
    ``ctranslate2`` is installed.
+5. **On a GPU** (``--device cuda``): both train and decode on the GPU in mixed precision,
+   fairseq with its ``--fp16`` (half-precision weights, dynamic loss scaling), structnmt with
+   its bfloat16 autocast (``train.bf16``, the default on CUDA); decoding fairseq-generate
+   ``--fp16`` against structnmt in float32 and ``--dtype bfloat16``. The CPU-only rows
+   (processes of one thread, ``--workers``, int8, CTranslate2) are left out. ``--threads``
+   still sets the CPU threads of both (data loading, the host side).
 
     bash benchmarks/install_fairseq.sh ~/fairseq-venv
     python benchmarks/bench_fairseq.py --data data-bin/multi30k_en_de --fairseq-venv ~/fairseq-venv \\
@@ -78,20 +84,25 @@ def write_pieces(data: Path, work: Path) -> None:
             f.write(f"{piece(i)} 1\n")
 
 
-def fairseq_train_args(bin_dir: Path, save: Path, updates: int, log_interval: int) -> list[str]:
+def fairseq_train_args(bin_dir: Path, save: Path, updates: int, log_interval: int, device: str = "cpu") -> list[str]:
     return [str(bin_dir), "--arch", "transformer", "--encoder-layers", "4", "--decoder-layers", "4",
             "--encoder-embed-dim", "128", "--decoder-embed-dim", "128", "--encoder-ffn-embed-dim", "256",
             "--decoder-ffn-embed-dim", "256", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
             "--share-all-embeddings", "--dropout", "0.3", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
             "--lr", "0.005", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "2000",
             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "4096",
-            "--max-update", str(updates), "--log-interval", str(log_interval), "--log-format", "json", "--cpu",
-            "--num-workers", "0", "--disable-validation", "--save-dir", str(save), "--no-epoch-checkpoints",
+            "--max-update", str(updates), "--log-interval", str(log_interval), "--log-format", "json",
+            *fairseq_device_args(device), "--num-workers", "0", "--disable-validation", "--save-dir", str(save), "--no-epoch-checkpoints",
             "--save-interval-updates", "0", "--seed", "1"]
 
 
+def fairseq_device_args(device: str) -> list[str]:
+    """fairseq-train's and fairseq-generate's device flags: the CPU, or the GPU in fp16."""
+    return ["--cpu"] if device == "cpu" else ["--fp16"]
+
+
 def structnmt_train_args(data: Path, save: Path, args, threads: int, max_tokens: int = 4096) -> list[str]:
-    return ["train", str(RECIPE), f"data.path={data}", f"data.max_tokens={max_tokens}",
+    return ["train", str(RECIPE), f"data.path={data}", f"data.max_tokens={max_tokens}", f"train.device={args.device}",
             f"train.save_dir={save}", f"train.max_updates={args.updates}",
             f"train.log_interval={args.log_interval}", f"train.threads={threads}",
             f"train.save_interval_updates={10 * args.updates}",
@@ -158,6 +169,12 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0)
+
+
 def median_after(values: list[float], skip: int) -> float:
     kept = values[skip:] or values
     return statistics.median(kept)
@@ -169,7 +186,7 @@ DECODE_SNIPPET = (
     "from structnmt.decode.translate import Translator\nfrom structnmt.config import DecodeConfig\n"
     "if __name__ == '__main__':\n"
     "    lines = open(sys.argv[2], encoding='utf-8').read().splitlines()\n"
-    "    tr = Translator(sys.argv[1], device='cpu', workers=int(sys.argv[5]))  # workers loaded before the clock\n"
+    "    tr = Translator(sys.argv[1], device=sys.argv[6], workers=int(sys.argv[5]))  # workers loaded before the clock\n"
     "    d = DecodeConfig(beam=5, batch_size=128, dtype=sys.argv[4])\n"
     "    t = time.perf_counter(); out = tr.translate(lines, d); el = time.perf_counter() - t\n"
     "    print(len(lines) / el, sum(len(h[0].tokens) + 1 for h in out))\n"
@@ -177,13 +194,36 @@ DECODE_SNIPPET = (
 
 
 def decode_structnmt(checkpoint: Path, src_lines: Path, threads: int, dtype: str, workers: int,
-                     env: dict) -> tuple[float, float]:
+                     env: dict, device: str = "cpu") -> tuple[float, float]:
     """structnmt's beam-5 decoding of ``src_lines`` in a fresh process: (sentences/s, output tokens with EOS)."""
     env = {**env, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     out = subprocess.run([sys.executable, "-c", DECODE_SNIPPET, str(checkpoint), str(src_lines), str(threads), dtype,
-                          str(workers)], env=env, capture_output=True, text=True, check=True)
+                          str(workers), device], env=env, capture_output=True, text=True, check=True)
     rate, tokens = (float(x) for x in out.stdout.strip().splitlines()[-1].split())
     return rate, tokens
+
+
+def decode_ct2(checkpoint: Path, src_lines: Path, threads: int, work: Path, env: dict) -> dict[str, float]:
+    """structnmt's CTranslate2 export (float32 and int8 weights) decoding ``src_lines``: quantization -> sentences/s;
+    empty when ``ctranslate2`` is not installed."""
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        return {}
+    snippet = (
+        "import sys, time\nfrom structnmt.export import export_ctranslate2, CT2Translator\n"
+        "from structnmt.config import DecodeConfig\n"
+        "lines = open(sys.argv[2], encoding='utf-8').read().splitlines()\n"
+        "q = None if sys.argv[5] == 'none' else sys.argv[5]\n"
+        "ct = CT2Translator(export_ctranslate2(sys.argv[1], sys.argv[4], quantization=q), threads=int(sys.argv[3]))\n"
+        "d = DecodeConfig(beam=5, batch_size=128)\n"
+        "t = time.perf_counter(); ct.translate(lines, d); print(len(lines) / (time.perf_counter() - t))\n")
+    rates = {}
+    for quant in ("none", "int8"):
+        out = subprocess.run([sys.executable, "-c", snippet, str(checkpoint), str(src_lines), str(threads),
+                              str(work / f"ct2-{quant}"), quant], env=env, capture_output=True, text=True, check=True)
+        rates[quant] = float(out.stdout.strip().splitlines()[-1])
+    return rates
 
 
 def main() -> None:
@@ -200,7 +240,16 @@ def main() -> None:
                     help="also train both as this many processes of one thread each (1: leave it out)")
     ap.add_argument("--decode-only", action="store_true",
                     help="skip training: decode with the models a previous run left in --work")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cuda: train and decode on the GPU in mixed precision (fairseq --fp16, structnmt bf16 "
+                         "autocast); the CPU-only rows are left out")
     args = ap.parse_args()
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda: PyTorch sees no CUDA GPU here; run on a GPU machine or drop --device.")
+        args.processes = 1  # one GPU: the N processes x 1 thread comparison is a CPU one
 
     venv = Path(args.fairseq_venv)
     if not (venv / "bin" / "fairseq-train").exists():
@@ -241,7 +290,8 @@ def main() -> None:
                     save = work / "fairseq-run"
                     shutil.rmtree(save, ignore_errors=True)
                     p = subprocess.run([str(venv / "bin" / "fairseq-train"),
-                                        *fairseq_train_args(bin_dir, save, args.updates, args.log_interval)],
+                                        *fairseq_train_args(bin_dir, save, args.updates, args.log_interval,
+                                                            args.device)],
                                        env=env, capture_output=True, text=True)
                     if p.returncode:
                         raise SystemExit(f"fairseq-train failed: {p.stderr[-2000:]}")
@@ -258,7 +308,8 @@ def main() -> None:
         # decoding: the last round's models
         gen = subprocess.run([str(venv / "bin" / "fairseq-generate"), str(bin_dir), "--path",
                               str(work / "fairseq-run" / "checkpoint_last.pt"), "--gen-subset", "test", "--beam", "5",
-                              "--batch-size", "128", "--cpu", "--num-workers", "0", "--post-process", "sentencepiece"],
+                              "--batch-size", "128", *fairseq_device_args(args.device), "--num-workers", "0",
+                              "--post-process", "sentencepiece"],
                              env=env, capture_output=True, text=True)
         m = re.search(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in [\d.]+s \(([\d.]+) sentences/s",
                       gen.stdout + gen.stderr)
@@ -268,37 +319,22 @@ def main() -> None:
         src_lines = data / "test.src.txt"
         checkpoint = work / "structnmt-run" / "checkpoint_last.pt"
         # structnmt decoding in float32, bfloat16 (faster where the CPU has AVX512-BF16 or AMX) and int8, in one
-        # process of --threads threads or in --threads worker processes of one thread (translate --workers)
-        sn_dec, sn_tokens = decode_structnmt(checkpoint, src_lines, args.threads, "float32", 1, env)
-        sn_dec_bf, sn_tokens_bf = decode_structnmt(checkpoint, src_lines, args.threads, "bfloat16", 1, env)
-        sn_dec_i8, sn_tokens_i8 = decode_structnmt(checkpoint, src_lines, args.threads, "int8", 1, env)
-        sn_dec_w, sn_tokens_w = decode_structnmt(checkpoint, src_lines, 1, "float32", args.threads, env)
-        sn_dec_wi8, _ = decode_structnmt(checkpoint, src_lines, 1, "int8", args.threads, env)
-        ct2_dec: dict[str, float] = {}
-        try:
-            import ctranslate2  # noqa: F401
-
-            snippet_ct2 = (
-                "import sys, time\nfrom structnmt.export import export_ctranslate2, CT2Translator\n"
-                "from structnmt.config import DecodeConfig\n"
-                "lines = open(sys.argv[2], encoding='utf-8').read().splitlines()\n"
-                "q = None if sys.argv[5] == 'none' else sys.argv[5]\n"
-                "ct = CT2Translator(export_ctranslate2(sys.argv[1], sys.argv[4], quantization=q), "
-                "threads=int(sys.argv[3]))\n"
-                "d = DecodeConfig(beam=5, batch_size=128)\n"
-                "t = time.perf_counter(); ct.translate(lines, d); print(len(lines) / (time.perf_counter() - t))\n")
-            for quant in ("none", "int8"):
-                out = subprocess.run([sys.executable, "-c", snippet_ct2, str(checkpoint), str(src_lines),
-                                      str(args.threads), str(work / f"ct2-{quant}"), quant],
-                                     env=env, capture_output=True, text=True, check=True)
-                ct2_dec[quant] = float(out.stdout.strip().splitlines()[-1])
-        except ImportError:
-            pass
+        # process of --threads threads or in --threads worker processes of one thread (translate --workers);
+        # on a GPU float32 and bfloat16 only. mode label -> (threads, dtype, workers)
+        modes = {"": (args.threads, "float32", 1), " --dtype bfloat16": (args.threads, "bfloat16", 1)}
+        if args.device == "cpu":
+            modes.update({f" --workers {args.threads} (1 thread each)": (1, "float32", args.threads),
+                          f" --workers {args.threads} --dtype int8": (1, "int8", args.threads),
+                          " --dtype int8": (args.threads, "int8", 1)})
+        sn = {label: decode_structnmt(checkpoint, src_lines, threads, dtype, workers, env, args.device)
+              for label, (threads, dtype, workers) in modes.items()}  # label -> (sentences/s, output tokens)
+        ct2_dec = decode_ct2(checkpoint, src_lines, args.threads, work, env) if args.device == "cpu" else {}
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
 
-    print(f"# bench_fairseq {datetime.date.today()} {platform.machine()} {cpu_name()}, {os.cpu_count()} cores, "
+    gpu = f", GPU {gpu_name()}, mixed precision (fairseq --fp16, structnmt bf16)" if args.device == "cuda" else ""
+    print(f"# bench_fairseq {datetime.date.today()} {platform.machine()} {cpu_name()}, {os.cpu_count()} cores{gpu}, "
           f"{args.threads} thread(s), {args.updates} updates x {args.rounds} rounds each, data {args.data}"
           + (" (decoding only: the models of an earlier run)" if args.decode_only else ""))
     print("| measure | fairseq 0.12 | structnmt | ratio structnmt / fairseq |")
@@ -314,20 +350,19 @@ def main() -> None:
               f"{sm:.0f} | {sm / fm:.2f} |")
         print(f"| training: structnmt {n} processes x 1 thread against fairseq 1 process x {args.threads} threads "
               f"| {fs:.0f} | {sm:.0f} | {sm / fs:.2f} |")
-    print(f"| decoding sentences/s (beam 5, batch 128) | {fs_dec:.1f} | {sn_dec:.1f} | {sn_dec / fs_dec:.2f} |")
-    print(f"| decoding sentences/s, structnmt --dtype bfloat16 | {fs_dec:.1f} | {sn_dec_bf:.1f} | "
-          f"{sn_dec_bf / fs_dec:.2f} |")
-    print(f"| decoding sentences/s, structnmt --workers {args.threads} (1 thread each) | {fs_dec:.1f} | {sn_dec_w:.1f} | "
-          f"{sn_dec_w / fs_dec:.2f} |")
-    print(f"| decoding sentences/s, structnmt --workers {args.threads} --dtype int8 | {fs_dec:.1f} | {sn_dec_wi8:.1f} | "
-          f"{sn_dec_wi8 / fs_dec:.2f} |")
-    print(f"| output tokens (EOS included; decoding speeds compare only where these are alike) | {fs_tokens} | "
-          f"{sn_tokens:.0f} | {sn_tokens / fs_tokens:.2f} |")
-    print(f"| decoding sentences/s, structnmt --dtype int8 | {fs_dec:.1f} | {sn_dec_i8:.1f} | {sn_dec_i8 / fs_dec:.2f} |")
-    print(f"| output tokens, structnmt --dtype bfloat16 | {fs_tokens} | {sn_tokens_bf:.0f} | {sn_tokens_bf / fs_tokens:.2f} |")
-    print(f"| output tokens, structnmt --dtype int8 | {fs_tokens} | {sn_tokens_i8:.0f} | {sn_tokens_i8 / fs_tokens:.2f} |")
-    if sn_tokens_w != sn_tokens:
-        print(f"WARNING: --workers wrote {sn_tokens_w:.0f} output tokens, one process {sn_tokens:.0f}")
+    for label, (rate, _) in sn.items():
+        name = "decoding sentences/s (beam 5, batch 128)" if not label else f"decoding sentences/s, structnmt{label}"
+        print(f"| {name} | {fs_dec:.1f} | {rate:.1f} | {rate / fs_dec:.2f} |")
+    for label, (_, tokens) in sn.items():
+        _, dtype, workers = modes[label]
+        if workers > 1:  # the same translations as one process of the same dtype, or a warning
+            one = next(sn[other][1] for other, mode in modes.items() if mode[1:] == (dtype, 1))
+            if tokens != one:
+                print(f"WARNING: structnmt{label} wrote {tokens:.0f} output tokens, one process {one:.0f}")
+            continue
+        name = ("output tokens (EOS included; decoding speeds compare only where these are alike)" if not label
+                else f"output tokens, structnmt{label}")
+        print(f"| {name} | {fs_tokens} | {tokens:.0f} | {tokens / fs_tokens:.2f} |")
     for quant, rate in ct2_dec.items():
         print(f"| decoding sentences/s, structnmt's CTranslate2 export ({'float32' if quant == 'none' else quant}) | "
               f"{fs_dec:.1f} | {rate:.1f} | {rate / fs_dec:.2f} |")

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import torch
 
-from ..config import Config, DecodeConfig, ModelConfig, from_dict, low_precision_refusal
+from ..config import Config, DecodeConfig, ModelConfig, low_precision_refusal
 from ..data.dataset import encode_sources, pad_sources
 from ..data.vocab import EOS
 from ..errors import CheckpointError, UserError
-from ..models import build_model
-from ..train.checkpoint import checkpoint_vocabs, load_checkpoint, load_model_state
+from ..train.checkpoint import load_checkpoint, model_from_checkpoint
 from ..train.trainer import get_device
 from .beam import beam_search, greedy_search
 
@@ -269,12 +268,7 @@ def _pool_init(checkpoint: str, threads: int, data_dir, ready) -> None:
     try:
         configure_allocator()
         torch.set_num_threads(threads)
-        state = load_checkpoint(checkpoint)
-        cfg = from_dict(state["config"], where=f"{checkpoint} (saved config)")
-        src_vocab, tgt_vocab = checkpoint_vocabs(state, checkpoint, data_dir)
-        model = build_model(cfg.model, len(src_vocab), len(tgt_vocab))
-        load_model_state(model, state, checkpoint)
-        _POOL_MODEL["model"] = model.eval()
+        _POOL_MODEL["model"] = model_from_checkpoint(load_checkpoint(checkpoint), checkpoint, data_dir)[3]
     except Exception as e:  # reported by the parent as one sentence, which then stops the pool
         ready.put(f"{type(e).__name__}: {e}")  # (not raised here: the pool would start the worker again)
         return
@@ -311,13 +305,11 @@ class Translator:
         self.too_long: list[int] = []  # 1-based numbers of the input lines over max_positions (last call)
         self.unaligned: list[int] = []  # 1-based numbers of the input lines whose parse does not fit their text
         state = load_checkpoint(checkpoint)
-        self.cfg: Config = from_dict(state["config"], where=f"{checkpoint} (saved config)")
         # the checkpoint's own vocabularies; a --data directory must hold the same ones
-        self.src_vocab, self.tgt_vocab = checkpoint_vocabs(state, checkpoint, data_dir)
+        self.cfg: Config
+        self.cfg, self.src_vocab, self.tgt_vocab, self.model = model_from_checkpoint(state, checkpoint, data_dir)
         self.device = get_device(device)
-        self.model = build_model(self.cfg.model, len(self.src_vocab), len(self.tgt_vocab))
-        load_model_state(self.model, state, checkpoint)
-        self.model.to(self.device).eval()
+        self.model.to(self.device)
         self._cast: dict[str, torch.nn.Module] = {}  # decode.dtype -> the model in that format (made on first use)
         self.parser_cfg = None
         self.label_ids: dict[str, int] = {}

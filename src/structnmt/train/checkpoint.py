@@ -146,6 +146,19 @@ def load_model_state(model: torch.nn.Module, state: dict, checkpoint: str | Path
                               f"({detail[:160]}); the vocabulary or the model settings differ.") from None
 
 
+def model_from_checkpoint(state: dict, checkpoint: str | Path, data_dir: str | Path | None = None):
+    """(config, source vocabulary, target vocabulary, model in eval mode on the CPU) of a loaded checkpoint
+    ``state`` (:func:`load_checkpoint`); ``data_dir``: a dataset whose vocabularies must be the checkpoint's."""
+    from ..config import from_dict
+    from ..models import build_model
+
+    cfg = from_dict(state["config"], where=f"{checkpoint} (saved config)")
+    src_vocab, tgt_vocab = checkpoint_vocabs(state, checkpoint, data_dir)
+    model = build_model(cfg.model, len(src_vocab), len(tgt_vocab))
+    load_model_state(model, state, checkpoint)
+    return cfg, src_vocab, tgt_vocab, model.eval()
+
+
 def resume_state(save_dir: Path, log) -> tuple[Path, dict] | None:
     """The newest loadable checkpoint of ``save_dir`` to resume from, or None for a new run.
 

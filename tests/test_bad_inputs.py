@@ -480,3 +480,11 @@ def test_repeated_nan_losses_and_a_missing_gpu_are_one_sentence(synth_data, tmp_
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     code, _, err = cli(capsys, "train", cfg, "train.device=cuda", "train.save_dir=" + str(tmp_path / "r2"))
     assert_user_error(code, err, "'cuda'", "no CUDA GPU")
+
+
+def test_a_budget_aware_schedule_without_an_update_budget_is_one_sentence(synth_data, tmp_path, capsys):
+    cfg = write_config(tmp_path / "cfg.yaml", synth_data, tmp_path / "run")
+    code, _, err = cli(capsys, "train", cfg, "train.lr_schedule=linear", "train.max_updates=0",
+                       "train.max_time_minutes=5")
+    assert_user_error(code, err, "train.lr_schedule=linear", "train.max_updates")
+    assert not (tmp_path / "run").exists()

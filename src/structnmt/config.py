@@ -140,7 +140,9 @@ class TrainConfig:
     warmup_updates: int = 2000
     warmup_init_lr: float = 1e-7
     lr_schedule: str = "inverse_sqrt"  # inverse_sqrt (warm-up, then lr * sqrt(warmup / step)) | halve_on_rise
-    #   halve_on_rise: lr after the warm-up, halved whenever the validation perplexity rises (SA-NMT §4.3)
+    #   | linear | cosine. halve_on_rise: lr after the warm-up, halved whenever the validation perplexity rises
+    #   (SA-NMT §4.3); linear, cosine: budget-aware, warm-up then decay to zero at train.max_updates
+    #   (Li et al. 2020; structnmt.train.schedule)
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-8
     weight_decay: float = 0.0
@@ -339,8 +341,8 @@ def validate(cfg: Config, where: str = "config") -> None:
     _need(_finite(t.warmup_init_lr) and t.warmup_init_lr >= 0, where, "train.warmup_init_lr", t.warmup_init_lr,
           "must be >= 0")
     _need(t.warmup_updates >= 0, where, "train.warmup_updates", t.warmup_updates, "must be >= 0")
-    _need(t.lr_schedule in ("inverse_sqrt", "halve_on_rise"), where, "train.lr_schedule", t.lr_schedule,
-          "must be inverse_sqrt or halve_on_rise")
+    _need(t.lr_schedule in ("inverse_sqrt", "halve_on_rise", "linear", "cosine"), where, "train.lr_schedule",
+          t.lr_schedule, "must be inverse_sqrt, halve_on_rise, linear or cosine")
     _need(_finite(t.label_smoothing) and 0 <= t.label_smoothing < 1, where, "train.label_smoothing",
           t.label_smoothing, "must be in [0, 1)")
     _need(_finite(t.clip_norm) and t.clip_norm >= 0, where, "train.clip_norm", t.clip_norm, "must be >= 0 (0 = off)")

@@ -53,7 +53,7 @@ from .checkpoint import (
 )
 from .lock import SaveDirLock, config_changes
 from .loss import label_smoothed_nll
-from .schedule import halve_on_rise_lr, inverse_sqrt_lr
+from .schedule import ScheduleError, check_schedule, learning_rate
 
 
 class TrainingError(UserError, RuntimeError):
@@ -196,6 +196,10 @@ class Trainer:
         self.log = log
         tc = cfg.train
         self.budget = budget_text(tc)
+        try:
+            check_schedule(tc)
+        except ScheduleError as err:
+            raise TrainingError(str(err)) from None
         self.allow_config_change = allow_config_change
         self.distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
         if self.distributed and not dist.is_initialized():
@@ -380,12 +384,7 @@ class Trainer:
     # ---------------------------------------------------------------- steps
 
     def _lr(self) -> float:
-        tc = self.cfg.train
-        if tc.lr_schedule == "halve_on_rise":
-            return halve_on_rise_lr(self.state.num_updates + 1, lr=tc.lr, warmup=tc.warmup_updates,
-                                    scale=self.state.lr_scale, warmup_init_lr=tc.warmup_init_lr)
-        return inverse_sqrt_lr(self.state.num_updates + 1, lr=tc.lr, warmup=tc.warmup_updates,
-                               warmup_init_lr=tc.warmup_init_lr)
+        return learning_rate(self.state.num_updates + 1, self.cfg.train, self.state.lr_scale)
 
     def _all_reduce(self, values: list[float]) -> list[float]:
         if not self.distributed:

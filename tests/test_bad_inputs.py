@@ -337,6 +337,11 @@ def test_score_errors_name_the_file(tmp_path, capsys):
     assert_user_error(code, err, "empty.txt", "empty")
     code, _, err = cli(capsys, "score", "--hyp", tmp_path / "bad.txt", "--ref", tmp_path / "ref.txt")
     assert_user_error(code, err, "bad.txt line 2 column 3", "invalid UTF-8")
+    # several runs per system: the same number of runs (seeds) for every system, at least 2 for the test
+    (tmp_path / "b.txt").write_text("a b\nc e\n")
+    code, _, err = cli(capsys, "score", "--hyp", tmp_path / "ref.txt", tmp_path / "b.txt", "--hyp", tmp_path / "b.txt",
+                       "--ref", tmp_path / "ref.txt", "--bootstrap", "10")
+    assert_user_error(code, err, "b.txt: this system has 1 run(s) but the baseline", "has 2", "same number of seeds")
 
 
 @pytest.mark.parametrize("override,fragment", [

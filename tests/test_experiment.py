@@ -217,10 +217,10 @@ def test_a_failing_decode_is_reported_at_once_and_the_other_runs_finish(tmp_path
     grid = _grid(tmp_path, corpus, out)
     real_eval = runner_mod._evaluate_run
 
-    def failing_eval(g, cfg, run_dir, src, refs):
+    def failing_eval(g, cfg, run_dir, splits):
         if "transformer-base" in str(run_dir):
             raise RuntimeError("decoder exploded")
-        return real_eval(g, cfg, run_dir, src, refs)
+        return real_eval(g, cfg, run_dir, splits)
 
     monkeypatch.setattr(runner_mod, "_evaluate_run", failing_eval)
     lines: list[str] = []
@@ -362,3 +362,78 @@ def test_an_option_added_after_a_run_started_is_its_default_not_a_change():
     old["model"]["rnn"]["retired_option"] = 1
     assert _config_diff(old, new) == ["model.rnn.retired_option"]
 
+
+
+def test_seeds_extra_splits_and_grid_overrides(tmp_path, corpus, monkeypatch):
+    """Two seeds per row: the report's p-values are the seed-aware test's (recomputed here from the
+    runs' translations), results.csv has every seed's scores; a split added to a finished grid is
+    decoded from the runs' averages without training; the grid's overrides reach every run."""
+    import json
+
+    import yaml
+
+    from structnmt.evaluate.seeds import seed_aware_test
+    from structnmt.experiment.runner import read_lines_exact
+
+    out = tmp_path / "out"
+    grid = _grid(tmp_path, corpus, out, extra="overrides: ['train.lr_schedule=linear', 'train.warmup_updates=2']")
+    text = grid.read_text().replace("seeds: [1]", "seeds: [1, 2]").replace(
+        f"testprefs: [{corpus / 'test'}]", f"testprefs: [{corpus / 'test'}, {corpus / 'valid'}]")
+    grid.write_text(text)
+    run_grid(grid, overrides=["train.threads=1"], jobs_at_once=2, log=lambda _: None)
+    for d in ("transformer-base", "post-norm-2-layers"):
+        resolved = yaml.safe_load((out / "runs" / d / "seed2" / "resolved.yaml").read_text())
+        assert resolved["train"]["lr_schedule"] == "linear" and resolved["train"]["warmup_updates"] == 2
+    md = (out / "results.md").read_text(encoding="utf-8")
+    assert "seed-aware test" in md and "**Noise floor**: the baseline's BLEU over its 2 seeds spans" in md
+    assert "| p (seed-aware) | ASO ε |" in md and "## Split" not in md
+
+    # a second test split, added once the runs are finished: decoded and scored, nothing trained
+    grid.write_text(text.replace("evaluate: {split: test,", "evaluate: {split: test, extra_splits: [test1],"))
+
+    def no_training(config_path: Path, log_path: Path) -> int:
+        raise AssertionError(f"{config_path} was trained again")
+
+    monkeypatch.setattr(runner_mod, "launch_training", no_training)
+    lines: list[str] = []
+    run_grid(grid, overrides=["train.threads=1"], log=lines.append)
+    assert sum("decoded and scored the split(s) it lacked: test1" in x for x in lines) == 4
+    res = json.loads((out / "runs" / "post-norm-2-layers" / "seed2" / "result.json").read_text())
+    assert res["splits"]["test1"]["n_sentences"] == 12 and (out / "runs" / "post-norm-2-layers" / "seed2" / "test1.hyp").exists()
+    with open(out / "results.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["split"], r["system"]) for r in rows] == [
+        ("test", "Transformer-Base"), ("test", "+ post-norm (2 layers)"),
+        ("test1", "Transformer-Base"), ("test1", "+ post-norm (2 layers)")]
+    refs = (corpus / "valid.tgt").read_text().splitlines()
+    for row in rows[2:]:
+        per_seed = [json.loads((out / "runs" / ("transformer-base" if row["baseline"] == "True" else "post-norm-2-layers")
+                                / f"seed{k}" / "result.json").read_text())["splits"]["test1"]["bleu"] for k in (1, 2)]
+        assert [float(row["sacrebleu_seed1"]), float(row["sacrebleu_seed2"])] == pytest.approx(per_seed)
+        assert float(row["bleu"]) == pytest.approx(sum(per_seed) / 2) and row["n_seeds"] == "2"
+    hyps = {d: [read_lines_exact(out / "runs" / d / f"seed{k}" / "test1.hyp") for k in (1, 2)]
+            for d in ("transformer-base", "post-norm-2-layers")}
+    expected = seed_aware_test(hyps["transformer-base"], {"v": hyps["post-norm-2-layers"]}, refs, n_samples=50,
+                               aso=False)["v"]
+    assert rows[3]["test"] == "seed-aware" and float(rows[3]["p_value"]) == pytest.approx(expected.p_value)
+    assert float(rows[3]["delta"]) == pytest.approx(expected.delta)
+    assert "## Split test1 (valid)" in (out / "results.md").read_text(encoding="utf-8")
+
+
+def test_a_one_seed_report_marks_nothing_and_says_why(tmp_path, corpus, monkeypatch):
+    import structnmt.evaluate.score as score_mod
+
+    real = score_mod.paired_bootstrap
+
+    def tiny_p(*args, **kwargs):  # as if the one seed's bootstrap found every difference "significant"
+        return {n: {**r, "p_value": 0.001} for n, r in real(*args, **kwargs).items()}
+
+    monkeypatch.setattr(score_mod, "paired_bootstrap", tiny_p)
+    out = tmp_path / "out"
+    run_grid(_grid(tmp_path, corpus, out), overrides=["train.threads=1"], log=lambda _: None)
+    md = (out / "results.md").read_text(encoding="utf-8")
+    assert "they cover test-set sampling only" in md and "nothing here is marked as significant on BLEU" in md
+    assert "| 0.001 |" in md and not any(m in md for m in "⇑↑⇓↓")
+    with open(out / "results.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert rows[1]["p_value"] == "0.001" and rows[1]["test"] == "one-seed bootstrap" and rows[1]["mark"] == ""

@@ -219,41 +219,94 @@ def cmd_average(args) -> int:
     return 0
 
 
+def _score_systems(args, refs: list[str]) -> tuple[dict[str, list[list[str]]], str | None]:
+    """{system label: its runs' hypotheses} of the --hyp groups, or an error sentence."""
+    from .evaluate.score import moses_unescape, read_lines
+
+    systems: dict[str, list[list[str]]] = {}
+    for group in args.hyp:
+        label = group[0] if len(group) == 1 else f"{group[0]} (+{len(group) - 1} more runs)"
+        if label in systems:
+            return {}, f"--hyp {group[0]} is given twice; give every system once."
+        runs = []
+        for path in group:
+            hyps = read_lines(path)
+            if args.unescape:  # Moses' XML escapes in tokenized outputs (fairseq on Moses-tokenized data)
+                hyps = [moses_unescape(x) for x in hyps]
+            if len(hyps) != len(refs):
+                return {}, (f"{path} has {len(hyps)} lines but the references {args.ref} have {len(refs)}; "
+                            "give one hypothesis per reference line (an empty line for an empty output).")
+            runs.append(hyps)
+        systems[label] = runs
+    counts = {len(r) for r in systems.values()}
+    if len(counts) > 1:
+        first = next(iter(systems))
+        odd = next(n for n, r in systems.items() if len(r) != len(systems[first]))
+        return {}, (f"--hyp {odd.split(' (+')[0]}: this system has {len(systems[odd])} run(s) but the baseline "
+                    f"{first.split(' (+')[0]} has {len(systems[first])}; give every system one file per seed, the "
+                    "same number of seeds each (--hyp A_SEED1 A_SEED2 A_SEED3 --hyp B_SEED1 B_SEED2 B_SEED3).")
+    return systems, None
+
+
 def cmd_score(args) -> int:
-    from .evaluate.score import corpus_scores, format_report, paired_bootstrap, read_lines
+    import statistics
+
+    from .evaluate.score import corpus_scores, format_report, read_lines
 
     refs = read_lines(args.ref)
     if not refs:
         return _err(f"{args.ref}: the reference file is empty; give the references, one per line.")
-    systems = {h: read_lines(h) for h in args.hyp}
-    if args.unescape:  # Moses' XML escapes in tokenized outputs (fairseq on Moses-tokenized data): &apos; -> '
-        from .evaluate.score import moses_unescape
-
-        systems = {h: [moses_unescape(x) for x in lines] for h, lines in systems.items()}
-    for name, hyps in systems.items():
-        if len(hyps) != len(refs):
-            return _err(f"{name} has {len(hyps)} lines but the references {args.ref} have {len(refs)}; "
-                        "give one hypothesis per reference line (an empty line for an empty output).")
     if args.bootstrap < 0:
         return _err(f"--bootstrap {args.bootstrap}: give a number of samples >= 0.")
-    for name, hyps in systems.items():
+    systems, problem = _score_systems(args, refs)
+    if problem:
+        return _err(problem)
+    for name, runs in systems.items():
         print(f"== {name}")
-        scores = corpus_scores(hyps, refs, lowercase_tokenized=args.lc_tok, lang=args.lang)
-        print(format_report(scores))
+        per_run = [corpus_scores(h, refs, lowercase_tokenized=args.lc_tok, lang=args.lang) for h in runs]
+        if len(runs) == 1:
+            print(format_report(per_run[0]))
+            continue
+        for i, scores in enumerate(per_run):
+            print(f"run {i + 1}: " + ", ".join(f"{s.name} {s.score:.2f}" for s in scores))
+        for j, s in enumerate(per_run[0]):
+            values = [scores[j].score for scores in per_run]
+            print(f"{s.name} = {statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f} (mean ± std over "
+                  f"{len(runs)} runs) ({s.signature})")
     if args.bootstrap and len(systems) > 1:
-        names = list(systems)
-        base = systems[names[0]]
         # with --lc-tok the test is also run on BLEU (lc,tok): a system trained on lowercased text is
         # compared with a cased one on that score, not on cased BLEU, which its casing alone decides
         metrics = [("bleu", "BLEU")] + ([("bleu_lc_tok", "BLEU (lc,tok)")] if args.lc_tok else [])
+        test = _seed_aware_lines if len(next(iter(systems.values()))) > 1 else _bootstrap_lines
         for metric, label in metrics:
-            res = paired_bootstrap(base, {n: systems[n] for n in names[1:]}, refs, metric=metric,
-                                   n_samples=args.bootstrap, lang=args.lang)
-            print(f"paired bootstrap resampling ({args.bootstrap} samples, sacreBLEU, {label}), baseline {names[0]}:")
-            for n, r in res.items():
-                print(f"  {n}: {label} {r['score']:.2f} vs {r['baseline']:.2f}  delta {r['delta']:+.2f}  "
-                      f"p = {r['p_value']:.4f}")
+            print("\n".join(test(systems, refs, metric, label, args)))
     return 0
+
+
+def _bootstrap_lines(systems: dict, refs: list[str], metric: str, label: str, args) -> list[str]:
+    from .evaluate.score import paired_bootstrap
+
+    names = list(systems)
+    res = paired_bootstrap(systems[names[0]][0], {n: systems[n][0] for n in names[1:]}, refs, metric=metric,
+                           n_samples=args.bootstrap, lang=args.lang)
+    return ([f"paired bootstrap resampling ({args.bootstrap} samples, sacreBLEU, {label}), baseline {names[0]} "
+             "(one run per system: test-set sampling only, not training variance):"]
+            + [f"  {n}: {label} {r['score']:.2f} vs {r['baseline']:.2f}  delta {r['delta']:+.2f}  "
+               f"p = {r['p_value']:.4f}" for n, r in res.items()])
+
+
+def _seed_aware_lines(systems: dict, refs: list[str], metric: str, label: str, args) -> list[str]:
+    from .evaluate.seeds import describe_test, seed_aware_test
+
+    names = list(systems)
+    res = seed_aware_test(systems[names[0]], {n: systems[n] for n in names[1:]}, refs, metric=metric,
+                          n_samples=args.bootstrap, lang=args.lang)
+    lines = [f"{label}, baseline {names[0]}: {describe_test(args.bootstrap, 12345)}"]
+    for n, t in res.items():
+        lines.append(f"  {n}: {label} {t.mean:.2f} ± {t.std:.2f} vs {t.baseline_mean:.2f} ± {t.baseline_std:.2f}  "
+                     f"delta {t.delta:+.2f}  p = {t.p_value:.4f}  ASO eps = {t.aso_better:.2f}  (s_dev "
+                     f"{t.std:.2f}/{t.baseline_std:.2f}, s_sel {t.s_sel:.2f}/{t.baseline_s_sel:.2f})")
+    return lines
 
 
 def cmd_experiment(args) -> int:
@@ -473,13 +526,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", required=True)
     s.set_defaults(func=cmd_average)
 
-    s = sub.add_parser("score", help="sacreBLEU BLEU/chrF with signatures and paired bootstrap")
-    s.add_argument("--hyp", action="append", required=True, help="repeatable; the first is the baseline")
+    s = sub.add_parser("score", help="sacreBLEU BLEU/chrF with signatures; paired bootstrap or, with several "
+                       "runs per system, the seed-aware test")
+    s.add_argument("--hyp", action="append", nargs="+", required=True,
+                   help="a system's translations: one file, or one file per seed (--hyp A1 A2 A3); repeatable, the "
+                        "first system is the baseline")
     s.add_argument("--ref", required=True)
     s.add_argument("--lc-tok", action="store_true", help="also BLEU lowercased on Moses-tokenized text (fairseq Multi30k anchor); with --bootstrap "
                         "the paired test runs on it too")
     s.add_argument("--lang", default="en", help="target language for the Moses tokenizer")
-    s.add_argument("--bootstrap", type=int, default=0, help="paired bootstrap samples (0 = off)")
+    s.add_argument("--bootstrap", type=int, default=0,
+                   help="bootstrap samples of the test (0 = off): sacreBLEU's paired bootstrap with one run per "
+                        "system; with several, the seed-aware test (docs/experiments.md)")
     s.add_argument("--unescape", action="store_true",
                    help="undo Moses' XML escapes (&apos; &quot; &amp; &#124; &lt; &gt; &#91; &#93;) in every hypothesis first, "
                         "as for translations made on Moses-tokenized data (../shared/data/anchors); read BLEU (lc,tok) then")

@@ -2,7 +2,8 @@
 
 For every split of the benchmark and every system: sacreBLEU, exact match, agreement
 accuracy and verb-final placement accuracy as mean ± standard deviation over the seeds;
-against the baseline, sacreBLEU's paired bootstrap on the first seed's translations, and
+against the baseline, BLEU by the seed-aware test of :mod:`structnmt.evaluate.seeds` (with
+one seed, sacreBLEU's paired bootstrap on it, which covers test-set sampling only), and
 for the accuracies a paired randomization test (two-sided, sign flips of the per-item
 differences, the items of all seeds pooled, each seed's items paired with the baseline's
 run of the same seed). Agreement is also broken down by the number of attractors
@@ -60,10 +61,34 @@ def _pooled(run_dir, name: str, seeds: list[int], split: str, key: str) -> list[
     return [x for s in seeds for x in _per_item(run_dir(name, s), split, key)]
 
 
+def _bleu_tests(grid: GridConfig, results: dict, split: str, refs: list[str], run_dir) -> dict[str, float]:
+    """BLEU p-values against the baseline on one benchmark split: the seed-aware test where the baseline
+    has >= 2 seeds (rows with fewer are left out), else the first seed's paired bootstrap."""
+    from ..evaluate.score import paired_bootstrap
+    from ..evaluate.seeds import seed_aware_test
+
+    ev, base = grid.evaluate, grid.baseline
+
+    def hyps(name: str, seed: int) -> list[str]:
+        return read_lines_exact(run_dir(name, seed) / f"bench_{split}.hyp")
+
+    others = [r.name for r in grid.runs if r.name != base]
+    if len(seeds_of(grid, results, base)) >= 2:
+        runs = {n: [hyps(n, s) for s in seeds_of(grid, results, n)] for n in others}
+        tests = seed_aware_test([hyps(base, s) for s in seeds_of(grid, results, base)],
+                                {n: r for n, r in runs.items() if len(r) >= 2}, refs, n_samples=ev.bootstrap_samples,
+                                seed=ev.bootstrap_seed, aso=False)
+        return {n: t.p_value for n, t in tests.items()}
+    seed0 = grid.seeds[0]
+    boot = paired_bootstrap(hyps(base, seed0), {n: hyps(n, seed0) for n in others}, refs,
+                            n_samples=ev.bootstrap_samples, seed=ev.bootstrap_seed)
+    return {n: b["p_value"] for n, b in boot.items()}
+
+
 def generalization_section(grid: GridConfig, results: dict, out: Path) -> list[str]:
     """Markdown lines of the per-split tables (and the attractor picture in ``out``)."""
     from ..data.generalization import benchmark_splits, load_examples
-    from ..evaluate.score import paired_bootstrap
+    from ..evaluate.seeds import describe_test
 
     directory = grid.evaluate.benchmark
     splits = benchmark_splits(directory)
@@ -73,10 +98,15 @@ def generalization_section(grid: GridConfig, results: dict, out: Path) -> list[s
     def run_dir(name: str, seed: int) -> Path:
         return Path(results[(name, seed)]["run_dir"])
 
+    seed_aware = len(seeds_of(grid, results, base)) >= 2
+    bleu_test = (describe_test(grid.evaluate.bootstrap_samples, grid.evaluate.bootstrap_seed).split(" ASO:")[0]
+                 if seed_aware else
+                 f"paired bootstrap of seed {seed0} ({grid.evaluate.bootstrap_samples} samples; test-set sampling "
+                 "only, so no BLEU difference is read as significant)")
     head = ["## Structural generalization", "",
              f"Benchmark `{directory}` (`benchmark.json` states and checks each split). Per split: mean ± std "
-             f"over seeds {', '.join(map(str, grid.seeds))}; p against **{base}**: BLEU by paired bootstrap "
-             f"({grid.evaluate.bootstrap_samples} samples, seed {seed0}), accuracies by a paired randomization "
+             f"over seeds {', '.join(map(str, grid.seeds))}; p against **{base}**: BLEU by the {bleu_test}, "
+             "accuracies by a paired randomization "
              f"test ({N_PERMUTATIONS} sign flips, items of all seeds pooled). Agreement = share of agreement "
              "probes with the right number suffix; verb-final = share of reference verbs the translation puts "
              "at the end of their clause.", ""]
@@ -86,10 +116,7 @@ def generalization_section(grid: GridConfig, results: dict, out: Path) -> list[s
     csv_rows: list[dict] = []  # generalization.csv: one row per (system, split), means and stds over seeds
     for split, statement in splits.items():
         refs = [" ".join(ex.tgt) for ex in load_examples(directory, split)]
-        hyps = {n: read_lines_exact(run_dir(n, seed0) / f"bench_{split}.hyp") for n in names}
-        others = {n: hyps[n] for n in names if n != base}
-        boot = paired_bootstrap(hyps[base], others, refs, n_samples=grid.evaluate.bootstrap_samples,
-                                seed=grid.evaluate.bootstrap_seed) if others else {}
+        boot = _bleu_tests(grid, results, split, refs, run_dir) if len(names) > 1 else {}
         lines += [f"### {split}: {statement}", "",
                   "| System | BLEU | p | exact | agreement | p | verb-final | p | agreement by attractors "
                   "| agreement by distance (words) |",
@@ -112,7 +139,7 @@ def generalization_section(grid: GridConfig, results: dict, out: Path) -> list[s
             else:
                 # each seed's items paired with the baseline's items of the same seed
                 common = [s for s in seeds_of(grid, results, n) if (base, s) in results]
-                p_bleu = f"{boot[n]['p_value']:.3f}"
+                p_bleu = f"{boot[n]:.3f}" if n in boot else "—"
                 p_agr, p_vf = (
                     f"{paired_randomization(*(_pooled(run_dir, m, common, split, k) for m in (n, base))):.3f}"
                     for k in ("agreement", "verb_final"))

@@ -37,7 +37,7 @@ BUDGET_KEYS = ("max_updates", "max_target_tokens", "max_time_minutes")
 _GRID_OWNED = {f"train.{k}" for k in (*BUDGET_KEYS, "max_epochs", "patience", "seed", "save_dir")} | {"data.path"}
 #: Top-level grid keys a command-line override may set directly (``budget.max_updates=200``);
 #: ``grid.<key>=...`` reaches every grid key, including ``grid.data.path``.
-_GRID_TOP = ("name", "out_dir", "budget", "seeds", "baseline", "evaluate", "runs", "base")
+_GRID_TOP = ("name", "out_dir", "budget", "seeds", "baseline", "evaluate", "runs", "base", "overrides")
 
 
 class ExperimentError(ConfigError):
@@ -98,7 +98,11 @@ class RunSpec:
 
 @dataclass
 class EvaluateSpec:
-    split: str = "test"  # dataset split to decode and score
+    split: str = "test"  # dataset split to decode and score (the report's first table)
+    # further dataset splits every run also decodes and scores, one table each in the report (e.g. [test1]:
+    # the second --testpref of `structnmt prepare`); added to a finished grid, they are decoded on the next
+    # invocation from the runs' average.pt
+    extra_splits: list[str] = field(default_factory=list)
     average_last: int = 5  # average the last N numbered checkpoints
     beam: int = 5
     lenpen: float = 1.0
@@ -126,6 +130,9 @@ class GridConfig:
     budget: BudgetSpec = field(default_factory=BudgetSpec)
     seeds: list[int] = field(default_factory=lambda: [1])
     baseline: str = ""  # row name of the baseline; default: the first run
+    # dotted overrides every run gets (the grid's recipe, e.g. its learning-rate schedule): applied after each
+    # run's config and before the run's own overrides, so a row may still set a key differently
+    overrides: list[str] = field(default_factory=list)
     runs: list[RunSpec] = field(default_factory=list)
     evaluate: EvaluateSpec = field(default_factory=EvaluateSpec)
     # where the grid came from (set by load_grid, not read from YAML)
@@ -206,6 +213,11 @@ def validate_grid(grid: GridConfig, where: str) -> None:
         if not r.name:
             raise ConfigError(f"{where}: runs[{i}] has no name; give the row label as in the paper's table.")
         _check_not_owned(r.overrides, f"{where}: run '{r.name}'")
+    _check_not_owned(grid.overrides, f"{where}: overrides")
+    if grid.evaluate.split in grid.evaluate.extra_splits or len(set(grid.evaluate.extra_splits)) != len(
+            grid.evaluate.extra_splits):
+        raise ConfigError(f"{where}: evaluate.extra_splits {grid.evaluate.extra_splits} repeats a split (or "
+                          f"evaluate.split '{grid.evaluate.split}'); name each split once.")
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ConfigError(f"{where}: run names must be unique; '{dup[0]}' appears twice.")
@@ -240,12 +252,13 @@ def base_data(grid: GridConfig) -> dict:
 
 def resolve_run_config(grid: GridConfig, run: RunSpec, seed: int, *, data_path: Path, run_dir: Path,
                        overrides: list[str]) -> Config:
-    """The full config of one (run, seed): base, run config, run overrides, command-line
-    overrides, then what the grid fixes (data, budget, seed, save_dir, no progress bar)."""
+    """The full config of one (run, seed): base, run config, the grid's overrides, run overrides,
+    command-line overrides, then what the grid fixes (data, budget, seed, save_dir, no progress bar)."""
     where = f"{grid.source}: run '{run.name}'"
     data = base_data(grid)
     if run.config:
         data = deep_merge(data, _yaml_file(Path(grid.source).parent / run.config, f"config of run '{run.name}'"))
+    data = apply_overrides(data, list(grid.overrides), where=f"{grid.source}: overrides")
     data = apply_overrides(data, list(run.overrides), where=where)
     data = apply_overrides(data, list(overrides), where="command line")
     budget_key, budget_value = grid.budget.which()

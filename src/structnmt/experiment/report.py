@@ -1,10 +1,12 @@
-"""The report of a grid: results table (Markdown + CSV), learning curves, n-gram precision gains.
+"""The report of a grid: results tables (Markdown + CSV), learning curves, n-gram precision gains.
 
-Significance: sacreBLEU's paired bootstrap resampling (two-sided; the Moses
-``bootstrap-hypothesis-difference-significance.pl`` test) of each system's first-seed
-hypotheses against the baseline's first-seed hypotheses. Marks follow the MG-SA / RHE
-papers: ``⇑`` p < 0.01, ``↑`` p < 0.05 for a significant gain; ``⇓``/``↓`` likewise for
-a significant loss.
+Significance: with at least 2 seeds per row, the seed-aware test of
+:mod:`structnmt.evaluate.seeds` (training variance over the seeds plus test-set sampling by
+paired bootstrap over the sentences, every seed of both systems), with deepsig's almost
+stochastic order reported beside it; marks follow the MG-SA / RHE papers: ``⇑`` p < 0.01,
+``↑`` p < 0.05 for a significant gain, ``⇓``/``↓`` for a significant loss. A one-seed grid
+shows sacreBLEU's paired bootstrap p-value of its one seed (test-set sampling only) and
+marks nothing: differences between two seeds of the same configuration pass that test.
 """
 
 from __future__ import annotations
@@ -23,9 +25,14 @@ from .grid import GridConfig
 from .runner import read_lines_exact
 
 COLUMNS = ["System", "# Params", "Speed (train tok/s)", "Decode (sent/s)", "Peak mem (MB)", "BLEU", "Δ", "p", "chrF"]
-CSV_COLUMNS = ["system", "baseline", "params", "train_tok_per_s", "decode_sent_per_s", "peak_memory_mb", "bleu",
-               "delta", "mark", "p_value", "chrf", "bleu_mean", "bleu_std", "n_seeds", "num_updates",
+#: results.csv: one line per (split, system); the per-seed figures follow as <metric>_seed<k> columns
+CSV_COLUMNS = ["split", "system", "baseline", "params", "train_tok_per_s", "decode_sent_per_s", "peak_memory_mb",
+               "metric", "bleu", "delta", "mark", "p_value", "test", "chrf", "bleu_mean", "bleu_std", "n_seeds",
+               "sacrebleu_mean", "sacrebleu_std", "bleu_lc_tok_mean", "bleu_lc_tok_std", "chrf_mean", "chrf_std",
+               "s_sel", "seed_se", "sentence_se", "df", "aso_better", "aso_worse", "num_updates",
                "train_target_tokens", "train_seconds", "seed"]
+#: per-seed metric columns: result.json key -> CSV name
+SEED_METRICS = {"bleu": "sacrebleu", "bleu_lc_tok": "bleu_lc_tok", "chrf": "chrf"}
 
 
 def format_params(n: int) -> str:
@@ -77,70 +84,152 @@ def _metric_key(grid: GridConfig) -> str:
     return "bleu_lc_tok" if grid.evaluate.lc_tok else "bleu"
 
 
-def build_rows(grid: GridConfig, out: Path, results: dict, refs: list[str]) -> tuple[list[dict], dict | None]:
-    """One row per run (first seed measured, all seeds averaged); the bootstrap's signature."""
-    from ..evaluate.score import paired_bootstrap
+def split_result(grid: GridConfig, res: dict, split: str) -> dict | None:
+    """A run's scores on ``split``: the evaluation split's are the result's own keys, an extra split's
+    are under ``splits`` (None where the run has not been scored on it)."""
+    return res if split == grid.evaluate.split else res.get("splits", {}).get(split)
 
+
+def _hyps(grid: GridConfig, results: dict, name: str, seed: int, split: str) -> list[str]:
+    r = results[(name, seed)]
+    return read_lines_exact(Path(r["run_dir"]) / split_result(grid, r, split)["hyp_file"])
+
+
+def _tests(grid: GridConfig, results: dict, split: str, refs: list[str], seeds: dict[str, list[int]]) -> tuple[dict, dict]:
+    """({system: test}, facts about the test) for one split: seed-aware where the baseline has >= 2
+    seeds (rows with fewer than 2 are left untested), else the first seed's paired bootstrap."""
+    from ..evaluate.score import paired_bootstrap
+    from ..evaluate.seeds import seed_aware_test
+
+    ev, key, base = grid.evaluate, _metric_key(grid), grid.baseline
+    others = [r.name for r in grid.runs if r.name != base]
+    if len(seeds[base]) >= 2:
+        testable = {n: [_hyps(grid, results, n, s, split) for s in seeds[n]] for n in others if len(seeds[n]) >= 2}
+        tests = seed_aware_test([_hyps(grid, results, base, s, split) for s in seeds[base]], testable, refs,
+                                metric=key, n_samples=ev.bootstrap_samples, seed=ev.bootstrap_seed, lang=ev.lang)
+        return ({n: {"p_value": t.p_value, "test": t} for n, t in tests.items()},
+                {"kind": "seed-aware", "untested": [n for n in others if n not in testable]})
+    seed0 = grid.seeds[0]
+    boot = paired_bootstrap(_hyps(grid, results, base, seed0, split),
+                            {n: _hyps(grid, results, n, seed0, split) for n in others}, refs, metric=key,
+                            n_samples=ev.bootstrap_samples, seed=ev.bootstrap_seed, lang=ev.lang) if others else {}
+    signature = next(iter(boot.values()))["signature"] if boot else None
+    return boot, {"kind": "one-seed bootstrap", "signature": signature, "untested": []}
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def build_rows(grid: GridConfig, out: Path, results: dict, refs: list[str], split: str | None = None
+               ) -> tuple[list[dict], dict]:
+    """One row per run on ``split`` (default: the evaluation split): measurements of the first seed,
+    scores as means and standard deviations over the seeds, the test against the baseline."""
+    split = split or grid.evaluate.split
     key = _metric_key(grid)
     seed0 = grid.seeds[0]
-
-    def hyps(name: str) -> list[str]:
-        r = results[(name, seed0)]
-        return read_lines_exact(Path(r["run_dir"]) / r["hyp_file"])
-
-    others = {r.name: hyps(r.name) for r in grid.runs if r.name != grid.baseline}
-    tests = {}
-    if others:
-        tests = paired_bootstrap(hyps(grid.baseline), others, refs, metric=key,
-                                 n_samples=grid.evaluate.bootstrap_samples, seed=grid.evaluate.bootstrap_seed,
-                                 lang=grid.evaluate.lang)
-    base_score = results[(grid.baseline, seed0)][key]
+    seeds = {r.name: [s for s in seeds_of(grid, results, r.name) if split_result(grid, results[(r.name, s)], split)]
+             for r in grid.runs}
+    tests, info = _tests(grid, results, split, refs, seeds)
+    seed_aware = info["kind"] == "seed-aware"
+    base_score = _mean_std([split_result(grid, results[(grid.baseline, s)], split)[key]
+                            for s in seeds[grid.baseline]])[0]
     rows = []
     for r in grid.runs:
         first = results[(r.name, seed0)]
-        scores = [results[(r.name, s)][key] for s in seeds_of(grid, results, r.name)]
+        per_seed = {s: split_result(grid, results[(r.name, s)], split) for s in seeds[r.name]}
         is_base = r.name == grid.baseline
-        delta = 0.0 if is_base else first[key] - base_score
-        p = None if is_base else tests[r.name]["p_value"]
-        rows.append({
-            "system": r.name, "baseline": is_base, "params": first["n_params"],
+        score, std = _mean_std([v[key] for v in per_seed.values()])
+        delta = 0.0 if is_base else score - base_score
+        test = tests.get(r.name)
+        p = None if is_base or test is None else test["p_value"]
+        row = {
+            "split": split, "system": r.name, "baseline": is_base, "params": first["n_params"],
             "train_tok_per_s": first["train_tok_per_s"], "decode_sent_per_s": first["decode_sent_per_s"],
-            "peak_memory_mb": first["peak_memory_mb"], "bleu": first[key], "delta": delta,
-            "mark": significance_mark(p, delta), "p_value": p, "chrf": first["chrf"],
-            "bleu_mean": statistics.fmean(scores), "bleu_std": statistics.stdev(scores) if len(scores) > 1 else 0.0,
-            "n_seeds": len(scores), "num_updates": first["num_updates"],
+            "peak_memory_mb": first["peak_memory_mb"], "metric": key, "bleu": score, "delta": delta,
+            # a one-seed p-value covers test-set sampling only: no mark (docs/experiments.md)
+            "mark": significance_mark(p, delta) if seed_aware else "", "p_value": p,
+            "test": "" if is_base or test is None else info["kind"],
+            "chrf": _mean_std([v["chrf"] for v in per_seed.values()])[0], "bleu_mean": score, "bleu_std": std,
+            "n_seeds": len(per_seed), "num_updates": first["num_updates"],
             "train_target_tokens": first["train_target_tokens"], "train_seconds": first["train_seconds"],
             "seed": seed0,
-        })
-    signature = next(iter(tests.values()))["signature"] if tests else None
-    return rows, signature
+        }
+        for metric, column in SEED_METRICS.items():
+            values = {s: v[metric] for s, v in per_seed.items() if v.get(metric) is not None}
+            if values:
+                row[f"{column}_mean"], row[f"{column}_std"] = _mean_std(list(values.values()))
+            for s in grid.seeds:
+                row[f"{column}_seed{s}"] = values.get(s)
+        if test is not None and "test" in test:
+            t = test["test"]
+            row.update({"s_sel": t.s_sel, "seed_se": t.seed_se, "sentence_se": t.sentence_se, "df": t.df,
+                        "aso_better": t.aso_better, "aso_worse": t.aso_worse})
+        if is_base and seed_aware:
+            row["s_sel"] = next(iter(tests.values()))["test"].baseline_s_sel if tests else None
+        rows.append(row)
+    return rows, info
 
 
-def write_csv(rows: list[dict], path: Path) -> None:
-    with open(path, "w", encoding="utf-8", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+def write_csv(rows: list[dict], path: Path, seeds: list[int]) -> None:
+    columns = CSV_COLUMNS + [f"{c}_seed{s}" for c in SEED_METRICS.values() for s in seeds]
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns)
         w.writeheader()
         for row in rows:
-            w.writerow({k: ("" if row[k] is None else row[k]) for k in CSV_COLUMNS})
+            w.writerow({k: ("" if row.get(k) is None else row[k]) for k in columns})
+    os.replace(tmp, path)
 
 
-def markdown_table(rows: list[dict], *, seeds: int, bleu_name: str = "BLEU") -> str:
-    cols = [c if c != "BLEU" else bleu_name for c in COLUMNS]
-    if seeds > 1:
-        cols.append(f"{bleu_name} mean ± std ({seeds} seeds)")
-        if any(r["n_seeds"] < seeds for r in rows):
-            cols[-1] = f"{bleu_name} mean ± std (seeds)"
+def _pm(row: dict, column: str) -> str:
+    if row.get(f"{column}_mean") is None:
+        return "—"
+    return f"{row[f'{column}_mean']:.2f} ± {row[f'{column}_std']:.2f}"
+
+
+def markdown_table(rows: list[dict], *, seeds: int, bleu_name: str = "BLEU", measurements: bool = True,
+                   lc_tok: bool = False) -> str:
+    """The table of one split. One seed: the first seed's scores and its bootstrap p (no marks). Several:
+    means ± standard deviations over the seeds, Δ of the means, the seed-aware p and deepsig's ASO."""
+    first = ["System"] + (COLUMNS[1:5] if measurements else [])
+    if seeds <= 1:
+        cols = first + [bleu_name, "Δ", "p", "chrF"]
+    else:
+        cols = first + [f"{bleu_name} mean ± std", "Δ (means)", "p (seed-aware)", "ASO ε"]
+        cols += (["BLEU mean ± std"] if lc_tok else []) + ["chrF mean ± std"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] + ["---:"] * (len(cols) - 1)) + "|"]
     for r in rows:
-        cells = [r["system"], format_params(r["params"]), _fmt(r["train_tok_per_s"], ",.0f"),
-                 _fmt(r["decode_sent_per_s"], ".1f"), _fmt(r["peak_memory_mb"], ",.0f"),
-                 f"{r['bleu']:.2f}{r['mark']}", "—" if r["baseline"] else f"{r['delta']:+.2f}",
-                 "—" if r["p_value"] is None else f"{r['p_value']:.3f}", f"{r['chrf']:.2f}"]
-        if seeds > 1:
-            cells.append(f"{r['bleu_mean']:.2f} ± {r['bleu_std']:.2f}"
-                         + (f" ({r['n_seeds']} of {seeds})" if r["n_seeds"] < seeds else ""))
+        cells = [r["system"]]
+        if measurements:
+            cells += [format_params(r["params"]), _fmt(r["train_tok_per_s"], ",.0f"),
+                      _fmt(r["decode_sent_per_s"], ".1f"), _fmt(r["peak_memory_mb"], ",.0f")]
+        delta = "—" if r["baseline"] else f"{r['delta']:+.2f}"
+        p = "—" if r["p_value"] is None else f"{r['p_value']:.3f}"
+        if seeds <= 1:
+            cells += [f"{r['bleu']:.2f}", delta, p, f"{r['chrf']:.2f}"]
+        else:
+            fewer = f" ({r['n_seeds']} of {seeds})" if r["n_seeds"] < seeds else ""
+            cells += [f"{r['bleu']:.2f} ± {r['bleu_std']:.2f}{r['mark']}{fewer}", delta, p,
+                      _fmt(r.get("aso_better"), ".2f")]
+            cells += ([_pm(r, "sacrebleu")] if lc_tok else []) + [_pm(r, "chrf")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def noise_floor(rows: list[dict], bleu_name: str) -> str:
+    """One line: the baseline's spread over its seeds, next to the differences read against it."""
+    base = next(r for r in rows if r["baseline"])
+    if base["n_seeds"] < 2:
+        return ("- **Noise floor**: one seed, so the spread between seeds is not measured here; no Δ in this table "
+                "is read as an effect.")
+    vals = [base[k] for k in base if k.startswith("bleu_lc_tok_seed" if base["metric"] == "bleu_lc_tok"
+                                                    else "sacrebleu_seed") and base[k] is not None]
+    deltas = [abs(r["delta"]) for r in rows if not r["baseline"]]
+    inside = sum(d <= base["bleu_std"] for d in deltas)
+    return (f"- **Noise floor**: the baseline's {bleu_name} over its {len(vals)} seeds spans "
+            f"{min(vals):.2f}–{max(vals):.2f} (std {base['bleu_std']:.2f}); {inside} of {len(deltas)} rows differ "
+            "from it by no more than that std.")
 
 
 def plot_learning_curves(grid: GridConfig, results: dict, path: Path) -> None:
@@ -187,18 +276,47 @@ def plot_ngram_gain(grid: GridConfig, results: dict, path: Path) -> None:
     fig.savefig(path)
 
 
+def _split_label(configs: dict, split: str) -> str:
+    """"test (test_2016_flickr)": a split with the corpus file it was prepared from, where known."""
+    from .runner import _split_prefix
+
+    cfg = next(iter(configs.values()), None)
+    prefix = _split_prefix(cfg, split)[0] if cfg is not None else None
+    return f"{split} ({Path(prefix).name})" if prefix else split
+
+
+def _significance_lines(grid: GridConfig, info: dict, seeds: int) -> list[str]:
+    from ..evaluate.seeds import describe_test
+
+    ev = grid.evaluate
+    if info["kind"] == "seed-aware":
+        text = (f"- **Significance**: {describe_test(ev.bootstrap_samples, ev.bootstrap_seed)} Against the baseline "
+                f"**{grid.baseline}**; ⇑/↑: significantly better at p < 0.01 / p < 0.05, ⇓/↓: significantly worse.")
+        if info["untested"]:
+            text += f" Not tested (fewer than 2 seeds): {', '.join(info['untested'])}."
+        return [text]
+    return [f"- **Significance**: one seed per row, so the p-values are sacreBLEU's paired bootstrap resampling "
+            f"({ev.bootstrap_samples:,} samples, seed {ev.bootstrap_seed}; two-sided) of each system's seed-"
+            f"{grid.seeds[0]} translations against the baseline **{grid.baseline}**'s: they cover test-set "
+            "sampling only, not training variance, so nothing here is marked as significant on BLEU."
+            + (f" Test `{info['signature']}`." if info.get("signature") else "")]
+
+
 def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple[str, int], Config],
-                 refs: list[str], *, dirs: dict[str, str], command: str, data_path: Path, log=print,
-                 missing: list[tuple[str, int]] | None = None) -> Path:
-    """Write ``results.md``/``results.csv`` and the pictures. ``missing`` (``--report-only`` on an
-    unfinished grid) lists the (run, seed) pairs without results: a run without its first seed
-    leaves the tables, one without a later seed is averaged over the seeds it has, and both are
-    named under the table."""
+                 split_data: dict[str, tuple[list[str], list[str]]], *, dirs: dict[str, str], command: str,
+                 data_path: Path, log=print, missing: list[tuple[str, int]] | None = None) -> Path:
+    """Write ``results.md``/``results.csv`` and the pictures: one table per split (the evaluation split
+    first, with the measurements). ``missing`` (``--report-only`` on an unfinished grid) lists the (run,
+    seed) pairs without results: a run without its first seed leaves the tables, one without a later
+    seed is averaged (and tested) over the seeds it has, and both are named under the table."""
     missing = list(missing or [])
     if missing:
         grid = dataclasses.replace(grid, runs=[r for r in grid.runs if (r.name, grid.seeds[0]) in results])
-    rows, bs_signature = build_rows(grid, out, results, refs)
-    write_csv(rows, out / "results.csv")
+    ev = grid.evaluate
+    splits = [ev.split] + [x for x in ev.extra_splits
+                           if all(split_result(grid, results[(grid.baseline, s)], x) for s in seeds_of(grid, results, grid.baseline))]
+    tables = {x: build_rows(grid, out, results, split_data[x][1], x) for x in splits}
+    write_csv([row for x in splits for row in tables[x][0]], out / "results.csv", grid.seeds)
     plot_learning_curves(grid, results, out / "learning_curves.png")
     plot_ngram_gain(grid, results, out / "ngram_gain.png")
     # the hardware the runs were decoded on (recorded in result.json), else this machine's
@@ -207,7 +325,6 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
     where = ("recorded by the runs" if recorded and all(h == hw for h in recorded) else
              "runs recorded different machines: see result.json" if recorded else
              "this machine (the runs recorded none)")
-    ev = grid.evaluate
     seed0 = grid.seeds[0]
     first = results[(grid.baseline, seed0)]
     bleu_name = "BLEU (lc,tok)" if ev.lc_tok else "BLEU"
@@ -216,23 +333,25 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
     devices = sorted({r["train_device"] for r in results.values()})
     mem_kind = ("peak GPU memory allocated by the training process" if "cuda" in devices
                 else "peak resident memory (RSS) of the training process")
+    n_seeds = max(len(seeds_of(grid, results, r.name)) for r in grid.runs)
+    main_rows, main_info = tables[ev.split]
     lines = [
         f"# {grid.name}",
         "",
-        markdown_table(rows, seeds=len(grid.seeds), bleu_name=bleu_name),
+        f"Split {_split_label(configs, ev.split)}:",
         "",
+        markdown_table(main_rows, seeds=n_seeds, bleu_name=bleu_name, lc_tok=ev.lc_tok),
+        "",
+        *_significance_lines(grid, main_info, n_seeds),
+        noise_floor(main_rows, bleu_name),
         f"- **Budget**: {grid.budget.describe()}, identical for every run; seeds: "
-        f"{', '.join(map(str, grid.seeds))}.",
+        f"{', '.join(map(str, grid.seeds))}" + (f"; every run: `{' '.join(grid.overrides)}`" if grid.overrides else "")
+        + ".",
         f"- **Data**: `{data_path}`, split `{ev.split}` ({first['n_sentences']:,} sentences).",
         f"- **Decoding**: average of the last {ev.average_last} checkpoints, beam {ev.beam}, "
         f"length penalty {ev.lenpen:g}.",
-        f"- **Significance**: paired bootstrap resampling ({ev.bootstrap_samples:,} samples, seed "
-        f"{ev.bootstrap_seed}; sacreBLEU, two-sided) of each system's seed-{seed0} translations against "
-        f"the baseline **{grid.baseline}**'s seed-{seed0} translations. ⇑/↑: significantly better at "
-        "p < 0.01 / p < 0.05; ⇓/↓: significantly worse. Δ = BLEU − baseline BLEU (seed "
-        f"{seed0}).",
         f"- **Scores**: {bleu_name} `{first[sig_key]}`; chrF `{first['chrf_signature']}`"
-        + (f"; test `{bs_signature}`" if bs_signature else "") + ".",
+        + (f"; BLEU `{first['bleu_signature']}`" if ev.lc_tok else "") + ".",
         f"- **Hardware**: {hw['platform']}; CPU {hw['cpu'] or 'unknown'} ({hw['cpu_count']} logical CPUs); "
         f"GPU {hw['gpu'] or 'none'}; training device {', '.join(devices)}; torch {hw['torch']}, "
         f"Python {hw['python']}; train.threads {', '.join(str(t) for t in threads)}"
@@ -243,37 +362,52 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
         "Columns: **# Params** trainable parameters (shared embeddings counted once); **Speed** "
         "training target tokens per second of training wall-clock (validation and checkpoint "
         "writing excluded); **Decode** sentences per second translating the split (beam search, "
-        f"in the runner process); **Peak mem** {mem_kind}; **p** the bootstrap p-value; "
-        f"**chrF** sacreBLEU chrF2. All measured on seed {seed0}.",
-        "",
-        "![learning curves](learning_curves.png)",
-        "",
-        "![n-gram precision gain](ngram_gain.png)",
+        f"in the runner process); **Peak mem** {mem_kind} (these four measured on seed {seed0}); "
+        + ("**p** the bootstrap p-value; **chrF** sacreBLEU chrF2." if n_seeds <= 1 else
+           "scores are means ± sample standard deviations over the seeds; **ASO ε** deepsig's ε_min "
+           "that the row's seeds dominate the baseline's; per-seed scores, s_sel (test-set spread of one run) "
+           "and the test's parts in `results.csv`."),
         "",
     ]
+    for x in splits[1:]:
+        rows, info = tables[x]
+        lines += [f"## Split {_split_label(configs, x)}", "",
+                  markdown_table(rows, seeds=n_seeds, bleu_name=bleu_name, measurements=False, lc_tok=ev.lc_tok), "",
+                  *_significance_lines(grid, info, n_seeds), noise_floor(rows, bleu_name), ""]
+    lines += ["![learning curves](learning_curves.png)", "", "![n-gram precision gain](ngram_gain.png)", ""]
     if missing:
         lines[3:3] = ["", "**Unfinished grid** (written with `--report-only`): no results yet for "
                       + "; ".join(f"{n} (seed {s})" for n, s in missing)
                       + ". A system without its first seed is left out of the tables; the mean ± std of one "
                       "without a later seed is over the seeds it has."]
-    lines += ["## Per run", "", "| System | seed | updates | target tokens | train s | "
-              f"{bleu_name} | chrF | 1/2/3/4-gram precision | directory |",
-              "|---|---:|---:|---:|---:|---:|---:|---|---|"]
+    lines += _per_run_lines(grid, results, dirs, splits, bleu_name)
+    if ev.benchmark:
+        from .generalization_report import generalization_section
+
+        lines += ["", *generalization_section(grid, results, out)]
+    path = out / "results.md"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def _per_run_lines(grid: GridConfig, results: dict, dirs: dict[str, str], splits: list[str], bleu_name: str) -> list[str]:
+    ev = grid.evaluate
     pkey = "bleu_lc_tok_precisions" if ev.lc_tok else "bleu_precisions"
-    bkey = "bleu_lc_tok" if ev.lc_tok else "bleu"
+    bkey = _metric_key(grid)
+    extra = "".join(f" {bleu_name} {x} |" for x in splits[1:])
+    lines = ["## Per run", "", "| System | seed | updates | target tokens | train s | "
+             f"{bleu_name} | chrF | 1/2/3/4-gram precision |{extra} directory |",
+             "|---|---:|---:|---:|---:|---:|---:|---|" + "---:|" * len(splits[1:]) + "---|"]
     for seed in grid.seeds:
         for r in grid.runs:
             if (r.name, seed) not in results:
                 continue
             res = results[(r.name, seed)]
             prec = "/".join(f"{p:.1f}" for p in res[pkey])
+            more = "".join(f" {_fmt((split_result(grid, res, x) or {}).get(bkey), '.2f')} |" for x in splits[1:])
             lines.append(f"| {r.name} | {seed} | {res['num_updates']:,} | {res['train_target_tokens']:,} | "
-                         f"{res['train_seconds']:.0f} | {res[bkey]:.2f} | {res['chrf']:.2f} | {prec} | "
+                         f"{res['train_seconds']:.0f} | {res[bkey]:.2f} | {res['chrf']:.2f} | {prec} |{more} "
                          f"`runs/{dirs[r.name]}/seed{seed}` |")
-    if ev.benchmark:
-        from .generalization_report import generalization_section
-
-        lines += ["", *generalization_section(grid, results, out)]
-    path = out / "results.md"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return lines

@@ -10,7 +10,7 @@ Layout of the output directory::
         checkpoint_*.pt, metrics.jsonl written by the trainer
         train_done.json                the training subprocess finished its budget
         average.pt                     the average of the last N checkpoints
-        <split>.hyp                    its translations of the evaluation split
+        <split>.hyp                    its translations of the evaluation split (and of every extra split)
         result.json                    scores and measurements: the run is finished
     OUT/results.md, results.csv, learning_curves.png, ngram_gain.png
 
@@ -92,6 +92,12 @@ def _write_json(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def read_lines_exact(path: Path) -> list[str]:
     """Lines split on "\\n" only (a hypothesis may hold other Unicode separators)."""
     lines = path.read_bytes().decode("utf-8").split("\n")
@@ -134,14 +140,63 @@ def _threads_guard(cfg: Config):
     return old
 
 
-def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, src: list[str], refs: list[str]) -> dict:
-    """Average the last checkpoints, translate the evaluation split, time it and score it."""
-    import dataclasses
-
+def _score_split(grid: GridConfig, cfg: Config, tr, dcfg, run_dir: Path, split: str, src: list[str],
+                 refs: list[str]) -> dict:
+    """Translate one dataset split with the averaged model into ``<run>/<split>.hyp`` and score it:
+    sacreBLEU BLEU and chrF (with signatures and n-gram precisions), BLEU (lc,tok) where the grid asks."""
     import torch
 
-    from ..decode.translate import Translator
     from ..evaluate.score import corpus_scores
+
+    ev = grid.evaluate
+    prefix, lang = _split_prefix(cfg, split)
+    start = time.perf_counter()
+    out = tr.translate(src, dcfg, parse_prefix=prefix, parse_lang=lang)
+    if tr.device.type == "cuda":
+        torch.cuda.synchronize(tr.device)
+    seconds = time.perf_counter() - start
+    hyps = [h[0].text if h else "" for h in out]
+    hyp_file = run_dir / f"{split}.hyp"
+    _write_text(hyp_file, "".join(h + "\n" for h in hyps))
+    scores = {s.name: s for s in corpus_scores(hyps, refs, lowercase_tokenized=ev.lc_tok, lang=ev.lang)}
+    bleu, chrf = scores["BLEU"], scores["chrF"]
+    result = {
+        "split": split, "n_sentences": len(src), "decode_seconds": seconds,
+        "decode_sent_per_s": len(src) / seconds if seconds > 0 else None, "hyp_file": hyp_file.name,
+        "bleu": bleu.score, "bleu_signature": bleu.signature, "bleu_detail": bleu.detail,
+        "bleu_precisions": bleu.precisions, "chrf": chrf.score, "chrf_signature": chrf.signature,
+    }
+    if "BLEU (lc,tok)" in scores:
+        s = scores["BLEU (lc,tok)"]
+        result.update({"bleu_lc_tok": s.score, "bleu_lc_tok_signature": s.signature,
+                       "bleu_lc_tok_precisions": s.precisions})
+    return result
+
+
+def _translator(grid: GridConfig, run_dir: Path):
+    """The averaged model of a run (``average.pt``, written from the last checkpoints if absent) and the
+    grid's decoding settings."""
+    import dataclasses
+
+    from ..decode.translate import Translator
+    from ..train.average import average_checkpoints, last_checkpoints
+
+    ev = grid.evaluate
+    avg = run_dir / "average.pt"
+    if not avg.exists():
+        average_checkpoints(last_checkpoints(run_dir, ev.average_last), avg)
+    tr = Translator(avg, device=ev.device)
+    dcfg = dataclasses.replace(tr.cfg.decode, beam=ev.beam, lenpen=ev.lenpen, nbest=1)
+    if ev.batch_size:
+        dcfg.batch_size = ev.batch_size
+    return tr, dcfg
+
+
+def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, splits: dict[str, tuple[list[str], list[str]]]) -> dict:
+    """Average the last checkpoints, translate and score the evaluation split (timed) and every extra
+    split, translate the grid's other files."""
+    import torch
+
     from ..train.average import average_checkpoints, last_checkpoints
     from ..train.checkpoint import load_checkpoint
 
@@ -150,29 +205,15 @@ def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, src: list[str], 
     run = last["run"]
     n_params = int(last["n_params"])
     paths = last_checkpoints(run_dir, ev.average_last)
-    avg = run_dir / "average.pt"
-    average_checkpoints(paths, avg)
+    average_checkpoints(paths, run_dir / "average.pt")
     del last
     old_threads = _threads_guard(cfg)
     try:
-        tr = Translator(avg, device=ev.device)
-        dcfg = dataclasses.replace(tr.cfg.decode, beam=ev.beam, lenpen=ev.lenpen, nbest=1)
-        if ev.batch_size:
-            dcfg.batch_size = ev.batch_size
-        prefix, lang = _split_prefix(cfg, ev.split)
-        start = time.perf_counter()
-        out = tr.translate(src, dcfg, parse_prefix=prefix, parse_lang=lang)
-        if tr.device.type == "cuda":
-            torch.cuda.synchronize(tr.device)
-        decode_seconds = time.perf_counter() - start
-        decode_device = str(tr.device)
+        tr, dcfg = _translator(grid, run_dir)
+        main = _score_split(grid, cfg, tr, dcfg, run_dir, ev.split, *splits[ev.split])
+        extra = {name: _score_split(grid, cfg, tr, dcfg, run_dir, name, *splits[name]) for name in ev.extra_splits}
     finally:
         torch.set_num_threads(old_threads)
-    hyps = [h[0].text if h else "" for h in out]
-    hyp_file = run_dir / f"{ev.split}.hyp"
-    hyp_file.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-    scores = {s.name: s for s in corpus_scores(hyps, refs, lowercase_tokenized=ev.lc_tok, lang=ev.lang)}
-    bleu, chrf = scores["BLEU"], scores["chrF"]
     # training throughput excludes the time spent validating
     train_seconds = float(run.get("train_seconds", 0.0)) - float(run.get("valid_seconds", 0.0))
     train_device = cfg.train.device
@@ -187,22 +228,13 @@ def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, src: list[str], 
         "peak_memory_mb": float(run.get("peak_memory_mb", 0.0)),
         "train_device": train_device,
         "averaged": [p.name for p in paths],
-        "split": ev.split,
-        "n_sentences": len(src),
         "beam": dcfg.beam,
         "lenpen": dcfg.lenpen,
-        "decode_seconds": decode_seconds,
-        "decode_sent_per_s": len(src) / decode_seconds if decode_seconds > 0 else None,
-        "decode_device": decode_device,
-        "hyp_file": hyp_file.name,
-        "bleu": bleu.score, "bleu_signature": bleu.signature, "bleu_detail": bleu.detail,
-        "bleu_precisions": bleu.precisions,
-        "chrf": chrf.score, "chrf_signature": chrf.signature,
+        "decode_device": str(tr.device),
+        **main,
     }
-    if "BLEU (lc,tok)" in scores:
-        s = scores["BLEU (lc,tok)"]
-        result.update({"bleu_lc_tok": s.score, "bleu_lc_tok_signature": s.signature,
-                       "bleu_lc_tok_precisions": s.precisions})
+    if extra:
+        result["splits"] = extra
     if ev.benchmark:
         result["benchmark"] = _evaluate_benchmark(ev.benchmark, tr, dcfg, run_dir)
     if ev.translate:
@@ -211,6 +243,27 @@ def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, src: list[str], 
 
     result["hardware"] = hardware()  # the machine that trained and decoded it (a report may be written elsewhere)
     return result
+
+
+def _complete_run(grid: GridConfig, cfg: Config, run_dir: Path, res: dict,
+                  splits: dict[str, tuple[list[str], list[str]]]) -> list[str]:
+    """Decode and score the extra splits a finished run has no scores for (a split added to the grid
+    after the run finished); ``res`` is updated and rewritten. Returns the splits added."""
+    import torch
+
+    todo = [s for s in grid.evaluate.extra_splits if s not in res.get("splits", {})]
+    if not todo:
+        return []
+    old_threads = _threads_guard(cfg)
+    try:
+        tr, dcfg = _translator(grid, run_dir)
+        for name in todo:
+            res.setdefault("splits", {})[name] = _score_split(grid, cfg, tr, dcfg, run_dir, name, *splits[name])
+    finally:
+        torch.set_num_threads(old_threads)
+    stored = {k: v for k, v in res.items() if k != "run_dir"}
+    _write_json(run_dir / "result.json", stored)
+    return todo
 
 
 def _split_prefix(cfg: Config, split: str) -> tuple[str | None, str | None]:
@@ -327,11 +380,14 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
         f"output in {out}")
     data_path = _prepare_data(g, out, say)
     ds = PreparedDataset(data_path)
-    if g.evaluate.split not in ds.splits:
-        raise ConfigError(f"{g.source}: evaluate.split '{g.evaluate.split}' is not in {data_path} "
-                          f"(splits: {', '.join(ds.splits)}); prepare it with --testpref or pick another split.")
-    split = ds.split(g.evaluate.split)
-    src, refs = split.text("src"), split.text("ref")
+    split_data: dict[str, tuple[list[str], list[str]]] = {}
+    for name, key in [(g.evaluate.split, "split"), *((x, "extra_splits") for x in g.evaluate.extra_splits)]:
+        if name not in ds.splits:
+            raise ConfigError(f"{g.source}: evaluate.{key} '{name}' is not in {data_path} (splits: "
+                              f"{', '.join(ds.splits)}); prepare it with --testpref or pick another split.")
+        split = ds.split(name)
+        split_data[name] = (split.text("src"), split.text("ref"))
+    src, refs = split_data[g.evaluate.split]
 
     dirs: dict[str, str] = {}
     for r in g.runs:
@@ -366,6 +422,10 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
             if resolved.exists():  # the report describes the config the run had (threads may differ)
                 configs[(r.name, seed)] = from_dict(yaml.safe_load(resolved.read_text(encoding="utf-8")),
                                                     where=str(resolved))
+            if not report_only:
+                added = _complete_run(g, configs[(r.name, seed)], run_dir, res, split_data)
+                if added:
+                    say(f"{tag}: finished earlier; decoded and scored the split(s) it lacked: {', '.join(added)}.")
             results[(r.name, seed)] = res
             say(f"{tag}: finished earlier, skipped (BLEU {res['bleu']:.2f}).")
             continue
@@ -405,7 +465,7 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
     def evaluate(item: tuple[str, int, Path, str]) -> None:
         name, seed, run_dir, tag = item
         t0 = time.time()
-        res = _evaluate_run(g, configs[(name, seed)], run_dir, src, refs)
+        res = _evaluate_run(g, configs[(name, seed)], run_dir, split_data)
         res.update({"name": name, "seed": seed, "run_dir": str(run_dir)})
         _write_json(run_dir / "result.json", res)
         results[(name, seed)] = res
@@ -445,7 +505,7 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
     if report_only and (g.baseline, g.seeds[0]) not in results:
         raise ExperimentError(f"{g.source}: --report-only needs the results of the baseline '{g.baseline}' (seed "
                               f"{g.seeds[0]}), which has none in {out}; train it first.")
-    report = write_report(g, out, results, configs, refs, dirs=dirs, command=command, data_path=data_path, log=say,
+    report = write_report(g, out, results, configs, split_data, dirs=dirs, command=command, data_path=data_path, log=say,
                           missing=missing)
     say(f"experiment {g.name}: report {report} ({time.time() - t_start:.0f} s this invocation).")
     return report

@@ -1,0 +1,212 @@
+"""Seed-aware significance: is a system better than the baseline beyond training *and* test-set noise?
+
+Every system is trained several times (seeds ``k = 1..n``), each run's translations of the same test
+set scored. Two sources of noise separate two systems' scores (Clark et al. 2011, "Better hypothesis
+testing for statistical machine translation: controlling for optimizer instability"):
+
+* **training variance** (Clark's ``s_dev``): the spread of one system's corpus score over seeds on
+  the fixed test set, :math:`s_A^2`; the mean over :math:`n_A` seeds varies by :math:`s_A^2 / n_A`;
+* **test-set sampling** (Clark's ``s_sel``): the corpus score of one run varies with the sentences
+  the test set happened to draw; estimated by paired bootstrap resampling of sentences (Koehn 2004).
+
+The test (:func:`seed_aware_test`) compares the seed means
+:math:`\\Delta = \\bar{A} - \\bar{B}` with a variance that holds both parts,
+
+.. math::
+
+    \\widehat{\\mathrm{Var}}(\\Delta) = \\frac{s_A^2}{n_A} + \\frac{s_B^2}{n_B} + v_{sent},
+
+where :math:`v_{sent}` is the variance of :math:`\\bar{A}^{(b)} - \\bar{B}^{(b)}` over bootstrap
+resamples :math:`b` of the test sentences (the same resampled sentences for every run of both
+systems, each run's corpus score recomputed by sacreBLEU from its per-sentence statistics), and
+reads :math:`t = \\Delta / \\sqrt{\\widehat{\\mathrm{Var}}}` against Student's t with
+Welch–Satterthwaite degrees of freedom of the seed part (the bootstrap part counted as known):
+:math:`\\nu = \\widehat{\\mathrm{Var}}^2 / \\big((s_A^2/n_A)^2/(n_A-1) + (s_B^2/n_B)^2/(n_B-1)\\big)`.
+Two-sided p-value from :func:`scipy.stats.t`. With 3 seeds a side :math:`\\nu` is small (about 4),
+so the test is conservative where seeds disagree; the interaction of seed and sentence is counted
+in both parts, which errs on the same side. Its calibration on constructed data with no effect
+is a test (tests/test_seeds.py).
+
+Beside it, the almost stochastic order of Dror et al. (2019, "Deep dominance"), from the
+``deepsig`` package: :math:`\\varepsilon_{min}` of "the system's seeds dominate the baseline's"
+(0 = always better, 0.5 = no order, 1 = always worse). It is reported, not used for marks: it
+rests on the per-seed scores alone (no test-set sampling), gives no p-value, and with 3 seeds per
+side its estimate is coarse.
+
+Why not one of the two alone: a paired bootstrap of one seed per system (sacreBLEU's test) measures
+test-set sampling only, and pairs of identical configurations trained with two seeds differ at
+p = 0.001 under it; a t-test over per-seed scores alone measures training variance only, and calls
+a difference on this one test set general.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["SeedTest", "seed_aware_test", "run_statistics", "describe_test"]
+
+
+@dataclass
+class SeedTest:
+    """The seed-aware comparison of one system with the baseline on one metric.
+
+    ``delta = mean - baseline_mean`` (seed means); ``std``/``baseline_std`` are the sample standard
+    deviations over seeds (``s_dev``); ``s_sel``/``baseline_s_sel`` the bootstrap standard deviation
+    of one run's score, averaged over the runs (test-set sampling); ``seed_se`` and ``sentence_se``
+    the two parts of the standard error of ``delta``; ``t``, ``df``, ``p_value`` the test;
+    ``aso_better``/``aso_worse`` deepsig's epsilon_min for "system better than baseline" and the
+    reverse (None when not computed)."""
+
+    metric: str
+    n_seeds: int
+    baseline_n_seeds: int
+    mean: float
+    baseline_mean: float
+    delta: float
+    std: float
+    baseline_std: float
+    s_sel: float
+    baseline_s_sel: float
+    seed_se: float
+    sentence_se: float
+    t: float
+    df: float
+    p_value: float
+    n_samples: int
+    aso_better: float | None = None
+    aso_worse: float | None = None
+
+
+def _metric(metric: str) -> Any:
+    from sacrebleu.metrics import BLEU, CHRF
+
+    if metric == "chrf":
+        return CHRF()
+    if metric == "bleu_lc_tok":
+        return BLEU(tokenize="none", lowercase=False)
+    if metric == "bleu":
+        return BLEU()
+    raise ValueError(f"unknown metric {metric!r}; one of bleu, bleu_lc_tok, chrf")
+
+
+def run_statistics(runs: Sequence[Sequence[str]], refs: Sequence[str], *, metric: str = "bleu",
+                   lang: str = "en") -> tuple[Any, list[np.ndarray]]:
+    """(sacreBLEU metric object, per-sentence sufficient statistics of every run: (N, S) arrays)."""
+    from .score import _check_parallel, moses_lc_tokenize
+
+    m = _metric(metric)
+    references = list(refs)
+    if metric == "bleu_lc_tok":
+        references = moses_lc_tokenize(references, lang)
+    out = []
+    for i, hyps in enumerate(runs):
+        _check_parallel(hyps, refs, what=f"hypotheses of run {i + 1}")
+        h = moses_lc_tokenize(list(hyps), lang) if metric == "bleu_lc_tok" else list(hyps)
+        out.append(np.asarray(m._extract_corpus_statistics(h, [references]), dtype=np.int64))
+    return m, out
+
+
+def _scores(m: Any, sums: np.ndarray) -> np.ndarray:
+    """Corpus scores (sacreBLEU's own formula) of summed statistics, one per row of ``sums``."""
+    return np.array([m._compute_score_from_stats(row.tolist()).score for row in sums])
+
+
+def _bootstrap(m: Any, stats: list[np.ndarray], counts: np.ndarray) -> np.ndarray:
+    """(runs, samples) corpus scores of every run on every resample (``counts``: (B, N) multiplicities)."""
+    return np.stack([_scores(m, counts @ s) for s in stats])
+
+
+def seed_aware_test(baseline_runs: Sequence[Sequence[str]], systems: dict[str, Sequence[Sequence[str]]],
+                    refs: Sequence[str], *, metric: str = "bleu", n_samples: int = 1000, seed: int = 12345,
+                    lang: str = "en", aso: bool = True) -> dict[str, SeedTest]:
+    """Compare every system's runs (one translation of ``refs`` per seed) with the baseline's runs.
+
+    Args:
+        baseline_runs: the baseline's hypotheses, one list per seed (at least 2).
+        systems: ``{name: runs}``, each at least 2 runs.
+        refs: the references every run translated.
+        metric: ``bleu``, ``bleu_lc_tok`` (lowercased, Moses-tokenized) or ``chrf``.
+        n_samples: bootstrap resamples of the test sentences (the same resamples for every run).
+        seed: the resampling RNG's seed (and deepsig's).
+        aso: also compute deepsig's almost stochastic order (a few seconds per system).
+
+    Raises:
+        ValueError: a side with fewer than 2 runs (the sentence says how many it has), a run whose
+            length differs from the references, ``n_samples < 1``.
+    """
+    from scipy import stats as st
+
+    if len(baseline_runs) < 2:
+        raise ValueError(f"a seed-aware test needs at least 2 runs (seeds) of the baseline, got "
+                         f"{len(baseline_runs)}; train it with more seeds.")
+    for name, runs in systems.items():
+        if len(runs) < 2:
+            raise ValueError(f"a seed-aware test needs at least 2 runs (seeds) of every system; {name!r} has "
+                             f"{len(runs)}; train it with more seeds.")
+    if n_samples < 1:
+        raise ValueError(f"n_samples must be >= 1, got {n_samples}")
+    names = list(systems)
+    m, stats = run_statistics([*baseline_runs, *[r for n in names for r in systems[n]]], refs,
+                              metric=metric, lang=lang)
+    n = len(refs)
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(n, np.full(n, 1.0 / n), size=n_samples) if n else np.zeros((n_samples, 0))
+    full = np.array([_scores(m, s.sum(0, keepdims=True))[0] for s in stats])
+    boot = _bootstrap(m, stats, counts)
+    nb = len(baseline_runs)
+    b_full, b_boot = full[:nb], boot[:nb]
+    out: dict[str, SeedTest] = {}
+    start = nb
+    for name in names:
+        k = len(systems[name])
+        a_full, a_boot = full[start:start + k], boot[start:start + k]
+        start += k
+        va, vb = a_full.var(ddof=1) / k, b_full.var(ddof=1) / nb
+        diffs = a_boot.mean(0) - b_boot.mean(0)
+        v_sent = float(diffs.var(ddof=1)) if n_samples > 1 else 0.0
+        total = va + vb + v_sent
+        delta = float(a_full.mean() - b_full.mean())
+        seed_part = (va ** 2 / (k - 1) if va else 0.0) + (vb ** 2 / (nb - 1) if vb else 0.0)
+        df = total ** 2 / seed_part if seed_part > 0 else math.inf
+        if total > 0:
+            t = delta / math.sqrt(total)
+            p = float(2 * st.t.sf(abs(t), df)) if math.isfinite(df) else float(2 * st.norm.sf(abs(t)))
+        else:  # identical scores everywhere: no evidence of a difference unless the means differ
+            t, p = (0.0, 1.0) if delta == 0 else (math.copysign(math.inf, delta), 0.0)
+        out[name] = SeedTest(
+            metric=metric, n_seeds=k, baseline_n_seeds=nb, mean=float(a_full.mean()),
+            baseline_mean=float(b_full.mean()), delta=delta, std=float(a_full.std(ddof=1)),
+            baseline_std=float(b_full.std(ddof=1)), s_sel=float(a_boot.std(axis=1, ddof=1).mean()),
+            baseline_s_sel=float(b_boot.std(axis=1, ddof=1).mean()), seed_se=math.sqrt(va + vb),
+            sentence_se=math.sqrt(v_sent), t=t, df=df, p_value=p, n_samples=n_samples)
+        if aso:
+            out[name].aso_better, out[name].aso_worse = _aso(a_full, b_full, seed)
+    return out
+
+
+def _aso(a: np.ndarray, b: np.ndarray, seed: int) -> tuple[float, float]:
+    """deepsig's epsilon_min for "a dominates b" and for "b dominates a" (confidence 0.95)."""
+    import warnings
+
+    from deepsig import aso
+
+    with warnings.catch_warnings():  # identical score lists: deepsig warns of a 0/0 and returns 1.0
+        warnings.simplefilter("ignore")
+        better = aso(a.tolist(), b.tolist(), confidence_level=0.95, seed=seed, show_progress=False)
+        worse = aso(b.tolist(), a.tolist(), confidence_level=0.95, seed=seed, show_progress=False)
+    return float(better), float(worse)
+
+
+def describe_test(n_samples: int, seed: int) -> str:
+    """One paragraph stating the test, for the foot of a table."""
+    return (f"seed-aware test (structnmt.evaluate.seeds): Δ = difference of the seed means, read against "
+            f"the seeds' spread on both sides (s²/n, Welch–Satterthwaite degrees of freedom) plus the "
+            f"test-set sampling of the seed means ({n_samples:,} paired bootstrap resamples of the "
+            f"sentences, seed {seed}, every run rescored by sacreBLEU); two-sided Student-t p-value. "
+            "ASO: deepsig's ε_min that the row's seeds almost stochastically dominate the baseline's "
+            "(Dror et al. 2019; < 0.2 reads as better, 0.5 as no order), reported, not used for marks.")

@@ -1,0 +1,135 @@
+"""The seed-aware significance test (structnmt.evaluate.seeds): known answers and calibration."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from structnmt.evaluate.score import corpus_scores, paired_bootstrap
+from structnmt.evaluate.seeds import seed_aware_test
+
+WORDS = [f"w{i}" for i in range(300)]
+
+
+def make_refs(rng: np.random.Generator, n: int) -> list[str]:
+    return [" ".join(rng.choice(WORDS, size=rng.integers(8, 16))) for _ in range(n)]
+
+
+def make_run(rng: np.random.Generator, refs: list[str], keep: float) -> list[str]:
+    """A "translation" that keeps each reference word with probability ``keep`` (else a random word)."""
+    out = []
+    for ref in refs:
+        words = ref.split()
+        mask = rng.random(len(words)) < keep
+        out.append(" ".join(w if k else str(rng.choice(WORDS)) for w, k in zip(words, mask)))
+    return out
+
+
+def test_one_sentence_reduces_to_welchs_t_test_over_the_seed_scores():
+    # one test sentence: every bootstrap resample is the test set itself, so the sentence part is 0
+    # and the test is Welch's unequal-variance t-test over the per-seed scores
+    refs = ["a b c d e f g h"]
+    base = [["a b c d e f g x"], ["a b c d e x g h"], ["a b x d e f g h"]]
+    system = [["a b c d e f g h"], ["a b c d e f x h"]]
+    res = seed_aware_test(base, {"sys": system}, refs, n_samples=50, aso=False)["sys"]
+    b = [corpus_scores(h, refs)[0].score for h in base]
+    a = [corpus_scores(h, refs)[0].score for h in system]
+    welch = stats.ttest_ind(a, b, equal_var=False)
+    assert res.sentence_se == 0.0
+    assert res.delta == pytest.approx(np.mean(a) - np.mean(b))
+    assert res.std == pytest.approx(np.std(a, ddof=1)) and res.baseline_std == pytest.approx(np.std(b, ddof=1))
+    assert res.t == pytest.approx(welch.statistic) and res.p_value == pytest.approx(welch.pvalue)
+    assert res.n_seeds == 2 and res.baseline_n_seeds == 3
+
+
+def test_identical_runs_give_no_difference_and_p_one():
+    rng = np.random.default_rng(0)
+    refs = make_refs(rng, 40)
+    runs = [make_run(rng, refs, 0.7), make_run(rng, refs, 0.7)]
+    res = seed_aware_test(runs, {"same": [list(r) for r in runs]}, refs, n_samples=100, aso=True)["same"]
+    assert res.delta == 0.0 and res.p_value == pytest.approx(1.0)
+    assert res.aso_better == pytest.approx(1.0)  # no dominance either way (deepsig: 0/0 -> 1)
+
+
+def test_the_sentence_part_is_the_bootstrap_spread_of_the_seed_means():
+    # two seeds a side with identical runs per side: the seed part is 0, all variance is the test set's
+    rng = np.random.default_rng(1)
+    refs = make_refs(rng, 60)
+    a, b = make_run(rng, refs, 0.8), make_run(rng, refs, 0.6)
+    res = seed_aware_test([b, b], {"a": [a, a]}, refs, n_samples=400, aso=False)["a"]
+    assert res.seed_se == 0.0 and res.std == 0.0
+    assert res.df == float("inf")  # no seed part: the normal distribution
+    one = paired_bootstrap(b, {"a": a}, refs, n_samples=400, seed=7)["a"]
+    # sacreBLEU's 95 % half-widths are 1.96 standard deviations of each system's bootstrap scores
+    assert res.s_sel == pytest.approx(one["ci_halfwidth"] / 1.96, rel=0.25)
+    assert res.delta == pytest.approx(one["delta"])
+    assert 0 < res.sentence_se < res.s_sel + res.baseline_s_sel  # paired: less than the sum of the parts
+    assert res.p_value < 1e-6  # 0.8 against 0.6 word accuracy on 60 sentences is no accident
+
+
+@pytest.mark.parametrize("bad", [1, 0])
+def test_fewer_than_two_seeds_is_one_sentence(bad):
+    refs = ["a b c"]
+    with pytest.raises(ValueError, match=f"at least 2 runs .* got {bad}"):
+        seed_aware_test([["a b c"]] * bad, {"s": [["a b c"]] * 2}, refs, aso=False)
+    with pytest.raises(ValueError, match="'s' has 1"):
+        seed_aware_test([["a b c"]] * 2, {"s": [["a b c"]]}, refs, aso=False)
+
+
+def _replicate(rng: np.random.Generator, effect: float, seeds: int = 3) -> tuple[float, float]:
+    """One simulated comparison: a test set, ``seeds`` runs per system whose quality varies with the
+    seed (training noise, sd 0.04 in word accuracy) and per sentence; returns (seed-aware p, the
+    first-seed paired bootstrap's p)."""
+    refs = make_refs(rng, 120)
+    base = [make_run(rng, refs, 0.55 + rng.normal(0, 0.04)) for _ in range(seeds)]
+    system = [make_run(rng, refs, 0.55 + effect + rng.normal(0, 0.04)) for _ in range(seeds)]
+    p = seed_aware_test(base, {"s": system}, refs, n_samples=200, seed=int(rng.integers(1, 2**31)),
+                        aso=False)["s"].p_value
+    p1 = paired_bootstrap(base[0], {"s": system[0]}, refs, n_samples=200, seed=int(rng.integers(1, 2**31)))["s"]
+    return p, p1["p_value"]
+
+
+def test_calibration_no_effect_is_flagged_at_most_at_the_nominal_rate():
+    """The "mechanism" is the baseline with other seeds: the seed-aware test flags it at p < 0.05 in
+    about 5 % of simulated grids or fewer, while the one-seed bootstrap, blind to training noise,
+    flags it far more often."""
+    rng = np.random.default_rng(2026)
+    ps = np.array([_replicate(rng, 0.0) for _ in range(200)])
+    seed_aware, one_seed = (ps[:, 0] < 0.05).mean(), (ps[:, 1] < 0.05).mean()
+    assert seed_aware <= 0.09  # nominal 0.05; 200 replicates: binomial sd 0.015
+    assert one_seed >= 0.3  # the noise the seed-aware test is there for
+
+
+def test_power_a_real_effect_is_flagged():
+    rng = np.random.default_rng(7)
+    ps = np.array([_replicate(rng, 0.25) for _ in range(20)])
+    assert (ps[:, 0] < 0.05).mean() >= 0.9
+
+
+def test_score_reads_several_runs_per_system_and_runs_the_seed_aware_test(tmp_path, capsys):
+    from structnmt.cli import main
+
+    rng = np.random.default_rng(3)
+    refs = make_refs(rng, 50)
+    (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n")
+    files = {}
+    for system, keep in (("base", 0.5), ("sys", 0.9)):
+        for k in (1, 2, 3):
+            files[system, k] = tmp_path / f"{system}{k}.txt"
+            files[system, k].write_text("\n".join(make_run(rng, refs, keep + 0.02 * k)) + "\n")
+    code = main(["score", "--ref", str(tmp_path / "ref.txt"), "--bootstrap", "100",
+                 "--hyp", *(str(files["base", k]) for k in (1, 2, 3)), "--hyp", *(str(files["sys", k]) for k in (1, 2, 3))])
+    out = capsys.readouterr().out
+    assert code == 0
+    runs = {s: [make_bleu(files[s, k], refs) for k in (1, 2, 3)] for s in ("base", "sys")}
+    assert f"BLEU = {np.mean(runs['base']):.2f} ± {np.std(runs['base'], ddof=1):.2f} (mean ± std over 3 runs)" in out
+    expected = seed_aware_test([files["base", k].read_text().splitlines() for k in (1, 2, 3)],
+                               {"s": [files["sys", k].read_text().splitlines() for k in (1, 2, 3)]}, refs,
+                               n_samples=100, aso=False)["s"]
+    line = next(x for x in out.splitlines() if "sys1.txt (+2 more runs): BLEU" in x)
+    assert f"delta {expected.delta:+.2f}" in line and f"p = {expected.p_value:.4f}" in line and "ASO eps" in line
+
+
+def make_bleu(path, refs) -> float:
+    return corpus_scores(path.read_text().splitlines(), refs)[0].score

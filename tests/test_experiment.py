@@ -437,3 +437,31 @@ def test_a_one_seed_report_marks_nothing_and_says_why(tmp_path, corpus, monkeypa
     with open(out / "results.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert rows[1]["p_value"] == "0.001" and rows[1]["test"] == "one-seed bootstrap" and rows[1]["mark"] == ""
+
+
+def test_finished_runs_travel_with_their_dataset_fingerprint(tmp_path, corpus):
+    """The small files of finished runs, copied next to a copy of the dataset at another path, are
+    reported (not retrained, not refused); a dataset with other content is refused."""
+    out = tmp_path / "out"
+    grid = _grid(tmp_path, corpus, out)
+    run_grid(grid, overrides=["train.threads=1"], log=lambda _: None)
+    moved = tmp_path / "elsewhere"
+    keep = {"result.json", "resolved.yaml", "dataset.json", "metrics.jsonl", "test.hyp"}
+    for f in (out / "runs").rglob("*"):
+        if f.is_file() and f.name in keep:
+            (moved / f.relative_to(out)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(f, moved / f.relative_to(out))
+    data_copy = tmp_path / "data-copy"
+    shutil.copytree(tmp_path / "data-bin", data_copy)
+    text = grid.read_text()
+    start, end = text.index("data:\n  prepare:"), text.index("base:")
+    grid.write_text(text[:start] + f"data:\n  path: {data_copy}\n" + text[end:])
+    lines: list[str] = []
+    run_grid(grid, out_dir=moved, overrides=["train.threads=1"], report_only=True, log=lines.append)
+    assert sum("finished earlier, skipped" in x for x in lines) == 2
+    with open(moved / "results.csv", encoding="utf-8") as f:
+        assert len(list(csv.DictReader(f))) == 2
+    refs = data_copy / "test.ref.txt"
+    refs.write_text(refs.read_text().replace("a", "b", 1))  # not the dataset the runs were scored on
+    with pytest.raises(ExperimentError, match=r"different configuration \(data.path\)"):
+        run_grid(grid, out_dir=moved, overrides=["train.threads=1"], report_only=True, log=lines.append)

@@ -6,6 +6,7 @@ Layout of the output directory::
     OUT/data-bin/                      the dataset, when the grid prepares it (default destdir)
     OUT/runs/<row-slug>/seed<k>/       one training run (train.save_dir)
         resolved.yaml                  the exact config it trains with
+        dataset.json                   the fingerprint of the dataset it trains on
         train.log                      the training subprocess's output (appended on resume)
         checkpoint_*.pt, metrics.jsonl written by the trainer
         train_done.json                the training subprocess finished its budget
@@ -18,7 +19,11 @@ Resume: a (run, seed) with ``result.json`` is skipped; one with ``train_done.jso
 only decoded and scored; any other is (re)launched, and the trainer resumes from
 ``checkpoint_last.pt`` when the directory holds one. A run directory whose
 ``resolved.yaml`` differs from the config the grid now asks for (other than speed-only
-keys such as ``train.threads``) is refused rather than silently mixed.
+keys such as ``train.threads``) is refused rather than silently mixed; a different
+``data.path`` is accepted when the run's ``dataset.json`` records the same dataset
+fingerprint (:func:`dataset_fingerprint`), so the small files of finished runs
+(``result.json``, ``resolved.yaml``, ``dataset.json``, ``metrics.jsonl``, the ``.hyp``
+files) can be copied to another machine and the grid continued there.
 """
 
 from __future__ import annotations
@@ -76,6 +81,28 @@ def _flat(d: dict, prefix: str = "") -> dict:
         else:
             out[key] = v
     return out
+
+
+def dataset_fingerprint(path: Path) -> str:
+    """SHA-256 over the bytes of every file of a prepared dataset but its manifest (which records paths
+    and timings): two preparations with this fingerprint hold the same pieces, trees and references."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(p for p in Path(path).iterdir() if p.is_file() and p.name != "manifest.json"):
+        h.update(f.name.encode())
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def _same_dataset(run_dir: Path, fingerprint: str) -> bool:
+    """Whether the run recorded (``dataset.json``) that it trained on a dataset with ``fingerprint``."""
+    try:
+        return json.loads((run_dir / "dataset.json").read_text(encoding="utf-8")).get("fingerprint") == fingerprint
+    except (OSError, ValueError):
+        return False
 
 
 def _config_diff(old: dict, new: dict) -> list[str]:
@@ -388,6 +415,7 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
         split = ds.split(name)
         split_data[name] = (split.text("src"), split.text("ref"))
     src, refs = split_data[g.evaluate.split]
+    fingerprint = dataset_fingerprint(data_path)
 
     dirs: dict[str, str] = {}
     for r in g.runs:
@@ -412,10 +440,14 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
         started = result_path.exists() or (run_dir / "checkpoint_last.pt").exists()
         if resolved.exists() and started:
             diff = _config_diff(yaml.safe_load(resolved.read_text(encoding="utf-8")) or {}, new)
+            if "data.path" in diff and _same_dataset(run_dir, fingerprint):  # the same data, moved or re-prepared
+                diff.remove("data.path")
             if diff:
                 raise ExperimentError(
                     f"{run_dir}: this run was started with a different configuration ({', '.join(diff[:5])}); "
                     "use --out for a new output directory or delete that run directory.")
+        if started and not (run_dir / "dataset.json").exists():  # a run from before fingerprints, on this path
+            _write_json(run_dir / "dataset.json", {"fingerprint": fingerprint, "path": str(data_path)})
         if result_path.exists():
             res = json.loads(result_path.read_text(encoding="utf-8"))
             res["run_dir"] = str(run_dir)  # where it is now (the directory may have been moved or copied)
@@ -435,6 +467,8 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
             continue
         run_dir.mkdir(parents=True, exist_ok=True)
         resolved.write_text(yaml.safe_dump(new, sort_keys=False, allow_unicode=True), encoding="utf-8")
+        if not (run_dir / "dataset.json").exists():
+            _write_json(run_dir / "dataset.json", {"fingerprint": fingerprint, "path": str(data_path)})
         if (run_dir / "train_done.json").exists():
             say(f"{tag}: training finished earlier; decoding.")
             to_evaluate.append((r.name, seed, run_dir, tag))

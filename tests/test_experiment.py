@@ -465,3 +465,29 @@ def test_finished_runs_travel_with_their_dataset_fingerprint(tmp_path, corpus):
     refs.write_text(refs.read_text().replace("a", "b", 1))  # not the dataset the runs were scored on
     with pytest.raises(ExperimentError, match=r"different configuration \(data.path\)"):
         run_grid(grid, out_dir=moved, overrides=["train.threads=1"], report_only=True, log=lines.append)
+
+
+def test_tree_inducing_runs_parse_the_induce_files(tmp_path, corpus):
+    import json
+
+    words = (corpus / "test.src").read_text().splitlines()[:3]
+    conllu = tmp_path / "blind.words.conllu"
+    conllu.write_text("".join("".join(f"{i}\t{w}\t_\t_\t_\t_\t_\t_\t_\t_\n" for i, w in enumerate(line.split(), 1)) + "\n"
+                              for line in words))
+    out = tmp_path / "out"
+    grid = _grid(tmp_path, corpus, out)
+    grid.write_text(grid.read_text()
+                    .replace("overrides: [model.pre_norm=false, model.encoder_layers=2]",
+                             "overrides: [model.family=rnn, model.rnn.syntax=sa]")
+                    .replace("evaluate: {split: test,", f"evaluate: {{induce: [{conllu}], split: test,"))
+    run_grid(grid, overrides=["train.threads=1"], log=lambda _: None)
+    base = json.loads((out / "runs" / "transformer-base" / "seed1" / "result.json").read_text())
+    assert "induced" not in base  # a plain Transformer induces no trees
+    sa_dir = out / "runs" / "post-norm-2-layers" / "seed1"
+    induced = json.loads((sa_dir / "result.json").read_text())["induced"]
+    assert induced == {str(conllu): "induce/blind.words/blind.words.induced.conllu"}
+    trees = (sa_dir / induced[str(conllu)]).read_text().strip().split("\n\n")
+    assert [len(t.splitlines()) for t in trees] == [len(line.split()) for line in words]
+    for t in trees:  # one root per sentence, every head in range
+        heads = [int(row.split("\t")[6]) for row in t.splitlines()]
+        assert heads.count(0) == 1 and all(0 <= h <= len(heads) for h in heads)

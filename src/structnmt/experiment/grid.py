@@ -119,6 +119,10 @@ class EvaluateSpec:
     # also translates with its averaged model and the evaluation's beam, e.g. the blind test
     # sets: <run>/<file name without .gz>.hyp, listed in result.json (not scored)
     translate: list[str] = field(default_factory=list)
+    # CoNLL-U files (IDs and forms are enough; .gz ok) that every tree-inducing run (an RNN with
+    # model.rnn.syntax sa or fa, a Transformer with a structured encoder layer) parses with its averaged model,
+    # as `structnmt induce` does: <run>/induce/<file stem>/<file stem>.induced.conllu (and induce.json)
+    induce: list[str] = field(default_factory=list)
 
 
 @dataclass

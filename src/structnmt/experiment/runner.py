@@ -266,6 +266,8 @@ def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, splits: dict[str
         result["benchmark"] = _evaluate_benchmark(ev.benchmark, tr, dcfg, run_dir)
     if ev.translate:
         result["translated"] = _translate_files(ev.translate, tr, dcfg, run_dir)
+    if ev.induce and induces_trees(cfg):
+        result["induced"] = _induce_files(ev.induce, run_dir)
     from .report import hardware
 
     result["hardware"] = hardware()  # the machine that trained and decoded it (a report may be written elsewhere)
@@ -326,6 +328,35 @@ def _translate_files(files: list[str], tr, dcfg, run_dir: Path) -> dict[str, str
             continue
         (run_dir / f"{name}.hyp").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
         done[f] = f"{name}.hyp"
+    return done
+
+
+def induces_trees(cfg: Config) -> bool:
+    """Whether a run's model induces trees (SA-NMT's structured or flat attention in the RNN, a structured
+    encoder layer in a Transformer): the models whose trees of the blind CoNLL-U files are kept."""
+    m = cfg.model
+    if m.family == "rnn":
+        return m.rnn.syntax != "none"
+    plan = m.attention
+    return plan.encoder_self.name == "structured" or any(
+        key.startswith("encoder_self.") and spec.name == "structured" for key, spec in plan.overrides.items())
+
+
+def _induce_files(files: list[str], run_dir: Path) -> dict[str, str]:
+    """Trees of every CoNLL-U file of ``evaluate.induce`` from the run's averaged model (``structnmt induce``
+    with its defaults); a file that cannot be read is recorded with the reason instead of stopping the grid."""
+    from ..errors import UserError
+    from ..induce import run_induce
+
+    done: dict[str, str] = {}
+    for f in files:
+        stem = Path(f).name.replace(".gz", "").replace(".conllu", "")
+        try:
+            written = run_induce(checkpoint=run_dir / "average.pt", conllu=f, out_dir=run_dir / "induce" / stem)
+        except (UserError, OSError) as err:
+            done[f] = f"not induced: {err}"
+            continue
+        done[f] = str(written[0].relative_to(run_dir))
     return done
 
 

@@ -454,7 +454,10 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
         while d in dirs.values():
             d += "-x"
         dirs[r.name] = d
-    jobs = [(seed, r) for seed in g.seeds for r in g.runs]
+    # the baseline's seeds first (every row is tested against them, and their spread is the report's noise
+    # floor), then seed by seed, so that an unfinished grid has every row at its first seeds
+    base_run = next(r for r in g.runs if r.name == g.baseline)
+    jobs = [(seed, base_run) for seed in g.seeds] + [(seed, r) for seed in g.seeds for r in g.runs if r is not base_run]
     results: dict[tuple[str, int], dict] = {}
     configs: dict[tuple[str, int], Config] = {}
     to_train: list[tuple[str, int, Path, str]] = []  # (run name, seed, run_dir, tag)

@@ -238,13 +238,14 @@ def _score_systems(args, refs: list[str]) -> tuple[dict[str, list[list[str]]], s
                             "give one hypothesis per reference line (an empty line for an empty output).")
             runs.append(hyps)
         systems[label] = runs
-    counts = {len(r) for r in systems.values()}
-    if len(counts) > 1:
-        first = next(iter(systems))
-        odd = next(n for n, r in systems.items() if len(r) != len(systems[first]))
-        return {}, (f"--hyp {odd.split(' (+')[0]}: this system has {len(systems[odd])} run(s) but the baseline "
-                    f"{first.split(' (+')[0]} has {len(systems[first])}; give every system one file per seed, the "
-                    "same number of seeds each (--hyp A_SEED1 A_SEED2 A_SEED3 --hyp B_SEED1 B_SEED2 B_SEED3).")
+    first = next(iter(systems))
+    if any(len(r) > 1 for r in systems.values()):  # the seed-aware test: at least 2 runs of every system
+        odd = next((n for n, r in systems.items() if len(r) < 2), None)
+        if odd is not None:
+            other = first if odd != first else next(n for n, r in systems.items() if len(r) > 1)
+            return {}, (f"--hyp {odd.split(' (+')[0]}: this system has 1 run but {other.split(' (+')[0]} has "
+                        f"{len(systems[other])}; the seed-aware test needs at least 2 runs (seeds) of every system: "
+                        "give one file per seed (--hyp A_SEED1 A_SEED2 A_SEED3 --hyp B_SEED1 B_SEED2 B_SEED3).")
     return systems, None
 
 

@@ -493,3 +493,52 @@ def test_a_budget_aware_schedule_without_an_update_budget_is_one_sentence(synth_
                        "train.max_time_minutes=5")
     assert_user_error(code, err, "train.lr_schedule=linear", "train.max_updates")
     assert not (tmp_path / "run").exists()
+
+
+# --------------------------------------------------------------------------- file-system faults, from one place
+
+
+def test_a_path_that_is_a_file_is_one_sentence(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("x\n")
+    code, _, err = cli(capsys, "synth", "--out", tmp_path / "a_file" / "corpus", "--n-train", "5", "--n-valid", "2",
+                       "--n-test", "2")
+    assert_user_error(code, err, str(tmp_path / "a_file"), "is a file, not a directory")
+    assert (tmp_path / "a_file").read_text() == "x\n"
+
+
+@pytest.mark.parametrize("errno_name,fragment", [
+    ("ENOSPC", "no space left on the device; free some space"),
+    ("EROFS", "the file system is read-only; write the output somewhere writable"),
+    ("EACCES", "permission denied; choose a path you may write"),
+])
+def test_file_system_faults_are_one_sentence_from_any_command(tmp_path, capsys, monkeypatch, errno_name, fragment):
+    import builtins
+    import errno
+
+    real_open = builtins.open
+    target = tmp_path / "corpus"
+
+    def faulty_open(file, mode="r", *args, **kwargs):  # as a read-only or full disk answers a write
+        if str(file).startswith(str(target)) and any(c in mode for c in "wax"):
+            code = getattr(errno, errno_name)
+            raise OSError(code, os.strerror(code), str(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", faulty_open)
+    code, _, err = cli(capsys, "synth", "--out", target, "--n-train", "5", "--n-valid", "2", "--n-test", "2")
+    assert_user_error(code, err, str(target), fragment)
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path, capsys, monkeypatch):
+    import structnmt.cli as cli_mod
+
+    def reader_gone(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli_mod, "cmd_score", reader_gone)
+    monkeypatch.setattr(cli_mod, "_silence_stdout", lambda: None)  # pytest owns this process's stdout
+    (tmp_path / "a.txt").write_text("x\n")
+    code = main(["score", "--hyp", str(tmp_path / "a.txt"), "--ref", str(tmp_path / "a.txt")])
+    out, err = capsys.readouterr()
+    assert code == 141 and err == "" and "Traceback" not in out
+

@@ -18,10 +18,11 @@ Subcommands (``structnmt <cmd> -h`` for their options)::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-from .errors import UserError
+from .errors import UserError, os_error_sentence
 
 
 def _err(msg: str) -> int:
@@ -677,12 +678,28 @@ def main(argv: list[str] | None = None) -> int:
 
         configure_allocator()
         return args.func(args) or 0
-    except (UserError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as err:
+    except UserError as err:
         if debug:
             raise
         return _err(str(err))
+    except BrokenPipeError:  # the reader went away (`structnmt translate ... | head`): end quietly, as Unix tools do
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, what a shell reports for a producer whose reader closed the pipe
+    except OSError as err:  # a file-system fault: read-only, full disk, permissions, a path that is a file ...
+        if debug:
+            raise
+        return _err(os_error_sentence(err))
     except KeyboardInterrupt:
         return _err("interrupted")
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush does not fail on the closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -20,3 +20,33 @@ class UserError(Exception):
 class CheckpointError(UserError, ValueError):
     """A checkpoint that cannot be used: not a file, not a checkpoint, corrupt, or made
     for another vocabulary or model."""
+
+
+def os_error_sentence(err: OSError) -> str:
+    """One sentence for a file-system fault a user can cause or fix: the path, what is wrong, the fix.
+
+    Read-only file systems, a full disk, permissions, a path that is a file where a directory is
+    needed (or the reverse) and missing parents are named as such; any other ``OSError`` keeps the
+    system's wording after the path."""
+    import errno
+
+    path = err.filename if err.filename is not None else ""
+    if err.filename2 is not None:
+        path = f"{path} -> {err.filename2}"
+    fixes = {
+        errno.EROFS: "the file system is read-only; write the output somewhere writable (--output, --out, --destdir "
+                     "or train.save_dir)",
+        errno.ENOSPC: "no space left on the device; free some space or write the output to another disk, then run "
+                      "the same command again",
+        errno.EDQUOT: "the disk quota is exceeded; free some space or write elsewhere, then run the same command again",
+        errno.EACCES: "permission denied; choose a path you may write (or read), or change its permissions",
+        errno.EPERM: "operation not permitted; choose a path you may write (or read), or change its permissions",
+        errno.ENOTDIR: "a part of this path is a file, not a directory; give a path whose parents are directories",
+        errno.EISDIR: "this is a directory where a file is expected; give a file path",
+        errno.ENOENT: "no such file or directory; check the path (its parent directory must exist)",
+        errno.EEXIST: "this path exists already; remove it or give another path",
+        errno.ENAMETOOLONG: "the file name is too long for the file system; give a shorter path",
+        errno.EMFILE: "too many open files; raise the limit (ulimit -n) or use fewer worker processes",
+    }
+    what = fixes.get(err.errno or 0, (err.strerror or str(err)).rstrip(".").lower() if err.strerror else str(err))
+    return f"{path}: {what}." if path else f"{what[0].upper()}{what[1:]}."

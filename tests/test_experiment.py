@@ -69,9 +69,9 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path, corpus, monkeypatch):
     launched: list[str] = []
     real_launch = runner_mod.launch_training
 
-    def recording_launch(config_path: Path, log_path: Path) -> int:
+    def recording_launch(config_path: Path, log_path: Path, live=None) -> int:
         launched.append(config_path.parent.parent.name)
-        return real_launch(config_path, log_path)
+        return real_launch(config_path, log_path, live)
 
     monkeypatch.setattr(runner_mod, "launch_training", recording_launch)
     lines: list[str] = []
@@ -108,10 +108,10 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path, corpus, monkeypatch):
 
     launched.clear()
 
-    def only_unfinished(config_path: Path, log_path: Path) -> int:
+    def only_unfinished(config_path: Path, log_path: Path, live=None) -> int:
         assert "transformer-base" not in str(config_path), "a finished run was trained again"
         launched.append(config_path.parent.parent.name)
-        return real_launch(config_path, log_path)
+        return real_launch(config_path, log_path, live)
 
     monkeypatch.setattr(runner_mod, "launch_training", only_unfinished)
     lines.clear()
@@ -201,7 +201,7 @@ def test_marks_and_params():
 def test_failed_training_is_one_clear_error(tmp_path, corpus, monkeypatch):
     from structnmt.experiment import ExperimentError
 
-    def failing(config_path: Path, log_path: Path) -> int:
+    def failing(config_path: Path, log_path: Path, live=None) -> int:
         log_path.write_text("Traceback ...\nRuntimeError: out of memory\n")
         return 1
 
@@ -396,7 +396,7 @@ def test_seeds_extra_splits_and_grid_overrides(tmp_path, corpus, monkeypatch):
     # a second test split, added once the runs are finished: decoded and scored, nothing trained
     grid.write_text(text.replace("evaluate: {split: test,", "evaluate: {split: test, extra_splits: [test1],"))
 
-    def no_training(config_path: Path, log_path: Path) -> int:
+    def no_training(config_path: Path, log_path: Path, live=None) -> int:
         raise AssertionError(f"{config_path} was trained again")
 
     monkeypatch.setattr(runner_mod, "launch_training", no_training)
@@ -496,3 +496,48 @@ def test_tree_inducing_runs_parse_the_induce_files(tmp_path, corpus):
     for t in trees:  # one root per sentence, every head in range
         heads = [int(row.split("\t")[6]) for row in t.splitlines()]
         assert heads.count(0) == 1 and all(0 <= h <= len(heads) for h in heads)
+
+
+def test_ctrl_c_of_a_parallel_grid_starts_nothing_more_and_stops_the_running_runs(tmp_path, corpus, monkeypatch):
+    """Ctrl-C while two runs train and a third waits: the third never starts, the two are stopped
+    (SIGINT), the runner ends with KeyboardInterrupt; no run is marked finished."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    started: list[str] = []
+    procs: list[subprocess.Popen] = []
+    both = threading.Event()
+
+    def sleeping_launch(config_path: Path, log_path: Path, live=None) -> int:
+        # a "training" that runs until it is stopped (or for a minute, so that a runner which fails to stop
+        # it fails this test instead of hanging)
+        proc = subprocess.Popen([sys.executable, "-c", "import time\nfor _ in range(300): time.sleep(0.2)"])
+        procs.append(proc)
+        live.add(proc)
+        started.append(config_path.parent.parent.name + "/" + config_path.parent.name)
+        if len(started) == 2:
+            both.set()
+        try:
+            return proc.wait()
+        finally:
+            live.discard(proc)
+
+    monkeypatch.setattr(runner_mod, "launch_training", sleeping_launch)
+
+    def interrupt_when_both_run():
+        both.wait()
+        os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends
+
+    threading.Thread(target=interrupt_when_both_run, daemon=True).start()
+    grid = _grid(tmp_path, corpus, tmp_path / "out")
+    grid.write_text(grid.read_text().replace("seeds: [1]", "seeds: [1, 2]"))
+    lines: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        run_grid(grid, overrides=["train.threads=1"], jobs_at_once=2, log=lines.append)
+    assert sorted(started) == ["transformer-base/seed1", "transformer-base/seed2"]  # the queued runs never started
+    assert all(p.poll() is not None for p in procs)  # both stopped, not left running
+    assert any("interrupted: stopping 2 running training(s)" in x for x in lines)
+    assert not list((tmp_path / "out" / "runs").rglob("train_done.json"))

@@ -49,24 +49,54 @@ from .grid import BUDGET_KEYS, ExperimentError, GridConfig, load_grid, resolve_r
 _SPEED_ONLY = RESUMABLE_KEYS - {f"train.{k}" for k in (*BUDGET_KEYS, "max_epochs", "patience")}
 
 
-def launch_training(config_path: Path, log_path: Path) -> int:
+def launch_training(config_path: Path, log_path: Path, live: set | None = None) -> int:
     """Train ``config_path`` in a fresh Python process; its output is appended to ``log_path``.
 
     A subprocess gives every run its own peak-memory measurement and leaves a resumable
     checkpoint when the runner is interrupted. Returns the exit status.
     """
-    return launch_cli(["train", str(config_path), "--no-progress"], log_path)
+    return launch_cli(["train", str(config_path), "--no-progress"], log_path, live)
 
 
-def launch_cli(args: list[str], log_path: Path) -> int:
+#: seconds an interrupted run is given to stop after SIGINT before it is terminated
+STOP_GRACE_SECONDS = 30.0
+
+
+def launch_cli(args: list[str], log_path: Path, live: set | None = None) -> int:
     """Run ``structnmt ARGS`` in a fresh Python process, output appended to ``log_path``;
-    returns the exit status."""
+    returns the exit status. ``live``: a set the running process is kept in (for
+    :func:`stop_processes`). Interrupted (Ctrl-C) while waiting, the process is stopped too."""
     cmd = [sys.executable, "-m", "structnmt.cli", *args]
     with open(log_path, "a", encoding="utf-8") as f:
         f.write(f"$ {shlex.join(cmd)}\n")
         f.flush()
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    return proc.returncode
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        if live is not None:
+            live.add(proc)
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            stop_processes({proc})
+            raise
+        finally:
+            if live is not None:
+                live.discard(proc)
+
+
+def stop_processes(procs: set) -> None:
+    """SIGINT to every running process (a training saves nothing more and exits; it resumes from its last
+    checkpoint), then SIGTERM to any still running after :data:`STOP_GRACE_SECONDS`."""
+    import signal
+
+    for p in list(procs):
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    for p in list(procs):
+        try:
+            p.wait(timeout=STOP_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            p.terminate()
+            p.wait()
 
 
 # --------------------------------------------------------------------------- helpers
@@ -509,8 +539,13 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
         else:
             to_train.append((r.name, seed, run_dir, tag))
 
+    live: set = set()  # training subprocesses running now
+    stopping = threading.Event()  # set by an interrupt: no queued run starts
+
     def train(item: tuple[str, int, Path, str]) -> tuple[int, float]:
         _, _, run_dir, tag = item
+        if stopping.is_set():
+            return -1, time.time()
         if (run_dir / "checkpoint_last.pt").exists():
             from ..train.checkpoint import load_checkpoint
 
@@ -519,7 +554,7 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
         else:
             say(f"{tag}: training started ({run_dir}).")
         t0 = time.time()
-        return launch_training(run_dir / "resolved.yaml", run_dir / "train.log"), t0
+        return launch_training(run_dir / "resolved.yaml", run_dir / "train.log", live=live), t0
 
     def finish_training(item: tuple[str, int, Path, str], rc: int, t0: float) -> None:
         _, _, run_dir, tag = item
@@ -556,7 +591,14 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
             pending = {pool.submit(train, item): item for item in to_train}
             failure: ExperimentError | None = None
             while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                try:
+                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                except KeyboardInterrupt:  # Ctrl-C: start nothing more, stop the running runs (they resume later)
+                    stopping.set()
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    say(f"interrupted: stopping {len(live)} running training(s); run the same command to resume.")
+                    stop_processes(live)
+                    raise
                 for fut in done:
                     item = pending.pop(fut)
                     rc, t0 = fut.result()

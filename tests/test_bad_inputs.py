@@ -401,11 +401,11 @@ def test_translate_refuses_to_write_over_its_input(trained, tmp_path, capsys):
 def test_errors_exit_2_without_traceback_in_a_real_process_and_debug_shows_it(tmp_path):
     (tmp_path / "a.txt").write_text("x\n")
     proc = subprocess.run([sys.executable, "-m", "structnmt.cli", "score", "--hyp", str(tmp_path / "a.txt"),
-                           "--ref", str(tmp_path / "missing.txt")], capture_output=True, text=True, timeout=300)
+                           "--ref", str(tmp_path / "missing.txt")], capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "missing.txt" in proc.stderr
     proc = subprocess.run([sys.executable, "-m", "structnmt.cli", "--debug", "score", "--hyp",
                            str(tmp_path / "a.txt"), "--ref", str(tmp_path / "missing.txt")],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True)
     assert proc.returncode != 0 and "Traceback" in proc.stderr
 
 

@@ -17,7 +17,7 @@ BLEU_THRESHOLD = 40.0
 
 def run(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "structnmt.cli", *args], capture_output=True, text=True,
-                          input=stdin, timeout=900, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                          input=stdin, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     if check:
         assert proc.returncode == 0, f"{args[0]} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     return proc

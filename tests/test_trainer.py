@@ -190,7 +190,7 @@ def test_ddp_two_processes_equals_accumulation(synth_data, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
          "-m", "structnmt.cli", "train", str(yaml_path), "--no-progress"],
-        capture_output=True, text=True, env=env, timeout=300,
+        capture_output=True, text=True, env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "2 process(es)" in proc.stdout + proc.stderr

@@ -187,6 +187,10 @@ def test_induce_end_to_end(synth_data, tmp_path):
     with pytest.raises(UserError, match="--bleu 'nope': no run has that label"):
         induce_table([("SA", tmp_path / "out")], tmp_path / "td.md", bleu={"nope": 1.0})
     assert main(["induce-table", f"SA={tmp_path / 'out'}", "--bleu", "SA=high", "--out", str(tmp_path / "te.md")]) == 2
+    # a BLEU that is not a finite number, a label given twice, a BLEU given twice: refused, nothing written
+    for argv in (["--bleu", "SA=nan"], ["--bleu", "SA=inf"], [f"SA={tmp_path / 'out'}"], ["--bleu", "SA=20", "--bleu", "SA=21"]):
+        assert main(["induce-table", f"SA={tmp_path / 'out'}", *argv, "--out", str(tmp_path / "tf.md")]) == 2
+        assert not (tmp_path / "tf.md").exists()
     # the shape columns: from the report, or (a report older than them) from the written trees, the same
     assert red["shape"]["trees"] >= 1
     import json as _json

@@ -18,6 +18,7 @@ Subcommands (``structnmt <cmd> -h`` for their options)::
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -355,16 +356,24 @@ def cmd_induce_table(args) -> int:
         if "=" not in item:
             return _err(f"induce-table: {item!r} is not LABEL=DIR; write e.g. 'SA-NMT (shared)=runs/induce/sa'.")
         label, d = item.split("=", 1)
+        if any(label == known for known, _ in runs):
+            return _err(f"induce-table: the label {label!r} is given twice; give every run its own label.")
         runs.append((label, d))
     bleu = {}
     for item in args.bleu or []:
         label, _, value = item.rpartition("=")
         try:
-            bleu[label] = float(value)
+            number = float(value)
         except ValueError:
             label = ""
         if not label:
             return _err(f"induce-table: --bleu {item!r} is not LABEL=NUMBER; write e.g. --bleu 'SA-NMT (shared)=27.1'.")
+        if not math.isfinite(number):
+            return _err(f"induce-table: --bleu {item!r} is not a finite number; give the run's BLEU, e.g. "
+                        f"--bleu '{label}=27.1' (leave a run without a score out of --bleu).")
+        if label in bleu:
+            return _err(f"induce-table: --bleu gives {label!r} twice; give every run's BLEU once.")
+        bleu[label] = number
     print(f"induce-table: wrote {induce_table(runs, args.out, args.title, bleu=bleu)}")
     return 0
 

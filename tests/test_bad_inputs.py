@@ -542,3 +542,17 @@ def test_a_closed_pipe_ends_quietly(tmp_path, capsys, monkeypatch):
     out, err = capsys.readouterr()
     assert code == 141 and err == "" and "Traceback" not in out
 
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["gate", "--checkpoint", "x.pt", "--input", "x.txt", "--out", "o", "--beam", "0"], "--beam: 0: give a whole number of at least 1"),
+    (["gate", "--checkpoint", "x.pt", "--input", "x.txt", "--out", "o", "--batch-size", "0"], "--batch-size: 0: give"),
+    (["gate", "--checkpoint", "x.pt", "--input", "x.txt", "--out", "o", "--max-sentences", "-1"], "--max-sentences: -1"),
+    (["induce", "--checkpoint", "x.pt", "--conllu", "x.conllu", "--out", "o", "--head", "-2"], "--head: -2"),
+    (["analyze", "--checkpoint", "x.pt", "--input", "x.txt", "--out", "o", "--sentences", "two"], "'two' is not a whole number"),
+])
+def test_option_values_out_of_range_are_refused_before_any_work(tmp_path, capsys, argv, fragment):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and fragment in err and "Traceback" not in err

@@ -26,6 +26,21 @@ from pathlib import Path
 from .errors import UserError, os_error_sentence
 
 
+def _at_least(low: int):
+    """An argparse type: a whole number of at least ``low`` (else argparse's one-line usage error)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value}: give a whole number of at least {low}")
+        return value
+
+    return parse
+
+
 def _err(msg: str) -> int:
     print(f"structnmt: error: {msg}", file=sys.stderr)
     return 2
@@ -590,15 +605,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="output directory (<stem>.induced.conllu, induce.md/json)")
     s.add_argument("--scores", default="phi", choices=["phi", "beta", "log_beta"],
                    help="what eq. 24 collapses: arc scores (default), marginals/weights, or their logs")
-    s.add_argument("--layer", type=int, default=0,
+    s.add_argument("--layer", type=_at_least(0), default=0,
                    help="Transformer: the encoder layer whose attention is used (default: the first structured one)")
-    s.add_argument("--head", type=int, default=0, help="the (structured) head whose arcs are used")
+    s.add_argument("--head", type=_at_least(0), default=0, help="the (structured) head whose arcs are used")
     s.add_argument("--punct", default="reduce", choices=["reduce", "skip"],
                    help="reduce: gold-PUNCT words removed from the sentence before extraction and scoring (default; "
                         "the paper's baselines); skip: one tree over the whole sentence, PUNCT dependents not scored")
-    s.add_argument("--draw", type=int, default=0,
+    s.add_argument("--draw", type=_at_least(0), default=0,
                    help="draw the first N sentences (Fig. 4: beta over head words; Fig. 5: the tree over the gold one)")
-    s.add_argument("--draw-max-words", type=int, default=25, help="only sentences of at most this many words are drawn")
+    s.add_argument("--draw-max-words", type=_at_least(1), default=25, help="only sentences of at most this many words are drawn")
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_induce)
 
@@ -634,8 +649,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--checkpoint", required=True)
     s.add_argument("--input", required=True, help="source sentences, one per line")
     s.add_argument("--out", required=True, help="output directory for the PNGs and statistics")
-    s.add_argument("--sentences", type=int, default=3, help="how many sentences to draw")
-    s.add_argument("--stats-sentences", type=int, default=0,
+    s.add_argument("--sentences", type=_at_least(0), default=3, help="how many sentences to draw")
+    s.add_argument("--stats-sentences", type=_at_least(0), default=0,
                    help="compute attention_stats.json / phrase_quadrants.md over this many sentences "
                         "(default: the drawn ones); pictures stay the first --sentences")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -648,14 +663,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--input", required=True, help="source sentences, one per line (.gz ok)")
     s.add_argument("--reference", help="their reference translations: also forced-decoded and analysed")
     s.add_argument("--out", required=True, help="output directory (gate.md/json, gate_tokens.tsv, PNGs)")
-    s.add_argument("--beam", type=int, default=5)
+    s.add_argument("--beam", type=_at_least(1), default=5)
     s.add_argument("--pos", default="hanta",
                    help="target POS: hanta (German, STTS mapped to UPOS; pip install hanta), spacy:<pipeline>, none")
     s.add_argument("--word-rule", default="max", choices=["max", "first"],
                    help="a token's z from its pieces' (default: the maximum)")
-    s.add_argument("--max-sentences", type=int, default=0, help="only the first N input lines (0: all)")
-    s.add_argument("--draw", type=int, default=6, help="sentences drawn in gate_sentences.png (Fig. 6)")
-    s.add_argument("--batch-size", type=int, default=64, help="sentences per forced-decoding batch")
+    s.add_argument("--max-sentences", type=_at_least(0), default=0, help="only the first N input lines (0: all)")
+    s.add_argument("--draw", type=_at_least(0), default=6, help="sentences drawn in gate_sentences.png (Fig. 6)")
+    s.add_argument("--batch-size", type=_at_least(1), default=64, help="sentences per forced-decoding batch")
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_gate)
 

@@ -39,6 +39,11 @@ def test_config_unknown_key_names_nearest(tmp_path):
         load_probe_config(None, ["corpus.path=x", "tasks=[poss]"])
     with pytest.raises(ConfigError, match="checkpoint"):
         load_probe_config(None, ["corpus.path=x", "mode=frozen"])
+    for bad, fragment in (("train.epochs=0", "train.epochs=0 must be at least 1"),
+                          ("train.batch_size=0", "train.batch_size=0 must be at least 1"),
+                          ("train.lr=.nan", "train.lr=nan must be a positive number")):
+        with pytest.raises(ConfigError, match=fragment):
+            load_probe_config(None, ["corpus.path=x", "mode=scratch", bad])
 
 
 def test_shipped_configs_load():

@@ -189,6 +189,13 @@ def check(cfg: TagConfig, where: str) -> None:
         bad("split.ptb_files must be three [first, last] WSJ file ranges (train, valid, test).")
     if len(cfg.split.ratios) != 3 or min(cfg.split.ratios) <= 0:
         bad("split.ratios must be three positive numbers (train, valid, test).")
+    for key in ("epochs", "batch_size"):
+        if getattr(cfg.train, key) < 1:
+            bad(f"train.{key}={getattr(cfg.train, key)} must be at least 1.")
+    if cfg.train.patience < 0:
+        bad(f"train.patience={cfg.train.patience} must be >= 0 (0 = never stop early).")
+    if not (math.isfinite(cfg.train.lr) and cfg.train.lr > 0):
+        bad(f"train.lr={cfg.train.lr} must be a positive number.")
     if cfg.train.max_batch_nodes < 0:
         bad(f"train.max_batch_nodes={cfg.train.max_batch_nodes} must be 0 (whole batches) or a positive node count.")
     if cfg.model.d_model % cfg.model.heads:

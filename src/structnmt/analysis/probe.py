@@ -160,6 +160,12 @@ def _check(cfg: ProbeConfig, where: str) -> ProbeConfig:
             bad(f"unknown task '{t}'" + (f"; did you mean '{close[0]}'?" if close else f"; valid: {', '.join(TASKS)}."))
     if len(cfg.split.ratios) != 3 or min(cfg.split.ratios) <= 0:
         bad("split.ratios must be three positive numbers (train, valid, test), e.g. [10, 1, 1].")
+    t = cfg.train
+    for key in ("epochs", "batch_size"):
+        if getattr(t, key) < 1:
+            bad(f"train.{key}={getattr(t, key)} must be at least 1.")
+    if not (math.isfinite(t.lr) and t.lr > 0):
+        bad(f"train.lr={t.lr} must be a positive number.")
     if cfg.sentence_pool not in ("mean", "eos"):
         bad(f"sentence_pool '{cfg.sentence_pool}' is not mean or eos.")
     if cfg.word_pool not in ("first", "mean"):

@@ -556,3 +556,49 @@ def test_option_values_out_of_range_are_refused_before_any_work(tmp_path, capsys
         main(argv)
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and fragment in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- outputs: never onto an input, never partial
+
+
+def test_translate_refuses_an_output_that_is_its_input_through_a_hard_link(trained, synth_data, tmp_path, capsys):
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join((synth_data.parent / "corpus" / "test.src").read_text().splitlines()[:2]) + "\n")
+    before = src.read_bytes()
+    os.link(src, tmp_path / "out.txt")
+    code, _, err = cli(capsys, "translate", "--checkpoint", trained / "run" / "checkpoint_last.pt", "--input", src,
+                       "--output", tmp_path / "out.txt", "--no-progress")
+    assert_user_error(code, err, "out.txt is the input file", "perhaps through a link")
+    assert src.read_bytes() == before
+
+
+def test_translate_checks_its_output_before_decoding(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("x\n")
+    (tmp_path / "in.txt").write_text("a b\n")
+    # the checkpoint does not exist: the output's fault must be said first, before any loading or decoding
+    code, _, err = cli(capsys, "translate", "--checkpoint", tmp_path / "missing.pt", "--input", tmp_path / "in.txt",
+                       "--output", tmp_path / "a_file" / "out.txt")
+    assert_user_error(code, err, str(tmp_path / "a_file"), "is a file, not a directory")
+
+
+def test_average_refuses_a_training_owned_name_and_leaves_nothing_partial_on_a_full_disk(trained, tmp_path, capsys,
+                                                                                       monkeypatch):
+    import errno
+
+    run = trained / "run"
+    before = tree_snapshot(run)
+    code, _, err = cli(capsys, "average", "--inputs", run, "--num", "2", "--output", run / "checkpoint_last.pt")
+    assert_user_error(code, err, "checkpoint_last.pt is a name a training writes and resumes from", "average.pt")
+    assert tree_snapshot(run) == before
+
+    def full_disk(obj, f, *a, **k):
+        with open(f, "wb") as fh:
+            fh.write(b"partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(f))
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    (tmp_path / "avg.pt").write_bytes(b"an older average")
+    code, _, err = cli(capsys, "average", "--inputs", run, "--num", "2", "--output", tmp_path / "avg.pt")
+    assert_user_error(code, err, f"{tmp_path / 'avg.pt'}: no space left on the device")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["avg.pt"]  # no temporary file left
+    assert (tmp_path / "avg.pt").read_bytes() == b"an older average"  # the old output stays whole

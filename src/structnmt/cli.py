@@ -123,8 +123,15 @@ def cmd_translate(args) -> int:
     overrides = {k: v for k, v in (("dependency_file", args.parse_dependency),
                                    ("constituency_file", args.parse_constituency)) if v}
 
-    if args.output and args.input not in (None, "-") and Path(args.output).resolve() == Path(args.input).resolve():
-        return _err(f"--output {args.output} is the input file; write the translations to another file.")
+    if args.output:
+        from .files import check_writable, same_file
+
+        for what, path in (("the input file", args.input), ("the checkpoint", args.checkpoint)):
+            if path not in (None, "-") and (Path(args.output).resolve() == Path(path).resolve()
+                                            or same_file(args.output, path)):
+                return _err(f"--output {args.output} is {what} (the same file, perhaps through a link); write the "
+                            "translations to another file.")
+        check_writable(args.output)  # a read-only directory or a full disk says so now, not after decoding
     from .export import is_export
 
     if is_export(args.checkpoint):
@@ -176,17 +183,22 @@ def _apply_decode_options(args, d) -> None:
 
 
 def _write_translations(args, results, nbest: int) -> None:
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    try:
+    """The translations to --output (atomically: a failure leaves no partial file) or to stdout."""
+    from .files import atomic_path
+
+    def write(out) -> None:
         for i, hyps in enumerate(results):
             if nbest > 1:
                 for h in hyps:
                     out.write(f"{i} ||| {h.text} ||| {h.score:.4f}\n")
             else:
                 out.write((hyps[0].text if hyps else "") + "\n")
-    finally:
-        if out is not sys.stdout:
-            out.close()
+
+    if not args.output:
+        write(sys.stdout)
+        return
+    with atomic_path(args.output) as tmp, open(tmp, "w", encoding="utf-8") as out:
+        write(out)
 
 
 def _translate_ctranslate2(args) -> int:
@@ -230,7 +242,13 @@ def cmd_average(args) -> int:
         return _err("average needs checkpoints: --inputs SAVE_DIR (its last --num) or --checkpoints FILE [FILE ...].")
     if args.num < 1:
         return _err(f"--num {args.num}: average at least 1 checkpoint.")
+    from .files import TRAINING_OWNED, check_writable
+
+    if TRAINING_OWNED.match(Path(args.output).name):
+        return _err(f"--output {args.output}: {Path(args.output).name} is a name a training writes and resumes from; "
+                    "write the average to another name, e.g. average.pt.")
     paths = [Path(p) for p in args.checkpoints] if args.checkpoints else last_checkpoints(args.inputs, args.num)
+    check_writable(args.output)
     average_checkpoints(paths, args.output)
     print(f"average: {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) -> {args.output}")
     return 0

@@ -50,9 +50,10 @@ def average_checkpoints(paths: list[Path], output: str | Path) -> dict:
     out = {k: v for k, v in newest.items() if k != "optimizer"}
     out["model"] = model
     out["averaged_from"] = [str(p) for p in paths]
-    tmp = Path(str(output) + ".tmp")
-    torch.save(out, tmp)
-    tmp.replace(output)
+    from ..files import atomic_path
+
+    with atomic_path(output) as tmp:  # a full disk leaves neither a partial average nor a .tmp file
+        torch.save(out, tmp)
     return out
 
 

@@ -173,13 +173,13 @@ def build_rows(grid: GridConfig, out: Path, results: dict, refs: list[str], spli
 
 def write_csv(rows: list[dict], path: Path, seeds: list[int]) -> None:
     columns = CSV_COLUMNS + [f"{c}_seed{s}" for c in SEED_METRICS.values() for s in seeds]
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="") as f:
+    from ..files import atomic_path
+
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
         w = csv.DictWriter(f, fieldnames=columns)
         w.writeheader()
         for row in rows:
             w.writerow({k: ("" if row.get(k) is None else row[k]) for k in columns})
-    os.replace(tmp, path)
 
 
 def _pm(row: dict, column: str) -> str:
@@ -385,10 +385,10 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
         from .generalization_report import generalization_section
 
         lines += ["", *generalization_section(grid, results, out)]
+    from ..files import atomic_write_text
+
     path = out / "results.md"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, "\n".join(lines) + "\n")
     return path
 
 

@@ -144,15 +144,13 @@ def _config_diff(old: dict, new: dict) -> list[str]:
 
 
 def _write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path)
+    _write_text(path, json.dumps(obj, indent=1, ensure_ascii=False))
 
 
 def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    from ..files import atomic_write_text
+
+    atomic_write_text(path, text)
 
 
 def read_lines_exact(path: Path) -> list[str]:

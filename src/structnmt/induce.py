@@ -46,7 +46,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -71,39 +70,17 @@ class Sentence:
 
 
 def read_words(path: str | Path) -> list[Sentence]:
-    """Words (and gold heads/UPOS when present) of every sentence of a CoNLL-U file."""
-    opener = gzip.open if str(path).endswith(".gz") else open
-    out: list[Sentence] = []
-    cur: Sentence | None = None
-    with opener(path, "rt", encoding="utf-8") as f:
-        for lineno, raw in enumerate(f, start=1):
-            line = raw.rstrip("\n")
-            if not line.strip():
-                if cur is not None and cur.words:
-                    out.append(cur)
-                cur = None
-                continue
-            if cur is None:
-                cur = Sentence([], [], [], line=lineno)
-            if line.startswith("#"):
-                cur.comments.append(line)
-                continue
-            cols = line.split("\t")
-            if len(cols) != 10:
-                raise UserError(f"{path}, line {lineno}: a CoNLL-U token line has 10 tab-separated columns, this "
-                                f"one has {len(cols)}; fix the line.")
-            if "-" in cols[0] or "." in cols[0]:  # multi-word token range, empty node
-                continue
-            cur.words.append(cols[1])
-            cur.upos.append(cols[3])
-            cur.heads.append(int(cols[6]) if cols[6].isdigit() else -1)
-    if cur is not None and cur.words:
-        out.append(cur)
-    for s in out:
-        if any(h < 0 for h in s.heads):
-            s.heads = None
-        if all(u == "_" for u in s.upos):
-            s.upos = None
+    """Words (and gold heads/UPOS when present) of every sentence of a CoNLL-U file, through the one
+    CoNLL-U validator (:func:`structnmt.syntax.io.read_conllu_sentences`): a gold tree with a cycle,
+    two roots, a head out of range or a HEAD that is not an integer is refused, naming the file and
+    line; a sentence whose HEAD column is all ``_`` is read as words to parse."""
+    from .syntax.io import read_conllu_sentences
+
+    out = []
+    for cs in read_conllu_sentences(path, heads_optional=True):
+        upos = None if all(u == "_" for u in cs.upos) else list(cs.upos)
+        heads = None if cs.tree is None else list(cs.tree.heads)
+        out.append(Sentence(list(cs.words), heads, upos, line=cs.start_line, comments=list(cs.comments)))
     return out
 
 
@@ -339,10 +316,10 @@ def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Pat
         raise UserError(f"--scores {scores}: use one of {', '.join(SCORES)}.")
     if punct not in PUNCT_PROTOCOLS:
         raise UserError(f"--punct {punct}: use one of {', '.join(PUNCT_PROTOCOLS)}.")
-    tr = Translator(checkpoint)
-    sents = read_words(conllu)
+    sents = read_words(conllu)  # the input is checked before the model is loaded
     if not sents:
-        raise UserError(f"{conllu}: no sentences.")
+        raise UserError(f"{conllu}: no sentences; give a CoNLL-U file with at least one sentence.")
+    tr = Translator(checkpoint)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     texts = [" ".join(s.words) for s in sents]

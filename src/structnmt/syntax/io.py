@@ -297,11 +297,16 @@ def write_ptb(trees: Iterable[ConstituencyTree], path: str | Path) -> int:
 
 
 def _check_tree(heads: list[int], lines: list[int], path: str, start_line: int) -> None:
-    """Heads are in range already; require a root and no cycle."""
+    """Heads are in range already; require exactly one root and no cycle."""
     n = len(heads)
     if 0 not in heads:
         raise TreeFormatError(path, start_line, f"sentence starting at line {start_line} has no root "
                               "(no word with HEAD 0)", "attach the main predicate to 0")
+    roots = [i for i, h in enumerate(heads) if h == 0]
+    if len(roots) > 1:
+        raise TreeFormatError(path, lines[roots[1]], f"sentence starting at line {start_line} has {len(roots)} roots "
+                              f"(words {', '.join(str(r + 1) for r in roots)} have HEAD 0)",
+                              "attach all but the main predicate to a word of the sentence")
     state = [0] * n  # 0 unseen, 1 on current path, 2 reaches root
     for i in range(n):
         path_nodes = []
@@ -328,15 +333,17 @@ def _check_tree(heads: list[int], lines: list[int], path: str, start_line: int) 
 class ConlluSentence:
     """A CoNLL-U sentence: the tree plus what the tree has no room for."""
 
-    tree: DependencyTree
+    tree: DependencyTree | None  # None: a sentence without heads (read with heads_optional)
     text: str | None = None
     sent_id: str | None = None
     comments: list[str] = field(default_factory=list)
     multiword_tokens: list[tuple[int, int, str]] = field(default_factory=list)
     start_line: int = 0
+    words: list[str] = field(default_factory=list)  # the syntactic words (FORM), also without a tree
+    upos: list[str] = field(default_factory=list)
 
 
-def _parse_conllu_block(block: list[tuple[int, str]], path: str) -> ConlluSentence:
+def _parse_conllu_block(block: list[tuple[int, str]], path: str, heads_optional: bool = False) -> ConlluSentence:
     start_line = block[0][0]
     comments: list[str] = []
     text = sent_id = None
@@ -376,7 +383,7 @@ def _parse_conllu_block(block: list[tuple[int, str]], path: str) -> ConlluSenten
             raise TreeFormatError(path, lineno, f"word ID {wid!r} where {len(words) + 1} was expected",
                                   "number the words 1, 2, 3, ... in order")
         try:
-            h = int(cols[6])
+            h = -1 if heads_optional and cols[6] == "_" else int(cols[6])
         except ValueError:
             raise TreeFormatError(path, lineno, f"HEAD {cols[6]!r} is not an integer",
                                   "give the 1-based ID of the head word, or 0 for the root") from None
@@ -391,6 +398,13 @@ def _parse_conllu_block(block: list[tuple[int, str]], path: str) -> ConlluSenten
         raise TreeFormatError(path, start_line, "sentence has comments but no words",
                               "remove the comments or add the word lines")
     n = len(words)
+    if heads_optional and -1 in heads:  # words only (HEAD "_"): no tree to check, unless some word has a head
+        if any(h != -1 for h in heads):
+            i = next(k for k, h in enumerate(heads) if h == -1)
+            raise TreeFormatError(path, lines[i], "HEAD '_' in a sentence whose other words have heads",
+                                  "give every word of the sentence a head, or none (all '_')")
+        return ConlluSentence(tree=None, text=text, sent_id=sent_id, comments=comments, multiword_tokens=mwt,
+                              start_line=start_line, words=words, upos=upos)
     for i, h in enumerate(heads):
         if h < 0 or h > n or h == i + 1:
             what = "points at the word itself" if h == i + 1 else f"is out of range 0..{n}"
@@ -407,22 +421,25 @@ def _parse_conllu_block(block: list[tuple[int, str]], path: str) -> ConlluSenten
         lemmas=None if all(x == "_" for x in lemmas) else lemmas,
     )
     return ConlluSentence(tree=tree, text=text, sent_id=sent_id, comments=comments,
-                          multiword_tokens=mwt, start_line=start_line)
+                          multiword_tokens=mwt, start_line=start_line, words=words, upos=upos)
 
 
-def read_conllu_sentences(path: str | Path) -> Iterator[ConlluSentence]:
-    """Yield every sentence with its comments, text and multi-word tokens."""
+def read_conllu_sentences(path: str | Path, *, heads_optional: bool = False) -> Iterator[ConlluSentence]:
+    """Yield every sentence with its comments, text and multi-word tokens, each checked: 10 columns,
+    word IDs in order, integer heads in range, exactly one root, no cycle (:class:`TreeFormatError`
+    names the file and line). ``heads_optional``: a sentence whose HEAD column is all ``_`` (a file of
+    IDs and forms to be parsed) is yielded with ``tree=None`` and its words."""
     p = str(path)
     block: list[tuple[int, str]] = []
     for lineno, line in enumerate(_read_lines(p), 1):
         if not line.strip():
             if block:
-                yield _parse_conllu_block(block, p)
+                yield _parse_conllu_block(block, p, heads_optional)
                 block = []
             continue
         block.append((lineno, line))
     if block:  # no final blank line: fine
-        yield _parse_conllu_block(block, p)
+        yield _parse_conllu_block(block, p, heads_optional)
 
 
 def read_conllu_with_text(path: str | Path) -> Iterator[tuple[DependencyTree, str | None]]:

@@ -602,3 +602,12 @@ def test_average_refuses_a_training_owned_name_and_leaves_nothing_partial_on_a_f
     assert_user_error(code, err, f"{tmp_path / 'avg.pt'}: no space left on the device")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["avg.pt"]  # no temporary file left
     assert (tmp_path / "avg.pt").read_bytes() == b"an older average"  # the old output stays whole
+
+
+def test_translate_refuses_parses_a_plain_model_would_ignore(trained, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("a b\n")
+    (tmp_path / "in.conllu").write_text("1\ta\t_\t_\t_\t_\t0\troot\t_\t_\n2\tb\t_\t_\t_\t_\t1\tdep\t_\t_\n\n")
+    code, _, err = cli(capsys, "translate", "--checkpoint", trained / "run" / "checkpoint_last.pt", "--input",
+                       tmp_path / "in.txt", "--output", tmp_path / "out.txt", "--parse-dependency", tmp_path / "in.conllu")
+    assert_user_error(code, err, "--parse-dependency", "reads no parses", "drop --parse-dependency")
+    assert not (tmp_path / "out.txt").exists()

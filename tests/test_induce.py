@@ -149,6 +149,10 @@ def test_induce_end_to_end(synth_data, tmp_path):
     with pytest.raises(UserError, match="--punct"):
         run_induce(checkpoint=tmp_path / "m" / "checkpoint_last.pt", conllu=gold, out_dir=tmp_path / "x",
                    punct="drop")
+    # --layer/--head select a Transformer layer's attention: an RNN would ignore them, so they are refused
+    with pytest.raises(UserError, match="is an RNN, whose one arc scorer gives the trees; .* drop them"):
+        run_induce(checkpoint=tmp_path / "m" / "checkpoint_last.pt", conllu=gold, out_dir=tmp_path / "y", layer=1)
+    assert not (tmp_path / "y").exists()
     # Figs. 4 and 5: only sentences of at least 3 words are drawn (here the first), trees as written
     drawn = run_induce(checkpoint=tmp_path / "m" / "checkpoint_last.pt", conllu=gold, out_dir=tmp_path / "pic",
                        draw=3)

@@ -320,6 +320,9 @@ def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Pat
     if not sents:
         raise UserError(f"{conllu}: no sentences; give a CoNLL-U file with at least one sentence.")
     tr = Translator(checkpoint)
+    if tr.cfg.model.family == "rnn" and (layer or head):
+        raise UserError(f"--layer {layer} --head {head}: {checkpoint} is an RNN, whose one arc scorer gives the trees; "
+                        "--layer and --head select a Transformer layer's attention, drop them.")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     texts = [" ".join(s.words) for s in sents]

@@ -314,6 +314,10 @@ class Translator:
         self.parser_cfg = None
         self.label_ids: dict[str, int] = {}
         self.structures = {**self.cfg.data.structures, **self.model.required_structures()}
+        if parser_overrides and not self.structures:
+            flags = " and ".join(f"--parse-{k.split('_')[0]}" for k in parser_overrides)
+            raise UserError(f"{flags}: {checkpoint} reads no parses (its attention uses no structure), so the "
+                            f"trees would be ignored; drop {flags}.")
         if self.structures:
             from ..config import _build
             from ..syntax.parsers import ParserConfig

@@ -128,6 +128,41 @@ def test_translate_command_uses_an_export_and_export_refuses_what_it_cannot_do(s
     assert not (ct2 / "stale_vocabulary.json").exists() and (ct2 / "my_notes.txt").read_text() == "keep"
     assert "my_notes.txt" not in json.loads((ct2 / MARKER).read_text())["files"]
     capsys.readouterr()
+    # a failure while writing a new export (a full disk) leaves the earlier one whole, and nothing half-written
+    import errno
+
+    import structnmt.export as export_mod
+
+    before = {p.name: p.read_bytes() for p in ct2.iterdir()}
+
+    def full_disk(d, *args):
+        (d / "model.bin").write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device", str(d / "model.bin"))
+
+    real_write = export_mod._write_export
+    export_mod._write_export = full_disk
+    try:
+        assert main(["export", "--checkpoint", str(ckpt), "--out", str(ct2)]) == 2
+    finally:
+        export_mod._write_export = real_write
+    assert "no space left on the device" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in ct2.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".ct2")] == []
+    # the export's description truncated, or its SentencePiece model swapped for another: refused, not
+    # translated with the wrong pieces
+    meta_text = (ct2 / MARKER).read_text()
+    (ct2 / MARKER).write_text(meta_text[: len(meta_text) // 2])
+    assert main(["translate", "--checkpoint", str(ct2), "--input", str(inp), "--output", str(tmp_path / "e.txt")]) == 2
+    assert "not a readable structnmt export description" in capsys.readouterr().err
+    (ct2 / MARKER).write_text(meta_text)
+    swapped = json.loads(meta_text)
+    swapped["source_sha256"] = "0" * 64  # as if source.spm.model were not the exported one
+    (ct2 / MARKER).write_text(json.dumps(swapped))
+    assert main(["translate", "--checkpoint", str(ct2), "--input", str(inp), "--output", str(tmp_path / "e.txt")]) == 2
+    err = capsys.readouterr().err
+    assert "source.spm.model: not the SentencePiece model" in err and "Traceback" not in err
+    assert not (tmp_path / "e.txt").exists()
+    (ct2 / MARKER).write_text(meta_text)
     # the shortest limit (EOS forced at the first step) gives empty translations on both, not an error
     for source, name in ((ckpt, "c.txt"), (ct2, "d.txt")):
         assert main(["translate", "--checkpoint", str(source), "--input", str(inp), "--output", str(tmp_path / name),

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,28 +170,58 @@ def export_ctranslate2(checkpoint: str | Path, out_dir: str | Path, *, quantizat
     spec = build_spec(model.eval(), cfg, src_vocab, tgt_vocab)
     spec.validate()
     spec.optimize(quantization=quantization)
-    if (out / MARKER).is_file():  # an earlier export: remove the files it wrote (they may not all be rewritten)
-        try:
-            earlier = json.loads((out / MARKER).read_text(encoding="utf-8")).get("files", [])
-        except (OSError, ValueError):
-            earlier = []
-        for name in [*earlier, MARKER]:
-            if "/" not in name and (out / name).is_file():
-                (out / name).unlink()
-    before = set(p.name for p in out.iterdir()) if out.exists() else set()
-    out.mkdir(parents=True, exist_ok=True)
-    spec.save(str(out))
-    (out / "source.spm.model").write_bytes(src_vocab.proto)
-    (out / "target.spm.model").write_bytes(tgt_vocab.proto)
-    written = sorted(p.name for p in out.iterdir() if p.is_file() and p.name not in before)
     meta = {"checkpoint": str(Path(checkpoint).resolve()), "quantization": quantization or "none",
             "source_sha256": src_vocab.sha256, "target_sha256": tgt_vocab.sha256,
             "lowercase": {"source": src_vocab.lowercase, "target": tgt_vocab.lowercase},
             "decode": {k: getattr(cfg.decode, k) for k in ("beam", "lenpen", "max_len_a", "max_len_b", "nbest",
                                                             "batch_size")},
-            "max_positions": cfg.model.max_positions, "vocab_files": state["vocab"], "files": written}
-    (out / MARKER).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+            "max_positions": cfg.model.max_positions, "vocab_files": state["vocab"]}
+    _write_swapped(out, lambda d: _write_export(d, spec, src_vocab, tgt_vocab, meta))
     return out
+
+
+def _write_export(d: Path, spec, src_vocab: Vocab, tgt_vocab: Vocab, meta: dict) -> None:
+    spec.save(str(d))
+    (d / "source.spm.model").write_bytes(src_vocab.proto)
+    (d / "target.spm.model").write_bytes(tgt_vocab.proto)
+    meta = {**meta, "files": sorted(p.name for p in d.iterdir() if p.is_file())}
+    (d / MARKER).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
+def _not_written_by_export(out: Path) -> list[Path]:
+    """The entries of an earlier export directory that its export did not write (the user's own files)."""
+    if not (out / MARKER).is_file():
+        return []
+    try:
+        written = set(json.loads((out / MARKER).read_text(encoding="utf-8")).get("files", []))
+    except (OSError, ValueError, AttributeError):
+        written = set()
+    return [p for p in out.iterdir() if p.name not in written | {MARKER}]
+
+
+def _write_swapped(out: Path, write) -> None:
+    """Build the export in a new directory beside ``out`` and swap it in only when complete: a failure (a
+    full disk) leaves the earlier export whole, and no half-written directory behind."""
+    import shutil
+    import tempfile
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    new = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".new", dir=out.parent))
+    try:
+        write(new)
+        for p in _not_written_by_export(out):  # a file the user put in the earlier export moves with it (a copy,
+            copy = shutil.copytree if p.is_dir() else shutil.copy2  # so that a failure leaves the original)
+            copy(p, new / p.name)
+        old = None
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+            os.replace(out, old / out.name)
+        os.replace(new, out)
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def is_export(path: str | Path) -> bool:
@@ -220,10 +251,22 @@ class CT2Translator:
         if kind == "cuda" and ctranslate2.get_cuda_device_count() <= int(index or 0):
             raise ExportError(f"--device {device}: CTranslate2 sees {ctranslate2.get_cuda_device_count()} CUDA "
                               "device(s); use --device cpu.")
-        self.meta = json.loads((d / MARKER).read_text(encoding="utf-8"))
+        try:
+            self.meta = json.loads((d / MARKER).read_text(encoding="utf-8"))
+        except ValueError:
+            self.meta = None
+        needed = ("source_sha256", "target_sha256", "decode", "max_positions", "vocab_files")
+        if not isinstance(self.meta, dict) or any(k not in self.meta for k in needed):
+            raise ExportError(f"{d / MARKER}: not a readable structnmt export description (truncated or edited); "
+                              "export the checkpoint again with structnmt export.")
         lowercase = self.meta.get("lowercase", {})  # exports of `prepare --lowercase` models
         self.src_vocab = Vocab(d / "source.spm.model", lowercase=lowercase.get("source", False))
         self.tgt_vocab = Vocab(d / "target.spm.model", lowercase=lowercase.get("target", False))
+        for side, vocab in (("source", self.src_vocab), ("target", self.tgt_vocab)):
+            if vocab.sha256 != self.meta[f"{side}_sha256"]:
+                raise ExportError(f"{d / (side + '.spm.model')}: not the SentencePiece model {d} was exported with "
+                                  "(its SHA-256 differs from the one recorded); the translations would be wrong. "
+                                  "Restore the file or export the checkpoint again.")
         if data_dir is not None:
             from .train.checkpoint import dataset_vocabs
 
@@ -234,8 +277,11 @@ class CT2Translator:
         self.decode = DecodeConfig(**self.meta["decode"])
         self.max_positions = int(self.meta["max_positions"])
         self.too_long: list[int] = []
-        self.translator = ctranslate2.Translator(str(d), device=kind, device_index=int(index or 0),
-                                                 intra_threads=threads or 0)
+        try:
+            self.translator = ctranslate2.Translator(str(d), device=kind, device_index=int(index or 0),
+                                                     intra_threads=threads or 0)
+        except RuntimeError as err:  # a truncated or corrupt model.bin
+            raise ExportError(f"{d}: CTranslate2 cannot load this export ({err}); export the checkpoint again.") from None
 
     def translate(self, lines: list[str], dcfg: DecodeConfig | None = None) -> list[list[CT2Translation]]:
         dcfg = dcfg or self.decode

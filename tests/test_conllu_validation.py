@@ -97,3 +97,15 @@ def test_induce_refuses_bad_gold_trees_in_one_sentence(tmp_path, capsys, cells, 
     err = capsys.readouterr().err
     assert code == 2 and fragment in err and str(gold) in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_induce_does_not_replace_a_report_it_did_not_write(tmp_path, capsys):
+    gold = tmp_path / "gold.conllu"
+    gold.write_text(conllu([0, 1, 1]))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "induce.md").write_text("my analysis")
+    code = main(["induce", "--checkpoint", str(tmp_path / "missing.pt"), "--conllu", str(gold), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "induce.md: exists and was not written by a structnmt command" in err
+    assert (out / "induce.md").read_text() == "my analysis"

@@ -119,6 +119,16 @@ def test_head_roles_command_compares_runs(runs, tmp_path, capsys):
     assert cli_main(["head-roles", str(runs / "plain"), "--labels", "a", "b", "--out", str(out)]) == 2
     assert cli_main(["head-roles", str(tmp_path), "--out", str(out)]) == 2
     assert "no head-role records" in capsys.readouterr().err
+    # a report directory: the command replaces what it wrote, never a file it did not write
+    assert cli_main(["head-roles", str(runs / "plain"), "--out", str(out)]) == 0
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "head_roles.md").write_text("my notes")
+    capsys.readouterr()
+    assert cli_main(["head-roles", str(runs / "plain"), "--out", str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert "head_roles.md: exists and was not written by a structnmt command" in err and "Traceback" not in err
+    assert (mine / "head_roles.md").read_text() == "my notes" and not (mine / "head_roles.png").exists()
 
 
 def test_counter_and_table_on_hand_made_roles():

@@ -64,6 +64,13 @@ def test_cli_writes_the_png_and_its_numbers(tmp_path):
     assert "| 0.1 | fixed gate 0.1 | 24.00 |" in md and "| — | dynamic gate (reference) | 27.00 |" in md
     written = plot_sweep(path, r"fixed gate (?P<x>[0-9.]+)", tmp_path / "b.png", column="bleu_mean")
     assert "± 0.20" in written[1].read_text()
+    # run again: its own files are replaced; a results.md it did not write (an experiment's report) is not
+    assert main(["sweep-plot", str(path), "--pattern", r"fixed gate (?P<x>[0-9.]+)", "--out", str(out)]) == 0
+    (tmp_path / "results.md").write_text("the experiment's report")
+    assert main(["sweep-plot", str(path), "--pattern", r"fixed gate (?P<x>[0-9.]+)",
+                 "--out", str(tmp_path / "results.png")]) == 2
+    assert (tmp_path / "results.md").read_text() == "the experiment's report"
+    assert not (tmp_path / "results.png").exists()
 
 
 def test_where_selects_one_split_and_std_columns_give_error_bars(tmp_path):

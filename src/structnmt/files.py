@@ -28,7 +28,9 @@ TRAINING_OWNED = re.compile(r"^checkpoint_(last|best|\d+)\.pt$")
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it replaces ``path``, on failure it is removed."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+    # the temporary name keeps the output's extension, for writers that pick a format by it (matplotlib)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{path.suffix}",
+                               dir=path.parent if str(path.parent) else ".")
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -68,3 +70,62 @@ def check_writable(path: str | Path) -> None:
     finally:
         os.close(fd)
         os.unlink(tmp)
+
+
+#: the record, in a report directory, of the files structnmt commands wrote there
+MANIFEST = ".structnmt-written.json"
+
+
+class OutputDir:
+    """A directory a command writes its report files into, under one rule: a file there that no structnmt
+    command wrote is never replaced (refused in one sentence, before the work where the names are known),
+    a file a command wrote is replaced atomically. What was written is recorded in :data:`MANIFEST`.
+
+    ``expect``: the names the command will write, checked at once (the others when they are written). The
+    directory is made when the first file is written, so a command refused before that leaves nothing."""
+
+    def __init__(self, path: str | Path, command: str, expect: tuple[str, ...] = ()):
+        import json
+
+        from .errors import UserError
+
+        self.path, self.command = Path(path), command
+        if self.path.exists() and not self.path.is_dir():
+            raise UserError(f"--out {self.path}: is a file; give a directory for the report.")
+        try:
+            self.written = set(json.loads((self.path / MANIFEST).read_text(encoding="utf-8")).get("files", []))
+        except (OSError, ValueError, AttributeError):
+            self.written = set()
+        for name in expect:
+            self._check(name)
+
+    def _check(self, name: str) -> Path:
+        from .errors import UserError
+
+        p = self.path / name
+        if p.exists() and name not in self.written:
+            raise UserError(f"{p}: exists and was not written by a structnmt command, so `structnmt {self.command}` "
+                            "does not replace it; give another --out or move the file away.")
+        return p
+
+    def claim(self, name: str) -> Path:
+        """The path to write ``name`` to (checked), recorded as written by this command."""
+        import json
+
+        p = self._check(name)
+        self.path.mkdir(parents=True, exist_ok=True)  # made at the first file, not when only checked
+        self.written.add(name)
+        atomic_write_text(self.path / MANIFEST, json.dumps({"files": sorted(self.written)}, indent=1) + "\n")
+        return p
+
+    def write_text(self, name: str, text: str) -> Path:
+        p = self.claim(name)
+        atomic_write_text(p, text)
+        return p
+
+    def write_with(self, name: str, writer) -> Path:
+        """``writer(path)`` writes the file (a picture, say) to a temporary path, renamed over ``name``."""
+        p = self.claim(name)
+        with atomic_path(p) as tmp:
+            writer(tmp)
+        return p

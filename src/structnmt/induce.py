@@ -319,12 +319,14 @@ def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Pat
     sents = read_words(conllu)  # the input is checked before the model is loaded
     if not sents:
         raise UserError(f"{conllu}: no sentences; give a CoNLL-U file with at least one sentence.")
+    from .files import OutputDir
+
+    stem = Path(str(conllu)).name.replace(".gz", "").replace(".conllu", "")
+    out = OutputDir(out_dir, "induce", expect=(f"{stem}.induced.conllu", "induce.json", "induce.md"))
     tr = Translator(checkpoint)
     if tr.cfg.model.family == "rnn" and (layer or head):
         raise UserError(f"--layer {layer} --head {head}: {checkpoint} is an RNN, whose one arc scorer gives the trees; "
                         "--layer and --head select a Transformer layer's attention, drop them.")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     texts = [" ".join(s.words) for s in sents]
     sources = encode_sources(tr.src_vocab, texts)
     limit = tr.cfg.model.max_positions
@@ -356,17 +358,16 @@ def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Pat
             failed.append((s.line, str(err)))
             pred.append(branching(len(s.words), "R"))
             word_scores.append(None)
-    written = [_write_conllu(out / (Path(str(conllu)).name.replace(".gz", "").replace(".conllu", "") +
-                                    ".induced.conllu"), sents, pred)]
+    written = [_write_conllu(out, f"{stem}.induced.conllu", sents, pred)]
     if drawn:
         from .analysis.trees import draw_head_weights, draw_tree
 
         for i, beta_words in drawn:
             s = sents[i]
-            written.append(draw_head_weights(s.words, beta_words, out / f"sent{i + 1}_heads.png",
-                                             f"sentence {i + 1}: attention over head words (beta, eq. 24 collapsed)"))
-            written.append(draw_tree(s.words, pred[i], out / f"sent{i + 1}_tree.png", s.heads,
-                                     f"sentence {i + 1}: induced tree"))
+            written.append(out.write_with(f"sent{i + 1}_heads.png", lambda p, s=s, b=beta_words, i=i: draw_head_weights(
+                s.words, b, p, f"sentence {i + 1}: attention over head words (beta, eq. 24 collapsed)")))
+            written.append(out.write_with(f"sent{i + 1}_tree.png", lambda p, s=s, i=i: draw_tree(
+                s.words, pred[i], p, s.heads, f"sentence {i + 1}: induced tree")))
     report = {"checkpoint": str(checkpoint), "input": str(conllu), "scores": scores, "punct": punct,
               "sentences": len(sents), "not_encoded": [{"line": ln, "why": why} for ln, why in failed],
               "shape": tree_shape([p for p, ws in zip(pred, word_scores) if ws is not None])}
@@ -404,12 +405,11 @@ def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Pat
                                      "model": productions(model_trees, views, skip)}
         written += _write_report(out, report)
     else:
-        (out / "induce.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
-        written.append(out / "induce.json")
+        written.append(out.write_text("induce.json", json.dumps(report, indent=1)))
     return written
 
 
-def _write_conllu(path: Path, sents: list[Sentence], pred: list[list[int]]) -> Path:
+def _write_conllu(out, name: str, sents: list[Sentence], pred: list[list[int]]) -> Path:
     lines = []
     for s, heads in zip(sents, pred):
         lines += s.comments
@@ -417,12 +417,12 @@ def _write_conllu(path: Path, sents: list[Sentence], pred: list[list[int]]) -> P
             upos = s.upos[i - 1] if s.upos is not None else "_"
             lines.append(f"{i}\t{w}\t_\t{upos}\t_\t_\t{h}\t{'root' if h == 0 else 'dep'}\t_\t_")
         lines.append("")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return out.write_text(name, "\n".join(lines) + "\n")
 
 
-def _write_report(out: Path, r: dict) -> list[Path]:
-    (out / "induce.json").write_text(json.dumps(r, indent=1), encoding="utf-8")
+def _write_report(out, r: dict) -> list[Path]:
+    """induce.json and induce.md into ``out`` (a :class:`structnmt.files.OutputDir`)."""
+    json_path = out.write_text("induce.json", json.dumps(r, indent=1))
     how = ("gold PUNCT removed from the sentence, trees over the other words" if r["punct"] == "reduce" else
            "one tree over the whole sentence, gold-PUNCT dependents not scored")
     md = [f"# Induced trees: {r['input']}", "", f"Checkpoint: `{r['checkpoint']}`, scores: {r['scores']}; "
@@ -450,8 +450,7 @@ def _write_report(out: Path, r: dict) -> list[Path]:
             for d in list(gold.get(h, {}))[:4]:
                 vals = [r["productions"][k].get(h, {}).get(d, 0.0) for k in ("gold", "left", "model")]
                 md.append(f"| {h} → {d} | " + " | ".join(f"{v:.1f}" for v in vals) + " |")
-    (out / "induce.md").write_text("\n".join(md) + "\n", encoding="utf-8")
-    return [out / "induce.json", out / "induce.md"]
+    return [json_path, out.write_text("induce.md", "\n".join(md) + "\n")]
 
 
 # --------------------------------------------------------------------------- Tables 3 and 4 across models

@@ -173,9 +173,8 @@ def compare_runs(run_dirs: list[str], labels: list[str] | None, out_dir: str | P
         raise UserError(f"head-roles: {len(labels)} labels for {len(run_dirs)} runs; give one label per run.")
     runs = [(labels[i] if labels else Path(d).name, read_head_roles(Path(d) / "head_roles.jsonl"))
             for i, d in enumerate(run_dirs)]
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    png, md = out / "head_roles.png", out / "head_roles.md"
-    plot_head_roles(runs, png)
-    md.write_text(head_roles_table(runs), encoding="utf-8")
-    return [png, md]
+    from ..files import OutputDir
+
+    out = OutputDir(out_dir, "head-roles", expect=("head_roles.png", "head_roles.md"))
+    png = out.write_with("head_roles.png", lambda p: plot_head_roles(runs, p))
+    return [png, out.write_text("head_roles.md", head_roles_table(runs))]

@@ -537,7 +537,8 @@ def _pct(x) -> str:
     return "–" if x is None else f"{100 * x:.2f}"
 
 
-def write_report(out: Path, result: dict) -> Path:
+def write_report(out, result: dict) -> Path:
+    """probe.md into ``out`` (a :class:`structnmt.files.OutputDir`)."""
     cols = [(result["name"], result)]
     for path in result["config"]["compare"]:
         other = json.loads(Path(path).read_text())
@@ -584,9 +585,7 @@ def write_report(out: Path, result: dict) -> Path:
               "- best epoch per task (valid accuracy): "
               + ", ".join(f"{t} {result['tasks'][t]['best_epoch']} ({_pct(result['tasks'][t]['valid_acc'])})" for t in tasks),
               ""]
-    path = out / "probe.md"
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
+    return out.write_text("probe.md", "\n".join(lines))
 
 
 # --------------------------------------------------------------------------- entry point
@@ -604,8 +603,10 @@ def run_probe(cfg: ProbeConfig, log=print) -> Path:
     if cfg.train.threads > 0:
         torch.set_num_threads(cfg.train.threads)
     device = _device(cfg.train.device)
-    out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    from ..files import OutputDir
+
+    outdir = OutputDir(cfg.out_dir, "probe", expect=("probe.json", "probe.md"))
+    out = outdir.path
     raw, skipped = read_corpus(cfg.corpus)
     n_read = len(raw) + sum(skipped.values())
     split_idx = split_indices(len(raw), cfg.split.ratios, cfg.split.seed)
@@ -623,6 +624,8 @@ def run_probe(cfg: ProbeConfig, log=print) -> Path:
             sp = Vocab(cfg.model.vocab).sp
             vocab_desc = f"`{cfg.model.vocab}` ({sp.get_piece_size()} pieces)"
         else:
+            outdir.claim("spm.model")
+            outdir.claim("spm.vocab")
             sp = train_sentencepiece((raw[i][0] for i in split_idx["train"]), out / "spm",
                                      vocab_size=cfg.model.vocab_size, num_threads=1).sp
             vocab_desc = (f"SentencePiece BPE trained on the training split, {sp.get_piece_size()} pieces "
@@ -701,5 +704,5 @@ def run_probe(cfg: ProbeConfig, log=print) -> Path:
         "tasks": results,
         **extra,
     }
-    (out / "probe.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    return write_report(out, result)
+    outdir.write_text("probe.json", json.dumps(result, indent=2) + "\n")
+    return write_report(outdir, result)

@@ -107,8 +107,11 @@ def plot_sweep(results: str | Path, pattern: str, out: str | Path, references: l
     from matplotlib.figure import Figure
 
     points, refs = sweep_points(read_rows(results), pattern, references or [], column, results, where)
+    from ..files import OutputDir
+
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    table = out.with_suffix(".md")
+    target = OutputDir(out.parent, "sweep-plot", expect=(out.name, table.name))  # checked before drawing
     fig = Figure(figsize=(5.2, 3.6))
     ax = fig.subplots()
     xs, ys, es = [p[0] for p in points], [p[1] for p in points], [p[2] for p in points]
@@ -131,10 +134,9 @@ def plot_sweep(results: str | Path, pattern: str, out: str | Path, references: l
     if title:
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(out, dpi=130)
+    target.write_with(out.name, lambda p: fig.savefig(p, dpi=130))
     md = [f"| {xlabel} | system | {column} |", "|---:|---|---:|"]
     md += [f"| {x:g} | {name} | {y:.2f}" + (f" ± {e:.2f}" if e else "") + " |" for x, y, e, name in points]
     md += [f"| — | {name} (reference) | {y:.2f}" + (f" ± {e:.2f}" if e else "") + " |" for name, y, e in refs]
-    table = out.with_suffix(".md")
-    table.write_text(f"From `{results}`.\n\n" + "\n".join(md) + "\n", encoding="utf-8")
+    target.write_text(table.name, f"From `{results}`.\n\n" + "\n".join(md) + "\n")
     return [out, table]

@@ -611,3 +611,19 @@ def test_translate_refuses_parses_a_plain_model_would_ignore(trained, tmp_path, 
                        tmp_path / "in.txt", "--output", tmp_path / "out.txt", "--parse-dependency", tmp_path / "in.conllu")
     assert_user_error(code, err, "--parse-dependency", "reads no parses", "drop --parse-dependency")
     assert not (tmp_path / "out.txt").exists()
+
+
+def test_analyze_an_empty_file_and_a_long_line(trained, synth_data, tmp_path, capsys):
+    import json
+
+    (tmp_path / "empty.txt").write_text("\n\n")
+    code, _, err = cli(capsys, "analyze", "--checkpoint", tmp_path / "missing.pt", "--input", tmp_path / "empty.txt",
+                       "--out", tmp_path / "maps")
+    assert_user_error(code, err, "empty.txt: no non-empty lines to analyse")  # said before any model is loaded
+    lines = (synth_data.parent / "corpus" / "test.src").read_text().splitlines()[:2]
+    (tmp_path / "in.txt").write_text("\n".join([" ".join(lines * 10), *lines]) + "\n")  # line 1: over 64 pieces
+    code, _, err = cli(capsys, "analyze", "--checkpoint", trained / "run" / "checkpoint_last.pt", "--input",
+                       tmp_path / "in.txt", "--out", tmp_path / "maps", "--sentences", "2")
+    assert code == 0, err
+    stats = json.loads((tmp_path / "maps" / "attention_stats.json").read_text())
+    assert stats["skipped_too_long"] == [1] and stats["sentences"] == 2

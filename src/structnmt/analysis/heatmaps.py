@@ -270,16 +270,25 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
 
     overrides = {k: v for k, v in (("dependency_file", parse_dependency),
                                    ("constituency_file", parse_constituency)) if v}
+    texts = _read_texts(input_path)  # the input is checked before the model is loaded
+    if not texts:
+        raise UserError(f"{input_path}: no non-empty lines to analyse; give a file with at least one sentence.")
     tr = Translator(checkpoint, parser_overrides=overrides)
     model, dev = tr.model, tr.device
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    texts = _read_texts(input_path)
-    if not texts:
-        raise ValueError(f"{input_path}: no non-empty lines to analyse.")
-    chosen = list(range(min(max(sentences, stats_sentences, 1), len(texts))))
+    # the first lines that fit the model's positions: a longer line is skipped (and said), not the whole job
+    limit, wanted = tr.cfg.model.max_positions, max(sentences, stats_sentences, 1)
+    encoded = encode_sources(tr.src_vocab, texts)
+    fits = [i for i, ids in enumerate(encoded) if len(ids) <= limit]
+    too_long = [i + 1 for i, ids in enumerate(encoded[: (fits[wanted - 1] if len(fits) >= wanted else len(texts))])
+                if len(ids) > limit]
+    if not fits:
+        raise UserError(f"{input_path}: every line is longer than the model's {limit} positions "
+                        "(model.max_positions); give shorter sentences.")
+    chosen = fits[:wanted]
     drawn = min(max(sentences, 0), len(chosen))
-    sources = encode_sources(tr.src_vocab, [texts[i] for i in chosen])
+    sources = [encoded[i] for i in chosen]
     structs = _structures_for(tr, texts, chosen, [len(s) for s in sources])
     tag_names = {i: x for x, i in tr.label_ids.items()}
 
@@ -520,6 +529,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
 
     # ---- attention_stats.json
     stats: dict = {"checkpoint": str(checkpoint), "input": str(input_path), "sentences": len(chosen),
+                   "skipped_too_long": too_long,  # non-empty lines (1-based) over model.max_positions, skipped
                    "drawn_sentences": drawn, "entropy_unit": "nats"}
     for role, n_layers in (("encoder_self", len(enc_layers)),
                            ("decoder_self", len(getattr(model, "decoder_layers", []))),

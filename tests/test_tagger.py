@@ -185,6 +185,12 @@ def test_cli_row_and_jobs_refuse_bad_input_in_one_sentence(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "train.max_batch_nodes=-5 must be 0 (whole batches) or a positive node count." in err
     assert "Traceback" not in err
+    # a corpus too small for its three splits (no file 9 for the test split): one sentence, not a division by zero
+    (tmp_path / "small").mkdir()
+    small = tag_config(tmp_path / "small", files="[[3, 4], [5, 5], [9, 9]]", epochs=1)
+    assert main(["tag", str(small)]) == 2
+    err = capsys.readouterr().err
+    assert "split(s) hold no words" in err and "raise corpus.limit" in err and "Traceback" not in err
     for bad, fragment in (("train.epochs=0", "train.epochs=0 must be at least 1"),
                           ("train.batch_size=0", "train.batch_size=0 must be at least 1"),
                           ("train.lr=0", "train.lr=0.0 must be a positive number")):

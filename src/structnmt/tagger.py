@@ -538,14 +538,19 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, r
         raise ConfigError(f"{config}: no row named '{unknown[0]}'; its rows are: "
                           + "; ".join(r.name for r in rows) + ".")
     selected = [r.name for r in rows if not only_rows or r.name in only_rows]
-    if jobs > 1 and not report_only:
-        _train_rows_in_processes(config, overrides or [], [n for n in selected if not (
-            row_dir(out, n) / "result.json").is_file()], out, jobs, log)
     if base.corpus.name == "ptb":
         splits, stats = read_ptb(base.corpus.path, base.split.ptb_files, base.corpus.limit)
     else:
         splits, stats = read_ud(base.corpus.path, base.split.ratios, base.corpus.limit)
     sizes = {k: (len(v), sum(len(s.words) for s in v)) for k, v in splits.items()}
+    empty = [k for k, (_, words) in sizes.items() if words == 0]
+    if empty:  # a tiny corpus (or corpus.limit): an accuracy over no words is not a number
+        raise ConfigError(f"{base.corpus.path}: the {', '.join(empty)} split(s) hold no words ("
+                          + ", ".join(f"{k} {n} sentences" for k, (n, _) in sizes.items())
+                          + "); every split needs some: use a larger corpus, raise corpus.limit or change split.*.")
+    if jobs > 1 and not report_only:
+        _train_rows_in_processes(config, overrides or [], [n for n in selected if not (
+            row_dir(out, n) / "result.json").is_file()], out, jobs, log)
     log(f"tag: {base.corpus.name} {base.corpus.path}: " + ", ".join(f"{k} {n:,} sentences / {t:,} words"
                                                                     for k, (n, t) in sizes.items()))
     gold_trees = {k: [s.tree for s in v] for k, v in splits.items()}

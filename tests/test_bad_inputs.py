@@ -627,3 +627,27 @@ def test_analyze_an_empty_file_and_a_long_line(trained, synth_data, tmp_path, ca
     assert code == 0, err
     stats = json.loads((tmp_path / "maps" / "attention_stats.json").read_text())
     assert stats["skipped_too_long"] == [1] and stats["sentences"] == 2
+
+
+def test_prepare_does_not_rebuild_a_dataset_a_training_reads(synth_data, tmp_path, capsys):
+    from structnmt.train.trainer import Trainer
+
+    data = tmp_path / "data-bin"
+    shutil.copytree(synth_data, data)
+    corpus = synth_data.parent / "corpus"
+    cfg = write_config(tmp_path / "cfg.yaml", data, tmp_path / "run")
+    from structnmt.config import load_config
+
+    trainer = Trainer(load_config(cfg), log=lambda *_: None)  # a live training of this dataset
+    before = tree_snapshot(data)
+    argv = ["prepare", "-s", "src", "-t", "tgt", "--trainpref", corpus / "train", "--validpref", corpus / "valid",
+            "--testpref", corpus / "test", "--destdir", data, "--vocab-size", "500", "--no-progress"]
+    try:
+        code, _, err = cli(capsys, *argv)
+        assert_user_error(code, err, "a running training reads this dataset", "another --destdir")
+        assert tree_snapshot(data) == before
+    finally:
+        trainer.close()
+    code, _, err = cli(capsys, *argv)  # the training ended: the dataset is rebuilt
+    assert code == 0, err
+    assert tree_snapshot(data) != before

@@ -51,7 +51,7 @@ from .checkpoint import (
     resume_state,
     vocab_entry,
 )
-from .lock import SaveDirLock, config_changes
+from .lock import SaveDirLock, config_changes, hold_dataset
 from .loss import label_smoothed_nll
 from .schedule import ScheduleError, check_schedule, learning_rate
 
@@ -221,6 +221,7 @@ class Trainer:
         if self.save_dir.exists() and not self.save_dir.is_dir():
             raise TrainingError(f"train.save_dir={self.save_dir} is a file; give a directory.")
         self.lock = None
+        self.data_lock = None  # shared lock on the dataset's manifest while the run lives
         if self.is_main:
             self.save_dir.mkdir(parents=True, exist_ok=True)
             self.lock = SaveDirLock(self.save_dir, log)
@@ -232,9 +233,12 @@ class Trainer:
             raise
 
     def close(self) -> None:
-        """Release the save_dir's lock (the run is over)."""
+        """Release the save_dir's and the dataset's locks (the run is over)."""
         if self.lock is not None:
             self.lock.release()
+        if self.data_lock is not None:
+            self.data_lock.close()
+            self.data_lock = None
 
     def _setup(self, cfg: Config, log) -> None:
         tc = cfg.train
@@ -244,6 +248,7 @@ class Trainer:
         torch.manual_seed(tc.seed)
 
         self.data = PreparedDataset(cfg.data.path)
+        self.data_lock = hold_dataset(cfg.data.path)  # `prepare` does not rebuild the data under this run
         cache = cfg.data.structure_cache_mb
         self.train_split = self.data.split("train", structure_cache_mb=cache)
         self.valid_split = self.data.split("valid", structure_cache_mb=cache) if "valid" in self.data.splits else None

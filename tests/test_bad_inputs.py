@@ -651,3 +651,28 @@ def test_prepare_does_not_rebuild_a_dataset_a_training_reads(synth_data, tmp_pat
     code, _, err = cli(capsys, *argv)  # the training ended: the dataset is rebuilt
     assert code == 0, err
     assert tree_snapshot(data) != before
+
+
+@pytest.mark.parametrize("case", ["binary_csv", "binary_grid", "truncated_induce_json", "corrupt_ptb_zip"])
+def test_corrupt_inputs_are_one_sentence(tmp_path, capsys, case):
+    junk = bytes(range(128, 256)) * 3  # not UTF-8, not a zip
+    if case == "binary_csv":
+        (tmp_path / "r.csv").write_bytes(junk)
+        argv, fragment = ["sweep-plot", tmp_path / "r.csv", "--pattern", "x(?P<x>1)", "--out", tmp_path / "o.png"], \
+            "r.csv: not a CSV text file"
+    elif case == "binary_grid":
+        (tmp_path / "g.yaml").write_bytes(junk)
+        argv, fragment = ["experiment", tmp_path / "g.yaml"], "g.yaml: not UTF-8 text"
+    elif case == "truncated_induce_json":
+        (tmp_path / "ind").mkdir()
+        (tmp_path / "ind" / "induce.json").write_text('{"model": {"DA": 1')
+        argv, fragment = ["induce-table", f"A={tmp_path / 'ind'}", "--out", tmp_path / "t.md"], \
+            "induce.json: not a readable induce report"
+    else:
+        (tmp_path / "ptb").mkdir()
+        for name in ("treebank.zip", "dependency_treebank.zip"):
+            (tmp_path / "ptb" / name).write_bytes(junk)
+        (tmp_path / "tag.yaml").write_text(f"corpus: {{name: ptb, path: {tmp_path / 'ptb'}}}\nout_dir: {tmp_path / 'o'}\n")
+        argv, fragment = ["tag", tmp_path / "tag.yaml"], "is not a readable zip archive"
+    code, _, err = cli(capsys, *argv)
+    assert_user_error(code, err, fragment)

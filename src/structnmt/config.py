@@ -402,6 +402,9 @@ def read_yaml_mapping(path: str | Path, what: str = "config file", expect: str =
         raise ConfigError(f"{p}: {what} not found; check the path.")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{p}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start}); the "
+                          f"{what.split(' (')[0]} must be a YAML text file.") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""

@@ -491,8 +491,12 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
         path = Path(d) / "induce.json"
         if not path.is_file():
             raise UserError(f"{path}: not found; run `structnmt induce ... --out {d}` first (or fix the directory).")
-        r = json.loads(path.read_text(encoding="utf-8"))
-        if "model" not in r:
+        try:
+            r = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            raise UserError(f"{path}: not a readable induce report (truncated or not JSON); run `structnmt induce "
+                            f"... --out {d}` again.") from None
+        if not isinstance(r, dict) or "model" not in r:
             raise UserError(f"{path}: scored no gold trees (its input has no heads); give induce outputs of a gold "
                             "CoNLL-U file.")
         reports.append((label, path, r))

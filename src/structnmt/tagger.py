@@ -224,7 +224,11 @@ def read_ptb(path: str | Path, files: list[list[int]], limit: int = 0) -> tuple[
         if not (root / name).is_file():
             raise ConfigError(f"{root / name}: not found; corpus.path must be the PTB sample folder "
                               "(../shared/data/ptb_sample).")
-    tb, dz = zipfile.ZipFile(root / "treebank.zip"), zipfile.ZipFile(root / "dependency_treebank.zip")
+    try:
+        tb, dz = zipfile.ZipFile(root / "treebank.zip"), zipfile.ZipFile(root / "dependency_treebank.zip")
+    except zipfile.BadZipFile as err:
+        raise ConfigError(f"{root}: treebank.zip or dependency_treebank.zip is not a readable zip archive ({err}); "
+                          "copy the PTB sample again (../shared/data/ptb_sample).") from None
     dp = {Path(n).stem: n for n in dz.namelist() if n.endswith(".dp")}
     out: dict[str, list[Sentence]] = {"train": [], "valid": [], "test": []}
     stats = Counter()

@@ -29,8 +29,12 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
     p = Path(path)
     if not p.is_file():
         raise UserError(f"{p}: no such results file; the experiment runner writes <out>/results.csv.")
-    with p.open(encoding="utf-8", newline="") as f:
-        rows = list(csv.DictReader(f))
+    try:
+        with p.open(encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise UserError(f"{p}: not a CSV text file ({err.__class__.__name__}); give the results.csv or "
+                        "generalization.csv an experiment wrote.") from None
     if rows and "system" in rows[0] and "System" not in rows[0]:  # results.csv names it in lower case
         rows = [{("System" if k == "system" else k): v for k, v in r.items()} for r in rows]
     if not rows or "System" not in rows[0]:

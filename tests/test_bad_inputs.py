@@ -676,3 +676,24 @@ def test_corrupt_inputs_are_one_sentence(tmp_path, capsys, case):
         argv, fragment = ["tag", tmp_path / "tag.yaml"], "is not a readable zip archive"
     code, _, err = cli(capsys, *argv)
     assert_user_error(code, err, fragment)
+
+
+def test_sigterm_ends_a_command_like_ctrl_c_without_a_traceback(tmp_path):
+    import signal
+
+    (tmp_path / "ref.txt").write_text("a b\n")
+    # `score` reading its hypotheses from a pipe that stays open: the command waits inside main()
+    proc = subprocess.Popen([sys.executable, "-m", "structnmt.cli", "score", "--hyp", "/dev/stdin", "--ref",
+                             str(tmp_path / "ref.txt")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+    def catches_sigterm() -> bool:  # the handler is installed: bit 15 of the caught-signals mask
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        mask = int(next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1], 16)
+        return bool(mask & (1 << (signal.SIGTERM - 1)))
+
+    while proc.poll() is None and not catches_sigterm():
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate()
+    assert proc.returncode == 2 and "structnmt: error: interrupted" in err and "Traceback" not in err

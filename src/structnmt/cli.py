@@ -714,6 +714,7 @@ def main(argv: list[str] | None = None) -> int:
             args.overrides = list(args.overrides or []) + extra
         else:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    restore = _terminate_as_interrupt()
     try:
         # freed tensor memory stays in the process (glibc); STRUCTNMT_MALLOC=system turns it off
         from .allocator import configure_allocator
@@ -733,6 +734,24 @@ def main(argv: list[str] | None = None) -> int:
         return _err(os_error_sentence(err))
     except KeyboardInterrupt:
         return _err("interrupted")
+    finally:
+        restore()
+
+
+def _terminate_as_interrupt():
+    """SIGTERM (a scheduler, `kill`) ends a command like Ctrl-C: cleanup runs (temporary files removed, worker
+    processes stopped) and one line is printed. Returns what restores the previous handler."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    return lambda: signal.signal(signal.SIGTERM, old)
 
 
 def _silence_stdout() -> None:

@@ -262,9 +262,14 @@ _POOL_MODEL: dict = {}
 
 
 def _pool_init(checkpoint: str, threads: int, data_dir, ready) -> None:
-    """A worker's start: load the model, then put None (or why it failed) on ``ready``."""
+    """A worker's start: load the model, then put None (or why it failed) on ``ready``. Ctrl-C and SIGTERM
+    are the parent's to handle (it stops the pool): a worker ignores them, so none prints a traceback."""
+    import signal
+
     from ..allocator import configure_allocator
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         configure_allocator()
         torch.set_num_threads(threads)

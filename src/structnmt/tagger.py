@@ -599,24 +599,35 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, r
 def _train_rows_in_processes(config, overrides: list[str], names: list[str], out: Path, jobs: int, log) -> None:
     """Train each named row in its own ``structnmt tag CONFIG --row NAME`` process, ``jobs`` at
     once; a row that fails is named with its log and the others go on."""
+    import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from .experiment.runner import launch_cli
+    from .experiment.runner import interrupt_pool, launch_cli
+
+    live: set = set()  # the row processes running now
+    stopping = threading.Event()  # Ctrl-C: no queued row starts
 
     def one(name: str) -> tuple[str, int, float]:
+        if stopping.is_set():
+            return name, -1, time.time()
         rdir = row_dir(out, name)
         rdir.mkdir(parents=True, exist_ok=True)
         log(f"tag: {name}: training in its own process (log {rdir / 'tag.log'})")
         t0 = time.time()
-        return name, launch_cli(["tag", str(config), "--row", name, *overrides], rdir / "tag.log"), t0
+        return name, launch_cli(["tag", str(config), "--row", name, *overrides], rdir / "tag.log", live), t0
 
     failed = []
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for name, rc, t0 in pool.map(one, names):
-            if rc:
-                failed.append(f"{name} (exit status {rc}; see {row_dir(out, name) / 'tag.log'})")
-            else:
-                log(f"tag: {name}: finished in {time.time() - t0:.0f} s")
+        try:
+            for name, rc, t0 in pool.map(one, names):
+                if rc:
+                    failed.append(f"{name} (exit status {rc}; see {row_dir(out, name) / 'tag.log'})")
+                else:
+                    log(f"tag: {name}: finished in {time.time() - t0:.0f} s")
+        except KeyboardInterrupt:  # stop the running rows (a finished row keeps its result), start no other
+            log(f"tag: interrupted: stopping {len(live)} running row(s); run the same command to train the rest.")
+            interrupt_pool(pool, stopping, live)
+            raise
     if failed:
         raise ConfigError("tag: rows failed: " + "; ".join(failed) + ". The finished rows are kept; fix the "
                           "cause and run the same command to train the rest.")

@@ -83,6 +83,14 @@ def launch_cli(args: list[str], log_path: Path, live: set | None = None) -> int:
                 live.discard(proc)
 
 
+def interrupt_pool(pool, stopping, live: set) -> None:
+    """Ctrl-C while a thread pool runs subprocesses: ``stopping`` set (a queued task checks it and starts
+    nothing), queued tasks cancelled, the running processes stopped (:func:`stop_processes`)."""
+    stopping.set()
+    pool.shutdown(wait=False, cancel_futures=True)
+    stop_processes(live)
+
+
 def stop_processes(procs: set) -> None:
     """SIGINT to every running process (a training saves nothing more and exits; it resumes from its last
     checkpoint), then SIGTERM to any still running after :data:`STOP_GRACE_SECONDS`."""
@@ -592,10 +600,8 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
                 try:
                     done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 except KeyboardInterrupt:  # Ctrl-C: start nothing more, stop the running runs (they resume later)
-                    stopping.set()
-                    pool.shutdown(wait=False, cancel_futures=True)
                     say(f"interrupted: stopping {len(live)} running training(s); run the same command to resume.")
-                    stop_processes(live)
+                    interrupt_pool(pool, stopping, live)
                     raise
                 for fut in done:
                     item = pending.pop(fut)

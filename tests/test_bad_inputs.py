@@ -383,7 +383,8 @@ def test_bad_checkpoints_are_named(trained, tmp_path, capsys):
 def test_average_needs_checkpoints_and_keeps_them(trained, tmp_path, capsys):
     code, _, err = cli(capsys, "average", "--output", tmp_path / "avg.pt")
     assert_user_error(code, err, "--inputs SAVE_DIR", "--checkpoints")
-    ckpt = trained / "run" / "checkpoint_2.pt"
+    ckpt = tmp_path / "mine.pt"  # a checkpoint under a name no training owns
+    shutil.copy(trained / "run" / "checkpoint_2.pt", ckpt)
     before = ckpt.read_bytes()
     code, _, err = cli(capsys, "average", "--checkpoints", ckpt, "--output", ckpt)
     assert_user_error(code, err, "is one of the checkpoints being averaged")

@@ -466,6 +466,21 @@ def test_finished_runs_travel_with_their_dataset_fingerprint(tmp_path, corpus):
     assert sum("finished earlier, skipped" in x for x in lines) == 2
     with open(moved / "results.csv", encoding="utf-8") as f:
         assert len(list(csv.DictReader(f))) == 2
+    # prepared again from the same inputs (another machine, say): its SentencePiece model records another
+    # temporary training path, its content is the same, so the runs are still reported
+    from structnmt.data.prepare import PrepareConfig, prepare
+
+    again = tmp_path / "prepared-again"
+    prepare(PrepareConfig(source_lang="src", target_lang="tgt", trainpref=str(corpus / "train"),
+                          validpref=str(corpus / "valid"), testprefs=[str(corpus / "test")], vocab_size=300),
+            again, progress=False, log=lambda *_: None)
+    assert (again / "spm.model").read_bytes() != (data_copy / "spm.model").read_bytes()
+    text = grid.read_text()
+    grid.write_text(text.replace(f"path: {data_copy}", f"path: {again}"))
+    lines.clear()
+    run_grid(grid, out_dir=moved, overrides=["train.threads=1"], report_only=True, log=lines.append)
+    assert sum("finished earlier, skipped" in x for x in lines) == 2
+    grid.write_text(text)
     refs = data_copy / "test.ref.txt"
     refs.write_text(refs.read_text().replace("a", "b", 1))  # not the dataset the runs were scored on
     with pytest.raises(ExperimentError, match=r"different configuration \(data.path\)"):

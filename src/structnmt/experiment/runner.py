@@ -121,26 +121,48 @@ def _flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def dataset_fingerprint(path: Path) -> str:
-    """SHA-256 over the bytes of every file of a prepared dataset but its manifest (which records paths
-    and timings): two preparations with this fingerprint hold the same pieces, trees and references."""
+def dataset_fingerprint(path: Path, *, raw: bool = False) -> str:
+    """SHA-256 over the content of every file of a prepared dataset but its manifest (which records paths
+    and timings): two preparations with this fingerprint hold the same pieces, trees and references.
+
+    A SentencePiece model (``*.model``) is hashed without the one field that names where it was trained
+    (``trainer_spec.model_prefix``, a temporary directory), so preparing the same inputs again, on this
+    machine or another, gives the same fingerprint. ``raw``: the bytes as they are (the fingerprint of
+    runs recorded before this rule)."""
     import hashlib
 
     h = hashlib.sha256()
     for f in sorted(p for p in Path(path).iterdir() if p.is_file() and p.name != "manifest.json"):
         h.update(f.name.encode())
+        if f.suffix == ".model" and not raw:
+            h.update(_sentencepiece_content(f.read_bytes()))
+            continue
         with open(f, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
     return h.hexdigest()
 
 
-def _same_dataset(run_dir: Path, fingerprint: str) -> bool:
-    """Whether the run recorded (``dataset.json``) that it trained on a dataset with ``fingerprint``."""
+def _sentencepiece_content(data: bytes) -> bytes:
+    """A SentencePiece model's bytes without its training path (pieces, scores and normalizer kept)."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
     try:
-        return json.loads((run_dir / "dataset.json").read_text(encoding="utf-8")).get("fingerprint") == fingerprint
-    except (OSError, ValueError):
+        proto.ParseFromString(data)
+    except Exception:  # not a SentencePiece model: its bytes as they are
+        return data
+    proto.trainer_spec.ClearField("model_prefix")
+    return proto.SerializeToString(deterministic=True)
+
+
+def _same_dataset(run_dir: Path, data_path: Path, fingerprint: str) -> bool:
+    """Whether the run recorded (``dataset.json``) that it trained on this dataset."""
+    try:
+        recorded = json.loads((run_dir / "dataset.json").read_text(encoding="utf-8")).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
         return False
+    return recorded == fingerprint or recorded == dataset_fingerprint(data_path, raw=True)
 
 
 def _config_diff(old: dict, new: dict) -> list[str]:
@@ -510,7 +532,7 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
         started = result_path.exists() or (run_dir / "checkpoint_last.pt").exists()
         if resolved.exists() and started:
             diff = _config_diff(yaml.safe_load(resolved.read_text(encoding="utf-8")) or {}, new)
-            if "data.path" in diff and _same_dataset(run_dir, fingerprint):  # the same data, moved or re-prepared
+            if "data.path" in diff and _same_dataset(run_dir, data_path, fingerprint):  # moved or re-prepared
                 diff.remove("data.path")
             if diff:
                 raise ExperimentError(

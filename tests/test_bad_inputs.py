@@ -698,3 +698,15 @@ def test_sigterm_ends_a_command_like_ctrl_c_without_a_traceback(tmp_path):
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate()
     assert proc.returncode == 2 and "structnmt: error: interrupted" in err and "Traceback" not in err
+
+
+def test_atomic_writes_keep_the_usual_file_mode(tmp_path):
+    from structnmt.files import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "out.txt", "x\n")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "out.txt").stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]

@@ -423,6 +423,17 @@ def test_seeds_extra_splits_and_grid_overrides(tmp_path, corpus, monkeypatch):
     assert rows[3]["test"] == "seed-aware" and float(rows[3]["p_value"]) == pytest.approx(expected.p_value)
     assert float(rows[3]["delta"]) == pytest.approx(expected.delta)
     assert "## Split test1 (valid)" in (out / "results.md").read_text(encoding="utf-8")
+    # a run not scored on the extra split (copied from elsewhere, say): the report leaves that split's table out
+    variant = out / "runs" / "post-norm-2-layers" / "seed2" / "result.json"
+    res = json.loads(variant.read_text())
+    del res["splits"]
+    variant.write_text(json.dumps(res))
+    run_grid(grid, overrides=["train.threads=1"], report_only=True, log=lambda _: None)
+    assert "## Split test1" not in (out / "results.md").read_text(encoding="utf-8")
+    # a grid that now asks for another evaluation split than its finished runs were scored on: refused
+    with pytest.raises(ExperimentError, match="scored on split 'test', the grid now asks for 'test1'"):
+        run_grid(grid, overrides=["train.threads=1", "evaluate.split=test1", "evaluate.extra_splits=[]"],
+                 report_only=True, log=lambda _: None)
 
 
 def test_a_one_seed_report_marks_nothing_and_says_why(tmp_path, corpus, monkeypatch):

@@ -33,6 +33,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
                                dir=path.parent if str(path.parent) else ".")
     os.close(fd)
     tmp_path = Path(tmp)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp_path, 0o666 & ~umask)  # the mode a plainly written file gets (mkstemp makes it 0600)
     try:
         yield tmp_path
         os.replace(tmp_path, path)

@@ -148,8 +148,8 @@ def seed_aware_test(baseline_runs: Sequence[Sequence[str]], systems: dict[str, S
         if len(runs) < 2:
             raise ValueError(f"a seed-aware test needs at least 2 runs (seeds) of every system; {name!r} has "
                              f"{len(runs)}; train it with more seeds.")
-    if n_samples < 1:
-        raise ValueError(f"n_samples must be >= 1, got {n_samples}")
+    if n_samples < 2:
+        raise ValueError(f"n_samples must be >= 2 (the test-set part is a variance over resamples), got {n_samples}")
     names = list(systems)
     m, stats = run_statistics([*baseline_runs, *[r for n in names for r in systems[n]]], refs,
                               metric=metric, lang=lang)

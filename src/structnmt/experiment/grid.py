@@ -232,8 +232,11 @@ def validate_grid(grid: GridConfig, where: str) -> None:
     if not grid.seeds or any(not isinstance(s, int) or s <= 0 for s in grid.seeds) or len(set(grid.seeds)) != len(grid.seeds):
         raise ConfigError(f"{where}: seeds must be a non-empty list of distinct positive integers, got {grid.seeds!r}.")
     ev = grid.evaluate
-    if ev.average_last < 1 or ev.beam < 1 or ev.bootstrap_samples < 1 or ev.bootstrap_seed < 1:
-        raise ConfigError(f"{where}: evaluate.average_last, beam, bootstrap_samples and bootstrap_seed must be >= 1.")
+    if ev.average_last < 1 or ev.beam < 1 or ev.bootstrap_seed < 1:
+        raise ConfigError(f"{where}: evaluate.average_last, beam and bootstrap_seed must be >= 1.")
+    if ev.bootstrap_samples < 2:
+        raise ConfigError(f"{where}: evaluate.bootstrap_samples={ev.bootstrap_samples} must be >= 2 (the tests read a "
+                          "spread over resamples); 1000 is usual.")
     if grid.base is not None and not isinstance(grid.base, (str, dict)):
         raise ConfigError(f"{where}: base must be a config file path or a mapping, got {grid.base!r}.")
 

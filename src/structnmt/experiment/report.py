@@ -313,8 +313,10 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
     if missing:
         grid = dataclasses.replace(grid, runs=[r for r in grid.runs if (r.name, grid.seeds[0]) in results])
     ev = grid.evaluate
+    # an extra split gets a table when every run reported has been scored on it
     splits = [ev.split] + [x for x in ev.extra_splits
-                           if all(split_result(grid, results[(grid.baseline, s)], x) for s in seeds_of(grid, results, grid.baseline))]
+                           if all(split_result(grid, results[(r.name, s)], x)
+                                  for r in grid.runs for s in seeds_of(grid, results, r.name))]
     tables = {x: build_rows(grid, out, results, split_data[x][1], x) for x in splits}
     write_csv([row for x in splits for row in tables[x][0]], out / "results.csv", grid.seeds)
     plot_learning_curves(grid, results, out / "learning_curves.png")

@@ -543,11 +543,16 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
         if result_path.exists():
             res = json.loads(result_path.read_text(encoding="utf-8"))
             res["run_dir"] = str(run_dir)  # where it is now (the directory may have been moved or copied)
+            if res.get("split", g.evaluate.split) != g.evaluate.split:
+                raise ExperimentError(
+                    f"{run_dir}: this run was scored on split '{res['split']}', the grid now asks for "
+                    f"'{g.evaluate.split}'; add it to evaluate.extra_splits instead, or use --out for a new "
+                    "output directory.")
             if resolved.exists():  # the report describes the config the run had (threads may differ)
                 configs[(r.name, seed)] = from_dict(yaml.safe_load(resolved.read_text(encoding="utf-8")),
                                                     where=str(resolved))
-            if not report_only:
-                added = _complete_run(g, configs[(r.name, seed)], run_dir, res, split_data)
+            if not report_only:  # decoded with the current config: its data.path is where the data is now
+                added = _complete_run(g, cfg, run_dir, res, split_data)
                 if added:
                     say(f"{tag}: finished earlier; decoded and scored the split(s) it lacked: {', '.join(added)}.")
             results[(r.name, seed)] = res
@@ -559,7 +564,7 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
             continue
         run_dir.mkdir(parents=True, exist_ok=True)
         resolved.write_text(yaml.safe_dump(new, sort_keys=False, allow_unicode=True), encoding="utf-8")
-        if not (run_dir / "dataset.json").exists():
+        if not started or not (run_dir / "dataset.json").exists():  # the data this run trains on from here
             _write_json(run_dir / "dataset.json", {"fingerprint": fingerprint, "path": str(data_path)})
         if (run_dir / "train_done.json").exists():
             say(f"{tag}: training finished earlier; decoding.")
@@ -582,6 +587,8 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
         else:
             say(f"{tag}: training started ({run_dir}).")
         t0 = time.time()
+        if stopping.is_set():  # interrupted while the checkpoint was read
+            return -1, t0
         return launch_training(run_dir / "resolved.yaml", run_dir / "train.log", live=live), t0
 
     def finish_training(item: tuple[str, int, Path, str], rc: int, t0: float) -> None:
@@ -618,23 +625,23 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
         with ThreadPoolExecutor(max_workers=jobs_at_once) as pool:
             pending = {pool.submit(train, item): item for item in to_train}
             failure: ExperimentError | None = None
-            while pending:
-                try:
+            try:  # Ctrl-C (or SIGTERM) anywhere here, waiting or decoding: start nothing more, stop the runs
+                while pending:
                     done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                except KeyboardInterrupt:  # Ctrl-C: start nothing more, stop the running runs (they resume later)
-                    say(f"interrupted: stopping {len(live)} running training(s); run the same command to resume.")
-                    interrupt_pool(pool, stopping, live)
-                    raise
-                for fut in done:
-                    item = pending.pop(fut)
-                    rc, t0 = fut.result()
-                    try:
-                        finish_training(item, rc, t0)
-                        evaluate(item)
-                    except Exception as e:  # say it now; the other runs finish (and stay resumable)
-                        failure = failure or e
-                        say(f"{item[3]}: {type(e).__name__}: {e} (the other runs go on; run the same "
-                            "command again once it is fixed)")
+                    for fut in done:
+                        item = pending.pop(fut)
+                        try:
+                            rc, t0 = fut.result()
+                            finish_training(item, rc, t0)
+                            evaluate(item)
+                        except Exception as e:  # say it now; the other runs finish (and stay resumable)
+                            failure = failure or e
+                            say(f"{item[3]}: {type(e).__name__}: {e} (the other runs go on; run the same "
+                                "command again once it is fixed)")
+            except KeyboardInterrupt:
+                say(f"interrupted: stopping {len(live)} running training(s); run the same command to resume.")
+                interrupt_pool(pool, stopping, live)
+                raise
             if failure is not None:
                 raise failure
 

@@ -552,6 +552,9 @@ def test_ctrl_c_of_a_parallel_grid_starts_nothing_more_and_stops_the_running_run
             live.discard(proc)
 
     monkeypatch.setattr(runner_mod, "launch_training", sleeping_launch)
+    # Ctrl-C raises KeyboardInterrupt here whatever an earlier test of the session left as the SIGINT handler
+    old_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request_restore = lambda: signal.signal(signal.SIGINT, old_handler)  # noqa: E731
 
     def interrupt_when_both_run():
         both.wait()
@@ -561,8 +564,11 @@ def test_ctrl_c_of_a_parallel_grid_starts_nothing_more_and_stops_the_running_run
     grid = _grid(tmp_path, corpus, tmp_path / "out")
     grid.write_text(grid.read_text().replace("seeds: [1]", "seeds: [1, 2]"))
     lines: list[str] = []
-    with pytest.raises(KeyboardInterrupt):
-        run_grid(grid, overrides=["train.threads=1"], jobs_at_once=2, log=lines.append)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_grid(grid, overrides=["train.threads=1"], jobs_at_once=2, log=lines.append)
+    finally:
+        request_restore()
     assert sorted(started) == ["transformer-base/seed1", "transformer-base/seed2"]  # the queued runs never started
     assert all(p.poll() is not None for p in procs)  # both stopped, not left running
     assert any("interrupted: stopping 2 running training(s)" in x for x in lines)

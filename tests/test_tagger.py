@@ -299,9 +299,14 @@ def test_ctrl_c_of_tag_jobs_starts_no_queued_row_and_stops_the_running_ones(tmp_
             live.discard(proc)
 
     monkeypatch.setattr(runner_mod, "launch_cli", sleeping_row)
+    # Ctrl-C raises KeyboardInterrupt here whatever an earlier test of the session left as the SIGINT handler
+    old_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=lambda: (both.wait(), os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
     lines: list[str] = []
-    with pytest.raises(KeyboardInterrupt):
-        _train_rows_in_processes(tmp_path / "tag.yaml", [], ["a", "b", "c"], tmp_path / "out", 2, lines.append)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _train_rows_in_processes(tmp_path / "tag.yaml", [], ["a", "b", "c"], tmp_path / "out", 2, lines.append)
+    finally:
+        signal.signal(signal.SIGINT, old_handler)
     assert sorted(started) == ["a", "b"] and all(p.poll() is not None for p in procs)
     assert any("interrupted: stopping 2 running row(s)" in x for x in lines)

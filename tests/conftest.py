@@ -26,3 +26,49 @@ def make_synth_dataset(root: Path, n_train: int = 1500, n_eval: int = 60, vocab_
 def synth_data(tmp_path_factory) -> Path:
     """A prepared synthetic dataset (1500 train / 60 valid / 60 test pairs)."""
     return make_synth_dataset(tmp_path_factory.mktemp("synth"))
+
+
+class CtrlCDuringTwoLaunches:
+    """For the interrupt tests: a fake launcher whose "processes" run until stopped (or a minute, so that
+    code which fails to stop them fails the test instead of hanging), and a Ctrl-C sent to this process
+    once two of them run. Used as a context manager, it installs Python's own SIGINT handler meanwhile:
+    a shell that starts a command in the background hands it SIGINT ignored, and pytest keeps that.
+
+    ``launch(name, live)`` starts one such process, records ``name`` and keeps it in ``live`` until it ends;
+    ``started`` and ``procs`` say what was launched."""
+
+    def __init__(self):
+        import threading
+
+        self.started: list[str] = []
+        self.procs: list = []
+        self.both = threading.Event()
+
+    def launch(self, name: str, live: set) -> int:
+        import subprocess
+        import sys
+
+        proc = subprocess.Popen([sys.executable, "-c", "import time\nfor _ in range(300): time.sleep(0.2)"])
+        self.procs.append(proc)
+        live.add(proc)
+        self.started.append(name)
+        if len(self.started) == 2:
+            self.both.set()
+        try:
+            return proc.wait()
+        finally:
+            live.discard(proc)
+
+    def __enter__(self):
+        import os
+        import signal
+        import threading
+
+        self.old = signal.signal(signal.SIGINT, signal.default_int_handler)
+        threading.Thread(target=lambda: (self.both.wait(), os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        signal.signal(signal.SIGINT, self.old)

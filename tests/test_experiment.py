@@ -527,48 +527,17 @@ def test_tree_inducing_runs_parse_the_induce_files(tmp_path, corpus):
 def test_ctrl_c_of_a_parallel_grid_starts_nothing_more_and_stops_the_running_runs(tmp_path, corpus, monkeypatch):
     """Ctrl-C while two runs train and a third waits: the third never starts, the two are stopped
     (SIGINT), the runner ends with KeyboardInterrupt; no run is marked finished."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import threading
+    from conftest import CtrlCDuringTwoLaunches
 
-    started: list[str] = []
-    procs: list[subprocess.Popen] = []
-    both = threading.Event()
-
-    def sleeping_launch(config_path: Path, log_path: Path, live=None) -> int:
-        # a "training" that runs until it is stopped (or for a minute, so that a runner which fails to stop
-        # it fails this test instead of hanging)
-        proc = subprocess.Popen([sys.executable, "-c", "import time\nfor _ in range(300): time.sleep(0.2)"])
-        procs.append(proc)
-        live.add(proc)
-        started.append(config_path.parent.parent.name + "/" + config_path.parent.name)
-        if len(started) == 2:
-            both.set()
-        try:
-            return proc.wait()
-        finally:
-            live.discard(proc)
-
-    monkeypatch.setattr(runner_mod, "launch_training", sleeping_launch)
-    # Ctrl-C raises KeyboardInterrupt here whatever an earlier test of the session left as the SIGINT handler
-    old_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
-    request_restore = lambda: signal.signal(signal.SIGINT, old_handler)  # noqa: E731
-
-    def interrupt_when_both_run():
-        both.wait()
-        os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends
-
-    threading.Thread(target=interrupt_when_both_run, daemon=True).start()
+    ctrl_c = CtrlCDuringTwoLaunches()
+    monkeypatch.setattr(runner_mod, "launch_training", lambda config_path, log_path, live=None: ctrl_c.launch(
+        config_path.parent.parent.name + "/" + config_path.parent.name, live))
     grid = _grid(tmp_path, corpus, tmp_path / "out")
     grid.write_text(grid.read_text().replace("seeds: [1]", "seeds: [1, 2]"))
     lines: list[str] = []
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            run_grid(grid, overrides=["train.threads=1"], jobs_at_once=2, log=lines.append)
-    finally:
-        request_restore()
+    with ctrl_c, pytest.raises(KeyboardInterrupt):
+        run_grid(grid, overrides=["train.threads=1"], jobs_at_once=2, log=lines.append)
+    started, procs = ctrl_c.started, ctrl_c.procs
     assert sorted(started) == ["transformer-base/seed1", "transformer-base/seed2"]  # the queued runs never started
     assert all(p.poll() is not None for p in procs)  # both stopped, not left running
     assert any("interrupted: stopping 2 running training(s)" in x for x in lines)

@@ -273,40 +273,17 @@ def test_chunked_batches_give_the_whole_batch_gradient_and_predictions():
 
 
 def test_ctrl_c_of_tag_jobs_starts_no_queued_row_and_stops_the_running_ones(tmp_path, monkeypatch):
-    import os
-    import signal
-    import subprocess
-    import sys
-    import threading
+    from conftest import CtrlCDuringTwoLaunches
 
     import structnmt.experiment.runner as runner_mod
     from structnmt.tagger import _train_rows_in_processes
 
-    started: list[str] = []
-    procs: list[subprocess.Popen] = []
-    both = threading.Event()
-
-    def sleeping_row(args, log_path, live=None):  # a row's process that runs until stopped (or a minute)
-        proc = subprocess.Popen([sys.executable, "-c", "import time\nfor _ in range(300): time.sleep(0.2)"])
-        procs.append(proc)
-        live.add(proc)
-        started.append(args[args.index("--row") + 1])
-        if len(started) == 2:
-            both.set()
-        try:
-            return proc.wait()
-        finally:
-            live.discard(proc)
-
-    monkeypatch.setattr(runner_mod, "launch_cli", sleeping_row)
-    # Ctrl-C raises KeyboardInterrupt here whatever an earlier test of the session left as the SIGINT handler
-    old_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
-    threading.Thread(target=lambda: (both.wait(), os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
+    ctrl_c = CtrlCDuringTwoLaunches()  # a row's process runs until stopped
+    monkeypatch.setattr(runner_mod, "launch_cli", lambda args, log_path, live=None: ctrl_c.launch(
+        args[args.index("--row") + 1], live))
     lines: list[str] = []
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            _train_rows_in_processes(tmp_path / "tag.yaml", [], ["a", "b", "c"], tmp_path / "out", 2, lines.append)
-    finally:
-        signal.signal(signal.SIGINT, old_handler)
+    with ctrl_c, pytest.raises(KeyboardInterrupt):
+        _train_rows_in_processes(tmp_path / "tag.yaml", [], ["a", "b", "c"], tmp_path / "out", 2, lines.append)
+    started, procs = ctrl_c.started, ctrl_c.procs
     assert sorted(started) == ["a", "b"] and all(p.poll() is not None for p in procs)
     assert any("interrupted: stopping 2 running row(s)" in x for x in lines)

@@ -551,6 +551,7 @@ def test_a_closed_pipe_ends_quietly(tmp_path, capsys, monkeypatch):
     (["gate", "--checkpoint", "x.pt", "--input", "x.txt", "--out", "o", "--max-sentences", "-1"], "--max-sentences: -1"),
     (["induce", "--checkpoint", "x.pt", "--conllu", "x.conllu", "--out", "o", "--head", "-2"], "--head: -2"),
     (["analyze", "--checkpoint", "x.pt", "--input", "x.txt", "--out", "o", "--sentences", "two"], "'two' is not a whole number"),
+    (["demo", "--workdir", "d", "--updates", "0"], "--updates: 0: give a whole number of at least 1"),
 ])
 def test_option_values_out_of_range_are_refused_before_any_work(tmp_path, capsys, argv, fragment):
     with pytest.raises(SystemExit) as exit_info:

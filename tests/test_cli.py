@@ -164,13 +164,24 @@ def test_demo_prints_bleu_last(tmp_path):
     from structnmt.demo import run_demo
 
     lines: list[str] = []
-    run_demo(tmp_path / "demo", minutes=0.05, n_train=400, n_test=20, log=lines.append,
+    run_demo(tmp_path / "demo", updates=20, n_train=400, n_test=20, log=lines.append,
              overrides=["model.encoder_layers=1", "model.decoder_layers=1", "train.progress=false",
                         "train.tensorboard=false"])
     assert "BLEU = " in lines[-1] and "nrefs:1" in lines[-1]
     assert any("agreement accuracy" in line and "(i.i.d. test)" in line for line in lines)
     assert any("on the hardest held-out split: 4 attractors" in line for line in lines)
     assert (tmp_path / "demo" / "attraction4.hyp").read_text().count("\n") == 20
+    assert any("budget: 20 updates." in line for line in lines)
+
+
+def test_demo_trains_a_fixed_number_of_updates_unless_given_minutes(tmp_path):
+    """The demo's budget is updates, not time, so a busy machine prints the same numbers as an idle one."""
+    from structnmt.demo import demo_config
+
+    fixed = demo_config(tmp_path, None, 0.0, 1)
+    assert fixed.train.max_updates == 2500 and fixed.train.max_time_minutes == 0
+    timed = demo_config(tmp_path, 300, 2.5, 1)
+    assert timed.train.max_updates == 300 and timed.train.max_time_minutes == 2.5
 
 
 def test_overrides_may_follow_options_and_unknown_flags_are_refused(monkeypatch, capsys):

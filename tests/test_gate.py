@@ -164,6 +164,18 @@ def test_gate_command_end_to_end(sa_checkpoint, synth_data, tmp_path):
     for name in ("gate_sentences.png", "gate_pos.png"):
         assert (tmp_path / "out" / name).read_bytes()[:8] == PNG_MAGIC
     assert "chi-squared" in (tmp_path / "out" / "gate.md").read_text()
+    # a second run replaces the files it wrote; a file of the user's under one of its names is refused first
+    first = (tmp_path / "out" / "gate.json").read_text()
+    assert main(["gate", "--checkpoint", str(sa_checkpoint), "--input", str(tmp_path / "in.txt"), "--out",
+                 str(tmp_path / "out"), "--pos", "none", "--beam", "2", "--draw", "0", "--no-progress"]) == 0
+    assert (tmp_path / "out" / "gate.json").read_text() != first  # no references this time
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "gate.md").write_text("my notes\n")
+    with pytest.raises(UserError, match=r"mine/gate\.md: exists and was not written by a structnmt command"):
+        run_gate(checkpoint=tmp_path / "not-loaded.pt", input_path=tmp_path / "in.txt", out_dir=tmp_path / "mine",
+                 pos="none")
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["gate.md"]
+    assert (tmp_path / "mine" / "gate.md").read_text() == "my notes\n"
 
 
 def test_gate_refuses_misaligned_references_and_unknown_taggers(sa_checkpoint, synth_data, tmp_path):

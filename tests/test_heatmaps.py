@@ -92,6 +92,24 @@ def test_analyze_writes_heatmaps_and_stats(trained, tmp_path):
     assert stats["decoder_self"][0]["diagonal"] > 0
 
 
+def test_analyze_replaces_its_own_files_and_refuses_a_users_file_before_loading_the_model(trained, tmp_path):
+    from structnmt.analysis.heatmaps import run_analyze
+    from structnmt.errors import UserError
+
+    out = tmp_path / "out"
+    first = _run(trained, out)
+    again = _run(trained, out)  # its own files are replaced
+    assert {p.name for p in again} == {p.name for p in first}
+    assert ".structnmt-written.json" in {p.name for p in out.iterdir()}
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "attention_stats.json").write_text("{}\n")
+    (tmp_path / "in.txt").write_text("a b c\n")
+    with pytest.raises(UserError, match=r"attention_stats\.json: exists and was not written by a structnmt command"):
+        run_analyze(checkpoint=tmp_path / "not-loaded.pt", input_path=tmp_path / "in.txt", out_dir=tmp_path / "mine")
+    assert (tmp_path / "mine" / "attention_stats.json").read_text() == "{}\n"
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["attention_stats.json"]
+
+
 def test_phrase_labels_name_the_tokens_of_each_phrase(trained):
     """The phrase tick labels cover every source piece exactly once, in order."""
     import torch

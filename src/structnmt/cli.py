@@ -154,6 +154,9 @@ def _translate_with(tr, args) -> int:
     _apply_decode_options(args, d)
     lines = _read_input(args.input)
     results = tr.translate(lines, d, progress=not args.no_progress and args.output is not None)
+    if tr.workers > 1 and tr.workers_used < tr.workers:
+        print(f"translate: --workers {tr.workers}, but the input makes {tr.workers_used} batch(es) of up to "
+              f"{d.batch_size} sentences: decoded with {tr.workers_used} process(es).", file=sys.stderr)
     if tr.unaligned:
         shown = ", ".join(map(str, tr.unaligned[:20])) + (", ..." if len(tr.unaligned) > 20 else "")
         print(f"translate: {len(tr.unaligned)} input line(s) whose parse cannot be aligned with the text got an "
@@ -459,9 +462,10 @@ def cmd_head_roles(args) -> int:
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
-    if not args.minutes > 0:
+    if args.minutes is not None and not args.minutes > 0:
         return _err(f"--minutes {args.minutes}: give a training time above 0 minutes, e.g. --minutes 3.")
-    return run_demo(args.workdir, minutes=args.minutes, seed=args.seed, overrides=args.overrides)
+    return run_demo(args.workdir, updates=args.updates, minutes=args.minutes or 0.0, seed=args.seed,
+                    overrides=args.overrides)
 
 
 # --------------------------------------------------------------------------- parser
@@ -551,7 +555,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--parse-constituency", help="pre-parsed input (PTB) for models prepared with parser 'file'")
     s.add_argument("--device", default="auto")
     s.add_argument("--workers", type=int, default=1,
-                   help="CPU decoding processes, one thread each (default 1: this process, torch's threads)")
+                   help="CPU decoding processes, one thread each (default 1: this process, torch's threads); "
+                        "never more than the input has batches (--batch-size sentences each)")
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_translate)
 
@@ -694,7 +699,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("demo", help="train a small model on the synthetic task and report BLEU")
     s.add_argument("--workdir", default="runs/demo")
-    s.add_argument("--minutes", type=float, default=3.0, help="training wall-clock budget")
+    s.add_argument("--updates", type=_at_least(1), default=None,
+                   help="training updates (default: the demo recipe's train.max_updates, about 3 minutes on 2 "
+                        "cores; the same model on every machine, however busy)")
+    s.add_argument("--minutes", type=float, default=None,
+                   help="also stop training after this many minutes, whichever comes first (the numbers then "
+                        "depend on the machine's speed)")
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("overrides", nargs="*", help="config overrides, e.g. model.encoder_layers=2")
     s.set_defaults(func=cmd_demo)

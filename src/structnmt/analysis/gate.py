@@ -409,6 +409,11 @@ def run_gate(*, checkpoint: str | Path, input_path: str | Path, out_dir: str | P
 
     if word_rule not in ("max", "first"):
         raise UserError(f"--word-rule {word_rule!r}: use max or first.")
+    from ..files import OutputDir
+
+    # the report directory is checked before the tagger and the model are loaded; made with the first file
+    out = OutputDir(out_dir, "gate", expect=("gate.json", "gate_tokens.tsv", "gate.md", "gate_sentences.png",
+                                             "gate_pos.png"))
     tagger = _Tagger(pos)
     tr = Translator(checkpoint)
     model = tr.model
@@ -425,8 +430,6 @@ def run_gate(*, checkpoint: str | Path, input_path: str | Path, out_dir: str | P
     if max_sentences > 0:
         lines = lines[:max_sentences]
         refs = refs[:max_sentences] if refs is not None else None
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     skipped: dict[str, list[int]] = {"empty_input": [], "too_long": [], "empty_beam_output": [],
                                      "empty_reference": []}
     keep = [i for i, x in enumerate(lines) if x.strip()]
@@ -480,17 +483,14 @@ def run_gate(*, checkpoint: str | Path, input_path: str | Path, out_dir: str | P
                       f"the {word_rule} over its pieces",
         "skipped": skipped, "unmapped_stts_tags": dict(tagger.unmapped), "sides": summaries,
     }
-    p = out / "gate.json"
-    p.write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
-    written.append(p)
-    with (out / "gate_tokens.tsv").open("w", encoding="utf-8") as f:
-        f.write("side\tline\tindex\ttoken\tpos\tz\n")
-        for side, sents in results.items():
-            for s in sents:
-                for i, (tok, tag, v) in enumerate(zip(s.tokens, s.pos, s.z)):
-                    f.write(f"{side}\t{s.line}\t{i}\t{tok}\t{tag}\t{v:.5f}\n")
-                f.write(f"{side}\t{s.line}\t{len(s.tokens)}\t{EOS_LABEL}\t{EOS_LABEL}\t{s.eos:.5f}\n")
-    written.append(out / "gate_tokens.tsv")
+    written.append(out.write_text("gate.json", json.dumps(info, indent=2, ensure_ascii=False)))
+    rows = ["side\tline\tindex\ttoken\tpos\tz\n"]
+    for side, sents in results.items():
+        for s in sents:
+            rows += [f"{side}\t{s.line}\t{i}\t{tok}\t{tag}\t{v:.5f}\n"
+                     for i, (tok, tag, v) in enumerate(zip(s.tokens, s.pos, s.z))]
+            rows.append(f"{side}\t{s.line}\t{len(s.tokens)}\t{EOS_LABEL}\t{EOS_LABEL}\t{s.eos:.5f}\n")
+    written.append(out.write_text("gate_tokens.tsv", "".join(rows)))
     md = [f"# SA-NMT gate analysis (section 5, eq. 23): `{checkpoint}`", "",
           f"Input `{input_path}`" + (f", references `{reference_path}`" if reference_path else "") +
           f"; {len(lines)} lines; beam {beam}; POS: {pos}; a token's z is the {word_rule} over its pieces "
@@ -501,13 +501,12 @@ def run_gate(*, checkpoint: str | Path, input_path: str | Path, out_dir: str | P
         md += [f"STTS tags without a UPOS mapping (counted as X): {dict(tagger.unmapped)}.", ""]
     for side, s in summaries.items():
         md += _md_side("beam outputs" if side == "beam" else "forced-decoded references", s)
-    p = out / "gate.md"
-    p.write_text("\n".join(md), encoding="utf-8")
-    written.append(p)
+    written.append(out.write_text("gate.md", "\n".join(md)))
     drawn = [s for s in results.get("beam", []) if s.tokens][:max(0, draw)]
     if drawn:
         allz = [v for s in drawn for v in s.z + [s.eos]]
-        written.append(_draw_sentences(drawn, out / "gate_sentences.png", min(allz), max(allz)))
+        written.append(out.write_with("gate_sentences.png",
+                                      lambda tmp: _draw_sentences(drawn, tmp, min(allz), max(allz))))
     if any(s["sentences"] for s in summaries.values()):
-        written.append(_draw_pos(summaries, out / "gate_pos.png"))
+        written.append(out.write_with("gate_pos.png", lambda tmp: _draw_pos(summaries, tmp)))
     return written

@@ -173,9 +173,9 @@ def _heat(fig, ax, w: np.ndarray, xlabels: list[str], ylabels: list[str], title:
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02).ax.tick_params(labelsize=fontsize - 1)
 
 
-def _save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=90)
-    return path
+def _save(fig, out, name: str) -> Path:
+    """``fig`` as ``name`` in ``out`` (a :class:`structnmt.files.OutputDir`: checked, written atomically)."""
+    return out.write_with(name, lambda tmp: fig.savefig(tmp, dpi=90, format="png"))
 
 
 def _hypernode_labels(encoder, structures: dict | None, src_labels: list[str]) -> list[str]:
@@ -227,7 +227,7 @@ def _phrase_labels(g, structures: dict, pieces: list[str], M: int, tag_names: di
 
 @torch.no_grad()
 def _quadrant_figure(*, fig_cls, layers: list, qlab: list[str], klab: list[str], role: str, title: str,
-                     path: Path) -> Path:
+                     out, name: str) -> Path:
     """One panel per phrasal layer: the quadrant matrix (token / phrase queries x token /
     phrase keys, head mean) with the quadrant lines."""
     from .phrasal_stats import quadrant_matrix
@@ -250,7 +250,7 @@ def _quadrant_figure(*, fig_cls, layers: list, qlab: list[str], klab: list[str],
     fig.suptitle(f"Token/phrase quadrants ({role}; rows: token queries, then phrase queries; columns: token keys, "
                  f"then phrase keys), {title}", fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.96))
-    return _save(fig, path)
+    return _save(fig, out, name)
 
 
 def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str | Path, sentences: int = 3,
@@ -265,6 +265,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
     from ..data.vocab import BOS
     from ..decode.beam import greedy_search
     from ..decode.translate import Translator
+    from ..files import OutputDir
     from ..nn.mgsa import MGSAAttention
     from .phrasal_stats import phrasal_layout, quadrant_mass, quadrant_percentages, quadrant_table
 
@@ -273,10 +274,10 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
     texts = _read_texts(input_path)  # the input is checked before the model is loaded
     if not texts:
         raise UserError(f"{input_path}: no non-empty lines to analyse; give a file with at least one sentence.")
+    # the report directory is checked before the model is loaded; it is made with the first file
+    out = OutputDir(out_dir, "analyze", expect=("attention_stats.json", "phrase_quadrants.md"))
     tr = Translator(checkpoint, parser_overrides=overrides)
     model, dev = tr.model, tr.device
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     # the first lines that fit the model's positions: a longer line is skipped (and said), not the whole job
     limit, wanted = tr.cfg.model.max_positions, max(sentences, stats_sentences, 1)
     encoded = encode_sources(tr.src_vocab, texts)
@@ -380,7 +381,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                 ax.set_title(f"SA-NMT syntactic gate (eq. 23), sentence {n}; red/bold: the highest", fontsize=9)
                 del bars
                 fig.tight_layout()
-                written.append(_save(fig, out / f"sent{n}_syntax_gate.png"))
+                written.append(_save(fig, out, f"sent{n}_syntax_gate.png"))
 
             # ---- encoder self-attention, every layer
             maps = [o.weights[0].float().cpu().numpy() for o in enc_outs if o.weights is not None]
@@ -408,7 +409,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                           color=color, frame=frame, show_x=show_x, show_y=False, vmax=vmax)
                 fig.suptitle(f"Encoder self-attention, sentence {n}: {texts[chosen[n - 1]][:90]}", fontsize=11)
                 fig.tight_layout(rect=(0, 0, 1, 0.98))
-                written.append(_save(fig, out / f"sent{n}_encoder_self.png"))
+                written.append(_save(fig, out, f"sent{n}_encoder_self.png"))
 
             # ---- MG-SA heads over their own memories
             for li, o in enumerate(enc_outs):
@@ -436,7 +437,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                 fig.suptitle(f"MG-SA layer {li + 1}: each head over its memory (words or phrases), sentence {n}",
                              fontsize=11)
                 fig.tight_layout(rect=(0, 0, 1, 0.97))
-                written.append(_save(fig, out / f"sent{n}_mgsa_layer{li + 1}_phrases.png"))
+                written.append(_save(fig, out, f"sent{n}_mgsa_layer{li + 1}_phrases.png"))
 
             # ---- PhraseTransformer layers: phase 1 over all nodes, phase 2 within phrases (Fig. 3 (a), (b))
             within = iter(res.attentions.get("encoder_within") or [])
@@ -462,7 +463,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                           show_x=row == last, show_y=False, vmax=vmax, fontsize=7)
                 fig.suptitle(f"PhraseTransformer layer {li + 1}, sentence {n}: words then hypernodes", fontsize=11)
                 fig.tight_layout(rect=(0, 0, 1, 0.96))
-                written.append(_save(fig, out / f"sent{n}_phrase_transformer_layer{li + 1}.png"))
+                written.append(_save(fig, out, f"sent{n}_phrase_transformer_layer{li + 1}.png"))
 
             # ---- RHE layers: every head before (plain) and after enlivening (RHE Fig. 5 (a)/(b), (e))
             for li, o in enumerate(enc_outs):
@@ -488,7 +489,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                 fig.suptitle(f"RHE layer {li + 1}, sentence {n}: each head's plain attention (top) and what the "
                              f"layer used (bottom)", fontsize=11)
                 fig.tight_layout(rect=(0, 0, 1, 0.96))
-                written.append(_save(fig, out / f"sent{n}_rhe_layer{li + 1}.png"))
+                written.append(_save(fig, out, f"sent{n}_rhe_layer{li + 1}.png"))
 
             # ---- token/phrase quadrants of every phrase-based attention layer (Figs. 4-6)
             tgt_in_labels = ["<s>"] + [_display(tr.tgt_vocab.sp.id_to_piece(int(t))) for t in hyp.tokens]
@@ -501,7 +502,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                 if layers:
                     written.append(_quadrant_figure(fig_cls=Figure, layers=layers, qlab=qlab, klab=klab, role=role,
                                                     title=f"sentence {n}: {texts[chosen[n - 1]][:80]}",
-                                                    path=out / f"sent{n}_{role}_quadrants.png"))
+                                                    out=out, name=f"sent{n}_{role}_quadrants.png"))
 
             # ---- cross-attention of the last decoder layer
             cross = res.attentions.get("cross") or []
@@ -520,7 +521,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                 hyp_text = tr.tgt_vocab.decode(hyp.tokens)
                 fig.suptitle(f"Last decoder layer cross-attention, sentence {n} -> {hyp_text[:90]}", fontsize=11)
                 fig.tight_layout(rect=(0, 0, 1, 0.94))
-                written.append(_save(fig, out / f"sent{n}_cross_last.png"))
+                written.append(_save(fig, out, f"sent{n}_cross_last.png"))
     finally:
         for h in hooks:
             h.remove()
@@ -572,16 +573,13 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
             "lowest_mean_tokens": dict(ranked[-10:][::-1]),
             "min_count_for_means": 5,
         }
-    path = out / "attention_stats.json"
-    path.write_text(json.dumps(stats, indent=2), encoding="utf-8")
-    written.append(path)
+    written.append(out.write_text("attention_stats.json", json.dumps(stats, indent=2)))
     tables = [t for t in (quadrant_table(stats, r) for r in ("encoder_self", "decoder_self", "cross")) if t]
     if tables:
-        md = out / "phrase_quadrants.md"
-        md.write_text(
+        written.append(out.write_text(
+            "phrase_quadrants.md",
             f"# Attention mass per token/phrase quadrant (%), {len(chosen)} sentences of `{input_path}`\n\n"
             f"Checkpoint `{checkpoint}`. Each real query row sums to 1 (see `structnmt.analysis.phrasal_stats`): "
             "the four quadrants are shares of the total mass; the last two columns are the share of each query "
-            "type's mass that goes to phrase keys.\n\n" + "\n\n".join(tables) + "\n", encoding="utf-8")
-        written.append(md)
+            "type's mass that goes to phrase keys.\n\n" + "\n\n".join(tables) + "\n"))
     return written

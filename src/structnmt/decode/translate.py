@@ -364,10 +364,27 @@ class Translator:
             if self.structures:
                 raise UserError(f"--workers {workers}: {checkpoint} reads parses ({', '.join(sorted(self.structures))}), "
                                 "which one process builds; decode it with one worker (drop --workers).")
-            self.pool = DecodePool(checkpoint, workers, data_dir=data_dir)
+        self.workers = workers  # the most decoding processes; a call uses at most one per batch (_pool_for)
+        self.workers_used = 1  # how many the last call used
+        self._pool_args = (checkpoint, data_dir)
+
+    def _pool_for(self, batches: int) -> DecodePool | None:
+        """The decoding processes for a call with ``batches`` batches: none for a single batch, else
+        ``min(workers, batches)`` of them, started on first use (and started again, larger, when a later
+        call has more batches than the pool has processes), so no process loads the model for nothing."""
+        want = min(self.workers, batches)
+        self.workers_used = max(want, 1)
+        if want < 2:
+            return None
+        if self.pool is None or self.pool.workers < want:
+            self.close()
+            checkpoint, data_dir = self._pool_args
+            self.pool = DecodePool(checkpoint, want, data_dir=data_dir)
+        self.workers_used = min(self.pool.workers, batches)
+        return self.pool
 
     def close(self) -> None:
-        """Stop the decoding processes (``workers`` > 1); the translator then decodes in this process."""
+        """Stop the decoding processes (``workers`` > 1), if any were started; a later call starts them again."""
         if self.pool is not None:
             self.pool.close()
             self.pool = None
@@ -437,8 +454,9 @@ class Translator:
 
         if dcfg.dtype not in self._cast:  # this translator's model never changes: one copy per number format
             self._cast[dcfg.dtype] = model_for_dtype(self.model, dcfg.dtype)
+        pool = self._pool_for(-(-len(todo) // dcfg.batch_size)) if self.workers > 1 else None
         hyps = translate_ids(self._cast[dcfg.dtype], [sources[j] for j in todo], dcfg, device=self.device,
-                             max_positions=limit, progress=progress, structures_for=structures_for, pool=self.pool)
+                             max_positions=limit, progress=progress, structures_for=structures_for, pool=pool)
         # empty lines, and lines that could not be translated, get one empty translation in place
         kept = set(keep)
         out = [[Translation("", float("-inf") if i in kept else 0.0, [])] for i in range(len(lines))]

@@ -552,6 +552,10 @@ def test_a_closed_pipe_ends_quietly(tmp_path, capsys, monkeypatch):
     (["induce", "--checkpoint", "x.pt", "--conllu", "x.conllu", "--out", "o", "--head", "-2"], "--head: -2"),
     (["analyze", "--checkpoint", "x.pt", "--input", "x.txt", "--out", "o", "--sentences", "two"], "'two' is not a whole number"),
     (["demo", "--workdir", "d", "--updates", "0"], "--updates: 0: give a whole number of at least 1"),
+    (["prepare", "-s", "a", "-t", "b", "--trainpref", "x", "--destdir", "d", "--vocab-size", "0"], "--vocab-size: 0"),
+    (["prepare", "-s", "a", "-t", "b", "--trainpref", "x", "--destdir", "d", "--spacy-processes", "0"],
+     "--spacy-processes: 0"),
+    (["experiment", "grid.yaml", "--jobs", "0"], "--jobs: 0: give a whole number of at least 1"),
 ])
 def test_option_values_out_of_range_are_refused_before_any_work(tmp_path, capsys, argv, fragment):
     with pytest.raises(SystemExit) as exit_info:

@@ -477,14 +477,22 @@ def test_finished_runs_travel_with_their_dataset_fingerprint(tmp_path, corpus):
     assert sum("finished earlier, skipped" in x for x in lines) == 2
     with open(moved / "results.csv", encoding="utf-8") as f:
         assert len(list(csv.DictReader(f))) == 2
-    # prepared again from the same inputs (another machine, say): its SentencePiece model records another
-    # temporary training path, its content is the same, so the runs are still reported
+    # prepared again from the same inputs (another machine, say), its SentencePiece model recording a training
+    # path (as SentencePiece's own writer does: datasets prepared so hold one); the content is the same, so
+    # the runs are still reported
+    from sentencepiece import sentencepiece_model_pb2
+
     from structnmt.data.prepare import PrepareConfig, prepare
 
     again = tmp_path / "prepared-again"
     prepare(PrepareConfig(source_lang="src", target_lang="tgt", trainpref=str(corpus / "train"),
                           validpref=str(corpus / "valid"), testprefs=[str(corpus / "test")], vocab_size=300),
             again, progress=False, log=lambda *_: None)
+    assert (again / "spm.model").read_bytes() == (data_copy / "spm.model").read_bytes()  # no path recorded now
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString((again / "spm.model").read_bytes())
+    proto.trainer_spec.model_prefix = "/tmp/.data-bin.prepare-1234/spm"
+    (again / "spm.model").write_bytes(proto.SerializeToString())
     assert (again / "spm.model").read_bytes() != (data_copy / "spm.model").read_bytes()
     text = grid.read_text()
     grid.write_text(text.replace(f"path: {data_copy}", f"path: {again}"))

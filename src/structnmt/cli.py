@@ -497,9 +497,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--validpref")
     s.add_argument("--testpref", action="append", help="repeatable")
     s.add_argument("--destdir", required=True)
-    s.add_argument("--vocab-size", type=int, default=10000)
+    s.add_argument("--vocab-size", type=_at_least(8), default=10000)
     s.add_argument("--separate-vocab", action="store_true", help="one SentencePiece model per side")
-    s.add_argument("--tgt-vocab-size", type=int, default=0)
+    s.add_argument("--tgt-vocab-size", type=_at_least(0), default=0, help="with --separate-vocab (0: --vocab-size)")
     s.add_argument("--model-type", default="bpe", choices=["bpe", "unigram"])
     s.add_argument("--lowercase", action="store_true",
                    help="lowercase both sides before SentencePiece (as fairseq's Multi30k recipe); models trained on it "
@@ -512,7 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "stays whole for BLEU; default) or drop them; either way counted")
     s.add_argument("--parser", default="none", help="parse the source side: none | spacy | file | synthetic")
     s.add_argument("--spacy-pipeline", default="en_core_web_sm", help="spaCy pipeline package (parser spacy)")
-    s.add_argument("--spacy-processes", type=int, default=1, help="spaCy worker processes")
+    s.add_argument("--spacy-processes", type=_at_least(1), default=1, help="spaCy worker processes")
     s.add_argument("--parse-dependency", help="parser file: CoNLL-U, may use {prefix} and {lang}")
     s.add_argument("--parse-constituency", help="parser file: PTB trees one per line, may use {prefix} and {lang}")
     s.add_argument("--conversion-style", choices=["hybrid", "flat", "xbar"], default="hybrid",
@@ -595,7 +595,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("experiment", help="train, decode and score a grid of configs; write a results table")
     s.add_argument("grid", help="grid YAML (see configs/grids/)")
     s.add_argument("--out", help="output directory (default: the grid's out_dir)")
-    s.add_argument("--jobs", type=int, default=1,
+    s.add_argument("--jobs", type=_at_least(1), default=1,
                    help="train this many runs at once (default 1: one after the other, each run's speed measured "
                         "alone); give each its share of the cores with train.threads=N")
     s.add_argument("--report-only", action="store_true",

@@ -47,10 +47,14 @@ def run_demo(workdir: str | Path, *, updates: int | None = None, minutes: float 
     from .data.synthetic import agreement_accuracy
     from .decode.translate import Translator
     from .evaluate.score import corpus_scores
+    from .files import OutputDir
     from .train.average import average_checkpoints, last_checkpoints
     from .train.trainer import train
 
     work = Path(workdir)
+    # the demo's own files in workdir: a file of the user's under their names is refused before any work (a
+    # workdir with a demo's model but no manifest is an earlier demo's)
+    outputs = OutputDir(work, "demo", expect=("test.hyp", "attraction4.hyp"), marker="model/checkpoint_last.pt")
     t0 = time.time()
     bcfg = BenchmarkConfig(seed=seed, n_train=n_train, n_valid=min(500, n_test), n_test=n_test, n_gen=n_test)
     corpus = work / "corpus"
@@ -72,8 +76,8 @@ def run_demo(workdir: str | Path, *, updates: int | None = None, minutes: float 
     test, hard = load_examples(corpus, "test"), load_examples(corpus, "attraction4")
     hyps = [h[0].text for h in tr.translate([" ".join(ex.src) for ex in test])]
     hard_hyps = [h[0].text for h in tr.translate([" ".join(ex.src) for ex in hard])]
-    (work / "test.hyp").write_text("\n".join(hyps) + "\n", encoding="utf-8")
-    (work / "attraction4.hyp").write_text("\n".join(hard_hyps) + "\n", encoding="utf-8")
+    outputs.write_text("test.hyp", "\n".join(hyps) + "\n")
+    outputs.write_text("attraction4.hyp", "\n".join(hard_hyps) + "\n")
     acc, n_items = agreement_accuracy(hyps, test)
     hard_acc, hard_items = agreement_accuracy(hard_hyps, hard)
     bleu, chrf = corpus_scores(hyps, [" ".join(ex.tgt) for ex in test])

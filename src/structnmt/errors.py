@@ -29,6 +29,7 @@ def os_error_sentence(err: OSError) -> str:
     needed (or the reverse) and missing parents are named as such; any other ``OSError`` keeps the
     system's wording after the path."""
     import errno
+    import os
 
     path = err.filename if err.filename is not None else ""
     if err.filename2 is not None:
@@ -48,5 +49,9 @@ def os_error_sentence(err: OSError) -> str:
         errno.ENAMETOOLONG: "the file name is too long for the file system; give a shorter path",
         errno.EMFILE: "too many open files; raise the limit (ulimit -n) or use fewer worker processes",
     }
+    if err.errno == errno.EEXIST and err.filename is not None and not os.path.isdir(err.filename):
+        # mkdir of a directory whose name a file already has (a parent of an output, or --out itself)
+        fixes[errno.EEXIST] = ("this is a file where a directory is needed; give a path whose parents are directories, "
+                               "or move the file away")
     what = fixes.get(err.errno or 0, (err.strerror or str(err)).rstrip(".").lower() if err.strerror else str(err))
     return f"{path}: {what}." if path else f"{what[0].upper()}{what[1:]}."

@@ -14,8 +14,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,13 +26,46 @@ from pathlib import Path
 TRAINING_OWNED = re.compile(r"^checkpoint_(last|best|\d+)\.pt$")
 
 
+def _special(path: Path) -> bool:
+    """Whether ``path`` exists and is neither a regular file nor a directory (a device such as /dev/stdout
+    or /dev/null, a FIFO, a socket): written in place, as a Unix tool writes ``> /dev/null``."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _named(err: OSError, path: Path, tmp: Path | None = None) -> OSError:
+    """``err`` naming ``path``, the output, where it named nothing or only ``tmp``, its temporary file."""
+    if err.filename is None or (tmp is not None and Path(err.filename) == tmp):
+        return type(err)(err.errno, err.strerror, str(path))
+    return err
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success it replaces ``path``, on failure it is removed."""
+    """Yield a temporary path beside ``path``; on success it replaces ``path``, on failure it is removed.
+
+    A symlink keeps being a link: its target is the file replaced. A device or FIFO (``/dev/stdout``) is
+    not replaced: the writer writes to it directly. A directory is refused (``IsADirectoryError``)."""
     path = Path(path)
+    if _special(path):  # (through links: /dev/stdout is a link to the process's descriptor)
+        try:
+            yield path
+        except OSError as err:
+            raise _named(err, path) from err
+        return
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     # the temporary name keeps the output's extension, for writers that pick a format by it (matplotlib)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{path.suffix}",
-                               dir=path.parent if str(path.parent) else ".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{path.suffix}",
+                                   dir=path.parent if str(path.parent) else ".")
+    except OSError as err:  # a read-only or missing parent: name the output, not a temporary name in it
+        raise _named(err, path, Path(err.filename or "")) from err
     os.close(fd)
     tmp_path = Path(tmp)
     umask = os.umask(0)
@@ -41,11 +76,42 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         os.replace(tmp_path, path)
     except OSError as err:
         tmp_path.unlink(missing_ok=True)
-        if err.filename is not None and Path(err.filename) == tmp_path:  # name the output, not its temporary file
-            raise OSError(err.errno, err.strerror, str(path)) from err
-        raise
+        raise _named(err, path, tmp_path) from err  # the output, not its temporary file (or nothing: ENOSPC)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
+        raise
+
+
+def write_torch(obj, path: str | Path) -> None:
+    """``torch.save(obj)`` into ``path`` with the bytes written by Python, so that a full disk is an
+    ``OSError`` (torch's own file writer reports it as a ``RuntimeError``: "unexpected pos")."""
+    import io
+
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    with open(path, "wb") as f:
+        f.write(buf.getbuffer())
+
+
+def atomic_save(obj, path: str | Path, tmp: str | Path | None = None) -> None:
+    """:func:`write_torch` to ``tmp`` (default: a temporary name beside ``path``), then renamed over ``path``;
+    on any failure ``tmp`` is removed and an ``OSError`` names ``path``."""
+    path = Path(path)
+    if tmp is None:
+        with atomic_path(path) as t:
+            write_torch(obj, t)
+        return
+    tmp = Path(tmp)
+    try:
+        write_torch(obj, tmp)
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise _named(err, path, tmp) from err
+    except BaseException:
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -64,12 +130,25 @@ def same_file(a: str | Path, b: str | Path) -> bool:
 
 
 def check_writable(path: str | Path) -> None:
-    """Raise the ``OSError`` that writing ``path`` would raise, before any work: its parent must be a
-    writable directory with room for a file."""
-    parent = Path(path).parent if str(Path(path).parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{Path(path).name}.", suffix=".check", dir=parent)
+    """Raise the ``OSError`` that writing ``path`` would raise, before any work, naming ``path``: it must not
+    be a directory, and its parent must be a writable directory with room for a file. A device or FIFO
+    (``/dev/stdout``) is written in place and not checked."""
+    path = Path(path)
+    if _special(path):
+        return
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".check", dir=parent)
+    except OSError as err:
+        raise _named(err, path, Path(err.filename or "")) from err
     try:
         os.write(fd, b"\n")
+    except OSError as err:
+        raise _named(err, path, Path(tmp)) from err
     finally:
         os.close(fd)
         os.unlink(tmp)
@@ -87,7 +166,10 @@ class OutputDir:
     ``expect``: the names the command will write, checked at once (the others when they are written). The
     directory is made when the first file is written, so a command refused before that leaves nothing."""
 
-    def __init__(self, path: str | Path, command: str, expect: tuple[str, ...] = ()):
+    def __init__(self, path: str | Path, command: str, expect: tuple[str, ...] = (), *,
+                 marker: str | tuple[str, ...] = ()):
+        """``marker``: files only this command writes there (``experiment.log``); a directory that holds one of
+        them but no manifest is this command's output from before manifests: its ``expect`` files are its own."""
         import json
 
         from .errors import UserError
@@ -99,6 +181,9 @@ class OutputDir:
             self.written = set(json.loads((self.path / MANIFEST).read_text(encoding="utf-8")).get("files", []))
         except (OSError, ValueError, AttributeError):
             self.written = set()
+            markers = (marker,) if isinstance(marker, str) else marker
+            if any((self.path / m).is_file() for m in markers) and not (self.path / MANIFEST).exists():
+                self.written = set(expect)
         for name in expect:
             self._check(name)
 
@@ -108,22 +193,27 @@ class OutputDir:
         p = self.path / name
         if p.exists() and name not in self.written:
             raise UserError(f"{p}: exists and was not written by a structnmt command, so `structnmt {self.command}` "
-                            "does not replace it; give another --out or move the file away.")
+                            "does not replace it; give another output directory or move the file away.")
         return p
 
     def claim(self, name: str) -> Path:
-        """The path to write ``name`` to (checked), recorded as written by this command."""
-        import json
-
+        """The path to write ``name`` to (checked; the directory made). :meth:`record` it once written."""
         p = self._check(name)
         self.path.mkdir(parents=True, exist_ok=True)  # made at the first file, not when only checked
-        self.written.add(name)
-        atomic_write_text(self.path / MANIFEST, json.dumps({"files": sorted(self.written)}, indent=1) + "\n")
         return p
+
+    def record(self, *names: str) -> None:
+        """``names`` were written (completely) by this command: recorded in the manifest. Recorded only after
+        the write, so a write that failed (a full disk) leaves no claim on a name a user may use later."""
+        import json
+
+        self.written.update(names)
+        atomic_write_text(self.path / MANIFEST, json.dumps({"files": sorted(self.written)}, indent=1) + "\n")
 
     def write_text(self, name: str, text: str) -> Path:
         p = self.claim(name)
         atomic_write_text(p, text)
+        self.record(name)
         return p
 
     def write_with(self, name: str, writer) -> Path:
@@ -131,4 +221,5 @@ class OutputDir:
         p = self.claim(name)
         with atomic_path(p) as tmp:
             writer(tmp)
+        self.record(name)
         return p

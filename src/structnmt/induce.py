@@ -73,14 +73,23 @@ def read_words(path: str | Path) -> list[Sentence]:
     """Words (and gold heads/UPOS when present) of every sentence of a CoNLL-U file, through the one
     CoNLL-U validator (:func:`structnmt.syntax.io.read_conllu_sentences`): a gold tree with a cycle,
     two roots, a head out of range or a HEAD that is not an integer is refused, naming the file and
-    line; a sentence whose HEAD column is all ``_`` is read as words to parse."""
-    from .syntax.io import read_conllu_sentences
+    line; a sentence whose HEAD column is all ``_`` is read as words to parse. A file is either gold
+    (every sentence has heads: scored) or words (none has: parsed only); a file that mixes them is
+    refused, naming its first sentence without heads, rather than scored on no sentence."""
+    from .syntax.io import TreeFormatError, read_conllu_sentences
 
     out = []
     for cs in read_conllu_sentences(path, heads_optional=True):
         upos = None if all(u == "_" for u in cs.upos) else list(cs.upos)
         heads = None if cs.tree is None else list(cs.tree.heads)
         out.append(Sentence(list(cs.words), heads, upos, line=cs.start_line, comments=list(cs.comments)))
+    gold = [s for s in out if s.heads is not None]
+    if gold and len(gold) < len(out):
+        odd = next(s for s in out if s.heads is None)
+        raise TreeFormatError(str(path), odd.line, f"a sentence without heads (HEAD all '_') in a file whose other "
+                              f"{len(gold)} sentence(s) have gold heads",
+                              "give every sentence its gold heads (to score the induced trees) or none (to parse "
+                              "only)")
     return out
 
 
@@ -322,7 +331,11 @@ def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Pat
     from .files import OutputDir
 
     stem = Path(str(conllu)).name.replace(".gz", "").replace(".conllu", "")
-    out = OutputDir(out_dir, "induce", expect=(f"{stem}.induced.conllu", "induce.json", "induce.md"))
+    # the pictures' names too (the first `draw` sentences of a drawable length), before any work
+    pictures = [i for i, s in enumerate(sents) if 3 <= len(s.words) <= draw_max_words][:draw]
+    out = OutputDir(out_dir, "induce", expect=(f"{stem}.induced.conllu", "induce.json", "induce.md",
+                                               *(f"sent{i + 1}_{kind}.png" for i in pictures
+                                                 for kind in ("heads", "tree"))))
     tr = Translator(checkpoint)
     if tr.cfg.model.family == "rnn" and (layer or head):
         raise UserError(f"--layer {layer} --head {head}: {checkpoint} is an RNN, whose one arc scorer gives the trees; "
@@ -499,7 +512,14 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
         if not isinstance(r, dict) or "model" not in r:
             raise UserError(f"{path}: scored no gold trees (its input has no heads); give induce outputs of a gold "
                             "CoNLL-U file.")
+        _check_report(path, r)
         reports.append((label, path, r))
+    from .files import check_writable, same_file
+
+    for _, path, _ in reports:  # the table is never written over one of its inputs
+        if same_file(out, path):
+            raise UserError(f"--out {out}: is {path}, an input of the table; write the table to another file.")
+    check_writable(out)
     bleu = dict(bleu or {})
     unknown = sorted(set(bleu) - {label for label, _, _ in reports})
     if unknown:
@@ -556,7 +576,29 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
                     first["productions"]["left"].get(h, {}).get(d, 0.0)]
             vals += [r["productions"]["model"].get(h, {}).get(d, 0.0) for _, _, r in reports]
             md.append(f"| {h} → {d} | " + " | ".join(f"{v:.1f}" for v in vals) + " |")
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(md) + "\n", encoding="utf-8")
-    return path
+    from .files import atomic_write_text
+
+    atomic_write_text(out, "\n".join(md) + "\n")
+    return Path(out)
+
+
+def _check_report(path: Path, r: dict) -> None:
+    """The fields of an induce.json the table reads, with their types; one sentence naming the first wrong one."""
+    def number(x) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    checks = [("model.DA", lambda: number(r["model"]["DA"])), ("model.UA", lambda: number(r["model"]["UA"])),
+              ("model.scored", lambda: number(r["model"]["scored"])),
+              ("left_branching", lambda: number(r["left_branching"]["DA"]) and number(r["left_branching"]["UA"])),
+              ("right_branching", lambda: number(r["right_branching"]["DA"]) and number(r["right_branching"]["UA"])),
+              ("input", lambda: isinstance(r["input"], str)), ("punct", lambda: isinstance(r["punct"], str)),
+              ("checkpoint", lambda: isinstance(r["checkpoint"], str)), ("scores", lambda: isinstance(r["scores"], str)),
+              ("not_encoded", lambda: isinstance(r["not_encoded"], list))]
+    for key, ok in checks:
+        try:
+            good = ok()
+        except (KeyError, TypeError):
+            good = False
+        if not good:
+            raise UserError(f"{path}: its field {key} is missing or not of the kind `structnmt induce` writes (edited "
+                            "by hand?); run `structnmt induce ... --out DIR` again for this directory.")

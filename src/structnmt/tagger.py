@@ -501,14 +501,28 @@ def train_row(cfg: TagConfig, splits: dict[str, list[Sentence]], out: Path, log=
     correct = [sum(int(names.get(a) == b) for a, b in zip(p, s.tags)) for p, s in zip(pred, test)]
     acc, lo, hi = accuracy_ci(correct, [len(s.tags) for s in test])
     unk = [sum(w not in vocab for w in s.words) for s in test]
+    from .files import atomic_write_text
+
     out.mkdir(parents=True, exist_ok=True)
-    (out / "test.pred").write_text("".join(" ".join(f"{w}/{names[a]}" for w, a in zip(s.words, p)) + "\n"
-                                           for s, p in zip(test, pred)), encoding="utf-8")
+    atomic_write_text(out / "test.pred", "".join(" ".join(f"{w}/{names[a]}" for w, a in zip(s.words, p)) + "\n"
+                                                 for s, p in zip(test, pred)))
     result = {"accuracy": acc, "ci95": [lo, hi], "best_epoch": best[2], "valid_accuracy": best[0],
               "params": nparams, "n_tags": len(tags), "vocab": len(vocab), "test_tokens": sum(len(s.tags) for s in test),
               "test_sentences": len(test), "test_unknown_words": int(sum(unk)), "seconds": time.time() - t0,
               "history": history, "correct_per_sentence": correct, "tokens_per_sentence": [len(s.tags) for s in test]}
-    (out / "result.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    atomic_write_text(out / "result.json", json.dumps(result, indent=1))  # written last: the row is finished
+    return result
+
+
+def _read_result(path: Path) -> dict:
+    """A finished row's result.json; one that cannot be read (cut short, edited) is named, with the fix."""
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        result = None
+    if not isinstance(result, dict) or not isinstance(result.get("accuracy"), (int, float)):
+        raise ConfigError(f"{path}: not a readable row result (cut short or edited); remove it and run the same "
+                          "command to train that row again.")
     return result
 
 
@@ -531,6 +545,9 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, r
         raise ConfigError(f"--jobs {jobs}: give the number of rows to train at once, 1 or more.")
     base = load_tag_config(config, overrides)
     out = Path(base.out_dir)
+    from .files import OutputDir
+
+    OutputDir(out, "tag", expect=REPORT_FILES, marker="tag.json")  # a file of the user's there: refused now
     rows = [TagRow(row_name(config, r), r.config, r.overrides) for r in base.rows] or [
         TagRow(name=base.name or "tagger")]
     names = [r.name for r in rows]
@@ -565,7 +582,7 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, r
         cfg = load_tag_config(config, overrides, row) if base.rows else base
         rdir = row_dir(out, row.name)
         if (rdir / "result.json").is_file():
-            results[row.name] = json.loads((rdir / "result.json").read_text())
+            results[row.name] = _read_result(rdir / "result.json")
             log(f"tag: {row.name}: done before ({results[row.name]['accuracy']:.2f}), skipped")
             continue
         if report_only or row.name not in selected:
@@ -635,7 +652,8 @@ def _train_rows_in_processes(config, overrides: list[str], names: list[str], out
 
 def write_report(cfg: TagConfig, args: list[str], results: dict, sizes: dict, stats: dict, out: Path,
                  missing: list[str] | None = None) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
+    from .files import OutputDir
+
     command = "structnmt tag " + " ".join(shlex.quote(str(x)) for x in args)
     lines = [f"# POS tagging: {cfg.corpus.name} ({cfg.corpus.path})", "",
              f"Command: `{command}`  ", f"Machine: {platform.machine()}, {platform.processor() or '?'}, "
@@ -660,9 +678,13 @@ def write_report(cfg: TagConfig, args: list[str], results: dict, sizes: dict, st
     if missing:
         lines += ["", "Not run yet (not trained by this command: `--report-only` or `--row`): "
                   + "; ".join(missing) + "."]
-    (out / "tag.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     slim = {k: {kk: vv for kk, vv in v.items() if kk not in ("correct_per_sentence", "tokens_per_sentence")}
             for k, v in results.items()}
-    (out / "tag.json").write_text(json.dumps({"command": command, "splits": sizes, "stats": stats,
-                                              "rows": slim}, indent=1), encoding="utf-8")
-    return out / "tag.md"
+    report = OutputDir(out, "tag", expect=REPORT_FILES, marker="tag.json")
+    report.write_text("tag.json", json.dumps({"command": command, "splits": sizes, "stats": stats, "rows": slim},
+                                             indent=1))
+    return report.write_text("tag.md", "\n".join(lines) + "\n")
+
+
+#: the comparison files of a tag config's out_dir (its rows' folders hold their own results)
+REPORT_FILES = ("tag.md", "tag.json")

@@ -98,16 +98,36 @@ def read_head_roles(path: str | Path) -> list[dict]:
     if not path.is_file():
         raise UserError(f"{path}: no head-role records; train with train.head_roles=true (needs parsed data).")
     by_step: dict[int, dict] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not text (invalid UTF-8 at byte {err.start}); give the head_roles.jsonl a training "
+                        "with train.head_roles=true wrote.") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
-            continue
-        if "step" in rec and "redundant" in rec:
+            rec = None
+        if not isinstance(rec, dict) or not _is_record(rec):
+            raise UserError(f"{path}, line {lineno}: not a complete head-role record (cut short, or edited); remove "
+                            "that line (a run killed while writing leaves one) and run again.")
+        if any(row is not None for row in rec["redundant"]):  # (a validation without sentences has no roles)
             by_step[int(rec["step"])] = rec
     if not by_step:
         raise UserError(f"{path}: holds no head-role record.")
     return [by_step[k] for k in sorted(by_step)]
+
+
+def _is_record(rec: dict) -> bool:
+    """A head-role record: an integer ``step`` and ``redundant``, per layer null or a list of per-head numbers."""
+    def number(x) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    layers = rec.get("redundant")
+    return (isinstance(rec.get("step"), int) and isinstance(layers, list)
+            and all(row is None or (isinstance(row, list) and row and all(number(x) for x in row)) for row in layers))
 
 
 def _layer_means(rec: dict) -> list[float | None]:
@@ -171,6 +191,9 @@ def compare_runs(run_dirs: list[str], labels: list[str] | None, out_dir: str | P
     """``structnmt head-roles``: the PNG and the table of several runs' head_roles.jsonl."""
     if labels and len(labels) != len(run_dirs):
         raise UserError(f"head-roles: {len(labels)} labels for {len(run_dirs)} runs; give one label per run.")
+    if labels and len(set(labels)) < len(labels):
+        twice = next(x for x in labels if labels.count(x) > 1)
+        raise UserError(f"head-roles: the label {twice!r} is given twice; give every run its own label.")
     runs = [(labels[i] if labels else Path(d).name, read_head_roles(Path(d) / "head_roles.jsonl"))
             for i, d in enumerate(run_dirs)]
     from ..files import OutputDir

@@ -626,8 +626,9 @@ def run_probe(cfg: ProbeConfig, log=print) -> Path:
         else:
             outdir.claim("spm.model")
             outdir.claim("spm.vocab")
-            sp = train_sentencepiece((raw[i][0] for i in split_idx["train"]), out / "spm",
+            sp = train_sentencepiece((raw[i][0] for i in split_idx["train"]), out / "spm",  # atomic files
                                      vocab_size=cfg.model.vocab_size, num_threads=1).sp
+            outdir.record("spm.model", "spm.vocab")
             vocab_desc = (f"SentencePiece BPE trained on the training split, {sp.get_piece_size()} pieces "
                           f"(`{out / 'spm.model'}`)")
     items = align_items(raw, labels, sp, cfg.corpus.max_len, skipped)

@@ -104,6 +104,10 @@ def sweep_points(rows: list[dict[str, str]], pattern: str, references: list[str]
     return sorted(points), refs
 
 
+#: picture formats ``sweep-plot --out`` writes, by the name's suffix
+PICTURE_SUFFIXES = (".png", ".pdf", ".svg")
+
+
 def plot_sweep(results: str | Path, pattern: str, out: str | Path, references: list[str] | None = None,
                column: str = "bleu", xlabel: str = "x", title: str = "", where: dict[str, str] | None = None
                ) -> list[Path]:
@@ -114,6 +118,9 @@ def plot_sweep(results: str | Path, pattern: str, out: str | Path, references: l
     from ..files import OutputDir
 
     out = Path(out)
+    if out.suffix.lower() not in PICTURE_SUFFIXES:
+        raise UserError(f"--out {out}: the picture's name must end in {', '.join(PICTURE_SUFFIXES)} (its format), "
+                        f"e.g. {out.with_suffix('.png')}.")
     table = out.with_suffix(".md")
     target = OutputDir(out.parent, "sweep-plot", expect=(out.name, table.name))  # checked before drawing
     fig = Figure(figsize=(5.2, 3.6))

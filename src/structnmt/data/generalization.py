@@ -48,6 +48,8 @@ from .synthetic import (
     _parse_brackets,
     _Sampler,
     _split_rng,
+    corpus_dir,
+    split_files,
     write_examples,
 )
 
@@ -201,19 +203,20 @@ def write_benchmark(cfg: BenchmarkConfig, out_dir: str | Path) -> dict:
     """Generate, check and write every split (the files of
     :func:`structnmt.data.synthetic.write_corpus`, plus ``{split}.props.jsonl``) and
     ``benchmark.json`` (config, statements, checks). Returns the summary."""
-    out = Path(out_dir)
     splits = generate_benchmark(cfg)
     summary = check_benchmark(splits, cfg)
+    # a file of the user's under one of the names is refused before anything is written
+    out = corpus_dir(out_dir, tuple(n for name in splits for n in (*split_files(name), f"{name}.props.jsonl"))
+                     + ("benchmark.json",))
     for name, (examples, props) in splits.items():
         write_examples(examples, out, name)
-        with open(out / f"{name}.props.jsonl", "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(p) + "\n" for p in props)
+        out.write_text(f"{name}.props.jsonl", "".join(json.dumps(p) + "\n" for p in props))
     statements = {s.name: s.statement.replace("train_max_len", str(cfg.train_max_len)) for s in SPLITS}
     statements["train"] = statements["valid"] = statements["test"]
     meta = {"config": asdict(cfg), "splits": {n: {"statement": statements[n], **summary[n]} for n in splits},
             "checked": "every split satisfies its rule; no training/valid sentence has a held-out property; "
                        "no sentence occurs twice"}
-    (out / "benchmark.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    out.write_text("benchmark.json", json.dumps(meta, indent=2) + "\n")
     return meta
 
 

@@ -229,6 +229,9 @@ def _build(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, p
             ) from None
         if stream_error:
             raise stream_error[0]
+        if len(vocab) < size:  # SentencePiece stops where the text has no more pieces (hard_vocab_limit off)
+            log(f"prepare: the SentencePiece model {prefix.name}.model has {len(vocab):,} pieces, fewer than the "
+                f"{size:,} asked: the training text yields no more; the dataset uses {len(vocab):,}.")
         return vocab
 
     if cfg.joint_vocab:

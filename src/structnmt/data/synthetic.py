@@ -910,21 +910,34 @@ def _conllu(ex: SynthExample) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def write_examples(examples: list[SynthExample], out_dir: str | Path, split: str) -> None:
+def split_files(split: str) -> tuple[str, ...]:
+    """The files :func:`write_examples` writes for ``split``."""
+    return (f"{split}.src", f"{split}.tgt", f"{split}.src.tree", f"{split}.src.conllu", f"{split}.agreement.jsonl")
+
+
+def corpus_dir(out, names: tuple[str, ...] = ()):
+    """``out`` as the :class:`structnmt.files.OutputDir` of a synthetic corpus: a file of the user's under one
+    of ``names`` is refused before anything is written; a corpus directory from before manifests (it holds
+    ``synth.json`` or ``benchmark.json``) is the generator's own."""
+    from ..files import OutputDir
+
+    if isinstance(out, OutputDir):
+        for name in names:
+            out.claim(name)
+        return out
+    return OutputDir(out, "synth", expect=names, marker=("synth.json", "benchmark.json"))
+
+
+def write_examples(examples: list[SynthExample], out, split: str) -> None:
     """Write one split: ``{split}.src``, ``{split}.tgt`` (space-joined tokens),
-    ``{split}.src.tree`` (PTB), ``{split}.src.conllu`` and ``{split}.agreement.jsonl``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / f"{split}.src", "w", encoding="utf-8") as f:
-        f.writelines(" ".join(ex.src) + "\n" for ex in examples)
-    with open(out / f"{split}.tgt", "w", encoding="utf-8") as f:
-        f.writelines(" ".join(ex.tgt) + "\n" for ex in examples)
-    with open(out / f"{split}.src.tree", "w", encoding="utf-8") as f:
-        f.writelines(ex.tree + "\n" for ex in examples)
-    with open(out / f"{split}.src.conllu", "w", encoding="utf-8") as f:
-        f.writelines(_conllu(ex) for ex in examples)
-    with open(out / f"{split}.agreement.jsonl", "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(ex.agreement) + "\n" for ex in examples)
+    ``{split}.src.tree`` (PTB), ``{split}.src.conllu`` and ``{split}.agreement.jsonl``, each atomically.
+    ``out``: a directory or a :func:`corpus_dir`."""
+    out = corpus_dir(out, split_files(split))
+    texts = ("".join(" ".join(ex.src) + "\n" for ex in examples), "".join(" ".join(ex.tgt) + "\n" for ex in examples),
+             "".join(ex.tree + "\n" for ex in examples), "".join(_conllu(ex) for ex in examples),
+             "".join(json.dumps(ex.agreement) + "\n" for ex in examples))
+    for name, text in zip(split_files(split), texts):
+        out.write_text(name, text)
 
 
 def write_corpus(cfg: SynthConfig, out_dir: str | Path) -> dict[str, int]:
@@ -932,9 +945,11 @@ def write_corpus(cfg: SynthConfig, out_dir: str | Path) -> dict[str, int]:
 
     Files per split: ``{split}.src``, ``{split}.tgt`` (space-joined tokens),
     ``{split}.src.tree`` (PTB), ``{split}.src.conllu`` (CoNLL-U) and
-    ``{split}.agreement.jsonl`` (one JSON list per line); plus ``synth.json``.
+    ``{split}.agreement.jsonl`` (one JSON list per line); plus ``synth.json``. A file of the user's
+    under one of these names is refused before anything is written (:func:`corpus_dir`).
     """
-    out = Path(out_dir)
+    out = corpus_dir(out_dir, tuple(n for split in ("train", "valid", "test") for n in split_files(split))
+                     + ("synth.json",))
     data = generate(cfg)
     counts: dict[str, int] = {}
     for split, examples in data.items():
@@ -946,7 +961,7 @@ def write_corpus(cfg: SynthConfig, out_dir: str | Path) -> dict[str, int]:
         "target_suffixes": {"plural": PLURAL_SUFFIX, "tense": TENSE_SUFFIX,
                             "agreement": AGREEMENT_SUFFIX},
     }
-    (out / "synth.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    out.write_text("synth.json", json.dumps(meta, indent=2) + "\n")
     return counts
 
 

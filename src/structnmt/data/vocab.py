@@ -87,10 +87,13 @@ def train_sentencepiece(
     stays bounded for WMT-size corpora. ``lowercase``: trained on the lowercased lines,
     and the returned vocabulary lowercases what it encodes.
     """
+    import io
+
     it: Iterator[str] = (line.lower() for line in lines) if lowercase else iter(lines)
+    model = io.BytesIO()  # written here, not by SentencePiece: a full disk is then an OSError naming the file
     spm.SentencePieceTrainer.train(
         sentence_iterator=it,
-        model_prefix=str(model_prefix),
+        model_writer=model,
         vocab_size=vocab_size,
         model_type=model_type,
         character_coverage=character_coverage,
@@ -105,4 +108,12 @@ def train_sentencepiece(
         num_threads=num_threads,
         minloglevel=2,
     )
+    from ..files import atomic_path, atomic_write_text
+
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    with atomic_path(f"{model_prefix}.model") as tmp:
+        tmp.write_bytes(model.getvalue())
+    # the vocabulary listing SentencePiece writes beside its model, byte for byte: piece, tab, score (%g)
+    atomic_write_text(f"{model_prefix}.vocab",
+                      "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size())))
     return Vocab(f"{model_prefix}.model", lowercase=lowercase)

@@ -85,8 +85,9 @@ def _bleu_tests(grid: GridConfig, results: dict, split: str, refs: list[str], ru
     return {n: b["p_value"] for n, b in boot.items()}
 
 
-def generalization_section(grid: GridConfig, results: dict, out: Path) -> list[str]:
-    """Markdown lines of the per-split tables (and the attractor picture in ``out``)."""
+def generalization_section(grid: GridConfig, results: dict, out) -> list[str]:
+    """Markdown lines of the per-split tables (and the attractor picture and ``generalization.csv`` in ``out``,
+    the report's :class:`structnmt.files.OutputDir`)."""
     from ..data.generalization import benchmark_splits, load_examples
     from ..evaluate.seeds import describe_test
 
@@ -155,13 +156,16 @@ def generalization_section(grid: GridConfig, results: dict, out: Path) -> list[s
         lines.append("")
     for n in names:
         summary.append(f"| {n} | " + " | ".join(f"{agreement_by_split[n][s]:.1f}" for s in splits) + " |")
-    _plot_attractors(grid, results, out / "agreement_by_attractors.png")
+    out.write_with("agreement_by_attractors.png", lambda tmp: _plot_attractors(grid, results, tmp))
     import csv
 
-    with open(out / "generalization.csv", "w", encoding="utf-8", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(csv_rows[0]) if csv_rows else ["System", "split"])
-        w.writeheader()
-        w.writerows(csv_rows)
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(csv_rows[0]) if csv_rows else ["System", "split"])
+            w.writeheader()
+            w.writerows(csv_rows)
+
+    out.write_with("generalization.csv", write)
     return (head + ["Agreement accuracy (%) per split, mean over seeds (every split's means and standard deviations: "
                     "`generalization.csv`):", ""] + summary + [""]
             + ["![agreement by attractors](agreement_by_attractors.png)", ""] + lines)

@@ -173,9 +173,7 @@ def build_rows(grid: GridConfig, out: Path, results: dict, refs: list[str], spli
 
 def write_csv(rows: list[dict], path: Path, seeds: list[int]) -> None:
     columns = CSV_COLUMNS + [f"{c}_seed{s}" for c in SEED_METRICS.values() for s in seeds]
-    from ..files import atomic_path
-
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
+    with open(path, "w", encoding="utf-8", newline="") as f:  # (a temporary file of the report's OutputDir)
         w = csv.DictWriter(f, fieldnames=columns)
         w.writeheader()
         for row in rows:
@@ -317,10 +315,12 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
     splits = [ev.split] + [x for x in ev.extra_splits
                            if all(split_result(grid, results[(r.name, s)], x)
                                   for r in grid.runs for s in seeds_of(grid, results, r.name))]
+    report = report_dir(grid, out)
     tables = {x: build_rows(grid, out, results, split_data[x][1], x) for x in splits}
-    write_csv([row for x in splits for row in tables[x][0]], out / "results.csv", grid.seeds)
-    plot_learning_curves(grid, results, out / "learning_curves.png")
-    plot_ngram_gain(grid, results, out / "ngram_gain.png")
+    report.write_with("results.csv", lambda tmp: write_csv([row for x in splits for row in tables[x][0]], tmp,
+                                                           grid.seeds))
+    report.write_with("learning_curves.png", lambda tmp: plot_learning_curves(grid, results, tmp))
+    report.write_with("ngram_gain.png", lambda tmp: plot_ngram_gain(grid, results, tmp))
     # the hardware the runs were decoded on (recorded in result.json), else this machine's
     recorded = [r["hardware"] for r in results.values() if r.get("hardware")]
     hw = recorded[0] if recorded else hardware()
@@ -386,12 +386,22 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
     if ev.benchmark:
         from .generalization_report import generalization_section
 
-        lines += ["", *generalization_section(grid, results, out)]
-    from ..files import atomic_write_text
+        lines += ["", *generalization_section(grid, results, report)]
+    return report.write_text("results.md", "\n".join(lines) + "\n")
 
-    path = out / "results.md"
-    atomic_write_text(path, "\n".join(lines) + "\n")
-    return path
+
+#: the report files of an experiment's output directory (the runs live in its runs/ folder)
+REPORT_FILES = ("results.md", "results.csv", "learning_curves.png", "ngram_gain.png")
+
+
+def report_dir(grid: GridConfig, out: Path):
+    """``out`` as the report directory of ``structnmt experiment`` (:class:`structnmt.files.OutputDir`): a
+    file under a report name that no structnmt command wrote is refused, before any run is trained; a
+    directory with the runner's ``experiment.log`` but no manifest is an earlier report, replaced."""
+    from ..files import OutputDir
+
+    names = REPORT_FILES + (("agreement_by_attractors.png", "generalization.csv") if grid.evaluate.benchmark else ())
+    return OutputDir(out, "experiment", expect=names, marker="experiment.log")
 
 
 def _per_run_lines(grid: GridConfig, results: dict, dirs: dict[str, str], splits: list[str], bleu_name: str) -> list[str]:

@@ -472,11 +472,12 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
     the output directory) and names the missing ones in it.
     """
     from ..data.dataset import PreparedDataset
-    from .report import write_report
+    from .report import report_dir, write_report
 
     overrides = list(overrides or [])
     g, run_over = load_grid(grid, overrides)
     out = Path(out_dir or g.out_dir or Path("experiments") / slug(g.name)).resolve()
+    report_dir(g, out)  # a file of the user's under a report name is refused now, before any training
     out.mkdir(parents=True, exist_ok=True)
     log_file = out / "experiment.log"
 

@@ -351,7 +351,7 @@ def _parse_conllu_block(block: list[tuple[int, str]], path: str, heads_optional:
     lemmas: list[str] = []
     upos: list[str] = []
     xpos: list[str] = []
-    heads: list[int] = []
+    heads: list[int | None] = []  # None: HEAD "_" (words without a tree, where heads_optional)
     deprels: list[str] = []
     lines: list[int] = []
     mwt: list[tuple[int, int, str]] = []
@@ -383,7 +383,7 @@ def _parse_conllu_block(block: list[tuple[int, str]], path: str, heads_optional:
             raise TreeFormatError(path, lineno, f"word ID {wid!r} where {len(words) + 1} was expected",
                                   "number the words 1, 2, 3, ... in order")
         try:
-            h = -1 if heads_optional and cols[6] == "_" else int(cols[6])
+            h = None if heads_optional and cols[6] == "_" else int(cols[6])
         except ValueError:
             raise TreeFormatError(path, lineno, f"HEAD {cols[6]!r} is not an integer",
                                   "give the 1-based ID of the head word, or 0 for the root") from None
@@ -398,9 +398,9 @@ def _parse_conllu_block(block: list[tuple[int, str]], path: str, heads_optional:
         raise TreeFormatError(path, start_line, "sentence has comments but no words",
                               "remove the comments or add the word lines")
     n = len(words)
-    if heads_optional and -1 in heads:  # words only (HEAD "_"): no tree to check, unless some word has a head
-        if any(h != -1 for h in heads):
-            i = next(k for k, h in enumerate(heads) if h == -1)
+    if heads_optional and None in heads:  # words only (HEAD "_"): no tree to check, unless some word has a head
+        if any(h is not None for h in heads):
+            i = next(k for k, h in enumerate(heads) if h is None)
             raise TreeFormatError(path, lines[i], "HEAD '_' in a sentence whose other words have heads",
                                   "give every word of the sentence a head, or none (all '_')")
         return ConlluSentence(tree=None, text=text, sent_id=sent_id, comments=comments, multiword_tokens=mwt,

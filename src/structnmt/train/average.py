@@ -50,10 +50,9 @@ def average_checkpoints(paths: list[Path], output: str | Path) -> dict:
     out = {k: v for k, v in newest.items() if k != "optimizer"}
     out["model"] = model
     out["averaged_from"] = [str(p) for p in paths]
-    from ..files import atomic_path
+    from ..files import atomic_save
 
-    with atomic_path(output) as tmp:  # a full disk leaves neither a partial average nor a .tmp file
-        torch.save(out, tmp)
+    atomic_save(out, output)  # a full disk leaves neither a partial average nor a temporary file: one sentence
     return out
 
 

@@ -43,6 +43,7 @@ import torch.distributed as dist
 from ..config import Config, ConfigError, to_dict, with_defaults
 from ..data.dataset import EpochBatchIterator, PreparedDataset, collate, make_batches
 from ..errors import UserError
+from ..files import OutputDir
 from ..models import build_model
 from .checkpoint import (
     check_same_vocab,
@@ -112,10 +113,16 @@ def set_rng_state(st: dict) -> None:
         torch.cuda.set_rng_state_all(st["cuda"])
 
 
+#: the files a run writes into its save_dir besides checkpoints and logs (the resolved config and its pictures)
+RUN_FILES = ("config.yaml", "learning_curve.png", "head_roles.png")
+
+
 def atomic_save(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    """``obj`` to ``path`` through ``<path>.tmp`` (removed on failure; a killed save's is removed at the next
+    start); a full disk is an ``OSError`` naming ``path``."""
+    from ..files import atomic_save as save
+
+    save(obj, path, tmp=path.with_name(path.name + ".tmp"))
 
 
 def param_count(model: torch.nn.Module) -> int:
@@ -222,6 +229,9 @@ class Trainer:
             raise TrainingError(f"train.save_dir={self.save_dir} is a file; give a directory.")
         self.lock = None
         self.data_lock = None  # shared lock on the dataset's manifest while the run lives
+        # the files of the save_dir the run writes besides its checkpoints and logs: a file of the user's under one
+        # of these names is refused (a save_dir with a checkpoint or metrics but no manifest is an earlier run's)
+        self.outputs = OutputDir(self.save_dir, "train", expect=RUN_FILES, marker=("checkpoint_last.pt", "metrics.jsonl"))
         if self.is_main:
             self.save_dir.mkdir(parents=True, exist_ok=True)
             self.lock = SaveDirLock(self.save_dir, log)
@@ -341,8 +351,8 @@ class Trainer:
         from ..analysis.curves import plot_curves
 
         try:
-            plot_curves([(None, self.save_dir / "metrics.jsonl", "C0", 1.0)],
-                        f"{self.save_dir.name}: learning curve", self.save_dir / "learning_curve.png")
+            self.outputs.write_with("learning_curve.png", lambda tmp: plot_curves(
+                [(None, self.save_dir / "metrics.jsonl", "C0", 1.0)], f"{self.save_dir.name}: learning curve", tmp))
         except (ImportError, OSError) as err:  # a missing matplotlib or a full disk must not fail the run
             self.log(f"learning curve not drawn: {err}")
 
@@ -518,8 +528,8 @@ class Trainer:
         from ..analysis.head_roles import plot_head_roles, read_head_roles
 
         try:
-            plot_head_roles([(self.save_dir.name, read_head_roles(self.save_dir / "head_roles.jsonl"))],
-                            self.save_dir / "head_roles.png")
+            records = read_head_roles(self.save_dir / "head_roles.jsonl")
+            self.outputs.write_with("head_roles.png", lambda tmp: plot_head_roles([(self.save_dir.name, records)], tmp))
         except (ImportError, OSError, UserError) as err:
             self.log(f"head roles not drawn: {err}")
 
@@ -581,7 +591,7 @@ class Trainer:
             self.log(f"model: {self.cfg.model.family}, {self.n_params:,} parameters; {len(self.train_split):,} training "
                      f"pairs in {len(self.batches.batches):,} batches; device {self.device}, {self.world} process(es).")
             self.log(f"budget: {self.budget}.")
-            (self.save_dir / "config.yaml").write_text(__import__("yaml").safe_dump(to_dict(self.cfg), sort_keys=False))
+            self.outputs.write_text("config.yaml", __import__("yaml").safe_dump(to_dict(self.cfg), sort_keys=False))
         if self.structures:  # structures are data: computed once, before the first update
             t0 = time.time()
             for split in (self.train_split, self.valid_split):

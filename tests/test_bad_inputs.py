@@ -515,6 +515,7 @@ def test_a_path_that_is_a_file_is_one_sentence(tmp_path, capsys):
 def test_file_system_faults_are_one_sentence_from_any_command(tmp_path, capsys, monkeypatch, errno_name, fragment):
     import builtins
     import errno
+    import io
 
     real_open = builtins.open
     target = tmp_path / "corpus"
@@ -526,6 +527,7 @@ def test_file_system_faults_are_one_sentence_from_any_command(tmp_path, capsys, 
         return real_open(file, mode, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "open", faulty_open)
+    monkeypatch.setattr(io, "open", faulty_open)  # Path.write_text's (atomic writes write a temporary file so)
     code, _, err = cli(capsys, "synth", "--out", target, "--n-train", "5", "--n-valid", "2", "--n-test", "2")
     assert_user_error(code, err, str(target), fragment)
 
@@ -633,6 +635,7 @@ def test_analyze_an_empty_file_and_a_long_line(trained, synth_data, tmp_path, ca
     assert code == 0, err
     stats = json.loads((tmp_path / "maps" / "attention_stats.json").read_text())
     assert stats["skipped_too_long"] == [1] and stats["sentences"] == 2
+    assert "analyze: 1 line(s) longer than model.max_positions=64 pieces skipped" in err and "line 1." in err
 
 
 def test_prepare_does_not_rebuild_a_dataset_a_training_reads(synth_data, tmp_path, capsys):

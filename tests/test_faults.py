@@ -114,6 +114,29 @@ def test_a_parent_that_is_a_file_is_named_as_such(capsys, tmp_path):
     assert (tmp_path / "a_file").read_text() == "x\n"
 
 
+def test_a_directory_built_beside_its_destination_is_never_named_in_an_error(tmp_path):
+    """prepare and export build in a hidden directory beside their destination: a read-only parent or a full
+    disk names the destination the user gave, not the hidden name."""
+    import errno
+
+    from structnmt.files import errors_name, temp_dir_beside
+
+    (tmp_path / "a_file").write_text("x\n")
+    with pytest.raises(OSError) as info:
+        temp_dir_beside(tmp_path / "a_file" / "bin", ".prepare-")
+    assert info.value.filename == str(tmp_path / "a_file" / "bin")
+    hidden = temp_dir_beside(tmp_path / "bin", ".prepare-")
+    assert hidden.parent == tmp_path and hidden.name.startswith(".bin.prepare-")
+    for raised in (OSError(errno.ENOSPC, "No space left on device"),
+                   OSError(errno.ENOSPC, "No space left on device", str(hidden / "spm.model"))):
+        with pytest.raises(OSError) as info, errors_name(tmp_path / "bin", hidden):
+            raise raised
+        assert info.value.filename == str(tmp_path / "bin")
+    with pytest.raises(OSError) as info, errors_name(tmp_path / "bin", hidden):  # an input's own error stays
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "train.en")
+    assert info.value.filename == "train.en"
+
+
 # --------------------------------------------------------------------------- report directories
 
 

@@ -420,7 +420,7 @@ def cmd_analyze(args) -> int:
     written = run_analyze(checkpoint=args.checkpoint, input_path=args.input, out_dir=args.out,
                           sentences=args.sentences, stats_sentences=args.stats_sentences,
                           parse_dependency=args.parse_dependency, parse_constituency=args.parse_constituency,
-                          progress=not args.no_progress)
+                          progress=not args.no_progress, log=lambda msg: print(msg, file=sys.stderr))
     print(f"analyze: wrote {len(written)} files to {args.out}")
     return 0
 

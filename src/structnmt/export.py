@@ -205,10 +205,13 @@ def _write_swapped(out: Path, write) -> None:
     import shutil
     import tempfile
 
+    from .files import errors_name, temp_dir_beside
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    new = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".new", dir=out.parent))
+    new = temp_dir_beside(out, ".", ".new")
     try:
-        write(new)
+        with errors_name(out, new):
+            write(new)
         for p in _not_written_by_export(out):  # a file the user put in the earlier export moves with it (a copy,
             copy = shutil.copytree if p.is_dir() else shutil.copy2  # so that a failure leaves the original)
             copy(p, new / p.name)

@@ -82,6 +82,28 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         raise
 
 
+def temp_dir_beside(out: Path, prefix: str, suffix: str = "") -> Path:
+    """A new hidden directory beside ``out`` to build it in (``.<name><prefix>XXXX<suffix>``); a read-only or
+    full parent is an ``OSError`` naming ``out``, not the temporary name."""
+    try:
+        return Path(tempfile.mkdtemp(prefix=f".{out.name}{prefix}", suffix=suffix, dir=out.parent))
+    except OSError as err:
+        raise type(err)(err.errno, err.strerror, str(out)) from err
+
+
+@contextlib.contextmanager
+def errors_name(out: Path, tmp: Path) -> Iterator[None]:
+    """An ``OSError`` raised inside that names nothing (a full disk) or a file under ``tmp``, the directory
+    ``out`` is built in, names ``out`` instead: the user knows that path."""
+    try:
+        yield
+    except OSError as err:
+        inside = err.filename is not None and str(err.filename).startswith(str(tmp))
+        if err.filename is None or inside:
+            raise type(err)(err.errno, err.strerror, str(out)) from err
+        raise
+
+
 def write_torch(obj, path: str | Path) -> None:
     """``torch.save(obj)`` into ``path`` with the bytes written by Python, so that a full disk is an
     ``OSError`` (torch's own file writer reports it as a ``RuntimeError``: "unexpected pos")."""

@@ -255,7 +255,7 @@ def _quadrant_figure(*, fig_cls, layers: list, qlab: list[str], klab: list[str],
 
 def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str | Path, sentences: int = 3,
                 stats_sentences: int = 0, parse_dependency: str | None = None,
-                parse_constituency: str | None = None, progress: bool = False) -> list[Path]:
+                parse_constituency: str | None = None, progress: bool = False, log=None) -> list[Path]:
     """Write attention heatmaps for the first ``sentences`` non-empty lines of ``input_path``
     and ``attention_stats.json`` (and ``phrase_quadrants.md``) over the first
     ``max(sentences, stats_sentences)``; returns the written paths (see the module docstring)."""
@@ -288,6 +288,10 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
         raise UserError(f"{input_path}: every line is longer than the model's {limit} positions "
                         "(model.max_positions); give shorter sentences.")
     chosen = fits[:wanted]
+    if too_long and log is not None:
+        shown = ", ".join(map(str, too_long[:20])) + (", ..." if len(too_long) > 20 else "")
+        log(f"analyze: {len(too_long)} line(s) longer than model.max_positions={limit} pieces skipped (the next "
+            f"lines are analysed instead): line {shown}.")
     drawn = min(max(sentences, 0), len(chosen))
     sources = [encoded[i] for i in chosen]
     structs = _structures_for(tr, texts, chosen, [len(s) for s in sources])

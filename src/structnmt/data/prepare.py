@@ -44,7 +44,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -172,9 +171,12 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
 
     held = claim_dataset(out)  # a training that reads the old dataset: refused before any work
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.prepare-", dir=out.parent))
+    from ..files import errors_name, temp_dir_beside
+
+    tmp = temp_dir_beside(out, ".prepare-")
     try:
-        manifest = _build(cfg, splits, backend, key, tmp, progress=progress, log=log)
+        with errors_name(out, tmp):
+            manifest = _build(cfg, splits, backend, key, tmp, progress=progress, log=log)
         _install(tmp, out, old)
     finally:
         if tmp.exists():

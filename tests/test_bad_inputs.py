@@ -599,12 +599,14 @@ def test_average_refuses_a_training_owned_name_and_leaves_nothing_partial_on_a_f
     assert_user_error(code, err, "checkpoint_last.pt is a name a training writes and resumes from", "average.pt")
     assert tree_snapshot(run) == before
 
-    def full_disk(obj, f, *a, **k):
+    def full_disk(obj, f, *a, **k):  # the disk fills while the checkpoint's bytes are written (no file named)
         with open(f, "wb") as fh:
             fh.write(b"partial")
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(f))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(torch, "save", full_disk)
+    import structnmt.files
+
+    monkeypatch.setattr(structnmt.files, "write_torch", full_disk)
     (tmp_path / "avg.pt").write_bytes(b"an older average")
     code, _, err = cli(capsys, "average", "--inputs", run, "--num", "2", "--output", tmp_path / "avg.pt")
     assert_user_error(code, err, f"{tmp_path / 'avg.pt'}: no space left on the device")

@@ -114,7 +114,8 @@ def test_analyze_writes_quadrant_tables_and_pictures(tmp_path, name, options):
                  decode=DecodeConfig(beam=1, max_len_b=4))
     train(cfg, log=lambda *_: None)
     src = tmp_path / "in.txt"
-    src.write_text("".join(line + "\n" for line in (tmp_path / "c" / "valid.src").read_text().splitlines()[:2]))
+    shortest = sorted((tmp_path / "c" / "valid.src").read_text().splitlines(), key=len)[:2]  # small pictures
+    src.write_text("".join(line + "\n" for line in shortest))
     written = run_analyze(checkpoint=tmp_path / "m" / "checkpoint_last.pt", input_path=src,
                           out_dir=tmp_path / "out", sentences=2)
     names = {p.name for p in written}

@@ -73,24 +73,30 @@ def read_words(path: str | Path) -> list[Sentence]:
     """Words (and gold heads/UPOS when present) of every sentence of a CoNLL-U file, through the one
     CoNLL-U validator (:func:`structnmt.syntax.io.read_conllu_sentences`): a gold tree with a cycle,
     two roots, a head out of range or a HEAD that is not an integer is refused, naming the file and
-    line; a sentence whose HEAD column is all ``_`` is read as words to parse. A file is either gold
-    (every sentence has heads: scored) or words (none has: parsed only); a file that mixes them is
-    refused, naming its first sentence without heads, rather than scored on no sentence."""
-    from .syntax.io import TreeFormatError, read_conllu_sentences
+    line; a sentence whose HEAD column is all ``_`` is read as words to parse."""
+    from .syntax.io import read_conllu_sentences
 
     out = []
     for cs in read_conllu_sentences(path, heads_optional=True):
         upos = None if all(u == "_" for u in cs.upos) else list(cs.upos)
         heads = None if cs.tree is None else list(cs.tree.heads)
         out.append(Sentence(list(cs.words), heads, upos, line=cs.start_line, comments=list(cs.comments)))
-    gold = [s for s in out if s.heads is not None]
-    if gold and len(gold) < len(out):
-        odd = next(s for s in out if s.heads is None)
+    return out
+
+
+def check_all_or_none_gold(sents: list[Sentence], path: str | Path) -> None:
+    """``induce`` scores a file whose every sentence has gold heads, and only parses one whose sentences have
+    none; a file that mixes them would be scored on no sentence: refused, naming its first sentence without
+    heads."""
+    from .syntax.io import TreeFormatError
+
+    gold = sum(s.heads is not None for s in sents)
+    if 0 < gold < len(sents):
+        odd = next(s for s in sents if s.heads is None)
         raise TreeFormatError(str(path), odd.line, f"a sentence without heads (HEAD all '_') in a file whose other "
-                              f"{len(gold)} sentence(s) have gold heads",
+                              f"{gold} sentence(s) have gold heads",
                               "give every sentence its gold heads (to score the induced trees) or none (to parse "
                               "only)")
-    return out
 
 
 # --------------------------------------------------------------------------- extraction
@@ -326,6 +332,7 @@ def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Pat
     if punct not in PUNCT_PROTOCOLS:
         raise UserError(f"--punct {punct}: use one of {', '.join(PUNCT_PROTOCOLS)}.")
     sents = read_words(conllu)  # the input is checked before the model is loaded
+    check_all_or_none_gold(sents, conllu)
     if not sents:
         raise UserError(f"{conllu}: no sentences; give a CoNLL-U file with at least one sentence.")
     from .files import OutputDir

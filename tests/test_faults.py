@@ -127,6 +127,9 @@ def test_a_directory_built_beside_its_destination_is_never_named_in_an_error(tmp
     assert info.value.filename == str(tmp_path / "a_file" / "bin")
     hidden = temp_dir_beside(tmp_path / "bin", ".prepare-")
     assert hidden.parent == tmp_path and hidden.name.startswith(".bin.prepare-")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(hidden.stat().st_mode) == 0o777 & ~umask  # swapped in whole (export): a plain mode
     for raised in (OSError(errno.ENOSPC, "No space left on device"),
                    OSError(errno.ENOSPC, "No space left on device", str(hidden / "spm.model"))):
         with pytest.raises(OSError) as info, errors_name(tmp_path / "bin", hidden):
@@ -196,6 +199,57 @@ def test_experiment_refuses_a_users_report_file_before_training(tmp_path, capsys
     assert sorted(p.name for p in out.iterdir()) == ["results.md"]  # not even experiment.log
 
 
+def test_a_file_named_like_an_earlier_outputs_marker_but_not_written_so_does_not_adopt_the_directory(tmp_path, capsys):
+    """A directory from before manifests is recognised by a file only the command writes, with the beginning it
+    writes: a user's experiment.log (or metrics.jsonl, tag.json, synth.json) does not make their results.md the
+    runner's to replace."""
+    from structnmt.errors import UserError
+    from structnmt.files import METRICS_RECORD, TORCH_FILE, OutputDir
+
+    out = tmp_path / "exp"
+    out.mkdir()
+    (out / "experiment.log").write_text("my log\n")
+    (out / "results.md").write_text("my results\n")
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(f"name: g\ndata: {{path: {tmp_path / 'no-data'}}}\nbase: {{train: {{max_updates: 1}}}}\n"
+                    "budget: {max_updates: 1}\nseeds: [1]\nbaseline: A\nruns: [{name: A}]\n")
+    code, _, err = cli(capsys, "experiment", grid, "--out", out)
+    assert_one_sentence(code, err, "results.md: exists and was not written by a structnmt command")
+    assert (out / "results.md").read_text() == "my results\n"
+    (out / "experiment.log").write_text("2026-11-25 16:39:59 experiment g: 1 runs x 1 seeds\n")  # the runner's
+    assert "results.md" in OutputDir(out, "experiment", expect=("results.md",),
+                                     marker=(("experiment.log", r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d experiment "),)).written
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("my metrics\n")
+    (run / "checkpoint_last.pt").write_text("not a checkpoint\n")
+    (run / "config.yaml").write_text("# mine\n")
+    with pytest.raises(UserError, match="config.yaml: exists and was not written"):
+        OutputDir(run, "train", expect=("config.yaml",), marker=(("checkpoint_last.pt", TORCH_FILE),
+                                                                 ("metrics.jsonl", METRICS_RECORD)))
+    (run / "metrics.jsonl").write_text('{"kind": "train", "step": 50, "time": 1.0}\n')
+    assert OutputDir(run, "train", expect=("config.yaml",), marker=(("metrics.jsonl", METRICS_RECORD),)).written
+
+
+def test_text_inputs_that_are_pipes_are_read_whole(tmp_path):
+    """`translate --input <(zcat f.gz)`: a pipe is opened once (its first bytes peeked for gzip), not twice, which
+    lost the lines the first opening had buffered."""
+    import gzip
+    import subprocess
+    import sys
+
+    lines = [f"line {i} " + "word " * (i % 7) for i in range(3000)]
+    (tmp_path / "f.txt").write_text("\n".join(lines) + "\n")
+    with gzip.open(tmp_path / "f.txt.gz", "wt") as f:
+        f.write("\n".join(lines) + "\n")
+    code = ("import sys\nfrom structnmt.data.corpus import read_lines\n"
+            "print(*[len(list(read_lines(p))) for p in sys.argv[1:]])")
+    for name in ("f.txt", "f.txt.gz"):
+        out = subprocess.run(["bash", "-c", f'{sys.executable} -c "$0" <(cat {tmp_path / name})', code],
+                             capture_output=True, text=True, check=True).stdout
+        assert out.split() == ["3000"], (name, out)
+
+
 def test_synth_and_demo_refuse_a_users_file_before_writing_anything(tmp_path, capsys):
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "train.src").write_text("my text\n")
@@ -257,6 +311,12 @@ def test_induce_table_refuses_its_own_input_as_output_and_a_hand_edited_report(t
     code, _, err = cli(capsys, "induce-table", f"A={tmp_path / 'a'}", "--out", tmp_path / "a" / "induce.json")
     assert_one_sentence(code, err, "an input of the table")
     assert (tmp_path / "a" / "induce.json").read_text() == before
+    # nor over a file induce wrote beside it (its trees, which the table reads, or its report)
+    (tmp_path / "a" / ".structnmt-written.json").write_text('{"files": ["g.induced.conllu", "induce.md"]}')
+    (tmp_path / "a" / "g.induced.conllu").write_text("trees\n")
+    code, _, err = cli(capsys, "induce-table", f"A={tmp_path / 'a'}", "--out", tmp_path / "a" / "g.induced.conllu")
+    assert_one_sentence(code, err, "a file `structnmt induce` wrote in")
+    assert (tmp_path / "a" / "g.induced.conllu").read_text() == "trees\n"
     code, _, err = cli(capsys, "induce-table", f"A={tmp_path / 'a'}", f"B={tmp_path / 'b'}", "--out", tmp_path / "t.md")
     assert_one_sentence(code, err, "b/induce.json: its field model.DA")
     assert cli(capsys, "induce-table", f"A={tmp_path / 'a'}", "--out", tmp_path / "t.md")[0] == 0

@@ -47,14 +47,15 @@ def run_demo(workdir: str | Path, *, updates: int | None = None, minutes: float 
     from .data.synthetic import agreement_accuracy
     from .decode.translate import Translator
     from .evaluate.score import corpus_scores
-    from .files import OutputDir
+    from .files import TORCH_FILE, OutputDir
     from .train.average import average_checkpoints, last_checkpoints
     from .train.trainer import train
 
     work = Path(workdir)
     # the demo's own files in workdir: a file of the user's under their names is refused before any work (a
     # workdir with a demo's model but no manifest is an earlier demo's)
-    outputs = OutputDir(work, "demo", expect=("test.hyp", "attraction4.hyp"), marker="model/checkpoint_last.pt")
+    outputs = OutputDir(work, "demo", expect=("test.hyp", "attraction4.hyp"),
+                        marker=(("model/checkpoint_last.pt", TORCH_FILE),))
     t0 = time.time()
     bcfg = BenchmarkConfig(seed=seed, n_train=n_train, n_valid=min(500, n_test), n_test=n_test, n_gen=n_test)
     corpus = work / "corpus"

@@ -86,9 +86,13 @@ def temp_dir_beside(out: Path, prefix: str, suffix: str = "") -> Path:
     """A new hidden directory beside ``out`` to build it in (``.<name><prefix>XXXX<suffix>``); a read-only or
     full parent is an ``OSError`` naming ``out``, not the temporary name."""
     try:
-        return Path(tempfile.mkdtemp(prefix=f".{out.name}{prefix}", suffix=suffix, dir=out.parent))
+        made = Path(tempfile.mkdtemp(prefix=f".{out.name}{prefix}", suffix=suffix, dir=out.parent))
     except OSError as err:
         raise type(err)(err.errno, err.strerror, str(out)) from err
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(made, 0o777 & ~umask)  # the mode a directory made plainly gets (mkdtemp makes it 0700), swapped in whole
+    return made
 
 
 @contextlib.contextmanager
@@ -176,6 +180,20 @@ def check_writable(path: str | Path) -> None:
         os.unlink(tmp)
 
 
+def _begins(path: Path, pattern: str) -> bool:
+    """Whether ``path`` is a file whose first 4 KB match ``pattern`` (bytes, latin-1 read) at its start."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096).decode("latin-1")
+    except OSError:
+        return False
+    return re.match(pattern, head, re.S) is not None
+
+
+#: markers of earlier outputs (:class:`OutputDir`): a torch checkpoint (a zip archive), a metrics log's record
+TORCH_FILE = r"PK\x03\x04"
+METRICS_RECORD = r'\{"kind": "(train|valid)", "step": \d+'
+
 #: the record, in a report directory, of the files structnmt commands wrote there
 MANIFEST = ".structnmt-written.json"
 
@@ -189,9 +207,12 @@ class OutputDir:
     directory is made when the first file is written, so a command refused before that leaves nothing."""
 
     def __init__(self, path: str | Path, command: str, expect: tuple[str, ...] = (), *,
-                 marker: str | tuple[str, ...] = ()):
-        """``marker``: files only this command writes there (``experiment.log``); a directory that holds one of
-        them but no manifest is this command's output from before manifests: its ``expect`` files are its own."""
+                 marker: tuple[tuple[str, str], ...] = ()):
+        """``marker``: ``(name, pattern)`` pairs, files only this command writes there with a beginning it writes
+        (a regular expression over the file's first bytes: ``experiment.log`` starting with a time stamp and
+        ``experiment``); a directory that holds such a file but no manifest is this command's output from
+        before manifests, and its ``expect`` files are its own. A file of the user's under the marker's name
+        but not with its content does not count."""
         import json
 
         from .errors import UserError
@@ -203,8 +224,7 @@ class OutputDir:
             self.written = set(json.loads((self.path / MANIFEST).read_text(encoding="utf-8")).get("files", []))
         except (OSError, ValueError, AttributeError):
             self.written = set()
-            markers = (marker,) if isinstance(marker, str) else marker
-            if any((self.path / m).is_file() for m in markers) and not (self.path / MANIFEST).exists():
+            if any(_begins(self.path / name, pattern) for name, pattern in marker) and not (self.path / MANIFEST).exists():
                 self.written = set(expect)
         for name in expect:
             self._check(name)

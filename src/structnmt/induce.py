@@ -521,11 +521,13 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
                             "CoNLL-U file.")
         _check_report(path, r)
         reports.append((label, path, r))
-    from .files import check_writable, same_file
+    from .files import OutputDir, check_writable, same_file
 
-    for _, path, _ in reports:  # the table is never written over one of its inputs
-        if same_file(out, path):
-            raise UserError(f"--out {out}: is {path}, an input of the table; write the table to another file.")
+    for _, path, _ in reports:  # the table is never written over one of its inputs, nor over what induce wrote
+        written = OutputDir(path.parent, "induce").written | {"induce.json"}
+        if any(same_file(out, path.parent / name) for name in written):
+            raise UserError(f"--out {out}: is a file `structnmt induce` wrote in {path.parent}, an input of the "
+                            "table; write the table to another file.")
     check_writable(out)
     bleu = dict(bleu or {})
     unknown = sorted(set(bleu) - {label for label, _, _ in reports})
@@ -600,7 +602,11 @@ def _check_report(path: Path, r: dict) -> None:
               ("right_branching", lambda: number(r["right_branching"]["DA"]) and number(r["right_branching"]["UA"])),
               ("input", lambda: isinstance(r["input"], str)), ("punct", lambda: isinstance(r["punct"], str)),
               ("checkpoint", lambda: isinstance(r["checkpoint"], str)), ("scores", lambda: isinstance(r["scores"], str)),
-              ("not_encoded", lambda: isinstance(r["not_encoded"], list))]
+              ("not_encoded", lambda: isinstance(r["not_encoded"], list)),
+              ("shape", lambda: r.get("shape") is None or (number(r["shape"]["star"])
+                                                           and number(r["shape"]["top_head_share"]))),
+              ("productions", lambda: "productions" not in r or all(
+                  number(v) for side in r["productions"].values() for row in side.values() for v in row.values()))]
     for key, ok in checks:
         try:
             good = ok()

@@ -547,7 +547,7 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, r
     out = Path(base.out_dir)
     from .files import OutputDir
 
-    OutputDir(out, "tag", expect=REPORT_FILES, marker="tag.json")  # a file of the user's there: refused now
+    OutputDir(out, "tag", expect=REPORT_FILES, marker=TAG_MARKER)  # a file of the user's there: refused now
     rows = [TagRow(row_name(config, r), r.config, r.overrides) for r in base.rows] or [
         TagRow(name=base.name or "tagger")]
     names = [r.name for r in rows]
@@ -680,7 +680,7 @@ def write_report(cfg: TagConfig, args: list[str], results: dict, sizes: dict, st
                   + "; ".join(missing) + "."]
     slim = {k: {kk: vv for kk, vv in v.items() if kk not in ("correct_per_sentence", "tokens_per_sentence")}
             for k, v in results.items()}
-    report = OutputDir(out, "tag", expect=REPORT_FILES, marker="tag.json")
+    report = OutputDir(out, "tag", expect=REPORT_FILES, marker=TAG_MARKER)
     report.write_text("tag.json", json.dumps({"command": command, "splits": sizes, "stats": stats, "rows": slim},
                                              indent=1))
     return report.write_text("tag.md", "\n".join(lines) + "\n")
@@ -688,3 +688,5 @@ def write_report(cfg: TagConfig, args: list[str], results: dict, sizes: dict, st
 
 #: the comparison files of a tag config's out_dir (its rows' folders hold their own results)
 REPORT_FILES = ("tag.md", "tag.json")
+#: a tag report from before manifests: its tag.json names the command that wrote it
+TAG_MARKER = (("tag.json", r'\{\s*"command": "structnmt tag '),)

@@ -76,13 +76,22 @@ def _open_binary(path: Path):
         raise CorpusError(f"{path}: file not found; check the path.")
     if path.is_dir():
         raise CorpusError(f"{path}: is a directory, not a text file; give the file's path.")
-    with open(path, "rb") as probe:
-        is_gzip = probe.read(2) == _GZIP_MAGIC
+    # opened once and the magic bytes peeked, not read: a pipe (`--input <(cat f)`, a FIFO) can be read only once,
+    # and a second open would lose what the first one buffered
+    f = open(path, "rb")
+    try:
+        is_gzip = f.peek(2)[:2] == _GZIP_MAGIC
+    except BaseException:
+        f.close()
+        raise
     if is_gzip:
-        return gzip.open(path, "rb")
+        z = gzip.GzipFile(fileobj=f, mode="rb")
+        z.myfileobj = f  # closed with it (GzipFile closes only a file it opened itself; this is the attribute it uses)
+        return z
     if path.suffix == ".gz":
+        f.close()
         raise CorpusError(f"{path}: named .gz but not gzip-compressed; rename it without .gz or compress it with gzip.")
-    return open(path, "rb")
+    return f
 
 
 def _utf8_error(path: Path, lineno: int, raw: bytes, err: UnicodeDecodeError) -> CorpusError:

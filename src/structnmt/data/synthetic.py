@@ -925,7 +925,8 @@ def corpus_dir(out, names: tuple[str, ...] = ()):
         for name in names:
             out.claim(name)
         return out
-    return OutputDir(out, "synth", expect=names, marker=("synth.json", "benchmark.json"))
+    return OutputDir(out, "synth", expect=names, marker=(("synth.json", r'\{\s*"config": \{\s*"seed"'),
+                                                         ("benchmark.json", r'\{\s*"config": \{\s*"seed"')))
 
 
 def write_examples(examples: list[SynthExample], out, split: str) -> None:

@@ -401,7 +401,8 @@ def report_dir(grid: GridConfig, out: Path):
     from ..files import OutputDir
 
     names = REPORT_FILES + (("agreement_by_attractors.png", "generalization.csv") if grid.evaluate.benchmark else ())
-    return OutputDir(out, "experiment", expect=names, marker="experiment.log")
+    return OutputDir(out, "experiment", expect=names,
+                     marker=(("experiment.log", r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d experiment "),))
 
 
 def _per_run_lines(grid: GridConfig, results: dict, dirs: dict[str, str], splits: list[str], bleu_name: str) -> list[str]:

@@ -564,7 +564,7 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
             say(f"{tag}: no results yet (--report-only: not trained).")
             continue
         run_dir.mkdir(parents=True, exist_ok=True)
-        resolved.write_text(yaml.safe_dump(new, sort_keys=False, allow_unicode=True), encoding="utf-8")
+        _write_text(resolved, yaml.safe_dump(new, sort_keys=False, allow_unicode=True))
         if not started or not (run_dir / "dataset.json").exists():  # the data this run trains on from here
             _write_json(run_dir / "dataset.json", {"fingerprint": fingerprint, "path": str(data_path)})
         if (run_dir / "train_done.json").exists():

@@ -43,7 +43,7 @@ import torch.distributed as dist
 from ..config import Config, ConfigError, to_dict, with_defaults
 from ..data.dataset import EpochBatchIterator, PreparedDataset, collate, make_batches
 from ..errors import UserError
-from ..files import OutputDir
+from ..files import METRICS_RECORD, TORCH_FILE, OutputDir
 from ..models import build_model
 from .checkpoint import (
     check_same_vocab,
@@ -231,7 +231,8 @@ class Trainer:
         self.data_lock = None  # shared lock on the dataset's manifest while the run lives
         # the files of the save_dir the run writes besides its checkpoints and logs: a file of the user's under one
         # of these names is refused (a save_dir with a checkpoint or metrics but no manifest is an earlier run's)
-        self.outputs = OutputDir(self.save_dir, "train", expect=RUN_FILES, marker=("checkpoint_last.pt", "metrics.jsonl"))
+        self.outputs = OutputDir(self.save_dir, "train", expect=RUN_FILES,
+                                 marker=(("checkpoint_last.pt", TORCH_FILE), ("metrics.jsonl", METRICS_RECORD)))
         if self.is_main:
             self.save_dir.mkdir(parents=True, exist_ok=True)
             self.lock = SaveDirLock(self.save_dir, log)

@@ -724,8 +724,9 @@ def main(argv: list[str] | None = None) -> int:
             args.overrides = list(args.overrides or []) + extra
         else:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    restore = _terminate_as_interrupt()
-    try:
+    restore = _no_restore
+    try:  # the SIGTERM handler is installed inside the try: a signal the moment it is installed is caught too
+        restore = _terminate_as_interrupt()
         # freed tensor memory stays in the process (glibc); STRUCTNMT_MALLOC=system turns it off
         from .allocator import configure_allocator
 
@@ -746,6 +747,10 @@ def main(argv: list[str] | None = None) -> int:
         return _err("interrupted")
     finally:
         restore()
+
+
+def _no_restore() -> None:
+    """What restores the SIGTERM handler before one is installed: nothing."""
 
 
 def _terminate_as_interrupt():

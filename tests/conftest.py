@@ -28,6 +28,26 @@ def synth_data(tmp_path_factory) -> Path:
     return make_synth_dataset(tmp_path_factory.mktemp("synth"))
 
 
+def cli(capsys, *args) -> tuple[int, str, str]:
+    """Run ``structnmt ARGS`` in this process (the console script's entry point); (exit status, stdout, stderr)."""
+    from structnmt.cli import main
+
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_user_error(code: int, err: str, *fragments: str) -> None:
+    """A user's error as the command line must give it: exit 2, no traceback, one ``structnmt: error:`` line
+    holding every fragment."""
+    assert code == 2, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("structnmt: error:")]
+    assert len(lines) == 1, err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
 class CtrlCDuringTwoLaunches:
     """For the interrupt tests: a fake launcher whose "processes" run until stopped (or a minute, so that
     code which fails to stop them fails the test instead of hanging), and a Ctrl-C sent to this process

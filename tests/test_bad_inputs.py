@@ -18,27 +18,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import assert_user_error, cli  # noqa: E402  (the shared "one sentence" checks)
 
 from structnmt.cli import main
 from structnmt.data.prepare import PrepareConfig, prepare
 from structnmt.data.vocab import Vocab
 from structnmt.train.checkpoint import load_checkpoint
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    """Run ``structnmt ARGS``; (exit status, stdout, stderr)."""
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_user_error(code: int, err: str, *fragments: str) -> None:
-    assert code == 2, err
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("structnmt: error:")]
-    assert len(lines) == 1, err
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
 
 
 def tree_snapshot(root: Path) -> dict[str, bytes]:

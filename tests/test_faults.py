@@ -10,23 +10,16 @@ import threading
 from pathlib import Path
 
 import pytest
-
-from structnmt.cli import main
-
-
-def cli(capsys, *args) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
+from conftest import assert_user_error as assert_one_sentence  # noqa: E402
+from conftest import cli  # noqa: E402
 
 
-def assert_one_sentence(code: int, err: str, *fragments: str) -> None:
-    assert code == 2, err
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("structnmt: error:")]
-    assert len(lines) == 1, err
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
+def tiny_grid(tmp_path: Path) -> Path:
+    """A one-row grid whose data does not exist (the runner checks its output directory before the data)."""
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(f"name: g\ndata: {{path: {tmp_path / 'no-data'}}}\nbase: {{train: {{max_updates: 1}}}}\n"
+                    "budget: {max_updates: 1}\nseeds: [1]\nbaseline: A\nruns: [{name: A}]\n")
+    return grid
 
 
 @pytest.fixture(scope="module")
@@ -191,10 +184,7 @@ def test_experiment_refuses_a_users_report_file_before_training(tmp_path, capsys
     out = tmp_path / "exp"
     out.mkdir()
     (out / "results.md").write_text("my results\n")
-    grid = tmp_path / "grid.yaml"
-    grid.write_text(f"name: g\ndata: {{path: {tmp_path / 'no-data'}}}\nbase: {{train: {{max_updates: 1}}}}\n"
-                    "budget: {max_updates: 1}\nseeds: [1]\nbaseline: A\nruns: [{name: A}]\n")
-    code, _, err = cli(capsys, "experiment", grid, "--out", out)
+    code, _, err = cli(capsys, "experiment", tiny_grid(tmp_path), "--out", out)
     assert_one_sentence(code, err, "results.md: exists and was not written by a structnmt command")
     assert sorted(p.name for p in out.iterdir()) == ["results.md"]  # not even experiment.log
 
@@ -210,10 +200,7 @@ def test_a_file_named_like_an_earlier_outputs_marker_but_not_written_so_does_not
     out.mkdir()
     (out / "experiment.log").write_text("my log\n")
     (out / "results.md").write_text("my results\n")
-    grid = tmp_path / "grid.yaml"
-    grid.write_text(f"name: g\ndata: {{path: {tmp_path / 'no-data'}}}\nbase: {{train: {{max_updates: 1}}}}\n"
-                    "budget: {max_updates: 1}\nseeds: [1]\nbaseline: A\nruns: [{name: A}]\n")
-    code, _, err = cli(capsys, "experiment", grid, "--out", out)
+    code, _, err = cli(capsys, "experiment", tiny_grid(tmp_path), "--out", out)
     assert_one_sentence(code, err, "results.md: exists and was not written by a structnmt command")
     assert (out / "results.md").read_text() == "my results\n"
     (out / "experiment.log").write_text("2026-11-25 16:39:59 experiment g: 1 runs x 1 seeds\n")  # the runner's

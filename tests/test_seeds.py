@@ -9,7 +9,8 @@ from scipy import stats
 from structnmt.evaluate.score import corpus_scores, paired_bootstrap
 from structnmt.evaluate.seeds import seed_aware_test
 
-WORDS = [f"w{i}" for i in range(300)]
+# an array, not a list: rng.choice draws the same words from either, but converts a list on every call
+WORDS = np.array([f"w{i}" for i in range(300)])
 
 
 def make_refs(rng: np.random.Generator, n: int) -> list[str]:

@@ -65,7 +65,6 @@ def test_an_output_that_is_a_fifo_is_written_into_not_replaced(checkpoint, tmp_p
     assert stat.S_ISFIFO(os.stat(fifo).st_mode) and got and got[0].count("\n") == 2
 
 
-@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full (a device whose writes fail)")
 @pytest.mark.parametrize("command", ["translate", "average"])
 def test_a_full_disk_is_one_sentence_naming_the_output_and_a_device_stays_a_device(checkpoint, tmp_path, capsys,
                                                                                    command):

@@ -36,11 +36,24 @@ def _special(path: Path) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
+def _naming(err: OSError, path: Path) -> OSError:
+    """``err`` (same kind and errno) naming ``path``, the output the user gave."""
+    return type(err)(err.errno, err.strerror, str(path))
+
+
 def _named(err: OSError, path: Path, tmp: Path | None = None) -> OSError:
     """``err`` naming ``path``, the output, where it named nothing or only ``tmp``, its temporary file."""
     if err.filename is None or (tmp is not None and Path(err.filename) == tmp):
-        return type(err)(err.errno, err.strerror, str(path))
+        return _naming(err, path)
     return err
+
+
+def _plain_mode(path: Path, bits: int) -> None:
+    """Give ``path`` the mode a plainly made file (0o666) or directory (0o777) gets under the umask; mkstemp
+    and mkdtemp make them private (0600, 0700)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, bits & ~umask)
 
 
 @contextlib.contextmanager
@@ -65,12 +78,10 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{path.suffix}",
                                    dir=path.parent if str(path.parent) else ".")
     except OSError as err:  # a read-only or missing parent: name the output, not a temporary name in it
-        raise _named(err, path, Path(err.filename or "")) from err
+        raise _naming(err, path) from err
     os.close(fd)
     tmp_path = Path(tmp)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp_path, 0o666 & ~umask)  # the mode a plainly written file gets (mkstemp makes it 0600)
+    _plain_mode(tmp_path, 0o666)
     try:
         yield tmp_path
         os.replace(tmp_path, path)
@@ -88,10 +99,8 @@ def temp_dir_beside(out: Path, prefix: str, suffix: str = "") -> Path:
     try:
         made = Path(tempfile.mkdtemp(prefix=f".{out.name}{prefix}", suffix=suffix, dir=out.parent))
     except OSError as err:
-        raise type(err)(err.errno, err.strerror, str(out)) from err
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(made, 0o777 & ~umask)  # the mode a directory made plainly gets (mkdtemp makes it 0700), swapped in whole
+        raise _naming(err, out) from err
+    _plain_mode(made, 0o777)  # it may be swapped in whole (export)
     return made
 
 
@@ -104,7 +113,7 @@ def errors_name(out: Path, tmp: Path) -> Iterator[None]:
     except OSError as err:
         inside = err.filename is not None and str(err.filename).startswith(str(tmp))
         if err.filename is None or inside:
-            raise type(err)(err.errno, err.strerror, str(out)) from err
+            raise _naming(err, out) from err
         raise
 
 
@@ -170,7 +179,7 @@ def check_writable(path: str | Path) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".check", dir=parent)
     except OSError as err:
-        raise _named(err, path, Path(err.filename or "")) from err
+        raise _naming(err, path) from err
     try:
         os.write(fd, b"\n")
     except OSError as err:

@@ -92,3 +92,15 @@ class CtrlCDuringTwoLaunches:
         import signal
 
         signal.signal(signal.SIGINT, self.old)
+
+
+def pytest_configure(config):
+    """Under pytest-xdist each worker process (and every process it starts) computes with one thread:
+    the workers already use the cores, and more threads than cores make every one of them wait."""
+    import os
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)

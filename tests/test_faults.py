@@ -353,3 +353,15 @@ def test_prepare_says_when_sentencepiece_makes_fewer_pieces_than_asked(tmp_path)
     assert len(said) == 1 and "spm.model has" in said[0]
     manifest = json.loads((tmp_path / "bin" / "manifest.json").read_text())
     assert f"has {manifest['vocab']['src']['size']:,} pieces" in said[0]
+
+
+def test_probe_names_a_corpus_with_too_few_sentences(tmp_path, capsys):
+    """An empty CoNLL-U file (and one of two sentences) is named with what was read, before any model is built."""
+    one = "1\tdogs\t_\tNOUN\t_\t_\t2\tnsubj\t_\t_\n2\tbark\t_\tVERB\t_\t_\t0\troot\t_\t_\n\n"
+    for name, text in (("empty.conllu", ""), ("two.conllu", ("# text = dogs bark\n" + one) * 2)):
+        (tmp_path / name).write_text(text)
+        code, _, err = cli(capsys, "probe", Path(__file__).parents[1] / "configs" / "probe" / "ud_scratch_mha.yaml",
+                           f"corpus.path={tmp_path / name}", f"out_dir={tmp_path / 'out'}")
+        assert_one_sentence(code, err, f"corpus.path={tmp_path / name}", "at least 3", "larger file")
+        assert ("gave 0 usable" if name == "empty.conllu" else "gave 2 usable") in err
+    assert not (tmp_path / "out" / "probe.md").exists()

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from structnmt.config import ConfigError
+from structnmt.errors import UserError
 from structnmt.tagger import accuracy_ci, paired_bootstrap, read_ptb, read_ud, run_tag
 
 NOUNS, VERBS, DETS = ["dog", "cat", "bird", "fish"], ["runs", "sleeps", "eats", "sings"], ["the", "a"]
@@ -58,8 +59,28 @@ def test_read_ptb_splits_by_file_and_strips_empty_elements(tmp_path):
     assert s.tree is not None and s.tree.heads == [2, 3, 0, 3]
     assert stats["without_gold_dependencies"] == 1 and splits["train"][8].tree is None  # file 2, sentence 1
     assert stats["files_train"] == 4 and stats["files_test"] == 1
-    with pytest.raises(ConfigError, match="treebank.zip: not found"):
+    with pytest.raises(UserError, match="treebank.zip: not found"):
         read_ptb(tmp_path / "nowhere", [[1, 4], [5, 5], [6, 6]])
+
+
+@pytest.mark.parametrize("damaged", ["treebank.zip", "dependency_treebank.zip"])
+def test_a_damaged_ptb_archive_is_named_with_the_member_it_cannot_read(tmp_path, capsys, damaged):
+    """A junk archive is named (which of the two); a member whose bytes were damaged (CRC) too, with the member."""
+    from conftest import assert_user_error, cli
+
+    cfg = tag_config(tmp_path)
+    archive = tmp_path / "ptb" / damaged
+    data = bytearray(archive.read_bytes())
+    member = b"wsj_0003"  # the first file of the training range; stored twice: local header, central directory
+    at = data.index(member) + len(member) + (4 if damaged == "treebank.zip" else 3)
+    data[at + 40] ^= 0xFF  # inside the compressed bytes of that member
+    archive.write_bytes(bytes(data))
+    code, _, err = cli(capsys, "tag", cfg)
+    assert_user_error(code, err, f"{archive}: member", "wsj_0003", "copy the PTB sample again")
+    archive.write_bytes(bytes(range(128, 256)) * 3)
+    code, _, err = cli(capsys, "tag", cfg)
+    assert_user_error(code, err, f"{archive} is not a readable zip archive")
+    assert not (tmp_path / "out" / "result.json").exists()
 
 
 def test_read_ud_contiguous_blocks(tmp_path):

@@ -48,7 +48,6 @@ import random
 import shlex
 import sys
 import time
-import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -217,31 +216,21 @@ def read_ptb(path: str | Path, files: list[list[int]], limit: int = 0) -> tuple[
     """Train/valid/test sentences of the PTB sample by WSJ file ranges, with gold dependency
     trees where ``dependency_treebank.zip`` has the same words (else ``None``, counted)."""
     from .syntax.convert import PTB_TO_UPOS
-    from .syntax.io import _iter_ptb_lines, parse_malt_tab
+    from .syntax.io import PtbSample
 
-    root = Path(path)
-    for name in ("treebank.zip", "dependency_treebank.zip"):
-        if not (root / name).is_file():
-            raise ConfigError(f"{root / name}: not found; corpus.path must be the PTB sample folder "
-                              "(../shared/data/ptb_sample).")
-    try:
-        tb, dz = zipfile.ZipFile(root / "treebank.zip"), zipfile.ZipFile(root / "dependency_treebank.zip")
-    except zipfile.BadZipFile as err:
-        raise ConfigError(f"{root}: treebank.zip or dependency_treebank.zip is not a readable zip archive ({err}); "
-                          "copy the PTB sample again (../shared/data/ptb_sample).") from None
-    dp = {Path(n).stem: n for n in dz.namelist() if n.endswith(".dp")}
+    sample = PtbSample(path)
+    dp = sample.dp_names()
     out: dict[str, list[Sentence]] = {"train": [], "valid": [], "test": []}
     stats = Counter()
-    for name in sorted(n for n in tb.namelist() if n.startswith("treebank/combined/") and n.endswith(".mrg")):
+    for name in sample.mrg_names():
         stem = Path(name).stem  # wsj_0001
         number = int(stem.split("_")[1])
         split = next((s for s, (a, b) in zip(("train", "valid", "test"), files) if a <= number <= b), None)
         if split is None:
             stats["files_outside_the_ranges"] += 1
             continue
-        gold = list(_iter_ptb_lines(tb.read(name).decode("utf-8").splitlines(), f"treebank.zip:{name}", True, True))
-        deps = parse_malt_tab(dz.read(dp[stem]).decode("utf-8"), f"dependency_treebank.zip:{dp[stem]}",
-                              upos_of=PTB_TO_UPOS) if stem in dp else []
+        gold = sample.constituency(name)
+        deps = sample.dependency(dp[stem], upos_of=PTB_TO_UPOS) if stem in dp else []
         for i, g in enumerate(gold):
             d = deps[i] if i < len(deps) and deps[i].words == g.words else None
             stats["without_gold_dependencies"] += d is None

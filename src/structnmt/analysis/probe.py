@@ -609,6 +609,10 @@ def run_probe(cfg: ProbeConfig, log=print) -> Path:
     out = outdir.path
     raw, skipped = read_corpus(cfg.corpus)
     n_read = len(raw) + sum(skipped.values())
+    if len(raw) < 3:
+        drops = "".join(f", {n} skipped ({why})" for why, n in skipped.items())
+        raise ConfigError(f"corpus.path={cfg.corpus.path} gave {len(raw)} usable sentence(s){drops}: the probe needs "
+                          f"at least 3 (a training, a validation and a test split); give a larger file.")
     split_idx = split_indices(len(raw), cfg.split.ratios, cfg.split.seed)
     labels = sentence_labels([r[2] for r in raw], split_idx["train"])
 

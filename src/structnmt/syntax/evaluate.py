@@ -27,12 +27,11 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import zipfile
 from collections import Counter
 from pathlib import Path
 
 from structnmt.syntax.convert import PTB_TO_UPOS, dependency_to_constituency
-from structnmt.syntax.io import _iter_ptb_lines, parse_malt_tab
+from structnmt.syntax.io import PtbSample
 from structnmt.syntax.trees import ConstituencyTree
 
 __all__ = ["bracket_f1", "brackets", "load_ptb_sample", "main"]
@@ -112,25 +111,20 @@ def load_ptb_sample(ptb_dir: str | Path):
     paired in order within each file; a pair whose word sequences differ is skipped and
     counted in ``stats["mismatched"]``.
     """
-    ptb_dir = Path(ptb_dir)
-    tb = zipfile.ZipFile(ptb_dir / "treebank.zip")
-    dz = zipfile.ZipFile(ptb_dir / "dependency_treebank.zip")
-    dp_names = {Path(n).stem: n for n in dz.namelist() if n.endswith(".dp")}
-    mrg_names = sorted(n for n in tb.namelist() if n.startswith("treebank/combined/") and n.endswith(".mrg"))
+    sample = PtbSample(ptb_dir)
+    dp_names = sample.dp_names()
+    mrg_names = sample.mrg_names()
     gold, deps = [], []
     stats = Counter()
     for name in mrg_names:
         stem = Path(name).stem
-        g_trees = list(_iter_ptb_lines(tb.read(name).decode("utf-8").splitlines(),
-                                       f"treebank.zip:{name}", True, True))
+        g_trees = sample.constituency(name)
         stats["gold_sentences"] += len(g_trees)
         if stem not in dp_names:
             stats["files_without_dependencies"] += 1
             stats["mismatched"] += len(g_trees)
             continue
-        dname = dp_names[stem]
-        d_trees = parse_malt_tab(dz.read(dname).decode("utf-8"), f"dependency_treebank.zip:{dname}",
-                                 upos_of=PTB_TO_UPOS)
+        d_trees = sample.dependency(dp_names[stem], upos_of=PTB_TO_UPOS)
         stats["dependency_sentences"] += len(d_trees)
         if len(d_trees) != len(g_trees):
             stats["files_with_count_mismatch"] += 1

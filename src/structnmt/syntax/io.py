@@ -15,6 +15,8 @@ Formats:
   at them.
 * **Malt-TAB** (``.dp`` files of NLTK's ``dependency_treebank``) -- 3 or 4 tab-separated
   columns ``word tag head [relation]``; see :func:`parse_malt_tab`.
+* **The PTB sample** (NLTK's ``treebank.zip`` and ``dependency_treebank.zip``) -- the two
+  archives read member by member; see :class:`PtbSample`.
 
 Malformed input raises :class:`TreeFormatError` naming the file, the line and the fix.
 """
@@ -43,6 +45,7 @@ __all__ = [
     "read_conllu_sentences",
     "write_conllu",
     "parse_malt_tab",
+    "PtbSample",
 ]
 
 
@@ -522,3 +525,64 @@ def parse_malt_tab(text: str, path: str = "<string>",
         block.append((lineno, cols))
     flush()
     return trees
+
+
+class PtbSample:
+    """NLTK's Penn Treebank sample: ``treebank.zip`` (``treebank/combined/wsj_NNNN.mrg``, gold
+    constituency trees) and ``dependency_treebank.zip`` (``wsj_NNNN.dp``, Malt-TAB).
+
+    A missing archive, one that is not a zip, or a member that cannot be read (a truncated copy) is a
+    :class:`~structnmt.errors.UserError` naming the archive (and the member).
+    """
+
+    NAMES = ("treebank.zip", "dependency_treebank.zip")
+
+    def __init__(self, folder: str | Path):
+        import zipfile
+
+        self.folder = Path(folder)
+        self._zips = {}
+        for name in self.NAMES:
+            path = self.folder / name
+            if not path.is_file():
+                raise UserError(f"{path}: not found; give the PTB sample folder (../shared/data/ptb_sample), "
+                                f"which holds {' and '.join(self.NAMES)}.")
+            try:
+                self._zips[name] = zipfile.ZipFile(path)
+            except (zipfile.BadZipFile, OSError) as err:
+                raise UserError(f"{path} is not a readable zip archive ({err}); copy the PTB sample again "
+                                "(../shared/data/ptb_sample).") from None
+
+    def mrg_names(self) -> list[str]:
+        """The ``.mrg`` members of ``treebank/combined/``, sorted (``wsj_0001`` first)."""
+        names = self._zips["treebank.zip"].namelist()
+        return sorted(n for n in names if n.startswith("treebank/combined/") and n.endswith(".mrg"))
+
+    def dp_names(self) -> dict[str, str]:
+        """``{stem: member}`` of the ``.dp`` files (``wsj_0001`` -> its member name)."""
+        return {Path(n).stem: n for n in self._zips["dependency_treebank.zip"].namelist() if n.endswith(".dp")}
+
+    def _text(self, archive: str, member: str) -> str:
+        import zipfile
+        import zlib
+
+        try:
+            data = self._zips[archive].read(member)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as err:
+            raise UserError(f"{self.folder / archive}: member {member} cannot be read ({err}); the archive is "
+                            "damaged or truncated: copy the PTB sample again (../shared/data/ptb_sample).") from None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise UserError(f"{self.folder / archive}: member {member} is not UTF-8 text ({err}); copy the PTB "
+                            "sample again (../shared/data/ptb_sample).") from None
+
+    def constituency(self, member: str) -> list[ConstituencyTree]:
+        """The gold trees of one ``.mrg`` member, ``-NONE-`` elements and function tags removed."""
+        return list(_iter_ptb_lines(self._text("treebank.zip", member).splitlines(),
+                                    f"treebank.zip:{member}", True, True))
+
+    def dependency(self, member: str, upos_of: dict[str, str] | None = None) -> list[DependencyTree]:
+        """The trees of one ``.dp`` member (:func:`parse_malt_tab`)."""
+        return parse_malt_tab(self._text("dependency_treebank.zip", member),
+                              f"dependency_treebank.zip:{member}", upos_of=upos_of)

@@ -159,6 +159,14 @@ def test_induce_end_to_end(synth_data, tmp_path):
     pngs = sorted(p.name for p in drawn if p.suffix == ".png")
     assert pngs == ["sent1_heads.png", "sent1_tree.png"]
     assert all((tmp_path / "pic" / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in pngs)
+    # run again into the same directory, on another file and drawing nothing: what the first run wrote and
+    # this one did not is gone (induce-table reads the one *.induced.conllu), a user's file there stays
+    (tmp_path / "pic" / "notes.png").write_bytes(b"mine")
+    (tmp_path / "h.conllu").write_text(gold.read_text())
+    run_induce(checkpoint=tmp_path / "m" / "checkpoint_last.pt", conllu=tmp_path / "h.conllu",
+               out_dir=tmp_path / "pic")
+    assert sorted(p.name for p in (tmp_path / "pic").iterdir() if not p.name.startswith(".")) == [
+        "h.induced.conllu", "induce.json", "induce.md", "notes.png"]
 
     # Tables 3 and 4 across models: the same report twice under two labels, and a mismatched protocol refused
     from structnmt.cli import main

@@ -256,10 +256,28 @@ class OutputDir:
     def record(self, *names: str) -> None:
         """``names`` were written (completely) by this command: recorded in the manifest. Recorded only after
         the write, so a write that failed (a full disk) leaves no claim on a name a user may use later."""
+        self.written.update(names)
+        self._save_manifest()
+
+    def _save_manifest(self) -> None:
         import json
 
-        self.written.update(names)
         atomic_write_text(self.path / MANIFEST, json.dumps({"files": sorted(self.written)}, indent=1) + "\n")
+
+    def remove_earlier(self, patterns: tuple[str, ...], keep: list[Path]) -> list[str]:
+        """Remove the files matching ``patterns`` (glob, ``sent*_tree.png``) that a structnmt command wrote here
+        earlier (the manifest says so) and this run did not (``keep``), so that a report directory never mixes
+        two runs' outputs; a user's file is never touched. Returns the removed names."""
+        import fnmatch
+
+        kept = {Path(k).name for k in keep}
+        gone = sorted(n for n in self.written if n not in kept and any(fnmatch.fnmatch(n, p) for p in patterns))
+        for name in gone:
+            (self.path / name).unlink(missing_ok=True)
+        if gone:
+            self.written.difference_update(gone)
+            self._save_manifest()
+        return gone
 
     def write_text(self, name: str, text: str) -> Path:
         p = self.claim(name)

@@ -426,6 +426,7 @@ def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Pat
         written += _write_report(out, report)
     else:
         written.append(out.write_text("induce.json", json.dumps(report, indent=1)))
+    out.remove_earlier(("*.induced.conllu", "induce.md", "sent*_heads.png", "sent*_tree.png"), written)
     return written
 
 

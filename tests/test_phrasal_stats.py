@@ -9,7 +9,6 @@ import torch
 
 from structnmt.analysis.phrasal_stats import (
     QUADRANTS,
-    phrasal_layout,
     quadrant_mass,
     quadrant_matrix,
     quadrant_percentages,
@@ -25,18 +24,18 @@ def _module(name: str, options: dict, role: str = "cross", heads: int = 2):
 
 
 def test_layouts_name_token_and_phrase_rows_and_columns():
-    hom = phrasal_layout(_module("phrasal_homogeneous", {"variant": "convkv", "ngram_heads": [1, 1]}))
+    hom = _module("phrasal_homogeneous", {"variant": "convkv", "ngram_heads": [1, 1]}).quadrant_layout()
     assert hom["key_phrase_per_head"] == [False, True] and hom["query_phrase"] == [False, False]
-    het = phrasal_layout(_module("phrasal_heterogeneous", {"variant": "queryk", "ngrams": [1, 2, 3]}))
+    het = _module("phrasal_heterogeneous", {"variant": "queryk", "ngrams": [1, 2, 3]}).quadrant_layout()
     assert het["key_blocks"] == [1, 2, 3] and het["query_phrase"] == [False, False]
-    inter = phrasal_layout(_module("phrasal_interleaved", {"variant": "convkv"}))
+    inter = _module("phrasal_interleaved", {"variant": "convkv"}).quadrant_layout()
     assert inter["query_phrase"] == [False, False, True, True] and inter["key_blocks"] == [1, 2]
-    assert phrasal_layout(_module("mha", {})) is None
+    assert _module("mha", {}).quadrant_layout() is None
 
 
 def test_interleaved_quadrants_by_hand():
     """2 heads -> 4 rows of heads (2 token, 2 phrase); T = 3 queries, S = 2 keys -> 4 key columns."""
-    layout = phrasal_layout(_module("phrasal_interleaved", {"variant": "queryk"}))
+    layout = _module("phrasal_interleaved", {"variant": "queryk"}).quadrant_layout()
     w = torch.zeros(4, 3, 4)
     w[0, :, 0] = 1.0  # token head 1: all on token key 0
     w[1, :, 3] = 1.0  # token head 2: all on bigram key ending at 1
@@ -58,12 +57,12 @@ def test_interleaved_quadrants_by_hand():
 
 
 def test_homogeneous_and_heterogeneous_have_token_queries_only():
-    hom = phrasal_layout(_module("phrasal_homogeneous", {"variant": "queryk", "ngram_heads": [1, 1]}))
+    hom = _module("phrasal_homogeneous", {"variant": "queryk", "ngram_heads": [1, 1]}).quadrant_layout()
     w = torch.full((2, 3, 4), 0.25)
     m = quadrant_mass(w, hom, 3)
     assert (m["token_to_token"], m["token_to_phrase"], m["rows_phrase"]) == (3.0, 3.0, 0)
     assert quadrant_percentages(m)["phrase_to_phrase_given_query"] is None
-    het = phrasal_layout(_module("phrasal_heterogeneous", {"variant": "convkv", "ngrams": [1, 2]}))
+    het = _module("phrasal_heterogeneous", {"variant": "convkv", "ngrams": [1, 2]}).quadrant_layout()
     w = torch.zeros(2, 3, 8)
     w[:, :, 4:] = 0.25  # everything on the bigram block
     m = quadrant_mass(w, het, 3)
@@ -71,14 +70,14 @@ def test_homogeneous_and_heterogeneous_have_token_queries_only():
 
 
 def test_quadrant_matrix_rows_sum_to_one_and_are_labelled():
-    inter = phrasal_layout(_module("phrasal_interleaved", {"variant": "convkv"}))
+    inter = _module("phrasal_interleaved", {"variant": "convkv"}).quadrant_layout()
     w = torch.softmax(torch.randn(4, 3, 4), -1)
     mat, rows, cols, t_rows, starts = quadrant_matrix(w, inter, ["a", "b", "c"], ["x", "y"])
     assert mat.shape == (3 + 2, 4) and t_rows == 3 and starts == [0, 2]
     assert rows == ["a", "b", "c", "a b", "b c"] and cols == ["x", "y", "· x", "x y"]
     torch.testing.assert_close(mat.sum(1), torch.ones(5))
     torch.testing.assert_close(mat[:3], w[:2].mean(0))
-    hom = phrasal_layout(_module("phrasal_homogeneous", {"variant": "convkv", "ngram_heads": [1, 1]}))
+    hom = _module("phrasal_homogeneous", {"variant": "convkv", "ngram_heads": [1, 1]}).quadrant_layout()
     w = torch.softmax(torch.randn(2, 3, 2), -1)
     mat, rows, cols, t_rows, starts = quadrant_matrix(w, hom, ["a", "b", "c"], ["x", "y"])
     assert mat.shape == (3, 4) and cols == ["x", "y", "· x", "x y"]

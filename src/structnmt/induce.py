@@ -282,10 +282,8 @@ def _arc_scores(tr, src_ids: list[int], how: str, layer: int, head: int) -> np.n
             enc = model.encode(src, mask, need_weights=True)
             phi, beta = enc.attentions["arc_scores"][0][0], enc.attentions["arcs"][0][0]
         else:
-            from .nn.structured_attention import StructuredAttention
-
             layers = list(model.encoder_layers)
-            structured = [i for i, lay in enumerate(layers) if isinstance(lay.self_attn, StructuredAttention)]
+            structured = [i for i, lay in enumerate(layers) if lay.self_attn.tree_heads > 0]
             captured: list = []
             if not 0 <= layer < len(layers):
                 raise UserError(f"--layer {layer}: the encoder has layers 0..{len(layers) - 1}.")
@@ -296,7 +294,7 @@ def _arc_scores(tr, src_ids: list[int], how: str, layer: int, head: int) -> np.n
                                     f"{', '.join(map(str, structured))}.")
                 layer = structured[0]
             li = layer
-            n_heads = (layers[li].self_attn.n_tree if structured else layers[li].self_attn.heads)
+            n_heads = (layers[li].self_attn.tree_heads if structured else layers[li].self_attn.heads)
             if not 0 <= head < n_heads:
                 raise UserError(f"--head {head}: layer {li} has {'structured ' if structured else ''}heads "
                                 f"0..{n_heads - 1}.")

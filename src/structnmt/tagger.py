@@ -67,6 +67,7 @@ from .config import (
     deep_merge,
     read_yaml_mapping,
 )
+from .nn.attention import collect_structures
 from .syntax.trees import DependencyTree
 
 PAD_ID, UNK_ID = 0, 1
@@ -301,11 +302,7 @@ class Tagger(nn.Module):
         self.dropout = mc.dropout
 
     def required_structures(self) -> dict:
-        out: dict = {}
-        for m in self.modules():
-            if m is not self and hasattr(m, "required_structures"):
-                out.update(m.required_structures())
-        return out
+        return collect_structures(self)
 
     def forward(self, words: torch.Tensor, mask: torch.Tensor, structures: dict) -> torch.Tensor:
         S = words.shape[1]

@@ -189,15 +189,6 @@ def _hypernode_labels(encoder, structures: dict | None, src_labels: list[str]) -
             for h in range(member.shape[0]) if bool(real[h])]
 
 
-def _group_labels(attn) -> list[str]:
-    """Per head of an MG-SA layer: its granularity ("word", "2-gram", "syntax L1")."""
-    out = []
-    for g in attn.groups:
-        name = "word" if g.kind == "word" else (f"{g.n}-gram" if g.kind == "ngram" else f"syntax L{g.level}")
-        out += [name] * g.heads
-    return out
-
-
 def _phrase_labels(g, structures: dict, pieces: list[str], M: int, tag_names: dict[int, str]) -> list[str]:
     """Tick labels of the M phrases of group ``g`` in a batch of one: its tokens (+ label)."""
     from ..nn.mgsa import SYNTAX_KEY, ngram_key
@@ -266,8 +257,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
     from ..decode.beam import greedy_search
     from ..decode.translate import Translator
     from ..files import OutputDir
-    from ..nn.mgsa import MGSAAttention
-    from .phrasal_stats import phrasal_layout, quadrant_mass, quadrant_percentages, quadrant_table
+    from .phrasal_stats import quadrant_mass, quadrant_percentages, quadrant_table
 
     overrides = {k: v for k, v in (("dependency_file", parse_dependency),
                                    ("constituency_file", parse_constituency)) if v}
@@ -298,7 +288,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
     tag_names = {i: x for x, i in tr.label_ids.items()}
 
     enc_layers = list(getattr(model, "encoder_layers", []))
-    mgsa_at = [isinstance(layer.self_attn, MGSAAttention) for layer in enc_layers]
+    mgsa_at = [layer.self_attn.memory_groups() is not None for layer in enc_layers]  # MG-SA's memories
     after_mgsa = [i > 0 and mgsa_at[i - 1] and not mgsa_at[i] for i in range(len(enc_layers))]
     mechanisms = [type(layer.self_attn).__name__ for layer in enc_layers]
 
@@ -343,7 +333,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                                ("cross", res.attentions.get("cross", []))):
                 for li, w in enumerate(maps):
                     w = w[0].float().cpu()  # (H, T, K)
-                    lay = phrasal_layout(modules[role][li]) if li < len(modules[role]) else None
+                    lay = modules[role][li].quadrant_layout() if li < len(modules[role]) else None
                     if lay is not None:  # token/phrase quadrants (phrase-based attentions, Tables 3-4)
                         m = quadrant_mass(w, lay, w.shape[1])
                         tot = quad.setdefault((role, li), dict.fromkeys(m, 0.0))
@@ -395,7 +385,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                 fig = Figure(figsize=((H + 1) * (cell + 0.9), len(maps) * (cell + 0.6) + 0.8))
                 axes = fig.subplots(len(maps), H + 1, squeeze=False)
                 for li, w in enumerate(maps):
-                    heads = _group_labels(enc_layers[li].self_attn) if mgsa_at[li] else [""] * H
+                    heads = enc_layers[li].self_attn.head_labels() or [""] * H
                     kl = node_labels[: w.shape[2]]  # words, then hypernodes (PhraseTransformer layers)
                     ql = node_labels[: w.shape[1]]
                     color, frame, tag = "black", None, ""
@@ -421,7 +411,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                     continue
                 attn = enc_layers[li].self_attn
                 panels = []
-                for g, gw in zip(attn.groups, o.extras["group_weights"]):
+                for g, gw in zip(attn.memory_groups(), o.extras["group_weights"]):
                     gw = gw[0].float().cpu().numpy()  # (H_g, T, M_g)
                     if g.kind == "word":
                         xl, name = src_labels, "word"
@@ -500,7 +490,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
             for role, qlab, klab in (("encoder_self", src_labels, src_labels), ("decoder_self", tgt_in_labels, tgt_in_labels),
                                      ("cross", tgt_in_labels, src_labels)):
                 maps = res.attentions.get(role) or []
-                layers = [(li, phrasal_layout(modules[role][li]) if li < len(modules[role]) else None, w)
+                layers = [(li, modules[role][li].quadrant_layout() if li < len(modules[role]) else None, w)
                           for li, w in enumerate(maps)]
                 layers = [(li, lay, w) for li, lay, w in layers if lay is not None]
                 if layers:
@@ -549,7 +539,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                 d, a = acc.mean((role, li, "diagonal")), acc.mean((role, li, "adjacent"))
                 entry.update(diagonal=d, adjacent=a, local=d + a)
             if (role, li) in quad:
-                entry["phrasal"] = phrasal_layout(modules[role][li])["kind"]
+                entry["phrasal"] = modules[role][li].quadrant_layout()["kind"]
                 entry["quadrants"] = quadrant_percentages(quad[(role, li)])
                 entry["quadrant_rows"] = {k: quad[(role, li)][k] for k in ("rows_token", "rows_phrase")}
             if role == "encoder_self":
@@ -561,7 +551,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
                     entry["groups"] = [
                         {"kind": g.kind, "heads": g.heads, "n": g.n, "level": g.level,
                          "entropy_over_own_memory": acc.mean(("encoder_self", li, f"group{gi}"))}
-                        for gi, g in enumerate(attn.groups)]
+                        for gi, g in enumerate(attn.memory_groups())]
             layers.append(entry)
         stats[role] = layers
     if gate_by_token:  # SA-NMT section 5.3: where the decoder lets source syntax in

@@ -42,27 +42,6 @@ from torch import Tensor
 QUADRANTS = ("token_to_token", "token_to_phrase", "phrase_to_token", "phrase_to_phrase")
 
 
-def phrasal_layout(module) -> dict | None:
-    """How to read ``module``'s weights: ``{"kind", "query_phrase" (H',) bool,
-    "key_phrase_per_head" (H',) bool | None, "key_blocks" list[int] | None}``, or None
-    when the module is not a phrase-based attention."""
-    from ..nn.phrasal import HeterogeneousPhrasalAttention, HomogeneousPhrasalAttention
-    from ..nn.phrasal_interleaved import InterleavedPhrasalAttention
-
-    if isinstance(module, InterleavedPhrasalAttention):
-        H = module.dims.heads
-        return {"kind": "interleaved", "query_phrase": [False] * H + [True] * H, "key_phrase_per_head": None,
-                "key_blocks": [1, 2]}
-    if isinstance(module, HomogeneousPhrasalAttention):
-        heads_n = [b.n for b in module.branches for _ in range(b.heads)]
-        return {"kind": "homogeneous", "query_phrase": [False] * len(heads_n),
-                "key_phrase_per_head": [n > 1 for n in heads_n], "key_blocks": None, "heads_n": heads_n}
-    if isinstance(module, HeterogeneousPhrasalAttention):
-        return {"kind": "heterogeneous", "query_phrase": [False] * module.dims.heads, "key_phrase_per_head": None,
-                "key_blocks": list(module.ngrams)}
-    return None
-
-
 def quadrant_mass(weights: Tensor, layout: dict, query_len: int) -> dict[str, float]:
     """Attention mass per quadrant of one sentence's weights ``(H', T, K)`` (see the module
     docstring); rows at or past ``query_len`` (padding) are ignored. Also returns

@@ -60,6 +60,7 @@ from ..config import (
     read_yaml_mapping,
     to_dict,
 )
+from ..nn.attention import collect_structures
 from ..syntax.parsers import ParserConfig
 
 TASKS = ("voice", "tense", "tss", "spc", "pos")
@@ -330,11 +331,7 @@ class ScratchEncoder(nn.Module):
         self.dropout = mc.dropout
 
     def required_structures(self) -> dict:
-        out: dict = {}
-        for m in self.modules():
-            if m is not self and hasattr(m, "required_structures"):
-                out.update(m.required_structures())
-        return out
+        return collect_structures(self)
 
     def forward(self, src, mask, structures):
         S = src.shape[1]

@@ -55,7 +55,7 @@ from torch import Tensor, nn
 from ..config import ConfigError, ModelConfig
 from ..data.vocab import PAD
 from ..nn import dropout as drop
-from ..nn.attention import IncrementalCache
+from ..nn.attention import IncrementalCache, collect_structures
 from ..nn.matrix_tree import marginals
 from .transformer import EncoderOutput, ModelOutput
 
@@ -130,7 +130,8 @@ class RNNModel(nn.Module):
             self.output_proj.weight = self.tgt_embed.weight
 
     def required_structures(self) -> dict:
-        return {}
+        """None: the RNN's structured attention induces its trees from the words."""
+        return collect_structures(self)
 
     def optimizer_groups(self) -> list[dict]:
         """Parameter groups for the optimizer, each with an ``lr_scale`` (times the schedule's

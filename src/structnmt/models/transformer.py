@@ -36,8 +36,8 @@ from ..nn.attention import (
     AttentionDims,
     AttentionOutput,
     IncrementalCache,
-    MultiHeadAttention,
     build_attention,
+    collect_structures,
 )
 from ..nn.phrase_transformer import HypernodeSpec
 
@@ -120,7 +120,7 @@ class EncoderLayer(nn.Module):
         dims = AttentionDims(cfg.d_model, cfg.heads, cfg.attention_dropout, "encoder_self", f"enc.{index}.self")
         self.self_attn = build_attention(spec.name, spec.options, dims)
         self.attn_sub = Sublayer(cfg.d_model, cfg.dropout, cfg.pre_norm)
-        two = bool(getattr(self.self_attn, "has_second_phase", False))
+        two = self.self_attn.has_second_phase
         self.second_sub = Sublayer(cfg.d_model, cfg.dropout, cfg.pre_norm) if two else None
         self.ffn = FeedForward(cfg)
         self.ffn_sub = Sublayer(cfg.d_model, cfg.dropout, cfg.pre_norm)
@@ -148,7 +148,7 @@ def hypernode_plan(layers: nn.ModuleList) -> tuple[int, HypernodeSpec] | None:
     first: tuple[int, HypernodeSpec] | None = None
     for i, layer in enumerate(layers):
         attn = layer.self_attn
-        spec = attn.hypernodes() if hasattr(attn, "hypernodes") else None
+        spec = attn.hypernodes()
         if spec is not None:
             if first is None:
                 first = (i, spec)
@@ -157,7 +157,7 @@ def hypernode_plan(layers: nn.ModuleList) -> tuple[int, HypernodeSpec] | None:
                                   f"{spec}); one set of hypernodes travels through the encoder: give every "
                                   "phrase_transformer layer the same k, hypernodes, unit, semantic, positions "
                                   "and decoder_sees.")
-        elif first is not None and type(attn) is not MultiHeadAttention:
+        elif first is not None and not attn.attends_hypernodes:
             raise ConfigError(f"encoder layer {i} ({type(attn).__name__}) comes after the hypernodes enter (layer "
                               f"{first[0]}) but only phrase_transformer and mha layers can attend over hypernodes; "
                               "move it below the first phrase_transformer layer.")
@@ -294,20 +294,14 @@ class TransformerModel(nn.Module):
         return self.encoder.layers
 
     def required_structures(self) -> dict:
-        """Structure tensors the attention modules consume: key -> StructureSpec.
+        """Structure tensors the attention modules consume: key -> StructureSpec, gathered from every
+        mechanism (:func:`~structnmt.nn.attention.collect_structures`); the trainer and the translator
+        add them to what the collator builds (on top of ``data.structures``)."""
+        return collect_structures(self)
 
-        Each mechanism that needs structures declares them with a
-        ``required_structures()`` method; the trainer and the translator add them to
-        what the collator builds (on top of ``data.structures``).
-        """
-        out: dict = {}
-        for module in self.modules():
-            if module is not self and hasattr(module, "required_structures"):
-                for key, spec in module.required_structures().items():
-                    if key in out and out[key] != spec:
-                        raise ValueError(f"structure '{key}' is requested with two different specs: {out[key]} and {spec}.")
-                    out[key] = spec
-        return out
+    def optimizer_groups(self) -> list[dict]:
+        """Parameter groups for the optimizer, each with an ``lr_scale``: one group."""
+        return [{"params": list(self.parameters()), "lr_scale": 1.0}]
 
     def _embed(self, emb: nn.Embedding, tokens: Tensor, offset: int = 0) -> Tensor:
         T = tokens.shape[1]
@@ -387,9 +381,7 @@ class TransformerModel(nn.Module):
         (``AttentionContext.memory_group``), and copies no source state per hypothesis.
         """
         for layer in self.decoder_layers:
-            if not getattr(layer.cross_attn, "groups_memory", False):
-                return False
-            if any(hasattr(m, "required_structures") and m.required_structures() for m in layer.self_attn.modules()):
+            if not layer.cross_attn.groups_memory or collect_structures(layer.self_attn):
                 return False
         return True
 

@@ -201,13 +201,109 @@ class AttentionOutput:
 
 # --------------------------------------------------------------------------- registry
 
-ATTENTION_REGISTRY: dict[str, type[nn.Module]] = {}
+class Mechanism(nn.Module):
+    """The protocol of an attention mechanism: the call, and every optional hook with its default.
+
+    A mechanism is called as ``attn(query, memory, ctx) -> AttentionOutput`` (see the module
+    docstring). Everything else a model, the collator, the trainer or an analysis may ask
+    of it is one of the hooks below; a mechanism overrides the ones it needs and inherits
+    the defaults of the others. Nothing outside ``structnmt.nn`` tests which class a
+    mechanism is: it asks these hooks.
+
+    What the batch must hold
+        :meth:`required_structures` -- ``{key: StructureSpec}``: the structure tensors the
+        collator builds for it (``ctx.structures[key]``); the features are those of
+        :data:`structnmt.syntax.features.FEATURES`. Default: none. The model gathers them
+        from all its mechanisms with :func:`collect_structures`.
+    How the encoder stack runs it
+        :meth:`hypernodes` -- a :class:`~structnmt.nn.phrase_transformer.HypernodeSpec`:
+        nodes appended to the tokens before this layer (PhraseTransformer). Default: None.
+        :attr:`has_second_phase` and :meth:`second_phase` -- a second residual sublayer in
+        the encoder layer, run through ``second_phase(x, ctx)``. Default: False.
+        :attr:`attends_hypernodes` -- may sit in a layer after the hypernodes entered, and
+        attend over tokens and hypernodes alike. Default: False (plain MHA and the
+        PhraseTransformer only).
+    Beam search
+        :attr:`groups_memory` -- can read one memory row per sentence for ``memory_group``
+        hypotheses (cross-attention). Default: False (plain MHA only).
+    What analysis reads
+        :meth:`memory_groups` -- the head groups whose weights are over their own phrase
+        memories (MG-SA; the weights come back in ``extras["group_weights"]``). Default: None.
+        :meth:`quadrant_layout` -- how token and phrase queries and keys sit in ``weights``
+        (phrase-based attentions; ``structnmt analyze``'s quadrant statistics). Default: None.
+        :attr:`tree_heads` -- heads whose ``extras["arcs"]`` / ``extras["arc_scores"]``
+        (B, H', S, S) are matrix-tree marginals and scores (``structnmt induce``). Default: 0.
+        :meth:`head_labels` -- a label per head for pictures. Default: None.
+
+    Register a mechanism with :func:`register_attention`; a mechanism's options are a
+    dataclass set as its ``Options`` attribute (built and checked from the config).
+    """
+
+    #: reads a sentence-level memory for ``memory_group`` hypotheses per sentence (beam search)
+    groups_memory: bool = False
+    #: the encoder layer gives this mechanism a second residual sublayer (:meth:`second_phase`)
+    has_second_phase: bool = False
+    #: attends over the S + N nodes of a stack whose hypernodes entered at an earlier layer
+    attends_hypernodes: bool = False
+    #: heads whose extras carry matrix-tree arcs (``"arcs"``, ``"arc_scores"``) for tree induction
+    tree_heads: int = 0
+
+    def required_structures(self) -> dict[str, Any]:
+        """``{key: StructureSpec}`` the collator must build for this mechanism; none by default."""
+        return {}
+
+    def hypernodes(self) -> Any:
+        """The hypernodes this layer adds to the tokens (a ``HypernodeSpec``), or None."""
+        return None
+
+    def second_phase(self, x: Tensor, ctx: AttentionContext) -> AttentionOutput:
+        """The second sublayer's attention, for a mechanism with :attr:`has_second_phase`."""
+        raise NotImplementedError(f"{type(self).__name__} has no second phase.")
+
+    def memory_groups(self) -> list[Any] | None:
+        """Head groups attending over their own memories (``kind``, ``heads``, ``n``, ``level``), or None."""
+        return None
+
+    def quadrant_layout(self) -> dict | None:
+        """How to read the weights by token/phrase queries and keys (phrase-based attentions), or None."""
+        return None
+
+    def head_labels(self) -> list[str] | None:
+        """A short label per head for pictures (MG-SA: its granularity), or None."""
+        return None
 
 
-def register_attention(name: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
-    """Class decorator adding a mechanism to :data:`ATTENTION_REGISTRY`; duplicates rejected."""
+def collect_structures(model: nn.Module) -> dict[str, Any]:
+    """The structures every mechanism inside ``model`` requires, merged: ``{key: StructureSpec}``.
 
-    def deco(cls: type[nn.Module]) -> type[nn.Module]:
+    Two mechanisms asking for one key with different specs is a configuration error (the
+    batch can hold one tensor per key), refused here for the Transformer, the tagger and
+    the prober alike."""
+    from ..config import ConfigError
+
+    out: dict[str, Any] = {}
+    for module in model.modules():
+        if not isinstance(module, Mechanism):
+            continue
+        for key, spec in module.required_structures().items():
+            if key in out and out[key] != spec:
+                raise ConfigError(f"structure '{key}' is requested with two different specs ({out[key]} and "
+                                  f"{spec}); give the mechanisms that share it the same options.")
+            out[key] = spec
+    return out
+
+
+ATTENTION_REGISTRY: dict[str, type[Mechanism]] = {}
+
+
+def register_attention(name: str) -> Callable[[type[Mechanism]], type[Mechanism]]:
+    """Class decorator adding a mechanism (a :class:`Mechanism` subclass) to :data:`ATTENTION_REGISTRY`
+    under ``name``, the name configs use (``model.attention``). A name registered twice is refused."""
+
+    def deco(cls: type[Mechanism]) -> type[Mechanism]:
+        if not (isinstance(cls, type) and issubclass(cls, Mechanism)):
+            raise TypeError(f"attention '{name}': {cls!r} is not a subclass of structnmt.nn.attention.Mechanism; "
+                            "derive the mechanism from Mechanism (or MultiHeadAttention).")
         if name in ATTENTION_REGISTRY:
             raise ValueError(f"attention '{name}' is registered twice ({ATTENTION_REGISTRY[name]} and {cls}).")
         ATTENTION_REGISTRY[name] = cls
@@ -227,7 +323,7 @@ class AttentionDims:
     cache_key: str  # unique per module, names its IncrementalCache entry
 
 
-def build_attention(name: str, options: Mapping[str, Any], dims: AttentionDims) -> nn.Module:
+def build_attention(name: str, options: Mapping[str, Any], dims: AttentionDims) -> Mechanism:
     """Instantiate mechanism ``name`` with its typed options (unknown options rejected)."""
     from ..config import ConfigError, _build
 
@@ -372,7 +468,7 @@ def merge_heads(x: Tensor) -> Tensor:
 
 
 @register_attention("mha")
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(Mechanism):
     """Scaled dot-product multi-head attention (Vaswani et al. 2017, eqs. 1-2).
 
     The reference mechanism. In decoder self-attention the cache entry holds the
@@ -434,10 +530,14 @@ class MultiHeadAttention(nn.Module):
     #: true for plain MHA only; a subclass (which changes logits or values) must opt in itself.
     groups_memory: bool = True
 
+    #: plain MHA attends over hypernodes like over tokens; a subclass must opt in itself
+    attends_hypernodes: bool = True
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if "groups_memory" not in cls.__dict__:
-            cls.groups_memory = False
+        for flag in ("groups_memory", "attends_hypernodes"):
+            if flag not in cls.__dict__:
+                setattr(cls, flag, False)
 
     def forward(self, query: Tensor, memory: Tensor, ctx: AttentionContext) -> AttentionOutput:
         q = split_heads(self.q_proj(query), self.heads)

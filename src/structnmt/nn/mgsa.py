@@ -365,6 +365,20 @@ class MGSAAttention(MultiHeadAttention):
         self.tagger = (nn.Linear(dims.d_model, options.num_tags)
                        if self.has_syntax and options.tag_loss_weight > 0 else None)
 
+    # ----------------------------------------------------------------- what analysis reads
+
+    def memory_groups(self) -> list[MGSAGroup]:
+        """The head groups, in head order; ``extras["group_weights"]`` holds one weight tensor per group."""
+        return self.groups
+
+    def head_labels(self) -> list[str]:
+        """Per head: its granularity ("word", "2-gram", "syntax L1")."""
+        out = []
+        for g in self.groups:
+            name = "word" if g.kind == "word" else (f"{g.n}-gram" if g.kind == "ngram" else f"syntax L{g.level}")
+            out += [name] * g.heads
+        return out
+
     # ----------------------------------------------------------------- structures
 
     def required_structures(self) -> dict[str, StructureSpec]:

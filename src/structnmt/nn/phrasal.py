@@ -64,6 +64,7 @@ from .attention import (
     AttentionContext,
     AttentionDims,
     AttentionOutput,
+    Mechanism,
     masked_softmax,
     merge_heads,
     register_attention,
@@ -195,7 +196,7 @@ class PhraseBranch(nn.Module):
 # --------------------------------------------------------------------------- shared machinery
 
 
-class _PhrasalAttention(nn.Module):
+class _PhrasalAttention(Mechanism):
     """Branch bookkeeping, caching and validity shared by both structures."""
 
     homogeneous: bool
@@ -307,6 +308,14 @@ class HomogeneousPhrasalAttention(_PhrasalAttention):
         super().__init__(dims=dims, variant=options.variant, branches=branches, own_query=True)
         self.options = options
 
+    def quadrant_layout(self) -> dict:
+        """Quadrant statistics (``structnmt analyze``): ``{"kind", "query_phrase" (H',) bool,
+        "key_phrase_per_head" (H',) bool | None, "key_blocks" list[int] | None}``; see
+        :mod:`structnmt.analysis.phrasal_stats`."""
+        heads_n = [b.n for b in self.branches for _ in range(b.heads)]
+        return {"kind": "homogeneous", "query_phrase": [False] * len(heads_n),
+                "key_phrase_per_head": [n > 1 for n in heads_n], "key_blocks": None, "heads_n": heads_n}
+
     def forward(self, query: Tensor, memory: Tensor, ctx: AttentionContext) -> AttentionOutput:
         kvs, valid, L = self.phrase_memory(memory, ctx)
         B, T = query.shape[:2]
@@ -361,6 +370,13 @@ class HeterogeneousPhrasalAttention(_PhrasalAttention):
                          own_query=options.variant == "queryk")
         self.q_proj = nn.Linear(dims.d_model, dims.d_model) if options.variant == "convkv" else None
         self.options = options
+
+    def quadrant_layout(self) -> dict:
+        """Quadrant statistics (``structnmt analyze``): ``{"kind", "query_phrase" (H',) bool,
+        "key_phrase_per_head" (H',) bool | None, "key_blocks" list[int] | None}``; see
+        :mod:`structnmt.analysis.phrasal_stats`."""
+        return {"kind": "heterogeneous", "query_phrase": [False] * self.dims.heads, "key_phrase_per_head": None,
+                "key_blocks": list(self.ngrams)}
 
     def forward(self, query: Tensor, memory: Tensor, ctx: AttentionContext) -> AttentionOutput:
         kvs, valid, L = self.phrase_memory(memory, ctx)

@@ -102,6 +102,14 @@ class InterleavedPhrasalAttention(_PhrasalAttention):
         values = torch.cat([v for _, v in kvs], dim=2)
         return torch.matmul(F.dropout(w, p=dropout_p, training=dropout_p > 0), values), w
 
+    def quadrant_layout(self) -> dict:
+        """Quadrant statistics (``structnmt analyze``): ``{"kind", "query_phrase" (H',) bool,
+        "key_phrase_per_head" (H',) bool | None, "key_blocks" list[int] | None}``; see
+        :mod:`structnmt.analysis.phrasal_stats`."""
+        H = self.dims.heads
+        return {"kind": "interleaved", "query_phrase": [False] * H + [True] * H, "key_phrase_per_head": None,
+                "key_blocks": [1, 2]}
+
     def forward(self, query: Tensor, memory: Tensor, ctx: AttentionContext) -> AttentionOutput:
         cache, key = ctx.cache, self.dims.cache_key
         B, T, D = query.shape

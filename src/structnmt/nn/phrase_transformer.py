@@ -80,6 +80,7 @@ from .attention import (
     AttentionContext,
     AttentionDims,
     AttentionOutput,
+    Mechanism,
     MultiHeadAttention,
     masked_softmax,
     merge_heads,
@@ -211,7 +212,7 @@ def within_phrase_attention(
 
 
 @register_attention("phrase_transformer")
-class PhraseTransformerAttention(nn.Module):
+class PhraseTransformerAttention(Mechanism):
     """Two-phase attention over words and hypernodes (Algorithm 1); see the module docstring."""
 
     @dataclass
@@ -268,6 +269,8 @@ class PhraseTransformerAttention(nn.Module):
         if o.hypernodes == "ngram":
             return {self.key: StructureSpec("ngram_hypernodes", {"k": o.k, "unit": o.unit})}
         return {self.key: StructureSpec("dep_hypernodes", {"k": o.k, "mode": o.semantic})}
+
+    attends_hypernodes = True
 
     def hypernodes(self) -> HypernodeSpec:
         return HypernodeSpec(self.key, self.options.positions, self.options.decoder_sees)

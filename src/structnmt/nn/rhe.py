@@ -60,13 +60,14 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..syntax.batching import StructureSpec
 from .attention import (
     AttentionContext,
     AttentionDims,
     AttentionOutput,
+    Mechanism,
     MultiHeadAttention,
     build_attention,
     masked_softmax,
@@ -146,7 +147,7 @@ def identify_heads(
 
 
 @register_attention("rhe")
-class RHEAttention(nn.Module):
+class RHEAttention(Mechanism):
     """Encoder self-attention with DEA/LPEA for all heads or for the redundant ones only."""
 
     @dataclass

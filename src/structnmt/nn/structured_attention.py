@@ -68,6 +68,11 @@ class StructuredAttention(MultiHeadAttention):
         d_h = dims.d_model // dims.heads
         self.root_query = nn.Parameter(torch.randn(self.n_tree, d_h) * d_h**-0.5) if options.root == "learned" else None
 
+    @property
+    def tree_heads(self) -> int:
+        """The first ``n_tree`` heads carry matrix-tree arcs in their extras (``structnmt induce``)."""
+        return self.n_tree
+
     def forward(self, query: Tensor, memory: Tensor, ctx: AttentionContext) -> AttentionOutput:
         B, n, _ = query.shape
         q = split_heads(self.q_proj(query), self.heads)

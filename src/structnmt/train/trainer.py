@@ -305,8 +305,7 @@ class Trainer:
         self.ddp = (torch.nn.parallel.DistributedDataParallel(
             self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
             if self.distributed else self.model)
-        groups = (self.model.optimizer_groups() if hasattr(self.model, "optimizer_groups")
-                  else [{"params": list(self.model.parameters()), "lr_scale": 1.0}])
+        groups = self.model.optimizer_groups()
         # fused: one kernel per step over all parameters instead of ~10 small ops per tensor
         # (1.02-1.05x a CPU step, benchmarks/bench_train.py); the same update rule
         fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for g in groups for p in g["params"])

@@ -436,15 +436,6 @@ def test_hypernode_properties(n, k):
 
 # ----------------------------------------------------------------------------- registry
 def test_registry_builds_each_feature_from_the_trees_it_needs():
-    assert set(FEATURES) == {
-        "ngram_partition",
-        "syntax_partition",
-        "dep_mask",
-        "lpea_positions",
-        "ngram_hypernodes",
-        "dep_hypernodes",
-        "word_boundaries",
-    }
     assert FEATURES["dep_mask"].needs == ("dependency",) and FEATURES["syntax_partition"].needs == (
         "constituency",
     )
@@ -461,6 +452,68 @@ def test_registry_builds_each_feature_from_the_trees_it_needs():
     assert FEATURES["word_boundaries"](wop).sum() == 6
     with pytest.raises(ValueError, match="needs a dependency tree"):
         FEATURES["dep_mask"](wop)
+
+
+@pytest.mark.parametrize("name", sorted(FEATURES))
+def test_every_registered_feature_batches_by_its_declared_padding(name):
+    """Each feature of the registry, on two sentences of different lengths, from the trees it declares:
+    the batch tensor keeps each sentence's array, has the declared padding everywhere past it and
+    the declared value at each sentence's EOS; a tree it does not declare is never read."""
+    feat = FEATURES[name]
+    bush_dep = DependencyTree("Bush held a talk with Sharon".split(), [2, 0, 4, 2, 2, 5], ["dep"] * 6, ["X"] * 6)
+    she_const = ConstituencyTree(["She", "ate", "the", "apple"], N("S", 0, 4, N("NP", 0, 1, N("PRP", 0, 1)), N(
+        "VP", 1, 4, N("VBD", 1, 2), N("NP", 2, 4, N("DT", 2, 3), N("NN", 3, 4)))))
+    wops = [np.array([0, 1, 1, 2, 3, 4, 5]), np.array([0, 1, 2, 3])]
+    every = {"constituency": [bush_tree(), she_const], "dependency": [bush_dep, she_ate()]}
+    trees = {t: every[t] for t in feat.needs}
+    values = [feat(w, **{t: trees[t][b] for t in trees}, **feat.example) for b, w in enumerate(wops)]
+    S = 10
+    batch = feat.batch("x", values, S, {"NP": 1, "VP": 2})
+    t = batch["x"].numpy()
+    pad = feat.padding
+    assert t.dtype == np.dtype(pad.dtype) and t.shape[0] == 2 and t.shape[-1] == S
+    for b, v in enumerate(values):
+        a = feat.array(v) if feat.array else v
+        P = a.shape[-1]
+        own = t[b][tuple(slice(0, n) for n in a.shape)]
+        if pad.layout == "pairwise":  # the diagonal rule may overwrite the array's own diagonal
+            np.testing.assert_array_equal(own[~np.eye(P, dtype=bool)], a[~np.eye(P, dtype=bool)])
+        else:
+            np.testing.assert_array_equal(own, a)
+        rows = a.shape[0] if pad.layout == "rows" else None
+        eos = t[b][:rows, P] if pad.layout == "rows" else t[b][P] if pad.layout == "sequence" else t[b][P, :P]
+        want = (pad.pad if pad.eos is None else a.max(axis=-1) + 1 if pad.eos == "next_id" else pad.eos)
+        np.testing.assert_array_equal(eos, np.broadcast_to(want, eos.shape))
+        after = t[b][..., P + 1:]
+        if pad.layout == "pairwise" and pad.diagonal is not None:
+            after = after.copy()
+            after[np.arange(P + 1, S), np.arange(S - P - 1)] = pad.pad
+        assert (after == pad.pad).all()
+    assert all(k == "x" or k.startswith("x.") for k in batch)
+
+
+def test_a_feature_registered_with_its_padding_is_batched_without_new_code():
+    """A new feature (a user's plugin) needs a function and a Padding; pad_structures has no branch for it."""
+    from structnmt.syntax.batching import StructureSpec, build_structures
+    from structnmt.syntax.features import Feature, Padding, register_feature
+
+    feat = Feature("word_index_test", lambda w, t: np.asarray(w, dtype=np.int64), (), (), "word of each piece",
+                   Padding("sequence", np.int64, pad=-1, eos="next_id"))
+    register_feature(feat)
+    try:
+        with pytest.raises(ValueError, match="Duplicate feature name"):
+            register_feature(feat)
+        out = build_structures({"wi": StructureSpec("word_index_test")}, [(None, None), (None, None)],
+                               [np.array([0, 0, 1]), np.array([0])], 5)
+        assert out["wi"].tolist() == [[0, 0, 1, 2, -1], [0, 1, -1, -1, -1]]
+    finally:
+        del FEATURES["word_index_test"]
+    with pytest.raises(ValueError, match="layout 'matrix'"):
+        Padding("matrix", np.int64, pad=0)
+    with pytest.raises(ValueError, match="needs an integer dtype"):
+        Padding("sequence", np.bool_, pad=False, eos="next_id")
+    with pytest.raises(ValueError, match="reads constituency"):
+        Feature("bad", lambda w, t: w, ("semantics",), (), "", Padding("sequence", np.int64, pad=0))
 
 
 def test_dependency_hypernode_modes():

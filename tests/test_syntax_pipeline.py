@@ -160,5 +160,11 @@ def test_translate_without_the_datasets_trees(parsed_data, tmp_path):
     train(needs, log=lambda *_: None)
     tr = Translator(tmp_path / "needs" / "model" / "checkpoint_last.pt")
     assert tr.note == ""
-    with pytest.raises(ParserError, match="--parse-dependency FILE.conllu and --parse-constituency"):
+    # it reads dependency trees only: only their file is asked for, and given alone it is enough
+    with pytest.raises(ParserError, match=r"pass its trees with --parse-dependency FILE.conllu \(one tree") as err:
         tr.translate(lines)
+    assert "--parse-constituency" not in str(err.value)
+    by_prefix = tr.translate(lines, parse_prefix=str(root / "c" / "test"), parse_lang="src")
+    only_dep = Translator(tmp_path / "needs" / "model" / "checkpoint_last.pt",
+                          parser_overrides={"dependency_file": str(root / "c" / "test.src.conllu")})
+    assert [o[0].text for o in only_dep.translate(lines)] == [o[0].text for o in by_prefix]

@@ -401,9 +401,11 @@ class Translator:
 
             return [((None, None), word_of_piece_from_pieces(p)) for p in self.src_vocab.encode_pieces(texts)]
         from ..syntax.align import AlignmentError, align_trees
+        from ..syntax.features import FEATURES
         from ..syntax.parsers import build_parser
 
-        backend = build_parser(self.parser_cfg)
+        needs = tuple(sorted({t for spec in self.structures.values() for t in FEATURES[spec.feature].needs}))
+        backend = build_parser(self.parser_cfg, needs)  # the trees this model's features read, no others
         out = []
         # exhausted: pre-parsed files get their count check; {prefix}/{lang} in their paths are filled in
         parsed = list(backend.parse(iter(texts), prefix=prefix, lang=lang))

@@ -36,10 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .features import FEATURES, OUT_OF_PHRASE, hypernode_adjacency
+from .features import FEATURES, IGNORE_LABEL, node_neighbours  # noqa: F401  (re-exported)
 from .trees import ConstituencyTree, DependencyTree
-
-IGNORE_LABEL = -100
 
 
 @dataclass
@@ -81,83 +79,10 @@ def pad_structures(
     label_ids: dict[str, int] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Pad per-sentence feature values (``values_of[key]``, one per sentence, as
-    :func:`feature_values` returns them) into the batch tensors of the module docstring."""
+    :func:`feature_values` returns them) into the batch tensors of the module docstring, each
+    feature by its own declared :class:`~structnmt.syntax.features.Padding`."""
     _check(specs)
     out: dict[str, torch.Tensor] = {}
     for key, spec in specs.items():
-        values = values_of[key]
-        B = len(values)
-        name = spec.feature
-        # pad in numpy (cheap slicing), convert once
-        if name == "ngram_partition":
-            t = np.full((B, S), -1, dtype=np.int64)
-            for b, ids in enumerate(values):
-                t[b, : len(ids)] = ids
-                t[b, len(ids)] = ids.max() + 1
-            out[key] = torch.from_numpy(t)
-        elif name == "syntax_partition":
-            K = spec.params["K"]
-            t = np.full((B, K, S), -1, dtype=np.int64)
-            M = max(len(lab) for _, labels in values for lab in labels) + 1
-            lab_t = np.full((B, K, M), IGNORE_LABEL, dtype=np.int64)
-            for b, (ids, labels) in enumerate(values):
-                P = ids.shape[1]
-                t[b, :, :P] = ids
-                t[b, :, P] = ids.max(axis=1) + 1
-                for level, labs in enumerate(labels):
-                    lab_t[b, level, : len(labs)] = [(label_ids or {}).get(x, IGNORE_LABEL) for x in labs]
-            out[key] = torch.from_numpy(t)
-            out[key + ".labels"] = torch.from_numpy(lab_t)
-        elif name in ("dep_mask", "lpea_positions"):
-            fill, diag, dtype = (False, True, np.bool_) if name == "dep_mask" else (OUT_OF_PHRASE, 0, np.int64)
-            t = np.full((B, S, S), fill, dtype=dtype)
-            t[:, np.arange(S), np.arange(S)] = diag
-            for b, m in enumerate(values):
-                P = m.shape[0]
-                t[b, :P, :P] = m
-            out[key] = torch.from_numpy(t)
-        elif name in ("ngram_hypernodes", "dep_hypernodes"):
-            N = max(1, max(adj.shape[0] for _, adj in values))
-            t = np.zeros((B, N, S), dtype=np.bool_)
-            mask = np.zeros((B, N), dtype=np.bool_)
-            for b, (_, adj) in enumerate(values):
-                n, P = adj.shape
-                t[b, :n, :P] = adj
-                mask[b, :n] = True
-            out[key] = torch.from_numpy(t)
-            out[key + ".mask"] = torch.from_numpy(mask)
-            out[key + ".neighbours"] = torch.from_numpy(node_neighbours(t, mask))
-        elif name == "word_boundaries":
-            t = np.zeros((B, S), dtype=np.bool_)
-            for b, f in enumerate(values):
-                t[b, : len(f)] = f
-                t[b, len(f)] = True
-            out[key] = torch.from_numpy(t)
-        else:  # a feature registered without a batching rule
-            raise ValueError(f"data.structures.{key}: no batching rule for feature '{name}'.")
-    return out
-
-
-def node_neighbours(membership: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """PhraseTransformer eq. 6 as neighbour lists over the ``S + N`` nodes of a batch.
-
-    membership (B, N, S) bool, mask (B, N) bool -> (B, S + N, K) int64, ``K`` the largest
-    row count of the batch, ``-1`` = no neighbour. Row ``i`` lists, in increasing order,
-    the nodes ``j`` with ``A_ij = 1`` (:func:`hypernode_adjacency`); padded hypernodes
-    list only themselves.
-    """
-    B, N, S = membership.shape
-    L = S + N
-    lists = []
-    for b in range(B):
-        n = int(mask[b].sum())
-        a = hypernode_adjacency(membership[b, :n])  # (S + n, S + n): tokens first, as in the batch layout
-        rows, cols = np.nonzero(a)
-        lists.append((rows, cols, np.bincount(rows, minlength=S + n), n))
-    K = max(int(c.max()) for _, _, c, _ in lists)
-    out = np.full((B, L, K), -1, dtype=np.int64)
-    for b, (rows, cols, counts, n) in enumerate(lists):
-        starts = np.cumsum(counts) - counts
-        out[b, rows, np.arange(len(rows)) - starts[rows]] = cols
-        out[b, S + n:, 0] = np.arange(S + n, L)
+        out.update(FEATURES[spec.feature].batch(key, values_of[key], S, label_ids))
     return out

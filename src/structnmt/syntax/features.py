@@ -36,7 +36,7 @@ The mask polarity everywhere is ``True = may attend`` (as in SDPA).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -46,6 +46,9 @@ from structnmt.syntax.trees import ConstituencyTree, DependencyTree, Node
 __all__ = [
     "FEATURES",
     "Feature",
+    "IGNORE_LABEL",
+    "Padding",
+    "register_feature",
     "OUT_OF_PHRASE",
     "SEMANTIC_MODES",
     "LPEA_RULES",
@@ -470,12 +473,82 @@ def word_of_piece_from_pieces(pieces: Sequence[str]) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- registry
+IGNORE_LABEL = -100
+"""Label id the tag loss ignores (padding, EOS's phrase, labels outside the dataset's list)."""
+
+LAYOUTS = ("sequence", "pairwise", "rows")
+
+
+@dataclass(frozen=True)
+class Padding:
+    """How a feature's per-sentence array becomes its slice of the batch tensor (no per-feature code).
+
+    ``layout``:
+      * ``sequence`` -- ``(P,)`` -> ``(S,)``;
+      * ``pairwise`` -- ``(P, P)`` -> ``(S, S)``;
+      * ``rows``     -- ``(R, P)`` -> ``(R_max, S)``, ``R_max`` the batch's largest ``R`` (at least 1).
+
+    ``pad``: the value of every cell the sentence does not fill. ``eos``: the value at the position
+    right after the sentence's ``P`` pieces, its EOS (the column of each of its rows; pairwise: EOS's
+    row and column): a constant, ``"next_id"`` (one more than the largest id of the row: EOS is a
+    phrase of its own; not pairwise) or None (the padding value).
+    ``diagonal`` (pairwise): the value of the whole diagonal of the batch tensor, padding and EOS
+    included, so that no query row is empty; None leaves it to the other rules.
+    """
+
+    layout: str
+    dtype: Any
+    pad: Any
+    eos: Any = None
+    diagonal: Any = None
+
+    def __post_init__(self):
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"Padding layout '{self.layout}': use one of {', '.join(LAYOUTS)}.")
+        if self.diagonal is not None and self.layout != "pairwise":
+            raise ValueError("Padding.diagonal is for the pairwise layout.")
+        if self.eos == "next_id" and (np.dtype(self.dtype).kind not in "iu" or self.layout == "pairwise"):
+            raise ValueError("Padding.eos='next_id' needs an integer dtype and the sequence or rows layout.")
+
+    def batch(self, arrays: list[np.ndarray], S: int) -> np.ndarray:
+        """The padded batch array of ``arrays`` (one per sentence) at source length ``S``."""
+        B = len(arrays)
+        if self.layout == "sequence":
+            t = np.full((B, S), self.pad, dtype=self.dtype)
+        elif self.layout == "pairwise":
+            t = np.full((B, S, S), self.pad, dtype=self.dtype)
+            if self.diagonal is not None:
+                t[:, np.arange(S), np.arange(S)] = self.diagonal
+        else:
+            t = np.full((B, max([1] + [a.shape[0] for a in arrays]), S), self.pad, dtype=self.dtype)
+        for b, a in enumerate(arrays):
+            P = a.shape[-1]
+            eos = None if self.eos is None else a.max(axis=-1) + 1 if self.eos == "next_id" else self.eos
+            if self.layout == "sequence":
+                t[b, :P] = a
+                if eos is not None:
+                    t[b, P] = eos
+            elif self.layout == "pairwise":
+                t[b, :P, :P] = a
+                if eos is not None:  # EOS's row and column within the sentence
+                    t[b, P, : P + 1] = eos
+                    t[b, : P + 1, P] = eos
+            else:
+                t[b, : a.shape[0], :P] = a
+                if eos is not None:
+                    t[b, : a.shape[0], P] = eos
+        return t
+
+
 @dataclass(frozen=True)
 class Feature:
     """A registered feature: ``feature(word_of_piece, constituency=..., dependency=..., **params)``.
 
-    ``needs`` names the trees it reads (``"constituency"``, ``"dependency"``); ``params``
-    the hyper-parameters it requires from the mechanism's config.
+    ``needs`` names the trees it reads (``"constituency"``, ``"dependency"``; none: it is computed
+    from the pieces alone); ``params`` the hyper-parameters it takes from the mechanism's request.
+    ``padding`` says how its array is batched; ``array`` picks that array from the feature's value
+    (default: the value itself); ``companions`` gives tensors batched beside it, under
+    ``key + suffix`` (``companions(key, values, batched, label_ids) -> {name: tensor}``).
     """
 
     name: str
@@ -483,6 +556,16 @@ class Feature:
     needs: tuple[str, ...]
     params: tuple[str, ...]
     doc: str
+    padding: Padding
+    array: Callable[[Any], np.ndarray] | None = None
+    companions: Callable[..., dict] | None = None
+    example: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        unknown = set(self.needs) - {"constituency", "dependency"}
+        if unknown:
+            raise ValueError(f"Feature {self.name!r}: needs {sorted(unknown)}; a feature reads constituency "
+                             "and/or dependency trees.")
 
     def __call__(
         self,
@@ -500,13 +583,77 @@ class Feature:
                 )
         return self.func(word_of_piece, trees, **params)
 
+    def batch(self, key: str, values: list[Any], S: int, label_ids: dict[str, int] | None = None) -> dict:
+        """The batch tensors of this feature under ``key`` (and its companions), from one value per sentence."""
+        import torch
 
-def _register(*features: Feature) -> dict[str, Feature]:
-    out: dict[str, Feature] = {}
-    for f in features:
-        if f.name in out:
-            raise ValueError(f"Duplicate feature name {f.name!r}.")
-        out[f.name] = f
+        arrays = [self.array(v) for v in values] if self.array is not None else values
+        batched = self.padding.batch(arrays, S)
+        out = {key: torch.from_numpy(batched)}
+        if self.companions is not None:
+            out.update(self.companions(key, values, batched, label_ids))
+        return out
+
+
+FEATURES: dict[str, Feature] = {}
+
+
+def register_feature(feature: Feature) -> Feature:
+    """Add ``feature`` to :data:`FEATURES` under its name (a duplicate is refused); mechanisms then
+    request it by name in ``required_structures()``."""
+    if not isinstance(feature, Feature):
+        raise TypeError(f"register_feature: {feature!r} is not a structnmt.syntax.features.Feature.")
+    if feature.name in FEATURES:
+        raise ValueError(f"Duplicate feature name {feature.name!r}.")
+    FEATURES[feature.name] = feature
+    return feature
+
+
+def _syntax_labels(key: str, values: list, batched: np.ndarray, label_ids: dict[str, int] | None) -> dict:
+    """``key.labels`` (B, K, M) long: label ids of each level's phrases, IGNORE_LABEL elsewhere."""
+    import torch
+
+    K = batched.shape[1]
+    M = max(len(lab) for _, labels in values for lab in labels) + 1
+    t = np.full((len(values), K, M), IGNORE_LABEL, dtype=np.int64)
+    for b, (_, labels) in enumerate(values):
+        for level, labs in enumerate(labels):
+            t[b, level, : len(labs)] = [(label_ids or {}).get(x, IGNORE_LABEL) for x in labs]
+    return {key + ".labels": torch.from_numpy(t)}
+
+
+def _hypernode_companions(key: str, values: list, batched: np.ndarray, label_ids) -> dict:
+    """``key.mask`` (B, N) bool (a real hypernode) and ``key.neighbours`` (B, S + N, K) (eq. 6's lists)."""
+    import torch
+
+    mask = np.zeros(batched.shape[:2], dtype=np.bool_)
+    for b, (_, adj) in enumerate(values):
+        mask[b, : adj.shape[0]] = True
+    return {key + ".mask": torch.from_numpy(mask), key + ".neighbours": torch.from_numpy(node_neighbours(batched, mask))}
+
+
+def node_neighbours(membership: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """PhraseTransformer eq. 6 as neighbour lists over the ``S + N`` nodes of a batch.
+
+    membership (B, N, S) bool, mask (B, N) bool -> (B, S + N, K) int64, ``K`` the largest
+    row count of the batch, ``-1`` = no neighbour. Row ``i`` lists, in increasing order,
+    the nodes ``j`` with ``A_ij = 1`` (:func:`hypernode_adjacency`); padded hypernodes
+    list only themselves.
+    """
+    B, N, S = membership.shape
+    L = S + N
+    lists = []
+    for b in range(B):
+        n = int(mask[b].sum())
+        a = hypernode_adjacency(membership[b, :n])  # (S + n, S + n): tokens first, as in the batch layout
+        rows, cols = np.nonzero(a)
+        lists.append((rows, cols, np.bincount(rows, minlength=S + n), n))
+    K = max(int(c.max()) for _, _, c, _ in lists)
+    out = np.full((B, L, K), -1, dtype=np.int64)
+    for b, (rows, cols, counts, n) in enumerate(lists):
+        starts = np.cumsum(counts) - counts
+        out[b, rows, np.arange(len(rows)) - starts[rows]] = cols
+        out[b, S + n:, 0] = np.arange(S + n, L)
     return out
 
 
@@ -525,13 +672,23 @@ def _dep_hyper_pieces(w: Any, trees: dict, k: int = 2, mode: str = "edges") -> t
     return members, to_pieces(adj, check_word_of_piece(w, len(trees["dependency"])))
 
 
-FEATURES: dict[str, Feature] = _register(
+def _second(value: tuple) -> np.ndarray:
+    return value[1]
+
+
+def _first(value: tuple) -> np.ndarray:
+    return value[0]
+
+
+for _feature in (
     Feature(
         "ngram_partition",
         lambda w, t, n: ngram_partition(w, n),
         (),
         ("n",),
         "MG-SA n-gram phrase ids (P,) int64; no tree.",
+        Padding("sequence", np.int64, pad=-1, eos="next_id"),
+        example={"n": 2},
     ),
     Feature(
         "syntax_partition",
@@ -539,6 +696,10 @@ FEATURES: dict[str, Feature] = _register(
         ("constituency",),
         ("K",),
         "MG-SA top-K syntactic phrase ids (K, P) int64 + labels; constituency tree.",
+        Padding("rows", np.int64, pad=-1, eos="next_id"),
+        array=_first,
+        companions=_syntax_labels,
+        example={"K": 2},
     ),
     Feature(
         "dep_mask",
@@ -546,6 +707,7 @@ FEATURES: dict[str, Feature] = _register(
         ("dependency",),
         (),
         "RHE DEA mask (P, P) bool; dependency tree.",
+        Padding("pairwise", np.bool_, pad=False, diagonal=True),
     ),
     Feature(
         "lpea_positions",
@@ -553,6 +715,8 @@ FEATURES: dict[str, Feature] = _register(
         ("constituency",),
         ("k", "rule"),
         "RHE LPEA relative local-phrasal positions (P, P) int64; constituency tree.",
+        Padding("pairwise", np.int64, pad=OUT_OF_PHRASE, diagonal=0),
+        example={"k": 2},
     ),
     Feature(
         "ngram_hypernodes",
@@ -560,6 +724,10 @@ FEATURES: dict[str, Feature] = _register(
         (),
         ("k", "unit"),
         "PhraseTransformer n-gram hypernodes (k; unit word|piece): spans + (N, P) bool; no tree.",
+        Padding("rows", np.bool_, pad=False),
+        array=_second,
+        companions=_hypernode_companions,
+        example={"k": 2},
     ),
     Feature(
         "dep_hypernodes",
@@ -567,6 +735,10 @@ FEATURES: dict[str, Feature] = _register(
         ("dependency",),
         ("k", "mode"),
         "PhraseTransformer dependency hypernodes (k, mode edges|subtrees|edges_ngrams): members + (N, P) bool; dependency tree.",
+        Padding("rows", np.bool_, pad=False),
+        array=_second,
+        companions=_hypernode_companions,
+        example={"k": 2},
     ),
     Feature(
         "word_boundaries",
@@ -574,5 +746,7 @@ FEATURES: dict[str, Feature] = _register(
         (),
         (),
         "SA-NMT eq. 24 first-piece flags (P,) bool; no tree.",
+        Padding("sequence", np.bool_, pad=False, eos=True),
     ),
-)
+):
+    register_feature(_feature)

@@ -162,9 +162,11 @@ class FileParser(ParserBackend):
 
     def _path(self, template: str, prefix: str | None, lang: str | None) -> Path:
         if ("{prefix}" in template and not prefix) or ("{lang}" in template and not lang):
+            flags = " and ".join(flag for flag, file in (("--parse-dependency FILE.conllu", self.cfg.dependency_file),
+                                                          ("--parse-constituency FILE.tree", self.cfg.constituency_file))
+                                 if file)
             raise ParserError(f"this model reads pre-parsed trees ({template}, from the prepared dataset) and this "
-                              "input has none: pass its trees with --parse-dependency FILE.conllu and "
-                              "--parse-constituency FILE.tree (one tree per input line).")
+                              f"input has none: pass its trees with {flags} (one tree per input line).")
         return Path(template.format(prefix=prefix or "", lang=lang or ""))
 
     def parse(self, lines, *, prefix=None, lang=None):
@@ -219,7 +221,22 @@ PARSERS = ("none", "spacy", "file", "synthetic")
 CONVERSION_STYLES = ("hybrid", "flat", "xbar")
 
 
-def build_parser(cfg: ParserConfig) -> ParserBackend:
+def _files_needed(cfg: ParserConfig, needs: tuple[str, ...] | None) -> ParserConfig:
+    """``cfg`` without the pre-parsed file of a tree kind nobody reads (``needs``: the tree kinds the
+    caller's features read; None or empty: keep both). A constituency tree can come from the
+    dependency file (converted), so a model that reads only constituency trees keeps the dependency
+    file when it has no constituency file."""
+    if not needs:
+        return cfg
+    dep = cfg.dependency_file if "dependency" in needs or not cfg.constituency_file else ""
+    const = cfg.constituency_file if "constituency" in needs or not dep else ""
+    return ParserConfig(**{**cfg.__dict__, "dependency_file": dep, "constituency_file": const})
+
+
+def build_parser(cfg: ParserConfig, needs: tuple[str, ...] | None = None) -> ParserBackend:
+    """The parser backend of ``cfg``. ``needs``: the tree kinds the caller's features read
+    (``"dependency"``, ``"constituency"``); the pre-parsed backends (``file``, ``synthetic``) then
+    read only those files. None: every tree the backend gives (``prepare``)."""
     if cfg.conversion_style not in CONVERSION_STYLES:
         raise ParserError(f"unknown parser.conversion_style '{cfg.conversion_style}'; use one of "
                           f"{', '.join(CONVERSION_STYLES)}.")
@@ -228,12 +245,13 @@ def build_parser(cfg: ParserConfig) -> ParserBackend:
     if cfg.name == "spacy":
         return SpacyParser(cfg)
     if cfg.name == "file":
-        return FileParser(cfg)
+        return FileParser(_files_needed(cfg, needs))
     if cfg.name == "synthetic":
         files = ParserConfig(**{**cfg.__dict__,
                                 "dependency_file": cfg.dependency_file or "{prefix}.{lang}.conllu",
                                 "constituency_file": cfg.constituency_file or "{prefix}.{lang}.tree"})
-        backend = FileParser(files, require_both=True)
+        both = not needs or set(needs) >= {"dependency", "constituency"}
+        backend = FileParser(_files_needed(files, needs), require_both=both)
         backend.name = "synthetic"
         return backend
     close = difflib.get_close_matches(cfg.name, PARSERS, n=1)

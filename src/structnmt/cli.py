@@ -708,6 +708,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("overrides", nargs="*", help="config overrides, e.g. model.encoder_layers=2")
     s.set_defaults(func=cmd_demo)
+    for command in sub.choices.values():  # fairseq's --user-dir: mechanisms and features of your own
+        command.add_argument("--user-dir", action="append", default=[], metavar="DIR",
+                             help="import mechanisms and structure features from DIR (a package, a folder of "
+                                  ".py files or one .py file) before running; may be repeated (docs/extending.md)")
     return p
 
 
@@ -731,6 +735,10 @@ def main(argv: list[str] | None = None) -> int:
         from .allocator import configure_allocator
 
         configure_allocator()
+        if getattr(args, "user_dir", None):
+            from .plugins import add_user_dirs
+
+            add_user_dirs(args.user_dir)  # kept in the environment: every process this command starts imports them
         return args.func(args) or 0
     except UserError as err:
         if debug:

@@ -73,6 +73,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..config import ConfigError
+
 # --------------------------------------------------------------------------- contract types
 
 
@@ -279,8 +281,6 @@ def collect_structures(model: nn.Module) -> dict[str, Any]:
     Two mechanisms asking for one key with different specs is a configuration error (the
     batch can hold one tensor per key), refused here for the Transformer, the tagger and
     the prober alike."""
-    from ..config import ConfigError
-
     out: dict[str, Any] = {}
     for module in model.modules():
         if not isinstance(module, Mechanism):
@@ -294,6 +294,10 @@ def collect_structures(model: nn.Module) -> dict[str, Any]:
 
 
 ATTENTION_REGISTRY: dict[str, type[Mechanism]] = {}
+
+
+class UnknownMechanismError(ConfigError):
+    """A config names a mechanism that no module (of the package or a plugin) registered."""
 
 
 def register_attention(name: str) -> Callable[[type[Mechanism]], type[Mechanism]]:
@@ -325,14 +329,19 @@ class AttentionDims:
 
 def build_attention(name: str, options: Mapping[str, Any], dims: AttentionDims) -> Mechanism:
     """Instantiate mechanism ``name`` with its typed options (unknown options rejected)."""
-    from ..config import ConfigError, _build
+    from ..config import _build
 
+    if name not in ATTENTION_REGISTRY:
+        from ..plugins import load_plugins
+
+        load_plugins()  # a plugin (--user-dir, an entry point) not imported in this process yet
     if name not in ATTENTION_REGISTRY:
         import difflib
 
         close = difflib.get_close_matches(name, list(ATTENTION_REGISTRY), n=1)
         hint = f"did you mean '{close[0]}'?" if close else f"valid: {', '.join(sorted(ATTENTION_REGISTRY))}"
-        raise ConfigError(f"model.attention ({dims.role}): unknown mechanism '{name}'; {hint}")
+        raise UnknownMechanismError(f"model.attention ({dims.role}): unknown mechanism '{name}'; {hint} (a "
+                                    "mechanism of your own: load its file with --user-dir DIR)")
     cls = ATTENTION_REGISTRY[name]
     opts_cls = getattr(cls, "Options", None)
     if opts_cls is None:

@@ -47,6 +47,10 @@ class StructureSpec:
 
 
 def _check(specs: dict[str, StructureSpec]) -> None:
+    if any(spec.feature not in FEATURES for spec in specs.values()):
+        from ..plugins import load_plugins
+
+        load_plugins()  # a plugin's feature (--user-dir, an entry point) not imported in this process yet
     for key, spec in specs.items():
         if spec.feature not in FEATURES:
             raise ValueError(f"data.structures.{key}: unknown feature '{spec.feature}'; valid: {', '.join(FEATURES)}.")

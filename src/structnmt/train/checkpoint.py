@@ -9,7 +9,9 @@ parameters, its full config (``config``), the run's bookkeeping (``run``) and:
   resumed run) whose pieces differ from the checkpoint's is refused instead of
   producing wrong output silently;
 * ``data_syntax``: the parser config the training data was prepared with and the
-  constituent labels of its trees, so that new input is parsed the same way.
+  constituent labels of its trees, so that new input is parsed the same way;
+* ``plugins``: the ``--user-dir`` paths the training imported (:mod:`structnmt.plugins`),
+  named when the checkpoint is loaded without the mechanism they register.
 
 Checkpoints written before these entries existed still load: their vocabulary is read
 from ``data.path`` (or, when that relative path does not exist from the current
@@ -151,10 +153,18 @@ def model_from_checkpoint(state: dict, checkpoint: str | Path, data_dir: str | P
     ``state`` (:func:`load_checkpoint`); ``data_dir``: a dataset whose vocabularies must be the checkpoint's."""
     from ..config import from_dict
     from ..models import build_model
+    from ..nn.attention import UnknownMechanismError
 
     cfg = from_dict(state["config"], where=f"{checkpoint} (saved config)")
     src_vocab, tgt_vocab = checkpoint_vocabs(state, checkpoint, data_dir)
-    model = build_model(cfg.model, len(src_vocab), len(tgt_vocab))
+    try:
+        model = build_model(cfg.model, len(src_vocab), len(tgt_vocab))
+    except UnknownMechanismError as err:
+        plugins = state.get("plugins") or []
+        if not plugins:
+            raise
+        raise UnknownMechanismError(f"{checkpoint}: {err}; it was trained with --user-dir "
+                                    f"{' --user-dir '.join(plugins)}: give the same.") from None
     load_model_state(model, state, checkpoint)
     return cfg, src_vocab, tgt_vocab, model.eval()
 

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .. import plugins
 from ..config import Config, ConfigError, to_dict, with_defaults
 from ..data.dataset import EpochBatchIterator, PreparedDataset, collate, make_batches
 from ..errors import UserError
@@ -337,6 +338,7 @@ class Trainer:
             "data_syntax": {"parser": self.data.manifest["config"].get("parser"),
                             "labels": list(self.label_ids)} if self.data.manifest.get("syntax") else None,
             "n_params": self.n_params,
+            "plugins": plugins.loaded(),
         }
 
     def _peak_memory_mb(self) -> float:

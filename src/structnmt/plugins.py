@@ -1,0 +1,109 @@
+"""Mechanisms and structure features from outside the package: ``--user-dir`` and entry points.
+
+A plugin is Python code that registers what it adds when it is imported
+(``@register_attention("name")`` on a :class:`~structnmt.nn.attention.Mechanism`,
+``register_feature(Feature(...))``); see docs/extending.md. structnmt imports plugins from
+two places:
+
+* ``--user-dir DIR`` (every command; fairseq's convention; may be given several times): a
+  directory with an ``__init__.py`` is imported as a package of that name (its modules may
+  import each other relatively), a directory without one has each of its ``*.py`` files
+  imported, in name order, and a ``.py`` file is imported on its own. The directories are
+  kept in the environment variable ``STRUCTNMT_USER_DIRS`` (``os.pathsep``-separated), so
+  every process a command starts (the experiment runner's trainings, torchrun's workers,
+  translate's decoding processes) imports them too.
+* the ``structnmt.plugins`` entry-point group of installed distributions
+  (``[project.entry-points."structnmt.plugins"] name = "package.module"``): each is imported.
+
+Both are imported by :func:`load_plugins`, which the command line calls before a command
+runs and the registries call when a name is not found, so a plugin reaches every process
+without code of its own. A name a plugin registers is recorded with the checkpoints it
+trains; loading such a checkpoint without the plugin says which ``--user-dir`` it needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from .errors import UserError
+
+ENV = "STRUCTNMT_USER_DIRS"
+ENTRY_POINT_GROUP = "structnmt.plugins"
+
+#: what has been imported in this process: resolved user paths and entry-point names
+_loaded: set[str] = set()
+
+
+def user_dirs() -> list[str]:
+    """The plugin paths of this process and its children (``STRUCTNMT_USER_DIRS``), in order."""
+    return [p for p in os.environ.get(ENV, "").split(os.pathsep) if p]
+
+
+def add_user_dirs(paths: list[str]) -> None:
+    """Add ``paths`` (``--user-dir``) to :data:`ENV` (checked: each must exist) and import them."""
+    known = user_dirs()
+    for p in paths:
+        path = Path(p).expanduser().resolve()
+        if not path.exists():
+            raise UserError(f"--user-dir {p}: no such file or directory; give the directory (or .py file) that "
+                            "holds your mechanisms and features.")
+        if not (path.is_dir() or path.suffix == ".py"):
+            raise UserError(f"--user-dir {p}: neither a directory nor a .py file.")
+        if str(path) not in known:
+            known.append(str(path))
+    os.environ[ENV] = os.pathsep.join(known)
+    load_plugins()
+
+
+def load_plugins() -> None:
+    """Import every plugin not imported yet: the ``STRUCTNMT_USER_DIRS`` paths, then the entry points."""
+    for p in user_dirs():
+        if p not in _loaded:
+            _loaded.add(p)
+            _import_path(Path(p))
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        key = f"entry point {ep.name} = {ep.value}"
+        if key not in _loaded:
+            _loaded.add(key)
+            ep.load()
+
+
+def loaded() -> list[str]:
+    """The user paths imported in this process (recorded with a checkpoint)."""
+    return [p for p in user_dirs() if p in _loaded]
+
+
+def _import_path(path: Path) -> None:
+    if not path.exists():
+        raise UserError(f"{ENV}: {path} does not exist (a --user-dir given to the command that started this one).")
+    if path.is_file():
+        _import_file(path, f"structnmt_user_{path.stem}")
+    elif (path / "__init__.py").is_file():
+        name = path.name
+        if name in sys.modules and getattr(sys.modules[name], "__file__", None) != str(path / "__init__.py"):
+            raise UserError(f"--user-dir {path}: a module named '{name}' is already imported from elsewhere "
+                            f"({sys.modules[name].__file__}); rename the plugin directory.")
+        _import_file(path / "__init__.py", name, package=True)
+    else:
+        for file in sorted(path.glob("*.py")):
+            _import_file(file, f"structnmt_user_{path.name}_{file.stem}")
+
+
+def _import_file(file: Path, name: str, package: bool = False) -> None:
+    if name in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(
+        name, file, submodule_search_locations=[str(file.parent)] if package else None)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise

@@ -1,0 +1,109 @@
+"""The plugin tutorial (docs/extending.md) end to end: examples/tree_distance adds a structure feature
+and a mechanism without editing the package; it trains in an experiment grid, translates and is
+analysed with --user-dir, and without it the checkpoint names the directory it needs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = ROOT / "examples" / "tree_distance"
+
+
+def run(cwd: Path, *args) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "STRUCTNMT_USER_DIRS"}
+    return subprocess.run([sys.executable, "-m", "structnmt.cli", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def grid_run(tmp_path_factory) -> Path:
+    """The tutorial's two-row grid on a small synthetic corpus, a few updates, one seed."""
+    work = tmp_path_factory.mktemp("tutorial")
+    done = run(work, "synth", "--out", "runs/synth", "--n-train", "200", "--n-valid", "12", "--n-test", "12")
+    assert done.returncode == 0, done.stderr
+    done = run(work, "experiment", PLUGIN / "grid.yaml", "--user-dir", PLUGIN, "budget.max_updates=6", "seeds=[1]",
+               "train.validate_interval_updates=3", "train.save_interval_updates=3", "model.d_model=32",
+               "model.ffn_dim=64", "train.progress=false")
+    assert done.returncode == 0, done.stderr
+    return work
+
+
+def test_the_tutorial_grid_trains_the_plugin_mechanism_as_a_row(grid_run):
+    report = (grid_run / "runs" / "experiments" / "tree_distance" / "results.md").read_text()
+    assert "| Transformer |" in report and "| + tree distance (layer 1) |" in report
+    run_dir = grid_run / "runs" / "experiments" / "tree_distance" / "runs" / "tree-distance-layer-1" / "seed1"
+    resolved = (run_dir / "resolved.yaml").read_text()
+    assert "tree_distance" in resolved
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any(r.get("kind") == "valid" for r in metrics)
+
+
+def test_the_plugin_checkpoint_translates_and_is_analysed_with_the_same_user_dir(grid_run):
+    ckpt = (grid_run / "runs" / "experiments" / "tree_distance" / "runs" / "tree-distance-layer-1" / "seed1"
+            / "checkpoint_last.pt")
+    test = grid_run / "runs" / "synth" / "test.src"
+    trees = ["--parse-dependency", f"{test}.conllu"]
+    done = run(grid_run, "translate", "--checkpoint", ckpt, "--input", test, "--output", "out.txt", "--user-dir",
+               PLUGIN, *trees)
+    assert done.returncode == 0, done.stderr
+    assert len((grid_run / "out.txt").read_text().splitlines()) == 12
+    done = run(grid_run, "translate", "--checkpoint", ckpt, "--input", test, *trees)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "unknown mechanism 'tree_distance'" in done.stderr and f"--user-dir {PLUGIN}: give the same" in done.stderr
+    done = run(grid_run, "analyze", "--checkpoint", ckpt, "--input", test, "--out", "maps", "--sentences", "1",
+               "--no-progress", "--user-dir", PLUGIN, *trees)
+    assert done.returncode == 0, done.stderr
+    assert (grid_run / "maps" / "sent1_encoder_self.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_user_dir_that_does_not_exist_is_one_sentence(tmp_path):
+    done = run(tmp_path, "synth", "--out", "s", "--user-dir", tmp_path / "nowhere")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"--user-dir {tmp_path / 'nowhere'}: no such file or directory" in done.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_tree_distance_feature_against_a_brute_force_path_length():
+    """The plugin's feature: path lengths in the tree, clipped, pieces of one word at distance 0."""
+    import importlib.util
+
+    from structnmt.syntax.trees import DependencyTree
+
+    spec = importlib.util.spec_from_file_location("tree_distance_under_test", PLUGIN / "tree_distance.py")
+    module = importlib.util.module_from_spec(spec)
+    from structnmt.nn.attention import ATTENTION_REGISTRY
+    from structnmt.syntax.features import FEATURES
+
+    saved = (ATTENTION_REGISTRY.pop("tree_distance", None), FEATURES.pop("tree_distance", None))
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        heads = [2, 3, 4, 5, 0, 5, 1]  # a chain under word 5 (the root), word 6 under it, word 7 under word 1
+        tree = DependencyTree([f"w{i}" for i in range(7)], heads, ["dep"] * 7, ["X"] * 7)
+        far = np.full((7, 7), 99)  # Floyd-Warshall over the undirected arcs
+        np.fill_diagonal(far, 0)
+        for dep, head in enumerate(heads):
+            if head:
+                far[dep, head - 1] = far[head - 1, dep] = 1
+        for k in range(7):
+            far = np.minimum(far, far[:, [k]] + far[[k], :])
+        wop = np.array([0, 0, 1, 2, 3, 4, 5, 6])  # word 0 has two pieces
+        for clip in (3, 8):
+            d = module.tree_distances(wop, {"dependency": tree}, clip=clip)
+            assert d.tolist() == np.minimum(far, clip)[np.ix_(wop, wop)].tolist()
+        assert d[0, 1] == 0 and d.max() == 6  # one word's pieces; w7 (under w1) to w6 (under the root)
+    finally:
+        del sys.modules[spec.name]
+        ATTENTION_REGISTRY.pop("tree_distance", None)
+        FEATURES.pop("tree_distance", None)
+        for registry, value in zip((ATTENTION_REGISTRY, FEATURES), saved):
+            if value is not None:
+                registry["tree_distance"] = value

@@ -3,11 +3,11 @@
 
 Every beam step turns (hypotheses, V) logits into log-probabilities and keeps each row's
 ``2 * beam`` best. This times, in one run and alternating, the variants structnmt chose
-between (issue 16, twentieth session):
+between:
 
 * normaliser: ``log_softmax`` into a fresh block vs written back into the logits (``out=``);
 * top-k: one ``topk`` over the row, the two-stage top-k with an element-wise ``gather`` of the
-  best chunks' entries (before the twentieth session), and with whole chunks copied by one
+  best chunks' entries, and with whole chunks copied by one
   ``index_select`` (:func:`structnmt.decode.beam.topk_rows`).
 
 It checks that the variants agree and prints milliseconds per call (best of ``--rounds``
@@ -36,7 +36,7 @@ from bench_fairseq import cpu_name  # noqa: E402
 
 
 def topk_gather(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The two-stage top-k as it was before the twentieth session (element-wise gather)."""
+    """The two-stage top-k with an element-wise gather of the best chunks' entries (the alternative)."""
     N, V = x.shape
     C = _chunk_size(V, k)
     _, top_chunks = x.view(N, V // C, C).amax(dim=2).topk(k, dim=1)

@@ -1,4 +1,4 @@
-"""Reliability, second round: file-system faults, outputs that are not plain files, and report directories
+"""Reliability: file-system faults, outputs that are not plain files, and report directories
 that hold a user's file, through the command line where a user meets them (docs/reliability.md)."""
 
 from __future__ import annotations

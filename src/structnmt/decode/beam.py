@@ -87,8 +87,8 @@ def _top_extensions(logits: Tensor, c: int) -> tuple[Tensor, Tensor, Tensor]:
 
     The normaliser is the log-sum-exp over the whole vocabulary, PAD and BOS included (the
     model's distribution): one ``log_softmax``, whose CPU kernel sums the exponentials
-    without writing them (1.6x the in-place subtract-exp-sum passes of the thirteenth
-    session, benchmarks/README.md), then the two-stage top-k over the log-probabilities.
+    without writing them (1.6x in-place subtract-exp-sum passes: benchmarks/bench_normaliser.py
+    and benchmarks/README.md), then the two-stage top-k over the log-probabilities.
     A row without any finite score gives -inf everywhere, not NaN.
 
     A contiguous ``logits`` is overwritten with its log-probabilities: the kernel's last pass

@@ -247,7 +247,7 @@ class DecodePool:
         lists of batches[k])`` for every ``k``, last batch first.
 
         The longest batches are handed out first, so they do not end up alone at the end on one
-        worker while the others wait (measured: benchmarks/README.md, nineteenth session).
+        worker while the others wait (measured: benchmarks/README.md, the side-by-side run on an Intel Xeon).
         """
         order = range(len(batches) - 1, -1, -1)
         done = self.pool.imap(_pool_decode, [(batches[k], dcfg, max_positions) for k in order], chunksize=1)

@@ -510,7 +510,7 @@ class MultiHeadAttention(Mechanism):
             if self.static_kv:
                 # contiguous once: every later step's matmuls read them, and the (B, H, S, d) views of the
                 # projection would be copied by each of those matmuls (profile of a CPU beam search:
-                # benchmarks/README.md, twentieth session)
+                # benchmarks/README.md, decoding on the Intel Xeon, 2026-11-25)
                 k, v = k.contiguous(), v.contiguous()
                 # a beam cache's memory is one row per sentence (beam search's first step reads it with
                 # memory_group 1, one row per sentence, the later ones with memory_group = beam)

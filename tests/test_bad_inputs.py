@@ -20,10 +20,10 @@ import pytest
 import torch
 from conftest import assert_user_error, cli  # noqa: E402  (the shared "one sentence" checks)
 
+from structnmt.checkpoint import load_checkpoint
 from structnmt.cli import main
 from structnmt.data.prepare import PrepareConfig, prepare
 from structnmt.data.vocab import Vocab
-from structnmt.train.checkpoint import load_checkpoint
 
 
 def tree_snapshot(root: Path) -> dict[str, bytes]:

@@ -373,7 +373,7 @@ def test_seeds_extra_splits_and_grid_overrides(tmp_path, corpus, monkeypatch):
     import yaml
 
     from structnmt.evaluate.seeds import seed_aware_test
-    from structnmt.experiment.runner import read_lines_exact
+    from structnmt.files import read_lines_exact
 
     out = tmp_path / "out"
     grid = _grid(tmp_path, corpus, out, extra="overrides: ['train.lr_schedule=linear', 'train.warmup_updates=2']")

@@ -15,6 +15,7 @@ from structnmt.analysis.head_roles import (
     head_roles_table,
     read_head_roles,
 )
+from structnmt.checkpoint import load_checkpoint
 from structnmt.cli import main as cli_main
 from structnmt.config import (
     AttentionSpec,
@@ -28,7 +29,6 @@ from structnmt.data.prepare import PrepareConfig, prepare
 from structnmt.data.synthetic import SynthConfig, write_corpus
 from structnmt.errors import UserError
 from structnmt.syntax.parsers import ParserConfig
-from structnmt.train.checkpoint import load_checkpoint
 from structnmt.train.trainer import train
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -426,7 +426,7 @@ def test_training_step_has_finite_gradients_everywhere(impl):
 
 def test_old_checkpoint_keys_load():
     """Checkpoints from before EncoderStack (encoder_layers.*, encoder_norm.*) still load."""
-    from structnmt.train.checkpoint import load_model_state
+    from structnmt.checkpoint import load_model_state
 
     cfg = ModelConfig(d_model=D, ffn_dim=64, heads=H, encoder_layers=1, decoder_layers=1)
     model = build_model(cfg, V, V)

@@ -405,9 +405,9 @@ def test_lowercase_trains_and_encodes_lowercased_text_and_keeps_raw_references(l
 
 
 def test_lowercase_is_part_of_the_vocabulary_identity_and_of_the_manifest_key(lowercased, tmp_path):
+    from structnmt.checkpoint import checkpoint_vocabs, dataset_vocabs, vocab_entry
     from structnmt.data.prepare import _manifest_key
     from structnmt.data.vocab import Vocab
-    from structnmt.train.checkpoint import checkpoint_vocabs, dataset_vocabs, vocab_entry
 
     ds = PreparedDataset(lowercased["out"])
     cased = Vocab(proto=ds.src_vocab.proto)
@@ -421,8 +421,8 @@ def test_lowercase_is_part_of_the_vocabulary_identity_and_of_the_manifest_key(lo
     src2, _ = dataset_vocabs(lowercased["out"], {"src": "spm.model", "tgt": "spm.model"})
     assert src2.lowercase and src2.sha256 == ds.src_vocab.sha256
     # a cased dataset with the same pieces is refused for this checkpoint
+    from structnmt.checkpoint import check_same_vocab
     from structnmt.errors import CheckpointError
-    from structnmt.train.checkpoint import check_same_vocab
 
     with pytest.raises(CheckpointError, match="not the one"):
         check_same_vocab(state, cased, cased, checkpoint="ckpt.pt", data="cased-data")
@@ -442,9 +442,9 @@ def test_lowercase_with_a_parser_is_refused_with_the_fix(tmp_path):
 
 
 def test_a_model_trained_on_lowercased_data_lowercases_what_it_translates(lowercased, tmp_path):
+    from structnmt.checkpoint import load_checkpoint
     from structnmt.config import Config, DataConfig, ModelConfig, TrainConfig
     from structnmt.decode.translate import Translator
-    from structnmt.train.checkpoint import load_checkpoint
     from structnmt.train.trainer import train
 
     save = tmp_path / "model"

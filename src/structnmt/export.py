@@ -39,11 +39,11 @@ from pathlib import Path
 
 import torch
 
+from .checkpoint import checkpoint_vocabs, load_checkpoint
 from .config import Config, DecodeConfig, first_mechanism, from_dict
 from .data.dataset import encode_sources
 from .data.vocab import Vocab
 from .errors import UserError
-from .train.checkpoint import checkpoint_vocabs, load_checkpoint
 
 MARKER = "structnmt_export.json"
 
@@ -151,8 +151,8 @@ def export_ctranslate2(checkpoint: str | Path, out_dir: str | Path, *, quantizat
     ``out_dir`` must be new, empty, or an earlier export (it holds ``structnmt_export.json``):
     a directory with other files is refused, so nothing this command did not write is replaced.
     """
+    from .checkpoint import load_model_state
     from .models import build_model
-    from .train.checkpoint import load_model_state
 
     _require_ctranslate2()
     out = Path(out_dir)
@@ -271,7 +271,7 @@ class CT2Translator:
                                   "(its SHA-256 differs from the one recorded); the translations would be wrong. "
                                   "Restore the file or export the checkpoint again.")
         if data_dir is not None:
-            from .train.checkpoint import dataset_vocabs
+            from .checkpoint import dataset_vocabs
 
             src, tgt = dataset_vocabs(Path(data_dir), self.meta["vocab_files"])
             if (src.sha256, tgt.sha256) != (self.meta["source_sha256"], self.meta["target_sha256"]):

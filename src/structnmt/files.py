@@ -292,3 +292,9 @@ class OutputDir:
             writer(tmp)
         self.record(name)
         return p
+
+
+def read_lines_exact(path: Path) -> list[str]:
+    """Lines split on "\\n" only (a hypothesis may hold other Unicode separators)."""
+    lines = path.read_bytes().decode("utf-8").split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines

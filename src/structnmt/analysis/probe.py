@@ -347,8 +347,8 @@ def _mlp(d: int, mc: MLPConfig, n_out: int) -> nn.Module:
 
 def load_frozen(checkpoint: str, data_dir: str = ""):
     """(model, sp, label_ids, structure specs, model config dict) of an NMT checkpoint."""
+    from ..checkpoint import checkpoint_vocabs, load_checkpoint, load_model_state
     from ..models import build_model
-    from ..train.checkpoint import checkpoint_vocabs, load_checkpoint, load_model_state
 
     state = load_checkpoint(checkpoint)
     saved = copy.deepcopy(state["config"])

@@ -167,7 +167,7 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
         changed = [p for p in digests if old.get("inputs", {}).get(p) != digests[p]]
         reason = f"inputs changed: {', '.join(changed)}" if changed else "the prepare config changed"
         log(f"prepare: {out} is stale ({reason}); rebuilding.")
-    from ..train.lock import claim_dataset
+    from .lock import claim_dataset
 
     held = claim_dataset(out)  # a training that reads the old dataset: refused before any work
     out.parent.mkdir(parents=True, exist_ok=True)

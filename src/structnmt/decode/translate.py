@@ -16,12 +16,12 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint import load_checkpoint, model_from_checkpoint
 from ..config import Config, DecodeConfig, ModelConfig, low_precision_refusal
 from ..data.dataset import encode_sources, pad_sources
 from ..data.vocab import EOS
+from ..device import get_device
 from ..errors import CheckpointError, UserError
-from ..train.checkpoint import load_checkpoint, model_from_checkpoint
-from ..train.trainer import get_device
 from .beam import beam_search, greedy_search
 
 

@@ -17,9 +17,8 @@ import random
 import statistics
 from pathlib import Path
 
-from .grid import GridConfig
-from .report import seeds_of
-from .runner import read_lines_exact
+from ..files import read_lines_exact
+from .grid import GridConfig, seeds_of
 
 N_PERMUTATIONS = 2000
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -278,3 +279,22 @@ def resolve_run_config(grid: GridConfig, run: RunSpec, seed: int, *, data_path: 
                           "patience": grid.budget.patience, "progress": False})
     data["train"].update({k: (budget_value if k == budget_key else 0) for k in BUDGET_KEYS})
     return from_dict(data, where=where)
+
+
+def seeds_of(grid: GridConfig, results: dict, name: str) -> list[int]:
+    """The seeds of run ``name`` that have results (all of ``grid.seeds`` unless the report was
+    written with ``--report-only`` on an unfinished grid)."""
+    return [s for s in grid.seeds if (name, s) in results]
+
+
+def split_prefix(cfg: Config, split: str) -> tuple[str | None, str | None]:
+    """(corpus prefix, source language) a split was prepared from (read from the dataset's
+    manifest), for models that read pre-parsed trees of their input."""
+    manifest_path = Path(cfg.data.path) / "manifest.json"
+    if not manifest_path.is_file():
+        return None, None
+    pc = json.loads(manifest_path.read_text(encoding="utf-8"))["config"]
+    tests = pc.get("testprefs") or []
+    prefixes = {"train": pc.get("trainpref"), "valid": pc.get("validpref"),
+                **{("test" if i == 0 else f"test{i}"): p for i, p in enumerate(tests)}}
+    return prefixes.get(split), pc.get("source_lang")

@@ -21,8 +21,8 @@ import statistics
 from pathlib import Path
 
 from ..config import Config
-from .grid import GridConfig
-from .runner import read_lines_exact
+from ..files import read_lines_exact
+from .grid import GridConfig, seeds_of
 
 COLUMNS = ["System", "# Params", "Speed (train tok/s)", "Decode (sent/s)", "Peak mem (MB)", "BLEU", "Δ", "p", "chrF"]
 #: results.csv: one line per (split, system); the per-seed figures follow as <metric>_seed<k> columns
@@ -72,12 +72,6 @@ def hardware() -> dict:
 
 def _fmt(v, spec: str, empty: str = "—") -> str:
     return empty if v is None else format(v, spec)
-
-
-def seeds_of(grid: GridConfig, results: dict, name: str) -> list[int]:
-    """The seeds of run ``name`` that have results (all of ``grid.seeds`` unless the report was
-    written with ``--report-only`` on an unfinished grid)."""
-    return [s for s in grid.seeds if (name, s) in results]
 
 
 def _metric_key(grid: GridConfig) -> str:
@@ -276,10 +270,10 @@ def plot_ngram_gain(grid: GridConfig, results: dict, path: Path) -> None:
 
 def _split_label(configs: dict, split: str) -> str:
     """"test (test_2016_flickr)": a split with the corpus file it was prepared from, where known."""
-    from .runner import _split_prefix
+    from .grid import split_prefix
 
     cfg = next(iter(configs.values()), None)
-    prefix = _split_prefix(cfg, split)[0] if cfg is not None else None
+    prefix = split_prefix(cfg, split)[0] if cfg is not None else None
     return f"{split} ({Path(prefix).name})" if prefix else split
 
 

@@ -40,7 +40,15 @@ import yaml
 
 from ..config import Config, ConfigError, _build, from_dict, to_dict, with_defaults
 from ..train.lock import RESUMABLE_KEYS
-from .grid import BUDGET_KEYS, ExperimentError, GridConfig, load_grid, resolve_run_config, slug
+from .grid import (
+    BUDGET_KEYS,
+    ExperimentError,
+    GridConfig,
+    load_grid,
+    resolve_run_config,
+    slug,
+    split_prefix,
+)
 
 #: Config keys that change speed, logging or hardware only: a finished or started run may be reported and
 #: resumed with other values. The trainer's resumable keys, less the budget (a run trained for another
@@ -183,12 +191,6 @@ def _write_text(path: Path, text: str) -> None:
     atomic_write_text(path, text)
 
 
-def read_lines_exact(path: Path) -> list[str]:
-    """Lines split on "\\n" only (a hypothesis may hold other Unicode separators)."""
-    lines = path.read_bytes().decode("utf-8").split("\n")
-    return lines[:-1] if lines and lines[-1] == "" else lines
-
-
 def _tail(path: Path, n: int = 5) -> str:
     try:
         lines = [x for x in path.read_text(encoding="utf-8", errors="replace").splitlines() if x.strip()]
@@ -234,7 +236,7 @@ def _score_split(grid: GridConfig, cfg: Config, tr, dcfg, run_dir: Path, split: 
     from ..evaluate.score import corpus_scores
 
     ev = grid.evaluate
-    prefix, lang = _split_prefix(cfg, split)
+    prefix, lang = split_prefix(cfg, split)
     start = time.perf_counter()
     out = tr.translate(src, dcfg, parse_prefix=prefix, parse_lang=lang)
     if tr.device.type == "cuda":
@@ -282,8 +284,8 @@ def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, splits: dict[str
     split, translate the grid's other files."""
     import torch
 
+    from ..checkpoint import load_checkpoint
     from ..train.average import average_checkpoints, last_checkpoints
-    from ..train.checkpoint import load_checkpoint
 
     ev = grid.evaluate
     last = load_checkpoint(run_dir / "checkpoint_last.pt")
@@ -351,19 +353,6 @@ def _complete_run(grid: GridConfig, cfg: Config, run_dir: Path, res: dict,
     stored = {k: v for k, v in res.items() if k != "run_dir"}
     _write_json(run_dir / "result.json", stored)
     return todo
-
-
-def _split_prefix(cfg: Config, split: str) -> tuple[str | None, str | None]:
-    """(corpus prefix, source language) a split was prepared from (read from the dataset's
-    manifest), for models that read pre-parsed trees of their input."""
-    manifest_path = Path(cfg.data.path) / "manifest.json"
-    if not manifest_path.is_file():
-        return None, None
-    pc = json.loads(manifest_path.read_text(encoding="utf-8"))["config"]
-    tests = pc.get("testprefs") or []
-    prefixes = {"train": pc.get("trainpref"), "valid": pc.get("validpref"),
-                **{("test" if i == 0 else f"test{i}"): p for i, p in enumerate(tests)}}
-    return prefixes.get(split), pc.get("source_lang")
 
 
 def _translate_files(files: list[str], tr, dcfg, run_dir: Path) -> dict[str, str]:
@@ -581,7 +570,7 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
         if stopping.is_set():
             return -1, time.time()
         if (run_dir / "checkpoint_last.pt").exists():
-            from ..train.checkpoint import load_checkpoint
+            from ..checkpoint import load_checkpoint
 
             at = load_checkpoint(run_dir / "checkpoint_last.pt")["run"]["num_updates"]
             say(f"{tag}: resuming training from update {at} ({run_dir}).")

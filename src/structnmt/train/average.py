@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint import load_checkpoint
 from ..errors import CheckpointError
-from .checkpoint import load_checkpoint
 
 
 def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:

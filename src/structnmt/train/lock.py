@@ -94,37 +94,3 @@ def config_changes(saved: dict, current: dict) -> list[str]:
             continue
         changed.append(f"{key}: {a.get(key, '(absent)')!r} -> {b.get(key, '(absent)')!r}")
     return changed
-
-
-class DatasetInUse(UserError):
-    """``prepare`` was asked to rebuild a dataset a live training reads."""
-
-
-def hold_dataset(data_dir: str | Path):
-    """A shared lock on a prepared dataset (its ``manifest.json``) for as long as the returned file is open:
-    a training holds it, so that ``structnmt prepare`` does not replace the data under it. Returns None
-    for a directory without a manifest (nothing to protect)."""
-    manifest = Path(data_dir) / "manifest.json"
-    try:
-        f = open(manifest, "rb")  # noqa: SIM115 (held open for the run's life)
-    except OSError:
-        return None
-    fcntl.flock(f, fcntl.LOCK_SH)
-    return f
-
-
-def claim_dataset(data_dir: str | Path):
-    """An exclusive lock on a prepared dataset before ``prepare`` replaces it (returned open; None when
-    the directory has no manifest); :class:`DatasetInUse` when a training holds it."""
-    manifest = Path(data_dir) / "manifest.json"
-    try:
-        f = open(manifest, "rb")  # noqa: SIM115
-    except OSError:
-        return None
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.close()
-        raise DatasetInUse(f"--destdir {data_dir}: a running training reads this dataset, so it is not rebuilt "
-                           "under it; wait for the training to end or prepare into another --destdir.") from None
-    return f

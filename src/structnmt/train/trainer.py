@@ -22,7 +22,7 @@ process on the same directory is refused; a resume must keep the saved config ex
 budget, logging, threads and device (``allow_config_change`` lifts that) and the
 vocabulary (checked by the SentencePiece model's hash); an unreadable
 ``checkpoint_last.pt`` falls back to the newest readable numbered checkpoint
-(:mod:`structnmt.train.checkpoint`). A run without any budget is refused.
+(:mod:`structnmt.train.resume`). A run without any budget is refused.
 """
 
 from __future__ import annotations
@@ -41,20 +41,17 @@ import torch
 import torch.distributed as dist
 
 from .. import plugins
+from ..checkpoint import check_same_vocab, load_model_state, vocab_entry
 from ..config import Config, ConfigError, to_dict, with_defaults
 from ..data.dataset import EpochBatchIterator, PreparedDataset, collate, make_batches
+from ..data.lock import hold_dataset
+from ..device import get_device
 from ..errors import UserError
 from ..files import METRICS_RECORD, TORCH_FILE, OutputDir
 from ..models import build_model
-from .checkpoint import (
-    check_same_vocab,
-    load_model_state,
-    remove_stale_temporaries,
-    resume_state,
-    vocab_entry,
-)
-from .lock import SaveDirLock, config_changes, hold_dataset
+from .lock import SaveDirLock, config_changes
 from .loss import label_smoothed_nll
+from .resume import remove_stale_temporaries, resume_state
 from .schedule import ScheduleError, check_schedule, learning_rate
 
 
@@ -83,20 +80,6 @@ class RunState:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def get_device(name: str) -> torch.device:
-    """``auto`` (CUDA when visible, else CPU), ``cpu``, ``cuda`` or ``cuda:N``; a user error
-    for an unknown name or a GPU that is not there."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"device {name!r} is unknown; use auto, cpu, cuda or cuda:N.") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device {name!r}: no CUDA GPU is visible to this process; use cpu or auto.")
-    return device
 
 
 def rng_state() -> dict:

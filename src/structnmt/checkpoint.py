@@ -1,4 +1,7 @@
-"""Checkpoints: reading them safely, the vocabularies they carry, what to resume from.
+"""Checkpoints: reading them safely, the vocabularies they carry, the model they hold.
+
+Beneath training and decoding alike (both read checkpoints; what a training resumes from is
+:mod:`structnmt.train.resume`).
 
 A checkpoint written by ``structnmt train`` (or ``average``) is a dict with the model's
 parameters, its full config (``config``), the run's bookkeeping (``run``) and:
@@ -25,8 +28,8 @@ from pathlib import Path
 
 import torch
 
-from ..data.vocab import Vocab
-from ..errors import CheckpointError
+from .data.vocab import Vocab
+from .errors import CheckpointError
 
 
 def load_checkpoint(path: str | Path) -> dict:
@@ -151,9 +154,9 @@ def load_model_state(model: torch.nn.Module, state: dict, checkpoint: str | Path
 def model_from_checkpoint(state: dict, checkpoint: str | Path, data_dir: str | Path | None = None):
     """(config, source vocabulary, target vocabulary, model in eval mode on the CPU) of a loaded checkpoint
     ``state`` (:func:`load_checkpoint`); ``data_dir``: a dataset whose vocabularies must be the checkpoint's."""
-    from ..config import from_dict
-    from ..models import build_model
-    from ..nn.attention import UnknownMechanismError
+    from .config import from_dict
+    from .models import build_model
+    from .nn.attention import UnknownMechanismError
 
     cfg = from_dict(state["config"], where=f"{checkpoint} (saved config)")
     src_vocab, tgt_vocab = checkpoint_vocabs(state, checkpoint, data_dir)
@@ -167,38 +170,3 @@ def model_from_checkpoint(state: dict, checkpoint: str | Path, data_dir: str | P
                                     f"{' --user-dir '.join(plugins)}: give the same.") from None
     load_model_state(model, state, checkpoint)
     return cfg, src_vocab, tgt_vocab, model.eval()
-
-
-def resume_state(save_dir: Path, log) -> tuple[Path, dict] | None:
-    """The newest loadable checkpoint of ``save_dir`` to resume from, or None for a new run.
-
-    ``checkpoint_last.pt`` first, then the numbered checkpoints, newest first; every
-    unreadable file is named in the log, and if none is readable the run stops with a
-    :class:`CheckpointError` rather than starting over on top of them.
-    """
-    numbered = sorted(save_dir.glob("checkpoint_[0-9]*.pt"), key=lambda p: int(p.stem.split("_")[1]), reverse=True)
-    candidates = [p for p in [save_dir / "checkpoint_last.pt", *numbered] if p.exists()]
-    bad: list[Path] = []
-    for path in candidates:
-        try:
-            state = load_checkpoint(path)
-        except CheckpointError as err:
-            log(f"resume: {err}")
-            bad.append(path)
-            continue
-        if bad:
-            log(f"resume: falling back to {path.name} (update {state['run']['num_updates']}) because "
-                f"{', '.join(b.name for b in bad)} could not be read.")
-        return path, state
-    if bad:
-        raise CheckpointError(f"{save_dir}: none of its checkpoints can be read ({', '.join(b.name for b in bad)}); "
-                              "move them away to start afresh, or use another train.save_dir.")
-    return None
-
-
-def remove_stale_temporaries(save_dir: Path, log) -> None:
-    """Delete the ``checkpoint*.pt.tmp`` files of saves that were interrupted (only the
-    trainer writes them, and the caller holds the save_dir's lock)."""
-    for tmp in sorted(save_dir.glob("checkpoint*.pt.tmp")):
-        tmp.unlink()
-        log(f"removed {tmp.name}, the temporary file of an interrupted checkpoint save.")

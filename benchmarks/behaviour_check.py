@@ -5,8 +5,8 @@ small synthetic corpus with gold trees: a few training updates (one validation a
 so validation hooks such as RHE's head roles run), then beam search over the test
 sentences. What is recorded per config: every record of ``metrics.jsonl`` (the losses of
 every update and validation, without clock readings; JSON keeps a float exactly, so equal
-means bit for bit), a SHA-256 of the final parameters, and the translations with their
-scores. Configs whose resolved settings coincide are run once.
+means bit for bit), the head roles of runs that record them, a SHA-256 of the final
+parameters, and the translations with their scores. Configs whose resolved settings coincide are run once.
 
     python benchmarks/behaviour_check.py --work /tmp/bc --write before.json     # before the change
     python benchmarks/behaviour_check.py --work /tmp/bc --compare before.json   # after: exit 1 on a difference
@@ -92,7 +92,10 @@ def run_one(cfg, corpus: Path) -> dict:
     import shutil
 
     from structnmt.decode.translate import Translator
-    from structnmt.train.trainer import train
+    try:
+        from structnmt.training import train
+    except ImportError:  # the layout before structnmt.training (a record written by an older checkout)
+        from structnmt.train.trainer import train
 
     save = Path(cfg.train.save_dir)
     if save.exists():
@@ -111,7 +114,9 @@ def run_one(cfg, corpus: Path) -> dict:
     tr = Translator(save / "checkpoint_last.pt", device="cpu")
     out = tr.translate(lines, cfg.decode, parse_prefix=str(corpus / "test"), parse_lang="src")
     tr.close()
-    return {"losses": losses, "parameters": digest.hexdigest(),
+    roles = save / "head_roles.jsonl"  # RHE's head roles, recorded at each validation (train.head_roles)
+    extra = {"head_roles": roles.read_text().splitlines()} if roles.exists() else {}
+    return {"losses": losses, "parameters": digest.hexdigest(), **extra,
             "translations": [[h.text, repr(h.score)] for hyps in out for h in hyps]}
 
 

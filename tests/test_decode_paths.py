@@ -371,7 +371,7 @@ def test_translate_starts_no_more_decoding_processes_than_the_input_has_batches(
     by k processes; a later call with more batches gets a larger pool; the translations are those of one process."""
     import structnmt.decode.translate as translate
     from structnmt.config import Config, DataConfig, TrainConfig
-    from structnmt.train.trainer import train
+    from structnmt.training import train
 
     c = Config(data=DataConfig(path=str(synth_data), max_tokens=600),
                model=ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=1),

@@ -26,7 +26,7 @@ def tiny_grid(tmp_path: Path) -> Path:
 def checkpoint(synth_data, tmp_path_factory) -> Path:
     """A Transformer trained for 2 updates on the shared synthetic dataset."""
     from structnmt.config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig
-    from structnmt.train.trainer import train
+    from structnmt.training import train
 
     save = tmp_path_factory.mktemp("faults") / "run"
     train(Config(data=DataConfig(path=str(synth_data), max_tokens=600),

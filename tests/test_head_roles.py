@@ -29,7 +29,7 @@ from structnmt.data.prepare import PrepareConfig, prepare
 from structnmt.data.synthetic import SynthConfig, write_corpus
 from structnmt.errors import UserError
 from structnmt.syntax.parsers import ParserConfig
-from structnmt.train.trainer import train
+from structnmt.training import train
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

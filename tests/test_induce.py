@@ -109,7 +109,7 @@ def test_punctuation_protocols_when_a_gold_head_is_punctuation():
 def test_induce_end_to_end(synth_data, tmp_path):
     from structnmt.config import Config, DataConfig, ModelConfig, RNNConfig, TrainConfig
     from structnmt.induce import run_induce
-    from structnmt.train.trainer import train
+    from structnmt.training import train
 
     cfg = Config(data=DataConfig(path=str(synth_data), max_tokens=600),
                  model=ModelConfig(family="rnn", d_model=16, encoder_layers=1, decoder_layers=1, dropout=0.0,

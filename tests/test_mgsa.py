@@ -358,7 +358,7 @@ def parsed_data(tmp_path_factory) -> Path:
 
 def test_transformer_with_mgsa_trains_and_logs_the_tag_loss(parsed_data):
     from structnmt.models.transformer import TransformerModel
-    from structnmt.train.trainer import train
+    from structnmt.training import train
 
     root = parsed_data
     labels = json.loads((root / "bin" / "manifest.json").read_text())["syntax"]["labels"]

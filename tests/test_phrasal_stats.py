@@ -98,7 +98,7 @@ def test_analyze_writes_quadrant_tables_and_pictures(tmp_path, name, options):
     )
     from structnmt.data.prepare import PrepareConfig, prepare
     from structnmt.data.synthetic import SynthConfig, write_corpus
-    from structnmt.train.trainer import train
+    from structnmt.training import train
 
     write_corpus(SynthConfig(seed=4, n_train=120, n_valid=6, n_test=6), tmp_path / "c")
     prepare(PrepareConfig(source_lang="src", target_lang="tgt", trainpref=str(tmp_path / "c" / "train"),

@@ -445,7 +445,7 @@ def test_analyze_draws_both_phases_over_words_and_hypernodes(tmp_path):
     from structnmt.config import Config, DataConfig, DecodeConfig, TrainConfig
     from structnmt.data.prepare import PrepareConfig, prepare
     from structnmt.data.synthetic import SynthConfig, write_corpus
-    from structnmt.train.trainer import train
+    from structnmt.training import train
 
     write_corpus(SynthConfig(seed=4, n_train=150, n_valid=10, n_test=10), tmp_path / "c")
     prepare(PrepareConfig(source_lang="src", target_lang="tgt", trainpref=str(tmp_path / "c" / "train"),

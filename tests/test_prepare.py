@@ -445,7 +445,7 @@ def test_a_model_trained_on_lowercased_data_lowercases_what_it_translates(lowerc
     from structnmt.checkpoint import load_checkpoint
     from structnmt.config import Config, DataConfig, ModelConfig, TrainConfig
     from structnmt.decode.translate import Translator
-    from structnmt.train.trainer import train
+    from structnmt.training import train
 
     save = tmp_path / "model"
     cfg = Config(data=DataConfig(path=str(lowercased["out"]), max_tokens=600),

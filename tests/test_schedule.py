@@ -54,3 +54,25 @@ def test_a_budget_aware_schedule_needs_an_update_budget_longer_than_its_warmup()
         check_schedule(TrainConfig(lr_schedule="cosine", max_updates=2000, warmup_updates=2000))
     check_schedule(TrainConfig(lr_schedule="linear", max_updates=2000, warmup_updates=500))
     check_schedule(TrainConfig(lr_schedule="inverse_sqrt", max_updates=0))  # not budget-aware: no check
+
+
+def test_schedule_objects_halve_only_for_halve_on_rise():
+    """make_schedule picks the object: halve_on_rise halves the factor on a rise of the validation
+    perplexity (and logs it), keeps it otherwise; the other schedules ignore validations."""
+    from types import SimpleNamespace
+
+    from structnmt.train.schedule import HalveOnRise, Schedule, make_schedule
+
+    state = SimpleNamespace(lr_scale=1.0, last_valid_nll=None)
+    said: list[str] = []
+    halve = make_schedule(TrainConfig(lr_schedule="halve_on_rise", lr=1.0, warmup_updates=0))
+    assert isinstance(halve, HalveOnRise)
+    for nll in (3.0, 2.5, 2.7, 2.6, 2.9):
+        halve.after_validation({"nll": nll, "loss": nll + 0.1}, state, said.append)
+    assert state.lr_scale == 0.25 and state.last_valid_nll == 2.9 and len(said) == 2
+    assert halve.lr(10, state) == 0.25
+    plain = make_schedule(TrainConfig(lr_schedule="inverse_sqrt", lr=1.0, warmup_updates=4))
+    assert type(plain) is Schedule
+    state = SimpleNamespace(lr_scale=1.0, last_valid_nll=None)
+    plain.after_validation({"nll": 9.0, "loss": 9.0}, state, said.append)
+    assert state.lr_scale == 1.0 and state.last_valid_nll is None and plain.lr(16, state) == 0.5

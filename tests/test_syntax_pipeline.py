@@ -14,7 +14,7 @@ from structnmt.data.synthetic import SynthConfig, write_corpus
 from structnmt.decode.translate import Translator
 from structnmt.syntax.batching import StructureSpec
 from structnmt.syntax.parsers import ParserConfig
-from structnmt.train.trainer import train
+from structnmt.training import train
 
 SPECS = {
     "wb": StructureSpec("word_boundaries"),

@@ -13,8 +13,10 @@ import torch
 from torch.testing import assert_close
 
 from structnmt.config import Config, DataConfig, ModelConfig, TrainConfig, save_config
+from structnmt.errors import UserError
 from structnmt.train import trainer as trainer_mod
-from structnmt.train.trainer import Trainer, TrainingError, train
+from structnmt.train.trainer import Trainer, TrainingError
+from structnmt.training import train
 
 
 def small_config(data: Path, save_dir: Path, **train_kw) -> Config:
@@ -218,3 +220,41 @@ def test_without_a_progress_bar_training_statistics_are_logged_every_interval(sy
     logged = [x for x in lines if x.startswith("update ")]
     assert [x.split(":")[0] for x in logged] == ["update 1", "update 3", "update 6"]
     assert all("loss " in x and "tok/s" in x and "lr " in x for x in logged)
+
+
+def test_hooks_are_called_at_every_validation_and_once_at_the_end(synth_data, tmp_path):
+    """What an analysis adds to a run is a hook: the trainer calls it after every validation (its
+    structures in every batch) and once at the end, and refuses a user's file under a name it writes."""
+    from structnmt.syntax.batching import StructureSpec
+    from structnmt.train.hooks import TrainingHook
+
+    class Recorder(TrainingHook):
+        files = ("recorder.txt",)
+
+        def __init__(self):
+            self.seen: list[tuple[str, int]] = []
+
+        def required_structures(self, trainer):
+            return {"wb": StructureSpec("word_boundaries")}
+
+        def on_validation(self, trainer):
+            assert "wb" in trainer.structures
+            self.seen.append(("valid", trainer.state.num_updates))
+
+        def on_end(self, trainer):
+            trainer.outputs.write_text("recorder.txt", f"{len(self.seen)} validations\n")
+            self.seen.append(("end", trainer.state.num_updates))
+
+    hook = Recorder()
+    trainer = Trainer(small_config(synth_data, tmp_path / "run"), log=quiet, hooks=[hook])
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    assert hook.seen == [("valid", 4), ("valid", 8), ("end", 8)]
+    assert (tmp_path / "run" / "recorder.txt").read_text() == "2 validations\n"
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "recorder.txt").write_text("my notes\n")
+    with pytest.raises(UserError, match="recorder.txt: exists and was not written by a structnmt command"):
+        Trainer(small_config(synth_data, tmp_path / "mine"), log=quiet, hooks=[Recorder()])
+    assert (tmp_path / "mine" / "recorder.txt").read_text() == "my notes\n"

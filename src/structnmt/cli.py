@@ -100,7 +100,7 @@ def cmd_prepare(args) -> int:
 
 def cmd_train(args) -> int:
     from .config import load_config
-    from .train.trainer import train
+    from .training import train
 
     cfg = load_config(args.config, args.overrides)
     if args.no_progress:

@@ -49,7 +49,7 @@ def run_demo(workdir: str | Path, *, updates: int | None = None, minutes: float 
     from .evaluate.score import corpus_scores
     from .files import TORCH_FILE, OutputDir
     from .train.average import average_checkpoints, last_checkpoints
-    from .train.trainer import train
+    from .training import train
 
     work = Path(workdir)
     # the demo's own files in workdir: a file of the user's under their names is refused before any work (a

@@ -12,6 +12,8 @@ import argparse
 import json
 from pathlib import Path
 
+from ..train.hooks import TrainingHook
+
 
 def read_curves(metrics: str | Path) -> tuple[dict[int, float], dict[int, float]]:
     """(train loss by update, valid loss by update); a resumed run's repeated steps keep the last value."""
@@ -98,3 +100,18 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+class LearningCurveHook(TrainingHook):
+    """Training hook: ``learning_curve.png`` beside the checkpoints when the run ends (the losses of
+    its ``metrics.jsonl``). A missing matplotlib or a full disk is logged, not fatal to the run."""
+
+    files = ("learning_curve.png",)
+
+    def on_end(self, trainer) -> None:
+        save_dir = trainer.save_dir
+        try:
+            trainer.outputs.write_with("learning_curve.png", lambda tmp: plot_curves(
+                [(None, save_dir / "metrics.jsonl", "C0", 1.0)], f"{save_dir.name}: learning curve", tmp))
+        except (ImportError, OSError) as err:
+            trainer.log(f"learning curve not drawn: {err}")

@@ -38,7 +38,8 @@ from torch import Tensor
 
 from ..errors import UserError
 from ..nn.rhe import identify_heads, query_tokens
-from ..nn.sea import DEP_MASK_KEY, dependency_allowed
+from ..nn.sea import DEP_MASK_KEY, dep_mask_spec, dependency_allowed
+from ..train.hooks import TrainingHook
 
 
 @torch.no_grad()
@@ -201,3 +202,43 @@ def compare_runs(run_dirs: list[str], labels: list[str] | None, out_dir: str | P
     out = OutputDir(out_dir, "head-roles", expect=("head_roles.png", "head_roles.md"))
     png = out.write_with("head_roles.png", lambda p: plot_head_roles(runs, p))
     return [png, out.write_text("head_roles.md", head_roles_table(runs))]
+
+
+class HeadRolesHook(TrainingHook):
+    """Training hook (``train.head_roles``): at every validation, the redundant fraction of every encoder
+    head on the first ``train.head_roles_sentences`` validation sentences, appended to
+    ``head_roles.jsonl``; ``head_roles.png`` when the run ends. Its batches carry the DEA dependency
+    mask, the syntactic reference of head identification (RHE eq. 9)."""
+
+    files = ("head_roles.png",)
+
+    def required_structures(self, trainer) -> dict:
+        from ..config import ConfigError
+
+        if not trainer.data.manifest.get("syntax"):
+            raise ConfigError(f"train.head_roles needs dependency trees, but {trainer.cfg.data.path} was prepared "
+                              "without a parser; prepare it with --parser (spacy, file or synthetic).")
+        return dep_mask_spec()
+
+    @torch.no_grad()
+    def on_validation(self, trainer) -> None:
+        from ..data.dataset import collate
+
+        trainer.model.eval()
+        split = trainer.valid_split
+        counter = HeadRoleCounter()
+        first = list(range(min(trainer.cfg.train.head_roles_sentences, len(split))))  # the first sentences
+        for start in range(0, len(first), 32):
+            b = collate(split, first[start : start + 32], trainer.structures, trainer.label_ids).to(trainer.device)
+            counter.add(encoder_head_roles(trainer.model, b.src, b.src_mask, b.structures))
+        record = {"step": trainer.state.num_updates, "sentences": counter.sentences, "redundant": counter.fractions()}
+        with open(trainer.save_dir / "head_roles.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def on_end(self, trainer) -> None:
+        try:
+            records = read_head_roles(trainer.save_dir / "head_roles.jsonl")
+            trainer.outputs.write_with("head_roles.png", lambda tmp: plot_head_roles([(trainer.save_dir.name, records)],
+                                                                                      tmp))
+        except (ImportError, OSError, UserError) as err:
+            trainer.log(f"head roles not drawn: {err}")

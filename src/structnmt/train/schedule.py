@@ -2,8 +2,8 @@
 
 * ``inverse_sqrt``: linear warm-up, then ``lr * sqrt(warmup / step)`` (Vaswani et al. 2017; fairseq);
 * ``halve_on_rise``: linear warm-up, then a constant rate halved whenever the validation perplexity
-  rises (SA-NMT §4.3, OpenNMT-py's decay on a rise); the trainer keeps the current factor in its run
-  state;
+  rises (SA-NMT §4.3, OpenNMT-py's decay on a rise); the current factor is kept in the run state
+  (:class:`HalveOnRise`);
 * ``linear`` and ``cosine``: budget-aware (Li, Yumer and Ramanan 2020, "Budgeted training: rethinking
   deep neural network training under resource constraints"): linear warm-up, then a decay that
   reaches zero at ``train.max_updates``, so that a run of any budget ends with a small learning rate
@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 #: Every value of ``train.lr_schedule``.
 SCHEDULES = ("inverse_sqrt", "halve_on_rise", "linear", "cosine")
@@ -92,3 +93,37 @@ def learning_rate(step: int, tc, scale: float = 1.0) -> float:
         return budget_decay_lr(step, lr=tc.lr, warmup=tc.warmup_updates, total=tc.max_updates,
                                shape=tc.lr_schedule, warmup_init_lr=tc.warmup_init_lr)
     return inverse_sqrt_lr(step, lr=tc.lr, warmup=tc.warmup_updates, warmup_init_lr=tc.warmup_init_lr)
+
+
+class Schedule:
+    """The learning rate of every update of a run (``tc``: its TrainConfig), and what a validation
+    changes in it: nothing, except for :class:`HalveOnRise`. Chosen by :func:`make_schedule`."""
+
+    def __init__(self, tc):
+        self.tc = tc
+
+    def lr(self, step: int, state: Any) -> float:
+        """The rate of update ``step`` (1-based); ``state``: the run state (its ``lr_scale``)."""
+        return learning_rate(step, self.tc, state.lr_scale)
+
+    def after_validation(self, values: dict, state: Any, log) -> None:
+        """Called with each validation's ``values`` (``nll`` or ``loss``, in bits)."""
+
+
+class HalveOnRise(Schedule):
+    """SA-NMT §4.3: the rate is halved whenever the validation perplexity rises (``state.lr_scale``
+    keeps the factor, ``state.last_valid_nll`` the last validation, so a resumed run goes on alike)."""
+
+    def after_validation(self, values: dict, state: Any, log) -> None:
+        nll = values.get("nll", values["loss"])
+        if state.last_valid_nll is not None and nll > state.last_valid_nll:
+            state.lr_scale *= 0.5
+            log(f"validation perplexity rose ({math.exp(state.last_valid_nll):.3f} -> {math.exp(nll):.3f}): "
+                f"learning rate halved to {self.tc.lr * state.lr_scale:.3g}.")
+        state.last_valid_nll = nll
+
+
+def make_schedule(tc) -> Schedule:
+    """The schedule object of ``tc.lr_schedule`` (checked: :func:`check_schedule`)."""
+    check_schedule(tc)
+    return HalveOnRise(tc) if tc.lr_schedule == "halve_on_rise" else Schedule(tc)

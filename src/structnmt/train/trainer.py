@@ -32,6 +32,7 @@ import math
 import os
 import random
 import time
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,10 +50,11 @@ from ..device import get_device
 from ..errors import UserError
 from ..files import METRICS_RECORD, TORCH_FILE, OutputDir
 from ..models import build_model
+from .hooks import TrainingHook
 from .lock import SaveDirLock, config_changes
 from .loss import label_smoothed_nll
 from .resume import remove_stale_temporaries, resume_state
-from .schedule import ScheduleError, check_schedule, learning_rate
+from .schedule import ScheduleError, make_schedule
 
 
 class TrainingError(UserError, RuntimeError):
@@ -97,8 +99,8 @@ def set_rng_state(st: dict) -> None:
         torch.cuda.set_rng_state_all(st["cuda"])
 
 
-#: the files a run writes into its save_dir besides checkpoints and logs (the resolved config and its pictures)
-RUN_FILES = ("config.yaml", "learning_curve.png", "head_roles.png")
+#: the files a run writes into its save_dir besides checkpoints and logs (its hooks add theirs, e.g. pictures)
+RUN_FILES = ("config.yaml",)
 
 
 def atomic_save(obj, path: Path) -> None:
@@ -182,13 +184,16 @@ def budget_fraction(tc, state: RunState, elapsed: float, epoch_fraction: float) 
 
 
 class Trainer:
-    def __init__(self, cfg: Config, *, log=print, allow_config_change: bool = False):
+    def __init__(self, cfg: Config, *, log=print, allow_config_change: bool = False,
+                 hooks: Sequence[TrainingHook] = ()):
+        """``hooks``: what analyses add to the run (:mod:`structnmt.train.hooks`), called in order."""
         self.cfg = cfg
         self.log = log
+        self.hooks = list(hooks)
         tc = cfg.train
         self.budget = budget_text(tc)
         try:
-            check_schedule(tc)
+            self.schedule = make_schedule(tc)
         except ScheduleError as err:
             raise TrainingError(str(err)) from None
         self.allow_config_change = allow_config_change
@@ -215,7 +220,7 @@ class Trainer:
         self.data_lock = None  # shared lock on the dataset's manifest while the run lives
         # the files of the save_dir the run writes besides its checkpoints and logs: a file of the user's under one
         # of these names is refused (a save_dir with a checkpoint or metrics but no manifest is an earlier run's)
-        self.outputs = OutputDir(self.save_dir, "train", expect=RUN_FILES,
+        self.outputs = OutputDir(self.save_dir, "train", expect=(*RUN_FILES, *(f for h in self.hooks for f in h.files)),
                                  marker=(("checkpoint_last.pt", TORCH_FILE), ("metrics.jsonl", METRICS_RECORD)))
         if self.is_main:
             self.save_dir.mkdir(parents=True, exist_ok=True)
@@ -279,13 +284,8 @@ class Trainer:
         self.n_params = param_count(self.model)
         # what the collator builds: the config's structures plus what the attention asks for
         self.structures = {**cfg.data.structures, **self.model.required_structures()}
-        if tc.head_roles:  # the DEA mask is the syntactic reference of head identification (RHE eq. 9)
-            if not self.data.manifest.get("syntax"):
-                raise ConfigError(f"train.head_roles needs dependency trees, but {cfg.data.path} was prepared "
-                                  "without a parser; prepare it with --parser (spacy, file or synthetic).")
-            from ..nn.sea import dep_mask_spec
-
-            self.structures.update(dep_mask_spec())
+        for hook in self.hooks:
+            self.structures.update(hook.required_structures(self))
         self.ddp = (torch.nn.parallel.DistributedDataParallel(
             self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
             if self.distributed else self.model)
@@ -331,16 +331,6 @@ class Trainer:
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
-    def _plot_curve(self) -> None:
-        """learning_curve.png beside the checkpoints (losses of metrics.jsonl)."""
-        from ..analysis.curves import plot_curves
-
-        try:
-            self.outputs.write_with("learning_curve.png", lambda tmp: plot_curves(
-                [(None, self.save_dir / "metrics.jsonl", "C0", 1.0)], f"{self.save_dir.name}: learning curve", tmp))
-        except (ImportError, OSError) as err:  # a missing matplotlib or a full disk must not fail the run
-            self.log(f"learning curve not drawn: {err}")
-
     def save(self, is_best: bool = False) -> None:
         self.state.peak_memory_mb = max(self.state.peak_memory_mb, self._peak_memory_mb())
         if not self.is_main:
@@ -384,7 +374,7 @@ class Trainer:
     # ---------------------------------------------------------------- steps
 
     def _lr(self) -> float:
-        return learning_rate(self.state.num_updates + 1, self.cfg.train, self.state.lr_scale)
+        return self.schedule.lr(self.state.num_updates + 1, self.state)
 
     def _all_reduce(self, values: list[float]) -> list[float]:
         if not self.distributed:
@@ -494,30 +484,6 @@ class Trainer:
         bleu = corpus_scores(text, refs, metrics=("bleu",))[0]
         return {"bleu": bleu.score}
 
-    @torch.no_grad()
-    def _head_roles(self) -> None:
-        """Append the redundant fraction of every encoder head on the validation set to head_roles.jsonl."""
-        from ..analysis.head_roles import HeadRoleCounter, encoder_head_roles
-
-        self.model.eval()
-        counter = HeadRoleCounter()
-        first = list(range(min(self.cfg.train.head_roles_sentences, len(self.valid_split))))  # the first sentences
-        for start in range(0, len(first), 32):
-            b = collate(self.valid_split, first[start : start + 32], self.structures, self.label_ids).to(self.device)
-            counter.add(encoder_head_roles(self.model, b.src, b.src_mask, b.structures))
-        record = {"step": self.state.num_updates, "sentences": counter.sentences, "redundant": counter.fractions()}
-        with open(self.save_dir / "head_roles.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-
-    def _plot_head_roles(self) -> None:
-        from ..analysis.head_roles import plot_head_roles, read_head_roles
-
-        try:
-            records = read_head_roles(self.save_dir / "head_roles.jsonl")
-            self.outputs.write_with("head_roles.png", lambda tmp: plot_head_roles([(self.save_dir.name, records)], tmp))
-        except (ImportError, OSError, UserError) as err:
-            self.log(f"head roles not drawn: {err}")
-
     def validate(self) -> tuple[dict, bool]:
         """Returns (metrics, improved)."""
         tc = self.cfg.train
@@ -530,17 +496,11 @@ class Trainer:
                 obj = [values.get("bleu")]
                 dist.broadcast_object_list(obj, src=0)
                 values["bleu"] = obj[0]
-        if tc.head_roles and self.is_main:
-            self._head_roles()
+        if self.is_main:
+            for hook in self.hooks:
+                hook.on_validation(self)
         self.state.valid_seconds += time.time() - start
-        if tc.lr_schedule == "halve_on_rise":
-            nll = values.get("nll", values["loss"])
-            if self.state.last_valid_nll is not None and nll > self.state.last_valid_nll:
-                self.state.lr_scale *= 0.5
-                if self.is_main:
-                    self.log(f"validation perplexity rose ({math.exp(self.state.last_valid_nll):.3f} -> "
-                             f"{math.exp(nll):.3f}): learning rate halved to {tc.lr * self.state.lr_scale:.3g}.")
-            self.state.last_valid_nll = nll
+        self.schedule.after_validation(values, self.state, self.log if self.is_main else (lambda _msg: None))
         metric = values["bleu"] if tc.early_stop_metric == "bleu" else values["loss"]
         better = (self.state.best_metric is None or
                   (metric > self.state.best_metric if tc.early_stop_metric == "bleu" else metric < self.state.best_metric))
@@ -650,22 +610,11 @@ class Trainer:
         if bar is not None:
             bar.close()
         if self.is_main:
-            self._plot_curve()
-            if tc.head_roles:
-                self._plot_head_roles()
+            for hook in self.hooks:
+                hook.on_end(self)
             self.log(f"training stopped: {reason}; {self.state.num_updates} updates, "
                      f"{self.state.nonfinite_total} skipped non-finite, {self.state.train_seconds:.0f} s.")
         self.metrics.close()
         if self.distributed:
             dist.barrier()
         return self.state
-
-
-def train(cfg: Config, log=print, *, allow_config_change: bool = False) -> RunState:
-    trainer = Trainer(cfg, log=log, allow_config_change=allow_config_change)
-    try:
-        return trainer.train()
-    finally:
-        trainer.close()
-        if trainer.distributed and dist.is_initialized():
-            dist.destroy_process_group()

@@ -81,7 +81,7 @@ def test_a_failed_checkpoint_write_leaves_no_temporary_file_and_names_the_checkp
     import errno
 
     import structnmt.files as files
-    from structnmt.train.trainer import atomic_save
+    from structnmt.train.resume import atomic_save
 
     def full(obj, path):
         Path(path).write_bytes(b"partial")

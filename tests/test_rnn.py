@@ -222,10 +222,11 @@ def test_bad_rnn_options():
             build_model(cfg(rnn=RNNConfig(**bad)), V, V)
 
 
-def test_halve_on_rise_schedule(synth_data, tmp_path):
+def test_halve_on_rise_schedule(synth_data, tmp_path, monkeypatch):
     """SA-NMT §4.3: constant lr after the warm-up, halved each time the validation perplexity rises."""
     from structnmt.config import Config, DataConfig, TrainConfig
     from structnmt.train.schedule import halve_on_rise_lr
+    import structnmt.train.trainer as trainer_module
     from structnmt.train.trainer import Trainer
 
     assert halve_on_rise_lr(5, lr=1e-3, warmup=10, scale=1.0, warmup_init_lr=0.0) == pytest.approx(5e-4)
@@ -235,7 +236,7 @@ def test_halve_on_rise_schedule(synth_data, tmp_path):
                                  tensorboard=False, progress=False))
     tr = Trainer(c, log=lambda *_: None)
     nlls = iter([2.0, 1.5, 1.7, 1.6, 1.9])
-    tr.valid_loss = lambda: (lambda v: {"loss": v, "nll": v})(next(nlls))
+    monkeypatch.setattr(trainer_module, "validation_loss", lambda *a: (lambda v: {"loss": v, "nll": v})(next(nlls)))
     scales = []
     for _ in range(5):
         tr.validate()

@@ -22,6 +22,10 @@ class CheckpointError(UserError, ValueError):
     for another vocabulary or model."""
 
 
+class TrainingError(UserError, RuntimeError):
+    """A training run cannot start or continue (a config it cannot resume, repeated non-finite losses)."""
+
+
 def os_error_sentence(err: OSError) -> str:
     """One sentence for a file-system fault a user can cause or fix: the path, what is wrong, the fix.
 

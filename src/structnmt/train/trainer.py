@@ -43,22 +43,19 @@ import torch.distributed as dist
 
 from .. import plugins
 from ..checkpoint import check_same_vocab, load_model_state, vocab_entry
-from ..config import Config, ConfigError, to_dict, with_defaults
+from ..config import Config, ConfigError, to_dict
 from ..data.dataset import EpochBatchIterator, PreparedDataset, collate, make_batches
 from ..data.lock import hold_dataset
 from ..device import get_device
-from ..errors import UserError
+from ..errors import TrainingError
 from ..files import METRICS_RECORD, TORCH_FILE, OutputDir
 from ..models import build_model
 from .hooks import TrainingHook
-from .lock import SaveDirLock, config_changes
+from .lock import SaveDirLock
 from .loss import label_smoothed_nll
-from .resume import remove_stale_temporaries, resume_state
+from .resume import remove_stale_temporaries, resumable_changes, resume_state, write_checkpoints
 from .schedule import ScheduleError, make_schedule
-
-
-class TrainingError(UserError, RuntimeError):
-    """The run cannot continue (e.g. repeated non-finite losses)."""
+from .validation import validation_bleu, validation_loss
 
 
 @dataclass
@@ -101,14 +98,6 @@ def set_rng_state(st: dict) -> None:
 
 #: the files a run writes into its save_dir besides checkpoints and logs (its hooks add theirs, e.g. pictures)
 RUN_FILES = ("config.yaml",)
-
-
-def atomic_save(obj, path: Path) -> None:
-    """``obj`` to ``path`` through ``<path>.tmp`` (removed on failure; a killed save's is removed at the next
-    start); a full disk is an ``OSError`` naming ``path``."""
-    from ..files import atomic_save as save
-
-    save(obj, path, tmp=path.with_name(path.name + ".tmp"))
 
 
 def param_count(model: torch.nn.Module) -> int:
@@ -333,35 +322,13 @@ class Trainer:
 
     def save(self, is_best: bool = False) -> None:
         self.state.peak_memory_mb = max(self.state.peak_memory_mb, self._peak_memory_mb())
-        if not self.is_main:
-            return
-        st = self.checkpoint_state()
-        n = self.state.num_updates
-        atomic_save(st, self.save_dir / f"checkpoint_{n}.pt")
-        atomic_save(st, self.save_dir / "checkpoint_last.pt")
-        if is_best:
-            atomic_save(st, self.save_dir / "checkpoint_best.pt")
-        numbered = sorted(self.save_dir.glob("checkpoint_[0-9]*.pt"), key=lambda p: int(p.stem.split("_")[1]))
-        for old in numbered[: max(0, len(numbered) - self.cfg.train.keep_last)]:
-            old.unlink()
+        if self.is_main:
+            write_checkpoints(self.checkpoint_state(), self.save_dir, self.state.num_updates, is_best,
+                              self.cfg.train.keep_last)
 
     def load(self, st: dict, path: Path) -> None:
         """Resume from checkpoint ``st`` (read from ``path``) after checking that it is this run's."""
-        saved = with_defaults(st["config"])  # options added since the checkpoint was written: their defaults
-        saved_model = saved["model"]
-        if saved_model != to_dict(self.cfg.model):
-            changed = config_changes({"model": saved_model}, {"model": to_dict(self.cfg.model)})
-            raise TrainingError(
-                f"{path}: its model config differs from this run's ({'; '.join(changed[:4])}); use a new "
-                "train.save_dir or the same model settings."
-            )
-        changed = config_changes(saved, to_dict(self.cfg))
-        if changed and not self.allow_config_change:
-            raise TrainingError(
-                f"{path}: this run's config differs from the one it would resume ({'; '.join(changed[:6])}"
-                f"{'; ...' if len(changed) > 6 else ''}); use a new train.save_dir, the same settings, or "
-                "--allow-config-change to resume with them."
-            )
+        changed = resumable_changes(st, self.cfg, path, self.allow_config_change)
         if changed and self.is_main:
             self.log(f"resuming with a changed config (--allow-config-change): {'; '.join(changed)}.")
         check_same_vocab(st, self.data.src_vocab, self.data.tgt_vocab, checkpoint=path, data=self.cfg.data.path)
@@ -437,61 +404,17 @@ class Trainer:
 
     # ---------------------------------------------------------------- validation
 
-    @torch.no_grad()
-    def valid_loss(self) -> dict:
-        self.model.eval()
-        split = self.valid_split
-        mine = self.valid_batches[self.rank :: self.world]
-        loss_sum = nll_sum = tokens = 0.0
-        for ids in mine:
-            b = collate(split, ids, self.structures, self.label_ids).to(self.device)
-            with self.autocast:
-                out = self.model(b.src, b.src_mask, b.tgt_in, b.structures)
-            loss, nll = label_smoothed_nll(out.logits, b.tgt_out, self.cfg.train.label_smoothing)
-            loss_sum += float(loss)
-            nll_sum += float(nll)
-            tokens += b.n_tgt_tokens
-        loss_sum, nll_sum, tokens = self._all_reduce([loss_sum, nll_sum, tokens])
-        nll = nll_sum / tokens / math.log(2)
-        return {"loss": loss_sum / tokens / math.log(2), "nll": nll, "ppl": 2**nll}
-
-    @torch.no_grad()
-    def valid_bleu(self) -> dict:
-        """Decode the validation sources (rank 0) and score with sacreBLEU."""
-        from ..decode.translate import translate_ids
-        from ..evaluate.score import corpus_scores
-
-        self.model.eval()
-        split = self.valid_split
-        n = len(split)
-        limit = self.cfg.train.validate_bleu_max_sentences
-        ids = range(min(n, limit) if limit else n)
-        from ..data.vocab import EOS
-
-        sources = [split.get("src", i).tolist() + [EOS] for i in ids]
-        structures_for = None
-        if self.structures:
-            from ..syntax.batching import pad_structures
-
-            def structures_for(idx: list[int], S: int) -> dict:
-                return pad_structures(self.structures, split.structure_values(idx, self.structures), S,
-                                      self.label_ids)
-
-        hyps = translate_ids(self.model, sources, self.cfg.decode, device=self.device,
-                             max_positions=self.cfg.model.max_positions, structures_for=structures_for)
-        text = [self.data.tgt_vocab.decode(h[0].tokens) if h else "" for h in hyps]
-        refs = split.text("ref")[: len(text)]
-        bleu = corpus_scores(text, refs, metrics=("bleu",))[0]
-        return {"bleu": bleu.score}
-
     def validate(self) -> tuple[dict, bool]:
         """Returns (metrics, improved)."""
         tc = self.cfg.train
         start = time.time()
-        values = self.valid_loss()
+        values = validation_loss(self.model, self.valid_split, self.valid_batches[self.rank :: self.world],
+                                 self.structures, self.label_ids, self.device, tc.label_smoothing, self.autocast,
+                                 self._all_reduce)
         if tc.validate_bleu or tc.early_stop_metric == "bleu":
             if self.is_main:
-                values.update(self.valid_bleu())
+                values.update(validation_bleu(self.model, self.valid_split, self.structures, self.label_ids,
+                                              self.cfg, self.device, self.data.tgt_vocab))
             if self.distributed:
                 obj = [values.get("bleu")]
                 dist.broadcast_object_list(obj, src=0)
@@ -530,6 +453,20 @@ class Trainer:
             return f"no improvement of validation {tc.early_stop_metric} in {tc.patience} validations (early stop)"
         return None
 
+    def _precompute_structures(self) -> None:
+        """Every requested structure of every train and valid sentence, kept up to data.structure_cache_mb."""
+        t0 = time.time()
+        splits = [sp for sp in (self.train_split, self.valid_split) if sp is not None]
+        for split in splits:
+            kept = split.precompute_structures(self.structures, progress=self.is_main and self.cfg.train.progress)
+            if self.is_main and kept < len(split):
+                self.log(f"structures: data.structure_cache_mb={self.cfg.data.structure_cache_mb:g} holds "
+                         f"{kept:,} of {len(split):,} {split.split} sentences; the others are computed "
+                         "per batch (raise it to keep all).")
+        if self.is_main:
+            self.log(f"structures {', '.join(sorted(self.structures))}: computed for every sentence in "
+                     f"{time.time() - t0:.1f} s ({sum(sp.structures_kept_mb for sp in splits):.1f} MB kept).")
+
     def train(self) -> RunState:
         tc = self.cfg.train
         if self.is_main:
@@ -538,17 +475,7 @@ class Trainer:
             self.log(f"budget: {self.budget}.")
             self.outputs.write_text("config.yaml", __import__("yaml").safe_dump(to_dict(self.cfg), sort_keys=False))
         if self.structures:  # structures are data: computed once, before the first update
-            t0 = time.time()
-            for split in (self.train_split, self.valid_split):
-                if split is not None:
-                    kept = split.precompute_structures(self.structures, progress=self.is_main and tc.progress)
-                    if self.is_main and kept < len(split):
-                        self.log(f"structures: data.structure_cache_mb={self.cfg.data.structure_cache_mb:g} holds "
-                                 f"{kept:,} of {len(split):,} {split.split} sentences; the others are computed "
-                                 "per batch (raise it to keep all).")
-            if self.is_main:
-                self.log(f"structures {', '.join(sorted(self.structures))}: computed for every sentence in "
-                         f"{time.time() - t0:.1f} s ({sum(sp.structures_kept_mb for sp in (self.train_split, self.valid_split) if sp):.1f} MB kept).")
+            self._precompute_structures()
         bar = None
         if self.is_main and tc.progress:
             from tqdm import tqdm

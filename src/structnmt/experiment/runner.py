@@ -34,6 +34,7 @@ import shlex
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -443,6 +444,219 @@ def _command_line(grid: str | Path, out_dir, overrides: list[str], jobs_at_once:
 # --------------------------------------------------------------------------- entry point
 
 
+class _Say:
+    """The runner's log: each line to ``log`` and, time-stamped, to ``experiment.log`` (training threads
+    announce their runs too, hence the lock)."""
+
+    def __init__(self, log, log_file: Path):
+        import threading
+
+        self.log, self.log_file, self.lock = log, log_file, threading.Lock()
+
+    def __call__(self, msg: str) -> None:
+        with self.lock:
+            self.log(msg)
+            with open(self.log_file, "a", encoding="utf-8") as f:
+                f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}\n")
+
+
+@dataclass
+class GridPlan:
+    """What a grid invocation does: the runs to train, to decode only, already finished, or missing."""
+
+    grid: GridConfig
+    out: Path
+    data_path: Path
+    split_data: dict[str, tuple[list[str], list[str]]]  # split -> (sources, references)
+    dirs: dict[str, str]  # row name -> its directory under runs/
+    configs: dict[tuple[str, int], Config] = field(default_factory=dict)
+    results: dict[tuple[str, int], dict] = field(default_factory=dict)
+    to_train: list[tuple[str, int, Path, str]] = field(default_factory=list)  # (row, seed, run_dir, tag)
+    to_evaluate: list[tuple[str, int, Path, str]] = field(default_factory=list)
+    missing: list[tuple[str, int]] = field(default_factory=list)
+
+
+def _evaluation_splits(g: GridConfig, data_path: Path) -> dict[str, tuple[list[str], list[str]]]:
+    from ..data.dataset import PreparedDataset
+
+    ds = PreparedDataset(data_path)
+    split_data: dict[str, tuple[list[str], list[str]]] = {}
+    for name, key in [(g.evaluate.split, "split"), *((x, "extra_splits") for x in g.evaluate.extra_splits)]:
+        if name not in ds.splits:
+            raise ConfigError(f"{g.source}: evaluate.{key} '{name}' is not in {data_path} (splits: "
+                              f"{', '.join(ds.splits)}); prepare it with --testpref or pick another split.")
+        split = ds.split(name)
+        split_data[name] = (split.text("src"), split.text("ref"))
+    return split_data
+
+
+def _run_dirs(g: GridConfig) -> dict[str, str]:
+    dirs: dict[str, str] = {}
+    for r in g.runs:
+        d = slug(r.name)
+        while d in dirs.values():
+            d += "-x"
+        dirs[r.name] = d
+    return dirs
+
+
+def plan_grid(g: GridConfig, out: Path, run_over: list[str], report_only: bool, say) -> GridPlan:
+    """Prepare the data and sort every (row, seed) of ``g``: finished (its result read, the splits it
+    lacks decoded), trained but not decoded, to train, or (``report_only``) missing. The baseline's
+    seeds come first (every row is tested against them, and their spread is the report's noise floor),
+    then seed by seed, so that an unfinished grid has every row at its first seeds."""
+    data_path = _prepare_data(g, out, say)
+    plan = GridPlan(g, out, data_path, _evaluation_splits(g, data_path), _run_dirs(g))
+    fingerprint = dataset_fingerprint(data_path)
+    base_run = next(r for r in g.runs if r.name == g.baseline)
+    jobs = [(seed, base_run) for seed in g.seeds] + [(seed, r) for seed in g.seeds for r in g.runs if r is not base_run]
+    for i, (seed, r) in enumerate(jobs, 1):
+        tag = f"[{i}/{len(jobs)}] {r.name} (seed {seed})"
+        run_dir = out / "runs" / plan.dirs[r.name] / f"seed{seed}"
+        cfg = resolve_run_config(g, r, seed, data_path=data_path, run_dir=run_dir, overrides=run_over)
+        plan.configs[(r.name, seed)] = cfg
+        _plan_run(plan, (r.name, seed, run_dir, tag), cfg, fingerprint, report_only, say)
+    return plan
+
+
+def _plan_run(plan: GridPlan, item: tuple[str, int, Path, str], cfg: Config, fingerprint: str,
+              report_only: bool, say) -> None:
+    """Sort one (row, seed) into ``plan`` (see :func:`plan_grid`), after checking that a started run
+    was started with this configuration on this data."""
+    name, seed, run_dir, tag = item
+    g, new = plan.grid, to_dict(cfg)
+    resolved, result_path = run_dir / "resolved.yaml", run_dir / "result.json"
+    started = result_path.exists() or (run_dir / "checkpoint_last.pt").exists()
+    if resolved.exists() and started:
+        diff = _config_diff(yaml.safe_load(resolved.read_text(encoding="utf-8")) or {}, new)
+        if "data.path" in diff and _same_dataset(run_dir, plan.data_path, fingerprint):  # moved or re-prepared
+            diff.remove("data.path")
+        if diff:
+            raise ExperimentError(
+                f"{run_dir}: this run was started with a different configuration ({', '.join(diff[:5])}); "
+                "use --out for a new output directory or delete that run directory.")
+    dataset = {"fingerprint": fingerprint, "path": str(plan.data_path)}
+    if started and not (run_dir / "dataset.json").exists():  # a run from before fingerprints, on this path
+        _write_json(run_dir / "dataset.json", dataset)
+    if result_path.exists():
+        res = json.loads(result_path.read_text(encoding="utf-8"))
+        res["run_dir"] = str(run_dir)  # where it is now (the directory may have been moved or copied)
+        if res.get("split", g.evaluate.split) != g.evaluate.split:
+            raise ExperimentError(
+                f"{run_dir}: this run was scored on split '{res['split']}', the grid now asks for "
+                f"'{g.evaluate.split}'; add it to evaluate.extra_splits instead, or use --out for a new "
+                "output directory.")
+        if resolved.exists():  # the report describes the config the run had (threads may differ)
+            plan.configs[(name, seed)] = from_dict(yaml.safe_load(resolved.read_text(encoding="utf-8")),
+                                                   where=str(resolved))
+        if not report_only:  # decoded with the current config: its data.path is where the data is now
+            added = _complete_run(g, cfg, run_dir, res, plan.split_data)
+            if added:
+                say(f"{tag}: finished earlier; decoded and scored the split(s) it lacked: {', '.join(added)}.")
+        plan.results[(name, seed)] = res
+        say(f"{tag}: finished earlier, skipped (BLEU {res['bleu']:.2f}).")
+    elif report_only:
+        plan.missing.append((name, seed))
+        say(f"{tag}: no results yet (--report-only: not trained).")
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _write_text(resolved, yaml.safe_dump(new, sort_keys=False, allow_unicode=True))
+        if not started or not (run_dir / "dataset.json").exists():  # the data this run trains on from here
+            _write_json(run_dir / "dataset.json", dataset)
+        if (run_dir / "train_done.json").exists():
+            say(f"{tag}: training finished earlier; decoding.")
+            plan.to_evaluate.append(item)
+        else:
+            plan.to_train.append(item)
+
+
+class _Runs:
+    """Training (a subprocess per run) and evaluation of the planned runs; ``live`` holds the training
+    processes running now, ``stopping`` is set by an interrupt so that no queued run starts."""
+
+    def __init__(self, plan: GridPlan, say):
+        import threading
+
+        self.plan, self.say = plan, say
+        self.live: set = set()
+        self.stopping = threading.Event()
+
+    def train(self, item: tuple[str, int, Path, str]) -> tuple[int, float]:
+        _, _, run_dir, tag = item
+        if self.stopping.is_set():
+            return -1, time.time()
+        if (run_dir / "checkpoint_last.pt").exists():
+            from ..checkpoint import load_checkpoint
+
+            at = load_checkpoint(run_dir / "checkpoint_last.pt")["run"]["num_updates"]
+            self.say(f"{tag}: resuming training from update {at} ({run_dir}).")
+        else:
+            self.say(f"{tag}: training started ({run_dir}).")
+        t0 = time.time()
+        if self.stopping.is_set():  # interrupted while the checkpoint was read
+            return -1, t0
+        return launch_training(run_dir / "resolved.yaml", run_dir / "train.log", live=self.live), t0
+
+    def finish_training(self, item: tuple[str, int, Path, str], rc: int, t0: float) -> None:
+        _, _, run_dir, tag = item
+        if rc != 0:
+            raise ExperimentError(
+                f"{tag}: training failed with exit status {rc}; see {run_dir / 'train.log'} "
+                f"(last lines: {_tail(run_dir / 'train.log')}); fix it and run the same command to resume.")
+        _write_json(run_dir / "train_done.json", {"exit_status": rc, "seconds_this_launch": time.time() - t0})
+        self.say(f"{tag}: training done in {time.time() - t0:.0f} s.")
+
+    def evaluate(self, item: tuple[str, int, Path, str]) -> None:
+        name, seed, run_dir, tag = item
+        t0 = time.time()
+        res = _evaluate_run(self.plan.grid, self.plan.configs[(name, seed)], run_dir, self.plan.split_data)
+        res.update({"name": name, "seed": seed, "run_dir": str(run_dir)})
+        _write_json(run_dir / "result.json", res)
+        self.plan.results[(name, seed)] = res
+        n = len(self.plan.split_data[self.plan.grid.evaluate.split][0])
+        self.say(f"{tag}: BLEU {res['bleu']:.2f}, chrF {res['chrf']:.2f} after {res['num_updates']} updates "
+                 f"(decoded {n} sentences in {time.time() - t0:.0f} s).")
+
+
+def schedule_runs(runs: _Runs, items: list[tuple[str, int, Path, str]], jobs_at_once: int) -> None:
+    """Train ``items``, at most ``jobs_at_once`` at a time, each decoded and scored as soon as it finishes;
+    the next training starts once that evaluation is done (with one job at a time nothing shares the
+    machine with a run or its decoding). A failed run is said at once and the others go on; the first
+    failure is raised at the end. Ctrl-C (or SIGTERM) starts nothing more and stops the running ones
+    (they resume from their last checkpoints)."""
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    if jobs_at_once > 1:
+        runs.say(f"training up to {jobs_at_once} runs at once: they share the machine, so their speed and "
+                 "decoding-speed columns are not those of a run alone.")
+    queue = list(items)
+    failure: Exception | None = None
+    with ThreadPoolExecutor(max_workers=max(1, jobs_at_once)) as pool:
+        pending: dict = {}
+        try:
+            while queue or pending:
+                while queue and len(pending) < jobs_at_once and not runs.stopping.is_set():
+                    item = queue.pop(0)
+                    pending[pool.submit(runs.train, item)] = item
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    item = pending.pop(fut)
+                    try:
+                        rc, t0 = fut.result()
+                        runs.finish_training(item, rc, t0)
+                        runs.evaluate(item)
+                    except Exception as e:  # say it now; the other runs finish (and stay resumable)
+                        failure = failure or e
+                        runs.say(f"{item[3]}: {type(e).__name__}: {e} (the other runs go on; run the same "
+                                 "command again once it is fixed)")
+        except KeyboardInterrupt:
+            runs.say(f"interrupted: stopping {len(runs.live)} running training(s); run the same command to resume.")
+            interrupt_pool(pool, runs.stopping, runs.live)
+            raise
+    if failure is not None:
+        raise failure
+
+
 def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: list[str] | None = None, *,
              jobs_at_once: int = 1, report_only: bool = False, log=print) -> Path:
     """Train, decode and score every (run, seed) of ``grid``; write the report; return results.md.
@@ -459,8 +673,9 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
     ``report_only`` trains and decodes nothing: it writes the report from the runs that have
     results (a grid still running, or one whose runs were trained elsewhere and copied into
     the output directory) and names the missing ones in it.
+
+    The steps: :func:`plan_grid`, the runs decoded only, :func:`schedule_runs`, the report.
     """
-    from ..data.dataset import PreparedDataset
     from .report import report_dir, write_report
 
     overrides = list(overrides or [])
@@ -468,177 +683,20 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
     out = Path(out_dir or g.out_dir or Path("experiments") / slug(g.name)).resolve()
     report_dir(g, out)  # a file of the user's under a report name is refused now, before any training
     out.mkdir(parents=True, exist_ok=True)
-    log_file = out / "experiment.log"
-
-    import threading
-
-    say_lock = threading.Lock()  # training threads announce their runs too
-
-    def say(msg: str) -> None:
-        with say_lock:
-            log(msg)
-            with open(log_file, "a", encoding="utf-8") as f:
-                f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}\n")
-
+    say = _Say(log, out / "experiment.log")
     t_start = time.time()
     command = _command_line(grid, out_dir, overrides, jobs_at_once, report_only)
     say(f"experiment {g.name}: {len(g.runs)} runs x {len(g.seeds)} seeds, budget {g.budget.describe()}; "
         f"output in {out}")
-    data_path = _prepare_data(g, out, say)
-    ds = PreparedDataset(data_path)
-    split_data: dict[str, tuple[list[str], list[str]]] = {}
-    for name, key in [(g.evaluate.split, "split"), *((x, "extra_splits") for x in g.evaluate.extra_splits)]:
-        if name not in ds.splits:
-            raise ConfigError(f"{g.source}: evaluate.{key} '{name}' is not in {data_path} (splits: "
-                              f"{', '.join(ds.splits)}); prepare it with --testpref or pick another split.")
-        split = ds.split(name)
-        split_data[name] = (split.text("src"), split.text("ref"))
-    src, refs = split_data[g.evaluate.split]
-    fingerprint = dataset_fingerprint(data_path)
-
-    dirs: dict[str, str] = {}
-    for r in g.runs:
-        d = slug(r.name)
-        while d in dirs.values():
-            d += "-x"
-        dirs[r.name] = d
-    # the baseline's seeds first (every row is tested against them, and their spread is the report's noise
-    # floor), then seed by seed, so that an unfinished grid has every row at its first seeds
-    base_run = next(r for r in g.runs if r.name == g.baseline)
-    jobs = [(seed, base_run) for seed in g.seeds] + [(seed, r) for seed in g.seeds for r in g.runs if r is not base_run]
-    results: dict[tuple[str, int], dict] = {}
-    configs: dict[tuple[str, int], Config] = {}
-    to_train: list[tuple[str, int, Path, str]] = []  # (run name, seed, run_dir, tag)
-    to_evaluate: list[tuple[str, int, Path, str]] = []
-    missing: list[tuple[str, int]] = []
-    for i, (seed, r) in enumerate(jobs, 1):
-        tag = f"[{i}/{len(jobs)}] {r.name} (seed {seed})"
-        run_dir = out / "runs" / dirs[r.name] / f"seed{seed}"
-        cfg = resolve_run_config(g, r, seed, data_path=data_path, run_dir=run_dir, overrides=run_over)
-        configs[(r.name, seed)] = cfg
-        new = to_dict(cfg)
-        resolved = run_dir / "resolved.yaml"
-        result_path = run_dir / "result.json"
-        started = result_path.exists() or (run_dir / "checkpoint_last.pt").exists()
-        if resolved.exists() and started:
-            diff = _config_diff(yaml.safe_load(resolved.read_text(encoding="utf-8")) or {}, new)
-            if "data.path" in diff and _same_dataset(run_dir, data_path, fingerprint):  # moved or re-prepared
-                diff.remove("data.path")
-            if diff:
-                raise ExperimentError(
-                    f"{run_dir}: this run was started with a different configuration ({', '.join(diff[:5])}); "
-                    "use --out for a new output directory or delete that run directory.")
-        if started and not (run_dir / "dataset.json").exists():  # a run from before fingerprints, on this path
-            _write_json(run_dir / "dataset.json", {"fingerprint": fingerprint, "path": str(data_path)})
-        if result_path.exists():
-            res = json.loads(result_path.read_text(encoding="utf-8"))
-            res["run_dir"] = str(run_dir)  # where it is now (the directory may have been moved or copied)
-            if res.get("split", g.evaluate.split) != g.evaluate.split:
-                raise ExperimentError(
-                    f"{run_dir}: this run was scored on split '{res['split']}', the grid now asks for "
-                    f"'{g.evaluate.split}'; add it to evaluate.extra_splits instead, or use --out for a new "
-                    "output directory.")
-            if resolved.exists():  # the report describes the config the run had (threads may differ)
-                configs[(r.name, seed)] = from_dict(yaml.safe_load(resolved.read_text(encoding="utf-8")),
-                                                    where=str(resolved))
-            if not report_only:  # decoded with the current config: its data.path is where the data is now
-                added = _complete_run(g, cfg, run_dir, res, split_data)
-                if added:
-                    say(f"{tag}: finished earlier; decoded and scored the split(s) it lacked: {', '.join(added)}.")
-            results[(r.name, seed)] = res
-            say(f"{tag}: finished earlier, skipped (BLEU {res['bleu']:.2f}).")
-            continue
-        if report_only:
-            missing.append((r.name, seed))
-            say(f"{tag}: no results yet (--report-only: not trained).")
-            continue
-        run_dir.mkdir(parents=True, exist_ok=True)
-        _write_text(resolved, yaml.safe_dump(new, sort_keys=False, allow_unicode=True))
-        if not started or not (run_dir / "dataset.json").exists():  # the data this run trains on from here
-            _write_json(run_dir / "dataset.json", {"fingerprint": fingerprint, "path": str(data_path)})
-        if (run_dir / "train_done.json").exists():
-            say(f"{tag}: training finished earlier; decoding.")
-            to_evaluate.append((r.name, seed, run_dir, tag))
-        else:
-            to_train.append((r.name, seed, run_dir, tag))
-
-    live: set = set()  # training subprocesses running now
-    stopping = threading.Event()  # set by an interrupt: no queued run starts
-
-    def train(item: tuple[str, int, Path, str]) -> tuple[int, float]:
-        _, _, run_dir, tag = item
-        if stopping.is_set():
-            return -1, time.time()
-        if (run_dir / "checkpoint_last.pt").exists():
-            from ..checkpoint import load_checkpoint
-
-            at = load_checkpoint(run_dir / "checkpoint_last.pt")["run"]["num_updates"]
-            say(f"{tag}: resuming training from update {at} ({run_dir}).")
-        else:
-            say(f"{tag}: training started ({run_dir}).")
-        t0 = time.time()
-        if stopping.is_set():  # interrupted while the checkpoint was read
-            return -1, t0
-        return launch_training(run_dir / "resolved.yaml", run_dir / "train.log", live=live), t0
-
-    def finish_training(item: tuple[str, int, Path, str], rc: int, t0: float) -> None:
-        _, _, run_dir, tag = item
-        if rc != 0:
-            raise ExperimentError(
-                f"{tag}: training failed with exit status {rc}; see {run_dir / 'train.log'} "
-                f"(last lines: {_tail(run_dir / 'train.log')}); fix it and run the same command to resume.")
-        _write_json(run_dir / "train_done.json", {"exit_status": rc, "seconds_this_launch": time.time() - t0})
-        say(f"{tag}: training done in {time.time() - t0:.0f} s.")
-
-    def evaluate(item: tuple[str, int, Path, str]) -> None:
-        name, seed, run_dir, tag = item
-        t0 = time.time()
-        res = _evaluate_run(g, configs[(name, seed)], run_dir, split_data)
-        res.update({"name": name, "seed": seed, "run_dir": str(run_dir)})
-        _write_json(run_dir / "result.json", res)
-        results[(name, seed)] = res
-        say(f"{tag}: BLEU {res['bleu']:.2f}, chrF {res['chrf']:.2f} after {res['num_updates']} updates "
-            f"(decoded {len(src)} sentences in {time.time() - t0:.0f} s).")
-
-    for item in to_evaluate:
-        evaluate(item)
-    if jobs_at_once <= 1:  # one run after the other: nothing shares the machine with a run
-        for item in to_train:
-            rc, t0 = train(item)
-            finish_training(item, rc, t0)
-            evaluate(item)
-    else:  # several training subprocesses at once; each run is decoded as soon as it finishes
-        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-
-        say(f"training up to {jobs_at_once} runs at once: they share the machine, so their speed and "
-            "decoding-speed columns are not those of a run alone.")
-        with ThreadPoolExecutor(max_workers=jobs_at_once) as pool:
-            pending = {pool.submit(train, item): item for item in to_train}
-            failure: ExperimentError | None = None
-            try:  # Ctrl-C (or SIGTERM) anywhere here, waiting or decoding: start nothing more, stop the runs
-                while pending:
-                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for fut in done:
-                        item = pending.pop(fut)
-                        try:
-                            rc, t0 = fut.result()
-                            finish_training(item, rc, t0)
-                            evaluate(item)
-                        except Exception as e:  # say it now; the other runs finish (and stay resumable)
-                            failure = failure or e
-                            say(f"{item[3]}: {type(e).__name__}: {e} (the other runs go on; run the same "
-                                "command again once it is fixed)")
-            except KeyboardInterrupt:
-                say(f"interrupted: stopping {len(live)} running training(s); run the same command to resume.")
-                interrupt_pool(pool, stopping, live)
-                raise
-            if failure is not None:
-                raise failure
-
-    if report_only and (g.baseline, g.seeds[0]) not in results:
+    plan = plan_grid(g, out, run_over, report_only, say)
+    runs = _Runs(plan, say)
+    for item in plan.to_evaluate:
+        runs.evaluate(item)
+    schedule_runs(runs, plan.to_train, jobs_at_once)
+    if report_only and (g.baseline, g.seeds[0]) not in plan.results:
         raise ExperimentError(f"{g.source}: --report-only needs the results of the baseline '{g.baseline}' (seed "
                               f"{g.seeds[0]}), which has none in {out}; train it first.")
-    report = write_report(g, out, results, configs, split_data, dirs=dirs, command=command, data_path=data_path, log=say,
-                          missing=missing)
+    report = write_report(g, out, plan.results, plan.configs, plan.split_data, dirs=plan.dirs, command=command,
+                          data_path=plan.data_path, log=say, missing=plan.missing)
     say(f"experiment {g.name}: report {report} ({time.time() - t_start:.0f} s this invocation).")
     return report

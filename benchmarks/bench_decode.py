@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Decoding speed of a trained checkpoint: structnmt's beam search against its older form and CTranslate2.
+"""Decoding speed of a trained checkpoint: structnmt's beam search against the source-per-hypothesis search and CTranslate2.
 
 Variants, all on the same sentences, beam and batch size, in one run, in rotating order:
 
@@ -7,7 +7,7 @@ Variants, all on the same sentences, beam and batch size, in one run, in rotatin
   and values kept once per sentence for its hypotheses, candidates normalised after a
   per-hypothesis top-k);
 * ``structnmt-copied``: the same search with the source copied per hypothesis and
-  reordered every step (``beam_search(share_source=False)``, how it decoded before);
+  reordered every step (``beam_search(share_source=False)``);
 * ``ctranslate2``: the checkpoint exported with ``structnmt export --format ctranslate2``
   (float32), through ``CT2Translator`` (``structnmt translate --checkpoint EXPORT``);
 * ``ctranslate2-int8`` (``--int8``): the same export with int8 weights.

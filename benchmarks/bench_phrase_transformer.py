@@ -13,7 +13,7 @@ its options:
 * ``hadamard_k2``    eq. 5 literally (exact gathered form).
 
 The encoder runs over L = S + N nodes (N ~ (k - 1) x words), so phase 1 alone costs
-about (L / S)^2 of the baseline's encoder attention; the target (issue #14) is <= 2x the
+about (L / S)^2 of the baseline's encoder attention; the target is <= 2x the
 baseline's whole training step at k = 2.
 
 Data, timing and output as in ``bench_mgsa.py`` (whose dataset and step functions this

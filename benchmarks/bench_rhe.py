@@ -11,7 +11,7 @@ their attention plan (the rows of configs/rhe/):
 * ``dea+rhe``, ``lpea+rhe``  the same on the redundant heads only: identification on the
   plain attention (eqs. 3, 9, 10), then the enhanced pass (Table 1's "+RHE" rows).
 
-Targets (issue #13): DEA and LPEA <= 1.05x, RHE <= 1.15x, Rel_Pos and Localness <= 1.10x.
+Targets: DEA and LPEA <= 1.05x, RHE <= 1.15x, Rel_Pos and Localness <= 1.10x.
 
 Data, timing and output as in ``bench_mgsa.py`` (whose dataset and step functions this
 reuses): the synthetic task with its gold trees (dependency and constituency), a fixed list

@@ -1,6 +1,6 @@
 """Syntax-layer speed: spaCy parsing throughput and the cost of structure tensors per batch.
 
-Two measurements (issue "Syntax layer", item 7):
+Two measurements:
 
 1. parse the Multi30k training sentences with the spaCy backend, as ``prepare`` does
    (spaCy pipeline + our tree building and dependency-to-constituency conversion);

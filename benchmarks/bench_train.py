@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Training-step levers of the baseline Transformer, each against the trainer's current step in one run.
+"""Training-step levers of the baseline Transformer, each against the trainer's step in one run.
 
 Every variant steps its own copy of the same initial model over the same fixed list of
 training batches (collated once); the variants take turns batch by batch in a rotating
@@ -19,9 +19,9 @@ Variants:
   compile        torch.compile(model, dynamic=True) (the CPU inductor backend; compiled in the untimed pass)
   compile+fused  both
   torch-dropout  dropout masks from F.dropout (bernoulli_) instead of structnmt.nn.dropout's
-                 uniform-threshold masks, as the model computed them before
-  autograd-loss  the label-smoothed loss left to autograd (log_softmax, gather, mean), as
-                 the trainer computed it before structnmt.train.loss wrote its gradient out
+                 uniform-threshold masks
+  autograd-loss  the label-smoothed loss left to autograd (log_softmax, gather, mean) instead
+                 of structnmt.train.loss's written-out gradient
 
 Two process settings are compared in child processes that run the baseline alternately,
 ``--rounds`` times each: ``--thp-compare`` (transparent huge pages for torch's CPU

@@ -220,7 +220,7 @@ def test_induce_end_to_end(synth_data, tmp_path):
     t6 = (tmp_path / "t6.md").read_text()
     assert f"| kept | {red['model']['DA']:.1f} | {red['model']['UA']:.1f} | n/r | n/r |" in t6
     assert f"| SA | {red['model']['DA']:.1f} | {red['model']['UA']:.1f} | {red['shape']['star']:.1f} |" in t6
-    assert "n/r: not recorded — the report of kept predates" in t6
+    assert "n/r: not recorded — the report of kept holds no tree shapes" in t6
 
 
 def test_tree_shape_counts_stars_and_roots():

@@ -562,8 +562,8 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
         md.append(f"| {name} | {first[key]['DA']:.1f} | {first[key]['UA']:.1f} | 0.0 | 1/(n-1) |"
                   + (" |" if bleu else "") + " | | |")
     if unrecorded:
-        md += ["", "n/r: not recorded — the report of " + ", ".join(unrecorded) + " predates induce's tree-shape "
-               "field and its directory no longer holds the written trees (`*.induced.conllu`) to count them from."]
+        md += ["", "n/r: not recorded — the report of " + ", ".join(unrecorded) + " holds no tree shapes, and "
+               "its directory does not hold the written trees (`*.induced.conllu`) to count them from."]
     if bleu:
         from .evaluate.correlation import spearman
 

@@ -1,18 +1,27 @@
 """The ``structnmt`` command line: thin wrappers that parse arguments and call the library.
 
-Subcommands (``structnmt <cmd> -h`` for their options)::
+Each command's function (``cmd_<name>``) has its parser beside it (``_parser_<name>``, listed in
+:data:`PARSERS`). Subcommands (``structnmt <cmd> -h`` for their options)::
 
-    synth      write the synthetic syntactic-transduction corpus and its gold trees
-    prepare    parallel text -> SentencePiece-encoded, memory-mapped dataset
-    train      train from a YAML config with dotted overrides (torchrun-compatible)
-    translate  beam search / greedy decoding from a file or standard input
-    export     a plain Transformer checkpoint -> CTranslate2 model directory
-    average    average the last N checkpoints
-    score      sacreBLEU BLEU and chrF with signatures, paired bootstrap resampling
-    experiment a grid of configs -> results table with significance, learning curves
-    probe      probing classifiers on a frozen encoder or trained from scratch (MG-SA sec. 4.2)
-    analyze    attention heatmaps (PNG) and statistics of a checkpoint
-    demo       the embedded default: synth -> prepare -> train on CPU -> BLEU
+    synth         write the synthetic syntactic-transduction corpus and its gold trees
+    prepare       parallel text -> SentencePiece-encoded, memory-mapped dataset (and parses)
+    train         train from a YAML config with dotted overrides (torchrun-compatible)
+    translate     beam search / greedy decoding from a file or standard input
+    export        a plain Transformer checkpoint -> CTranslate2 model directory
+    average       average the last N checkpoints
+    score         sacreBLEU BLEU and chrF with signatures, the paired and the seed-aware tests
+    experiment    a grid of configs -> results table with significance, learning curves
+    probe         probing classifiers on a frozen encoder or trained from scratch (MG-SA sec. 4.2)
+    tag           POS tagging with an encoder-only Transformer (PhraseTransformer Table 2)
+    induce        dependency trees induced from a trained encoder, scored against gold (SA-NMT sec. 6)
+    induce-table  Tables 3 and 4 of several induce outputs
+    head-roles    redundant encoder heads (RHE) over training, compared across runs
+    sweep-plot    a score against a swept setting, from an experiment's results.csv
+    analyze       attention heatmaps (PNG) and statistics of a checkpoint
+    gate          SA-NMT's syntactic gate per target token and POS (Fig. 6)
+    demo          the embedded default: synth -> prepare -> train on CPU -> BLEU
+
+Every command takes ``--user-dir DIR`` (mechanisms and features of your own, :mod:`structnmt.plugins`).
 """
 
 from __future__ import annotations
@@ -74,6 +83,22 @@ def cmd_synth(args) -> int:
     return 0
 
 
+def _parser_synth(sub) -> None:
+    s = sub.add_parser("synth", help="write the synthetic syntactic-transduction corpus")
+    s.add_argument("--out", default="data/synth")
+    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--n-train", type=int, default=20000)
+    s.add_argument("--n-valid", type=int, default=500)
+    s.add_argument("--n-test", type=int, default=500)
+    s.add_argument("--generalization", action="store_true",
+                   help="the structural generalization benchmark: training without the held-out structures, "
+                        "plus attraction2-4, depth2-3, length and recombination test splits (docs/generalization.md)")
+    s.add_argument("--n-gen", type=int, default=500, help="sentences per held-out split (--generalization)")
+    s.add_argument("--train-max-len", type=int, default=20,
+                   help="longest training sentence in words; the length split is longer (--generalization)")
+    s.set_defaults(func=cmd_synth)
+
+
 def cmd_prepare(args) -> int:
     from .data.prepare import PrepareConfig, prepare
     from .syntax.parsers import ParserConfig
@@ -98,6 +123,39 @@ def cmd_prepare(args) -> int:
     return 0
 
 
+def _parser_prepare(sub) -> None:
+    s = sub.add_parser("prepare", help="encode parallel text into a dataset directory")
+    s.add_argument("-s", "--source-lang", required=True)
+    s.add_argument("-t", "--target-lang", required=True)
+    s.add_argument("--trainpref", required=True, help="files {trainpref}.{lang}[.gz]")
+    s.add_argument("--validpref")
+    s.add_argument("--testpref", action="append", help="repeatable")
+    s.add_argument("--destdir", required=True)
+    s.add_argument("--vocab-size", type=_at_least(8), default=10000)
+    s.add_argument("--separate-vocab", action="store_true", help="one SentencePiece model per side")
+    s.add_argument("--tgt-vocab-size", type=_at_least(0), default=0, help="with --separate-vocab (0: --vocab-size)")
+    s.add_argument("--model-type", default="bpe", choices=["bpe", "unigram"])
+    s.add_argument("--lowercase", action="store_true",
+                   help="lowercase both sides before SentencePiece (as fairseq's Multi30k recipe); models trained on it "
+                        "lowercase what they translate; the references stay raw (score with --lc-tok)")
+    s.add_argument("--max-len", type=int, default=256,
+                   help="pairs with more pieces are dropped (train) or handled by --eval-too-long (valid/test), "
+                        "and counted")
+    s.add_argument("--eval-too-long", choices=["truncate", "drop"], default="truncate",
+                   help="valid/test pairs over --max-len: keep them with their pieces cut to --max-len (the raw text "
+                        "stays whole for BLEU; default) or drop them; either way counted")
+    s.add_argument("--parser", default="none", help="parse the source side: none | spacy | file | synthetic")
+    s.add_argument("--spacy-pipeline", default="en_core_web_sm", help="spaCy pipeline package (parser spacy)")
+    s.add_argument("--spacy-processes", type=_at_least(1), default=1, help="spaCy worker processes")
+    s.add_argument("--parse-dependency", help="parser file: CoNLL-U, may use {prefix} and {lang}")
+    s.add_argument("--parse-constituency", help="parser file: PTB trees one per line, may use {prefix} and {lang}")
+    s.add_argument("--conversion-style", choices=["hybrid", "flat", "xbar"], default="hybrid",
+                   help="constituency trees converted from dependency trees (spacy, or file without a PTB file): "
+                        "the conversion style (bracket F1 on the PTB sample in docs/syntax.md; default hybrid)")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_prepare)
+
+
 def cmd_train(args) -> int:
     from .config import load_config
     from .training import train
@@ -107,6 +165,17 @@ def cmd_train(args) -> int:
         cfg.train.progress = False
     train(cfg, allow_config_change=args.allow_config_change)
     return 0
+
+
+def _parser_train(sub) -> None:
+    s = sub.add_parser("train", help="train a model (use torchrun for several processes)")
+    s.add_argument("config")
+    s.add_argument("overrides", nargs="*", help="section.key=value, e.g. train.max_updates=1000")
+    s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--allow-config-change", action="store_true",
+                   help="resume even though the config differs from the saved one in more than budget, logging, "
+                        "threads and device (the differing keys are printed)")
+    s.set_defaults(func=cmd_train)
 
 
 def _read_input(path: str | None) -> list[str]:
@@ -145,6 +214,38 @@ def cmd_translate(args) -> int:
         return _translate_with(tr, args)
     finally:
         tr.close()
+
+
+def _parser_translate(sub) -> None:
+    s = sub.add_parser("translate", help="translate text with a checkpoint")
+    s.add_argument("--checkpoint", required=True,
+                   help="a checkpoint, or a directory written by `structnmt export` (translates with CTranslate2)")
+    s.add_argument("--input", help="file (.gz ok) or - for standard input (default)")
+    s.add_argument("--output", help="default: standard output")
+    s.add_argument("--data", help="prepared dataset dir holding the vocabularies (default: the one in the checkpoint)")
+    s.add_argument("--beam", type=int)
+    s.add_argument("--lenpen", type=float)
+    s.add_argument("--max-len-a", type=float)
+    s.add_argument("--max-len-b", type=int)
+    s.add_argument("--nbest", type=int)
+    s.add_argument("--batch-size", type=int)
+    s.add_argument("--greedy", action="store_true")
+    s.add_argument("--dtype", choices=["float32", "bfloat16", "int8"],
+                   help="number format of the decoder (default: the checkpoint's decode.dtype, float32); bfloat16 "
+                        "and int8 (linear layers in 8-bit integers, CPU only) are for plain Transformers and not "
+                        "bit-identical; bfloat16 is faster only where the CPU's bfloat16 arithmetic is "
+                        "(benchmarks/README.md)")
+    s.add_argument("--too-long", choices=["empty", "truncate"], default="empty",
+                   help="a line longer than the model's positions: empty output (default) or translate its beginning; "
+                        "either way its line number is reported")
+    s.add_argument("--parse-dependency", help="pre-parsed input (CoNLL-U) for models prepared with parser 'file'")
+    s.add_argument("--parse-constituency", help="pre-parsed input (PTB) for models prepared with parser 'file'")
+    s.add_argument("--device", default="auto")
+    s.add_argument("--workers", type=int, default=1,
+                   help="CPU decoding processes, one thread each (default 1: this process, torch's threads); "
+                        "never more than the input has batches (--batch-size sentences each)")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_translate)
 
 
 def _translate_with(tr, args) -> int:
@@ -238,6 +339,16 @@ def cmd_export(args) -> int:
     return 0
 
 
+def _parser_export(sub) -> None:
+    s = sub.add_parser("export", help="export a plain Transformer checkpoint to CTranslate2 (fast CPU/GPU decoding)")
+    s.add_argument("--format", choices=["ctranslate2"], default="ctranslate2")
+    s.add_argument("--checkpoint", required=True)
+    s.add_argument("--out", required=True, help="a new directory (or an earlier export) for the CTranslate2 model")
+    s.add_argument("--quantization", choices=["int8", "int8_float32", "int16", "float16", "bfloat16"],
+                   help="store the weights quantized (default: float32, whose translations equal structnmt's)")
+    s.set_defaults(func=cmd_export)
+
+
 def cmd_average(args) -> int:
     from .train.average import average_checkpoints, last_checkpoints
 
@@ -255,6 +366,15 @@ def cmd_average(args) -> int:
     average_checkpoints(paths, args.output)
     print(f"average: {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) -> {args.output}")
     return 0
+
+
+def _parser_average(sub) -> None:
+    s = sub.add_parser("average", help="average checkpoints")
+    s.add_argument("--inputs", help="a save_dir: average its last --num numbered checkpoints")
+    s.add_argument("--num", type=int, default=10)
+    s.add_argument("--checkpoints", nargs="*", help="explicit checkpoint files instead of --inputs")
+    s.add_argument("--output", required=True)
+    s.set_defaults(func=cmd_average)
 
 
 def _score_systems(args, refs: list[str]) -> tuple[dict[str, list[list[str]]], str | None]:
@@ -322,6 +442,25 @@ def cmd_score(args) -> int:
     return 0
 
 
+def _parser_score(sub) -> None:
+    s = sub.add_parser("score", help="sacreBLEU BLEU/chrF with signatures; paired bootstrap or, with several "
+                       "runs per system, the seed-aware test")
+    s.add_argument("--hyp", action="append", nargs="+", required=True,
+                   help="a system's translations: one file, or one file per seed (--hyp A1 A2 A3); repeatable, the "
+                        "first system is the baseline")
+    s.add_argument("--ref", required=True)
+    s.add_argument("--lc-tok", action="store_true", help="also BLEU lowercased on Moses-tokenized text (fairseq Multi30k anchor); with --bootstrap "
+                        "the paired test runs on it too")
+    s.add_argument("--lang", default="en", help="target language for the Moses tokenizer")
+    s.add_argument("--bootstrap", type=int, default=0,
+                   help="bootstrap samples of the test (0 = off): sacreBLEU's paired bootstrap with one run per "
+                        "system; with several, the seed-aware test (docs/experiments.md)")
+    s.add_argument("--unescape", action="store_true",
+                   help="undo Moses' XML escapes (&apos; &quot; &amp; &#124; &lt; &gt; &#91; &#93;) in every hypothesis first, "
+                        "as for translations made on Moses-tokenized data (../shared/data/anchors); read BLEU (lc,tok) then")
+    s.set_defaults(func=cmd_score)
+
+
 def _bootstrap_lines(systems: dict, refs: list[str], metric: str, label: str, args) -> list[str]:
     from .evaluate.score import paired_bootstrap
 
@@ -357,12 +496,35 @@ def cmd_experiment(args) -> int:
     return 0
 
 
+def _parser_experiment(sub) -> None:
+    s = sub.add_parser("experiment", help="train, decode and score a grid of configs; write a results table")
+    s.add_argument("grid", help="grid YAML (see configs/grids/)")
+    s.add_argument("--out", help="output directory (default: the grid's out_dir)")
+    s.add_argument("--jobs", type=_at_least(1), default=1,
+                   help="train this many runs at once (default 1: one after the other, each run's speed measured "
+                        "alone); give each its share of the cores with train.threads=N")
+    s.add_argument("--report-only", action="store_true",
+                   help="train and decode nothing: write the report from the runs that have results (a grid still "
+                        "running, or runs trained on another machine and copied into the output directory)")
+    s.add_argument("overrides", nargs="*",
+                   help="grid keys (budget.max_updates=N, seeds=[1,2], evaluate.beam=4, grid.<key>=...) change the "
+                        "grid; other section.key=value items apply to every run's config")
+    s.set_defaults(func=cmd_experiment)
+
+
 def cmd_probe(args) -> int:
     from .analysis.probe import load_probe_config, run_probe
 
     report = run_probe(load_probe_config(args.config, args.overrides))
     print(f"probe: results in {report}")
     return 0
+
+
+def _parser_probe(sub) -> None:
+    s = sub.add_parser("probe", help="probing tasks (MG-SA sec. 4.2): Voice, Tense, TSS, SPC, POS")
+    s.add_argument("config", help="probe YAML (see configs/probe/)")
+    s.add_argument("overrides", nargs="*", help="section.key=value overrides")
+    s.set_defaults(func=cmd_probe)
 
 
 def cmd_tag(args) -> int:
@@ -374,6 +536,19 @@ def cmd_tag(args) -> int:
     return 0
 
 
+def _parser_tag(sub) -> None:
+    s = sub.add_parser("tag", help="POS tagging with an encoder-only Transformer (PhraseTransformer sec. 4.3, Table 2)")
+    s.add_argument("config", help="tag YAML (see configs/tag/)")
+    s.add_argument("--report-only", action="store_true",
+                   help="train nothing: write tag.md from the rows that finished and name the others")
+    s.add_argument("--row", dest="rows", action="append", metavar="NAME",
+                   help="train only the row of this name (repeatable); the report lists every finished row")
+    s.add_argument("--jobs", type=int, default=1,
+                   help="train this many rows at once, each in its own process (with train.threads=1 on 2 cores)")
+    s.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. train.epochs=5")
+    s.set_defaults(func=cmd_tag)
+
+
 def cmd_induce(args) -> int:
     from .induce import run_induce
 
@@ -382,6 +557,26 @@ def cmd_induce(args) -> int:
                          draw=args.draw, draw_max_words=args.draw_max_words)
     print(f"induce: wrote {', '.join(str(p) for p in written)}")
     return 0
+
+
+def _parser_induce(sub) -> None:
+    s = sub.add_parser("induce", help="induce dependency trees from a trained encoder and score them (SA-NMT sec. 6)")
+    s.add_argument("--checkpoint", required=True)
+    s.add_argument("--conllu", required=True, help="CoNLL-U sentences (.gz ok); scored when it has gold heads")
+    s.add_argument("--out", required=True, help="output directory (<stem>.induced.conllu, induce.md/json)")
+    s.add_argument("--scores", default="phi", choices=["phi", "beta", "log_beta"],
+                   help="what eq. 24 collapses: arc scores (default), marginals/weights, or their logs")
+    s.add_argument("--layer", type=_at_least(0), default=0,
+                   help="Transformer: the encoder layer whose attention is used (default: the first structured one)")
+    s.add_argument("--head", type=_at_least(0), default=0, help="the (structured) head whose arcs are used")
+    s.add_argument("--punct", default="reduce", choices=["reduce", "skip"],
+                   help="reduce: gold-PUNCT words removed from the sentence before extraction and scoring (default; "
+                        "the paper's baselines); skip: one tree over the whole sentence, PUNCT dependents not scored")
+    s.add_argument("--draw", type=_at_least(0), default=0,
+                   help="draw the first N sentences (Fig. 4: beta over head words; Fig. 5: the tree over the gold one)")
+    s.add_argument("--draw-max-words", type=_at_least(1), default=25, help="only sentences of at most this many words are drawn")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_induce)
 
 
 def cmd_induce_table(args) -> int:
@@ -414,6 +609,16 @@ def cmd_induce_table(args) -> int:
     return 0
 
 
+def _parser_induce_table(sub) -> None:
+    s = sub.add_parser("induce-table", help="Tables 3 and 4 (DA/UA, productions) of several induce outputs")
+    s.add_argument("runs", nargs="+", help="LABEL=DIR, DIR an `induce --out` directory (same gold file each)")
+    s.add_argument("--out", required=True, help="the Markdown file to write")
+    s.add_argument("--title", default="")
+    s.add_argument("--bleu", action="append", metavar="LABEL=NUMBER",
+                   help="a model's BLEU (repeatable): adds a BLEU column and the rank correlation of DA/UA with BLEU")
+    s.set_defaults(func=cmd_induce_table)
+
+
 def cmd_analyze(args) -> int:
     from .analysis.heatmaps import run_analyze
 
@@ -425,6 +630,21 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def _parser_analyze(sub) -> None:
+    s = sub.add_parser("analyze", help="attention maps (PNG) and attention statistics of a checkpoint")
+    s.add_argument("--checkpoint", required=True)
+    s.add_argument("--input", required=True, help="source sentences, one per line")
+    s.add_argument("--out", required=True, help="output directory for the PNGs and statistics")
+    s.add_argument("--sentences", type=_at_least(0), default=3, help="how many sentences to draw")
+    s.add_argument("--stats-sentences", type=_at_least(0), default=0,
+                   help="compute attention_stats.json / phrase_quadrants.md over this many sentences "
+                        "(default: the drawn ones); pictures stay the first --sentences")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    s.add_argument("--parse-dependency", help="pre-parsed input (CoNLL-U) for models prepared with parser 'file'")
+    s.add_argument("--parse-constituency", help="pre-parsed input (PTB) for models prepared with parser 'file'")
+    s.set_defaults(func=cmd_analyze)
+
+
 def cmd_gate(args) -> int:
     from .analysis.gate import run_gate
 
@@ -434,6 +654,24 @@ def cmd_gate(args) -> int:
                        progress=not args.no_progress)
     print(f"gate: wrote {', '.join(str(p) for p in written)}")
     return 0
+
+
+def _parser_gate(sub) -> None:
+    s = sub.add_parser("gate", help="SA-NMT's syntactic gate per target token and POS (sec. 5, eq. 23; PNG + tables)")
+    s.add_argument("--checkpoint", required=True, help="an SA-NMT / FA-NMT checkpoint (RNN family)")
+    s.add_argument("--input", required=True, help="source sentences, one per line (.gz ok)")
+    s.add_argument("--reference", help="their reference translations: also forced-decoded and analysed")
+    s.add_argument("--out", required=True, help="output directory (gate.md/json, gate_tokens.tsv, PNGs)")
+    s.add_argument("--beam", type=_at_least(1), default=5)
+    s.add_argument("--pos", default="hanta",
+                   help="target POS: hanta (German, STTS mapped to UPOS; pip install hanta), spacy:<pipeline>, none")
+    s.add_argument("--word-rule", default="max", choices=["max", "first"],
+                   help="a token's z from its pieces' (default: the maximum)")
+    s.add_argument("--max-sentences", type=_at_least(0), default=0, help="only the first N input lines (0: all)")
+    s.add_argument("--draw", type=_at_least(0), default=6, help="sentences drawn in gate_sentences.png (Fig. 6)")
+    s.add_argument("--batch-size", type=_at_least(1), default=64, help="sentences per forced-decoding batch")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_gate)
 
 
 def cmd_sweep_plot(args) -> int:
@@ -451,209 +689,7 @@ def cmd_sweep_plot(args) -> int:
     return 0
 
 
-def cmd_head_roles(args) -> int:
-    from .analysis.head_roles import compare_runs
-
-    written = compare_runs(args.runs, args.labels, args.out)
-    print(f"head-roles: wrote {', '.join(str(p) for p in written)}")
-    return 0
-
-
-def cmd_demo(args) -> int:
-    from .demo import run_demo
-
-    if args.minutes is not None and not args.minutes > 0:
-        return _err(f"--minutes {args.minutes}: give a training time above 0 minutes, e.g. --minutes 3.")
-    return run_demo(args.workdir, updates=args.updates, minutes=args.minutes or 0.0, seed=args.seed,
-                    overrides=args.overrides)
-
-
-# --------------------------------------------------------------------------- parser
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="structnmt", description="Structure-aware neural machine translation.",
-                                epilog="--debug (anywhere on the line) shows the traceback of an error.")
-    sub = p.add_subparsers(dest="command", required=True)
-
-    s = sub.add_parser("synth", help="write the synthetic syntactic-transduction corpus")
-    s.add_argument("--out", default="data/synth")
-    s.add_argument("--seed", type=int, default=1)
-    s.add_argument("--n-train", type=int, default=20000)
-    s.add_argument("--n-valid", type=int, default=500)
-    s.add_argument("--n-test", type=int, default=500)
-    s.add_argument("--generalization", action="store_true",
-                   help="the structural generalization benchmark: training without the held-out structures, "
-                        "plus attraction2-4, depth2-3, length and recombination test splits (docs/generalization.md)")
-    s.add_argument("--n-gen", type=int, default=500, help="sentences per held-out split (--generalization)")
-    s.add_argument("--train-max-len", type=int, default=20,
-                   help="longest training sentence in words; the length split is longer (--generalization)")
-    s.set_defaults(func=cmd_synth)
-
-    s = sub.add_parser("prepare", help="encode parallel text into a dataset directory")
-    s.add_argument("-s", "--source-lang", required=True)
-    s.add_argument("-t", "--target-lang", required=True)
-    s.add_argument("--trainpref", required=True, help="files {trainpref}.{lang}[.gz]")
-    s.add_argument("--validpref")
-    s.add_argument("--testpref", action="append", help="repeatable")
-    s.add_argument("--destdir", required=True)
-    s.add_argument("--vocab-size", type=_at_least(8), default=10000)
-    s.add_argument("--separate-vocab", action="store_true", help="one SentencePiece model per side")
-    s.add_argument("--tgt-vocab-size", type=_at_least(0), default=0, help="with --separate-vocab (0: --vocab-size)")
-    s.add_argument("--model-type", default="bpe", choices=["bpe", "unigram"])
-    s.add_argument("--lowercase", action="store_true",
-                   help="lowercase both sides before SentencePiece (as fairseq's Multi30k recipe); models trained on it "
-                        "lowercase what they translate; the references stay raw (score with --lc-tok)")
-    s.add_argument("--max-len", type=int, default=256,
-                   help="pairs with more pieces are dropped (train) or handled by --eval-too-long (valid/test), "
-                        "and counted")
-    s.add_argument("--eval-too-long", choices=["truncate", "drop"], default="truncate",
-                   help="valid/test pairs over --max-len: keep them with their pieces cut to --max-len (the raw text "
-                        "stays whole for BLEU; default) or drop them; either way counted")
-    s.add_argument("--parser", default="none", help="parse the source side: none | spacy | file | synthetic")
-    s.add_argument("--spacy-pipeline", default="en_core_web_sm", help="spaCy pipeline package (parser spacy)")
-    s.add_argument("--spacy-processes", type=_at_least(1), default=1, help="spaCy worker processes")
-    s.add_argument("--parse-dependency", help="parser file: CoNLL-U, may use {prefix} and {lang}")
-    s.add_argument("--parse-constituency", help="parser file: PTB trees one per line, may use {prefix} and {lang}")
-    s.add_argument("--conversion-style", choices=["hybrid", "flat", "xbar"], default="hybrid",
-                   help="constituency trees converted from dependency trees (spacy, or file without a PTB file): "
-                        "the conversion style (bracket F1 on the PTB sample in docs/syntax.md; default hybrid)")
-    s.add_argument("--no-progress", action="store_true")
-    s.set_defaults(func=cmd_prepare)
-
-    s = sub.add_parser("train", help="train a model (use torchrun for several processes)")
-    s.add_argument("config")
-    s.add_argument("overrides", nargs="*", help="section.key=value, e.g. train.max_updates=1000")
-    s.add_argument("--no-progress", action="store_true")
-    s.add_argument("--allow-config-change", action="store_true",
-                   help="resume even though the config differs from the saved one in more than budget, logging, "
-                        "threads and device (the differing keys are printed)")
-    s.set_defaults(func=cmd_train)
-
-    s = sub.add_parser("translate", help="translate text with a checkpoint")
-    s.add_argument("--checkpoint", required=True,
-                   help="a checkpoint, or a directory written by `structnmt export` (translates with CTranslate2)")
-    s.add_argument("--input", help="file (.gz ok) or - for standard input (default)")
-    s.add_argument("--output", help="default: standard output")
-    s.add_argument("--data", help="prepared dataset dir holding the vocabularies (default: the one in the checkpoint)")
-    s.add_argument("--beam", type=int)
-    s.add_argument("--lenpen", type=float)
-    s.add_argument("--max-len-a", type=float)
-    s.add_argument("--max-len-b", type=int)
-    s.add_argument("--nbest", type=int)
-    s.add_argument("--batch-size", type=int)
-    s.add_argument("--greedy", action="store_true")
-    s.add_argument("--dtype", choices=["float32", "bfloat16", "int8"],
-                   help="number format of the decoder (default: the checkpoint's decode.dtype, float32); bfloat16 "
-                        "and int8 (linear layers in 8-bit integers, CPU only) are for plain Transformers and not "
-                        "bit-identical; bfloat16 is faster only where the CPU's bfloat16 arithmetic is "
-                        "(benchmarks/README.md)")
-    s.add_argument("--too-long", choices=["empty", "truncate"], default="empty",
-                   help="a line longer than the model's positions: empty output (default) or translate its beginning; "
-                        "either way its line number is reported")
-    s.add_argument("--parse-dependency", help="pre-parsed input (CoNLL-U) for models prepared with parser 'file'")
-    s.add_argument("--parse-constituency", help="pre-parsed input (PTB) for models prepared with parser 'file'")
-    s.add_argument("--device", default="auto")
-    s.add_argument("--workers", type=int, default=1,
-                   help="CPU decoding processes, one thread each (default 1: this process, torch's threads); "
-                        "never more than the input has batches (--batch-size sentences each)")
-    s.add_argument("--no-progress", action="store_true")
-    s.set_defaults(func=cmd_translate)
-
-    s = sub.add_parser("export", help="export a plain Transformer checkpoint to CTranslate2 (fast CPU/GPU decoding)")
-    s.add_argument("--format", choices=["ctranslate2"], default="ctranslate2")
-    s.add_argument("--checkpoint", required=True)
-    s.add_argument("--out", required=True, help="a new directory (or an earlier export) for the CTranslate2 model")
-    s.add_argument("--quantization", choices=["int8", "int8_float32", "int16", "float16", "bfloat16"],
-                   help="store the weights quantized (default: float32, whose translations equal structnmt's)")
-    s.set_defaults(func=cmd_export)
-
-    s = sub.add_parser("average", help="average checkpoints")
-    s.add_argument("--inputs", help="a save_dir: average its last --num numbered checkpoints")
-    s.add_argument("--num", type=int, default=10)
-    s.add_argument("--checkpoints", nargs="*", help="explicit checkpoint files instead of --inputs")
-    s.add_argument("--output", required=True)
-    s.set_defaults(func=cmd_average)
-
-    s = sub.add_parser("score", help="sacreBLEU BLEU/chrF with signatures; paired bootstrap or, with several "
-                       "runs per system, the seed-aware test")
-    s.add_argument("--hyp", action="append", nargs="+", required=True,
-                   help="a system's translations: one file, or one file per seed (--hyp A1 A2 A3); repeatable, the "
-                        "first system is the baseline")
-    s.add_argument("--ref", required=True)
-    s.add_argument("--lc-tok", action="store_true", help="also BLEU lowercased on Moses-tokenized text (fairseq Multi30k anchor); with --bootstrap "
-                        "the paired test runs on it too")
-    s.add_argument("--lang", default="en", help="target language for the Moses tokenizer")
-    s.add_argument("--bootstrap", type=int, default=0,
-                   help="bootstrap samples of the test (0 = off): sacreBLEU's paired bootstrap with one run per "
-                        "system; with several, the seed-aware test (docs/experiments.md)")
-    s.add_argument("--unescape", action="store_true",
-                   help="undo Moses' XML escapes (&apos; &quot; &amp; &#124; &lt; &gt; &#91; &#93;) in every hypothesis first, "
-                        "as for translations made on Moses-tokenized data (../shared/data/anchors); read BLEU (lc,tok) then")
-    s.set_defaults(func=cmd_score)
-
-    s = sub.add_parser("experiment", help="train, decode and score a grid of configs; write a results table")
-    s.add_argument("grid", help="grid YAML (see configs/grids/)")
-    s.add_argument("--out", help="output directory (default: the grid's out_dir)")
-    s.add_argument("--jobs", type=_at_least(1), default=1,
-                   help="train this many runs at once (default 1: one after the other, each run's speed measured "
-                        "alone); give each its share of the cores with train.threads=N")
-    s.add_argument("--report-only", action="store_true",
-                   help="train and decode nothing: write the report from the runs that have results (a grid still "
-                        "running, or runs trained on another machine and copied into the output directory)")
-    s.add_argument("overrides", nargs="*",
-                   help="grid keys (budget.max_updates=N, seeds=[1,2], evaluate.beam=4, grid.<key>=...) change the "
-                        "grid; other section.key=value items apply to every run's config")
-    s.set_defaults(func=cmd_experiment)
-
-    s = sub.add_parser("probe", help="probing tasks (MG-SA sec. 4.2): Voice, Tense, TSS, SPC, POS")
-    s.add_argument("config", help="probe YAML (see configs/probe/)")
-    s.add_argument("overrides", nargs="*", help="section.key=value overrides")
-    s.set_defaults(func=cmd_probe)
-
-    s = sub.add_parser("tag", help="POS tagging with an encoder-only Transformer (PhraseTransformer sec. 4.3, Table 2)")
-    s.add_argument("config", help="tag YAML (see configs/tag/)")
-    s.add_argument("--report-only", action="store_true",
-                   help="train nothing: write tag.md from the rows that finished and name the others")
-    s.add_argument("--row", dest="rows", action="append", metavar="NAME",
-                   help="train only the row of this name (repeatable); the report lists every finished row")
-    s.add_argument("--jobs", type=int, default=1,
-                   help="train this many rows at once, each in its own process (with train.threads=1 on 2 cores)")
-    s.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. train.epochs=5")
-    s.set_defaults(func=cmd_tag)
-
-    s = sub.add_parser("induce", help="induce dependency trees from a trained encoder and score them (SA-NMT sec. 6)")
-    s.add_argument("--checkpoint", required=True)
-    s.add_argument("--conllu", required=True, help="CoNLL-U sentences (.gz ok); scored when it has gold heads")
-    s.add_argument("--out", required=True, help="output directory (<stem>.induced.conllu, induce.md/json)")
-    s.add_argument("--scores", default="phi", choices=["phi", "beta", "log_beta"],
-                   help="what eq. 24 collapses: arc scores (default), marginals/weights, or their logs")
-    s.add_argument("--layer", type=_at_least(0), default=0,
-                   help="Transformer: the encoder layer whose attention is used (default: the first structured one)")
-    s.add_argument("--head", type=_at_least(0), default=0, help="the (structured) head whose arcs are used")
-    s.add_argument("--punct", default="reduce", choices=["reduce", "skip"],
-                   help="reduce: gold-PUNCT words removed from the sentence before extraction and scoring (default; "
-                        "the paper's baselines); skip: one tree over the whole sentence, PUNCT dependents not scored")
-    s.add_argument("--draw", type=_at_least(0), default=0,
-                   help="draw the first N sentences (Fig. 4: beta over head words; Fig. 5: the tree over the gold one)")
-    s.add_argument("--draw-max-words", type=_at_least(1), default=25, help="only sentences of at most this many words are drawn")
-    s.add_argument("--no-progress", action="store_true")
-    s.set_defaults(func=cmd_induce)
-
-    s = sub.add_parser("induce-table", help="Tables 3 and 4 (DA/UA, productions) of several induce outputs")
-    s.add_argument("runs", nargs="+", help="LABEL=DIR, DIR an `induce --out` directory (same gold file each)")
-    s.add_argument("--out", required=True, help="the Markdown file to write")
-    s.add_argument("--title", default="")
-    s.add_argument("--bleu", action="append", metavar="LABEL=NUMBER",
-                   help="a model's BLEU (repeatable): adds a BLEU column and the rank correlation of DA/UA with BLEU")
-    s.set_defaults(func=cmd_induce_table)
-
-    s = sub.add_parser("head-roles", help="redundant encoder heads (RHE) over training, compared across runs (PNG + table)")
-    s.add_argument("runs", nargs="+", help="save_dirs of runs trained with train.head_roles=true")
-    s.add_argument("--labels", nargs="*", help="one label per run (default: the directory names)")
-    s.add_argument("--out", required=True, help="output directory for head_roles.png and head_roles.md")
-    s.set_defaults(func=cmd_head_roles)
-
+def _parser_sweep_plot(sub) -> None:
     s = sub.add_parser("sweep-plot", help="a score against a swept setting from an experiment's results.csv "
                                           "(RHE Fig. 4, Table 3)")
     s.add_argument("results", help="the runner's results.csv")
@@ -668,35 +704,36 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="PNG path; the numbers go to the same path with .md")
     s.set_defaults(func=cmd_sweep_plot)
 
-    s = sub.add_parser("analyze", help="attention maps (PNG) and attention statistics of a checkpoint")
-    s.add_argument("--checkpoint", required=True)
-    s.add_argument("--input", required=True, help="source sentences, one per line")
-    s.add_argument("--out", required=True, help="output directory for the PNGs and statistics")
-    s.add_argument("--sentences", type=_at_least(0), default=3, help="how many sentences to draw")
-    s.add_argument("--stats-sentences", type=_at_least(0), default=0,
-                   help="compute attention_stats.json / phrase_quadrants.md over this many sentences "
-                        "(default: the drawn ones); pictures stay the first --sentences")
-    s.add_argument("--no-progress", action="store_true", help="no progress bar")
-    s.add_argument("--parse-dependency", help="pre-parsed input (CoNLL-U) for models prepared with parser 'file'")
-    s.add_argument("--parse-constituency", help="pre-parsed input (PTB) for models prepared with parser 'file'")
-    s.set_defaults(func=cmd_analyze)
 
-    s = sub.add_parser("gate", help="SA-NMT's syntactic gate per target token and POS (sec. 5, eq. 23; PNG + tables)")
-    s.add_argument("--checkpoint", required=True, help="an SA-NMT / FA-NMT checkpoint (RNN family)")
-    s.add_argument("--input", required=True, help="source sentences, one per line (.gz ok)")
-    s.add_argument("--reference", help="their reference translations: also forced-decoded and analysed")
-    s.add_argument("--out", required=True, help="output directory (gate.md/json, gate_tokens.tsv, PNGs)")
-    s.add_argument("--beam", type=_at_least(1), default=5)
-    s.add_argument("--pos", default="hanta",
-                   help="target POS: hanta (German, STTS mapped to UPOS; pip install hanta), spacy:<pipeline>, none")
-    s.add_argument("--word-rule", default="max", choices=["max", "first"],
-                   help="a token's z from its pieces' (default: the maximum)")
-    s.add_argument("--max-sentences", type=_at_least(0), default=0, help="only the first N input lines (0: all)")
-    s.add_argument("--draw", type=_at_least(0), default=6, help="sentences drawn in gate_sentences.png (Fig. 6)")
-    s.add_argument("--batch-size", type=_at_least(1), default=64, help="sentences per forced-decoding batch")
-    s.add_argument("--no-progress", action="store_true")
-    s.set_defaults(func=cmd_gate)
+def cmd_head_roles(args) -> int:
+    from .analysis.head_roles import compare_runs
 
+    written = compare_runs(args.runs, args.labels, args.out)
+    print(f"head-roles: wrote {', '.join(str(p) for p in written)}")
+    return 0
+
+
+def _parser_head_roles(sub) -> None:
+    s = sub.add_parser("head-roles", help="redundant encoder heads (RHE) over training, compared across runs (PNG + table)")
+    s.add_argument("runs", nargs="+", help="save_dirs of runs trained with train.head_roles=true")
+    s.add_argument("--labels", nargs="*", help="one label per run (default: the directory names)")
+    s.add_argument("--out", required=True, help="output directory for head_roles.png and head_roles.md")
+    s.set_defaults(func=cmd_head_roles)
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    if args.minutes is not None and not args.minutes > 0:
+        return _err(f"--minutes {args.minutes}: give a training time above 0 minutes, e.g. --minutes 3.")
+    return run_demo(args.workdir, updates=args.updates, minutes=args.minutes or 0.0, seed=args.seed,
+                    overrides=args.overrides)
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def _parser_demo(sub) -> None:
     s = sub.add_parser("demo", help="train a small model on the synthetic task and report BLEU")
     s.add_argument("--workdir", default="runs/demo")
     s.add_argument("--updates", type=_at_least(1), default=None,
@@ -708,6 +745,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("overrides", nargs="*", help="config overrides, e.g. model.encoder_layers=2")
     s.set_defaults(func=cmd_demo)
+
+
+#: every command's parser, in the order of `structnmt -h` (each lives beside its command)
+PARSERS = (
+    _parser_synth, _parser_prepare, _parser_train, _parser_translate, _parser_export,
+    _parser_average, _parser_score, _parser_experiment, _parser_probe, _parser_tag, _parser_induce,
+    _parser_induce_table, _parser_head_roles, _parser_sweep_plot, _parser_analyze, _parser_gate,
+    _parser_demo,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="structnmt", description="Structure-aware neural machine translation.",
+                                epilog="--debug (anywhere on the line) shows the traceback of an error.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for add_parser in PARSERS:
+        add_parser(sub)
     for command in sub.choices.values():  # fairseq's --user-dir: mechanisms and features of your own
         command.add_argument("--user-dir", action="append", default=[], metavar="DIR",
                              help="import mechanisms and structure features from DIR (a package, a folder of "

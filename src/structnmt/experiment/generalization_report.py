@@ -124,16 +124,7 @@ def generalization_section(grid: GridConfig, results: dict, out) -> list[str]:
         for n in names:
             res = [results[(n, s)]["benchmark"][split] for s in seeds_of(grid, results, n)]
             cells = {k: _mean_std([r[k] for r in res]) for k in ("bleu", "exact", "agreement", "verb_final")}
-            by_att = {}
-            for r in res:
-                for k, (c, t) in r["agreement_by_attractors"].items():
-                    by_att.setdefault(k, [0, 0])
-                    by_att[k][0] += c
-                    by_att[k][1] += t
-            att = ", ".join(f"{k}: {100 * c / t:.0f}%" for k, (c, t) in sorted(by_att.items(), key=lambda kv: int(kv[0])))
-            by_dist = _pool([r.get("agreement_by_distance", {}) for r in res])
-            dist = ", ".join(f"{k}: {100 * c / t:.0f}%" for k, (c, t) in
-                             sorted(by_dist.items(), key=lambda kv: int(kv[0].split("-")[0].rstrip("+"))))
+            att, dist = _agreement_cells(res)
             if n == base:
                 p_bleu = p_agr = p_vf = "—"
             else:
@@ -168,6 +159,22 @@ def generalization_section(grid: GridConfig, results: dict, out) -> list[str]:
     return (head + ["Agreement accuracy (%) per split, mean over seeds (every split's means and standard deviations: "
                     "`generalization.csv`):", ""] + summary + [""]
             + ["![agreement by attractors](agreement_by_attractors.png)", ""] + lines)
+
+
+def _agreement_cells(res: list[dict]) -> tuple[str, str]:
+    """The table's agreement cells of one system on one split, pooled over its seeds: by the number of
+    attractors ("0: 98%, 1: 91%, ...") and by the subject-verb distance in words."""
+    by_att: dict[str, list[int]] = {}
+    for r in res:
+        for k, (c, t) in r["agreement_by_attractors"].items():
+            by_att.setdefault(k, [0, 0])
+            by_att[k][0] += c
+            by_att[k][1] += t
+    att = ", ".join(f"{k}: {100 * c / t:.0f}%" for k, (c, t) in sorted(by_att.items(), key=lambda kv: int(kv[0])))
+    by_dist = _pool([r.get("agreement_by_distance", {}) for r in res])
+    dist = ", ".join(f"{k}: {100 * c / t:.0f}%" for k, (c, t) in
+                     sorted(by_dist.items(), key=lambda kv: int(kv[0].split("-")[0].rstrip("+"))))
+    return att, dist
 
 
 #: buckets with fewer probes than this (per system, all splits and seeds) are not drawn

@@ -315,19 +315,12 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
                                                            grid.seeds))
     report.write_with("learning_curves.png", lambda tmp: plot_learning_curves(grid, results, tmp))
     report.write_with("ngram_gain.png", lambda tmp: plot_ngram_gain(grid, results, tmp))
-    # the hardware the runs were decoded on (recorded in result.json), else this machine's
-    recorded = [r["hardware"] for r in results.values() if r.get("hardware")]
-    hw = recorded[0] if recorded else hardware()
-    where = ("recorded by the runs" if recorded and all(h == hw for h in recorded) else
-             "runs recorded different machines: see result.json" if recorded else
-             "this machine (the runs recorded none)")
     seed0 = grid.seeds[0]
     first = results[(grid.baseline, seed0)]
     bleu_name = "BLEU (lc,tok)" if ev.lc_tok else "BLEU"
     sig_key = "bleu_lc_tok_signature" if ev.lc_tok else "bleu_signature"
-    threads = sorted({c.train.threads for c in configs.values()})
-    devices = sorted({r["train_device"] for r in results.values()})
-    mem_kind = ("peak GPU memory allocated by the training process" if "cuda" in devices
+    mem_kind = ("peak GPU memory allocated by the training process" if any(r["train_device"] == "cuda" for r in
+                                                                           results.values())
                 else "peak resident memory (RSS) of the training process")
     n_seeds = max(len(seeds_of(grid, results, r.name)) for r in grid.runs)
     main_rows, main_info = tables[ev.split]
@@ -348,10 +341,7 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
         f"length penalty {ev.lenpen:g}.",
         f"- **Scores**: {bleu_name} `{first[sig_key]}`; chrF `{first['chrf_signature']}`"
         + (f"; BLEU `{first['bleu_signature']}`" if ev.lc_tok else "") + ".",
-        f"- **Hardware**: {hw['platform']}; CPU {hw['cpu'] or 'unknown'} ({hw['cpu_count']} logical CPUs); "
-        f"GPU {hw['gpu'] or 'none'}; training device {', '.join(devices)}; torch {hw['torch']}, "
-        f"Python {hw['python']}; train.threads {', '.join(str(t) for t in threads)}"
-        + (f"; OMP_NUM_THREADS={hw['omp_num_threads']}" if hw["omp_num_threads"] else "") + f" ({where}).",
+        _hardware_line(results, configs),
         f"- **Command**: `{command}`",
         f"- **Date**: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
         "",
@@ -382,6 +372,22 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
 
         lines += ["", *generalization_section(grid, results, report)]
     return report.write_text("results.md", "\n".join(lines) + "\n")
+
+
+def _hardware_line(results: dict, configs: dict[tuple[str, int], Config]) -> str:
+    """The report's hardware bullet: the machine the runs were decoded on (recorded in result.json), else
+    this machine's; the training devices and threads of the runs."""
+    recorded = [r["hardware"] for r in results.values() if r.get("hardware")]
+    hw = recorded[0] if recorded else hardware()
+    where = ("recorded by the runs" if recorded and all(h == hw for h in recorded) else
+             "runs recorded different machines: see result.json" if recorded else
+             "this machine (the runs recorded none)")
+    threads = sorted({c.train.threads for c in configs.values()})
+    devices = sorted({r["train_device"] for r in results.values()})
+    return (f"- **Hardware**: {hw['platform']}; CPU {hw['cpu'] or 'unknown'} ({hw['cpu_count']} logical CPUs); "
+            f"GPU {hw['gpu'] or 'none'}; training device {', '.join(devices)}; torch {hw['torch']}, "
+            f"Python {hw['python']}; train.threads {', '.join(str(t) for t in threads)}"
+            + (f"; OMP_NUM_THREADS={hw['omp_num_threads']}" if hw["omp_num_threads"] else "") + f" ({where}).")
 
 
 #: the report files of an experiment's output directory (the runs live in its runs/ folder)

@@ -58,6 +58,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -337,40 +338,66 @@ def main() -> None:
     print(f"# bench_fairseq {datetime.date.today()} {platform.machine()} {cpu_name()}, {os.cpu_count()} cores{gpu}, "
           f"{args.threads} thread(s), {args.updates} updates x {args.rounds} rounds each, data {args.data}"
           + (" (decoding only: the models of an earlier run)" if args.decode_only else ""))
-    print("| measure | fairseq 0.12 | structnmt | ratio structnmt / fairseq |")
-    print("|---|---|---|---|")
-    if fs_rates:
-        fs, sn = statistics.median(fs_rates), statistics.median(sn_rates)
-        print(f"| training target tok/s (median), 1 process x {args.threads} threads | {fs:.0f} | {sn:.0f} | "
-              f"{sn / fs:.2f} |")
-    if fs_mp:
-        fm, sm = statistics.median(fs_mp), statistics.median(sn_mp)
-        n = args.processes
-        print(f"| training target tok/s (median), {n} processes x 1 thread, {4096 // n} tokens each | {fm:.0f} | "
-              f"{sm:.0f} | {sm / fm:.2f} |")
-        print(f"| training: structnmt {n} processes x 1 thread against fairseq 1 process x {args.threads} threads "
-              f"| {fs:.0f} | {sm:.0f} | {sm / fs:.2f} |")
-    for label, (rate, _) in sn.items():
+    measured = Measured(threads=args.threads, processes=args.processes, fs_rates=fs_rates, sn_rates=sn_rates,
+                        fs_mp=fs_mp, sn_mp=sn_mp, fs_dec=fs_dec, fs_tokens=fs_tokens, sn_dec=sn, modes=modes,
+                        ct2_dec=ct2_dec)
+    print("\n".join(report_lines(measured)))
+
+
+@dataclass
+class Measured:
+    """What one run of the benchmark measured (training rates per round, decoding rates and output tokens)."""
+
+    threads: int
+    processes: int
+    fs_rates: list[float]  # fairseq training, target tokens/s per round (1 process x threads)
+    sn_rates: list[float]  # structnmt, the same
+    fs_mp: list[float]  # fairseq, `processes` processes x 1 thread
+    sn_mp: list[float]
+    fs_dec: float  # fairseq-generate sentences/s
+    fs_tokens: int  # its output tokens
+    sn_dec: dict[str, tuple[float, float]]  # structnmt decoding mode label -> (sentences/s, output tokens)
+    modes: dict[str, tuple[int, str, int]]  # label -> (threads, dtype, workers)
+    ct2_dec: dict[str, float]  # CTranslate2 export quantization -> sentences/s
+
+
+def report_lines(m: Measured) -> list[str]:
+    """The benchmark's Markdown table (and its per-round line) from what it measured."""
+    lines = ["| measure | fairseq 0.12 | structnmt | ratio structnmt / fairseq |", "|---|---|---|---|"]
+    if m.fs_rates:
+        fs, sn = statistics.median(m.fs_rates), statistics.median(m.sn_rates)
+        lines.append(f"| training target tok/s (median), 1 process x {m.threads} threads | {fs:.0f} | {sn:.0f} | "
+                     f"{sn / fs:.2f} |")
+    if m.fs_mp:
+        fm, sm = statistics.median(m.fs_mp), statistics.median(m.sn_mp)
+        n = m.processes
+        lines.append(f"| training target tok/s (median), {n} processes x 1 thread, {4096 // n} tokens each | "
+                     f"{fm:.0f} | {sm:.0f} | {sm / fm:.2f} |")
+        if m.fs_rates:
+            lines.append(f"| training: structnmt {n} processes x 1 thread against fairseq 1 process x {m.threads} "
+                         f"threads | {fs:.0f} | {sm:.0f} | {sm / fs:.2f} |")
+    for label, (rate, _) in m.sn_dec.items():
         name = "decoding sentences/s (beam 5, batch 128)" if not label else f"decoding sentences/s, structnmt{label}"
-        print(f"| {name} | {fs_dec:.1f} | {rate:.1f} | {rate / fs_dec:.2f} |")
-    for label, (_, tokens) in sn.items():
-        _, dtype, workers = modes[label]
+        lines.append(f"| {name} | {m.fs_dec:.1f} | {rate:.1f} | {rate / m.fs_dec:.2f} |")
+    for label, (_, tokens) in m.sn_dec.items():
+        _, dtype, workers = m.modes[label]
         if workers > 1:  # the same translations as one process of the same dtype, or a warning
-            one = next(sn[other][1] for other, mode in modes.items() if mode[1:] == (dtype, 1))
+            one = next(m.sn_dec[other][1] for other, mode in m.modes.items() if mode[1:] == (dtype, 1))
             if tokens != one:
-                print(f"WARNING: structnmt{label} wrote {tokens:.0f} output tokens, one process {one:.0f}")
+                lines.append(f"WARNING: structnmt{label} wrote {tokens:.0f} output tokens, one process {one:.0f}")
             continue
         name = ("output tokens (EOS included; decoding speeds compare only where these are alike)" if not label
                 else f"output tokens, structnmt{label}")
-        print(f"| {name} | {fs_tokens} | {tokens:.0f} | {tokens / fs_tokens:.2f} |")
-    for quant, rate in ct2_dec.items():
-        print(f"| decoding sentences/s, structnmt's CTranslate2 export ({'float32' if quant == 'none' else quant}) | "
-              f"{fs_dec:.1f} | {rate:.1f} | {rate / fs_dec:.2f} |")
-    if fs_rates:
-        print(f"(per round: fairseq {', '.join(f'{x:.0f}' for x in fs_rates)}; "
-              f"structnmt {', '.join(f'{x:.0f}' for x in sn_rates)} target tok/s"
-              + (f"; {args.processes} processes: fairseq {', '.join(f'{x:.0f}' for x in fs_mp)}, structnmt "
-                 f"{', '.join(f'{x:.0f}' for x in sn_mp)}" if fs_mp else "") + ")")
+        lines.append(f"| {name} | {m.fs_tokens} | {tokens:.0f} | {tokens / m.fs_tokens:.2f} |")
+    for quant, rate in m.ct2_dec.items():
+        lines.append(f"| decoding sentences/s, structnmt's CTranslate2 export "
+                     f"({'float32' if quant == 'none' else quant}) | {m.fs_dec:.1f} | {rate:.1f} | {rate / m.fs_dec:.2f} |")
+    if m.fs_rates:
+        lines.append(f"(per round: fairseq {', '.join(f'{x:.0f}' for x in m.fs_rates)}; "
+                     f"structnmt {', '.join(f'{x:.0f}' for x in m.sn_rates)} target tok/s"
+                     + (f"; {m.processes} processes: fairseq {', '.join(f'{x:.0f}' for x in m.fs_mp)}, structnmt "
+                        f"{', '.join(f'{x:.0f}' for x in m.sn_mp)}" if m.fs_mp else "") + ")")
+    return lines
 
 
 if __name__ == "__main__":

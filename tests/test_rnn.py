@@ -224,9 +224,9 @@ def test_bad_rnn_options():
 
 def test_halve_on_rise_schedule(synth_data, tmp_path, monkeypatch):
     """SA-NMT §4.3: constant lr after the warm-up, halved each time the validation perplexity rises."""
+    import structnmt.train.trainer as trainer_module
     from structnmt.config import Config, DataConfig, TrainConfig
     from structnmt.train.schedule import halve_on_rise_lr
-    import structnmt.train.trainer as trainer_module
     from structnmt.train.trainer import Trainer
 
     assert halve_on_rise_lr(5, lr=1e-3, warmup=10, scale=1.0, warmup_init_lr=0.0) == pytest.approx(5e-4)

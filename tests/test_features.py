@@ -339,13 +339,13 @@ def test_lpea_rule2_literal_reading_differs_only_when_a_later_word_has_the_large
         N("S", 0, 3, N("NP", 0, 2, N("DT", 0, 1), N("NN", 1, 2)), N("VP", 2, 3, N("VBD", 2, 3))),
     )
     sym = local_phrases(t, "rule2")
-    lit = local_phrases(t, "rule2", literal_j_lt_i=True)
+    lit = local_phrases(t, "rule2_literal")
     assert sym[0, 2] and sym[2, 0]
     assert (
         lit[2, 0] and not lit[0, 2]
     )  # Rule 2 as written only copies from earlier x_j to later x_i
     assert (
-        local_phrases(bush_tree(), "rule2", literal_j_lt_i=True)
+        local_phrases(bush_tree(), "rule2_literal")
         == local_phrases(bush_tree(), "rule2")
     ).all()
 
@@ -546,3 +546,17 @@ def test_piece_level_ngram_hypernodes():
     assert spans == [(0, 2), (1, 3), (2, 4)] and adj.shape == (3, 4)
     spans_w, adj_w = FEATURES["ngram_hypernodes"](wop, k=2)
     assert spans_w == [(0, 2), (1, 3)] and adj_w[0].tolist() == [True, True, True, False]
+
+
+def test_lpea_of_the_converted_ud_parse_reproduces_fig_3_only_in_the_hybrid_style():
+    """LPEA reads constituency trees; with spaCy the dataset's come from its dependencies by head
+    projection. The UD parse of "Bush held a talk with Sharon" gives RHE Fig. 3's matrix under the
+    hybrid conversion (the default), not under flat or xbar (docs/rhe.md)."""
+    from structnmt.syntax.convert import dependency_to_constituency
+
+    dep = DependencyTree("Bush held a talk with Sharon".split(), [2, 0, 4, 2, 6, 2],
+                         ["nsubj", "root", "det", "obj", "case", "obl"], ["PROPN", "VERB", "DET", "NOUN", "ADP", "PROPN"])
+    fig3 = local_phrase_positions(bush_tree(), np.arange(6), 6)
+    same = {style: (local_phrase_positions(dependency_to_constituency(dep, style), np.arange(6), 6) == fig3).all()
+            for style in ("hybrid", "flat", "xbar")}
+    assert same == {"hybrid": True, "flat": False, "xbar": False}

@@ -626,3 +626,18 @@ def test_lpea_alone_needs_no_dependency_trees():
     assert DEP_MASK_KEY in build("rhe", {"enhancement": "lpea"}).required_structures()
     with pytest.raises(ConfigError, match="enhancement_options"):
         build("rhe", {"enhancement": "dea", "enhancement_options": {"k": 2}})
+
+
+def test_the_literal_reading_of_rule_2_is_an_lpea_option():
+    """`rule: rule2_literal` (Rule 2 only from an earlier to a later word) builds an RHE layer whose
+    LPEA positions are requested under that rule; an unknown rule is refused."""
+    from structnmt.config import ConfigError
+    from structnmt.nn.attention import AttentionDims, build_attention
+
+    dims = AttentionDims(d_model=16, heads=2, dropout=0.0, role="encoder_self", cache_key="enc.0.self")
+    rhe = build_attention("rhe", {"enhancement": "lpea", "heads": "all", "rule": "rule2_literal"}, dims)
+    specs = rhe.required_structures()
+    lpea = [s for s in specs.values() if s.feature == "lpea_positions"]
+    assert len(lpea) == 1 and lpea[0].params["rule"] == "rule2_literal"
+    with pytest.raises(ConfigError, match="unknown rule 'rule3'"):
+        build_attention("rhe", {"enhancement": "lpea", "heads": "all", "rule": "rule3"}, dims)

@@ -33,6 +33,7 @@ def lpea_rhe(**o):
 ROWS: dict[str, tuple[list[type], type, dict]] = {
     "table1_transformer": ([MHA] * 4, MHA, {}),
     "table1_rel_pos": ([REL] * 4, REL, {}),
+    "table1_rel_pos_paper_count": ([REL] * 4, MHA, {}),
     "table1_localness": ([LOC, LOC, MHA, MHA], MHA, {}),
     "table1_dea": ([RHE, MHA, MHA, MHA], MHA, {"enhancement": "dea", "heads": "all"}),
     "table1_dea_rhe": ([RHE, MHA, MHA, MHA], MHA, {"enhancement": "dea", "heads": "redundant"}),
@@ -95,6 +96,20 @@ def test_rhe_rows_add_only_lpea_parameters():
     assert n["table1_dea"] == n["table1_dea_rhe"] == n["table1_transformer"]  # DEA: no parameter (paper: same # Para)
     assert n["table1_lpea_rhe"] - n["table1_transformer"] == 13 * d + d * d + d + d  # table, W_P, b_P, U_P
     assert n["table3_lpea_rhe_k2"] - n["table1_transformer"] == 5 * d + d * d + d + d
+
+
+def test_rel_pos_at_the_papers_parameter_count():
+    """Paper size (d = 512, 8 heads, 6 + 6 layers): Rel_Pos in the 12 self-attention layers adds 50,688
+    parameters, in the 6 encoder layers 25,344, the paper's +0.03M (docs/rhe.md)."""
+
+    def added(stem: str) -> int:
+        cfg = load_config(CONFIGS / f"{stem}.yaml", ["model.d_model=512", "model.heads=8", "model.ffn_dim=2048",
+                                                     "model.encoder_layers=6", "model.decoder_layers=6"])
+        return sum(p.numel() for p in build_model(cfg.model, 100, 100).parameters())
+
+    base = added("table1_transformer")
+    assert added("table1_rel_pos") - base == 12 * 2 * 33 * 64 == 50_688
+    assert added("table1_rel_pos_paper_count") - base == 6 * 2 * 33 * 64 == 25_344
 
 
 GRID_ROWS = {"rhe_table1": 7, "rhe_table1_en_cs": 7, "rhe_table2": 9, "rhe_table3": 11, "rhe_fig4": 8,

@@ -163,7 +163,7 @@ class RHEAttention(Mechanism):
         exclude_eos: bool = True  # leave the EOS row out of eqs. 3 and 9 (Voita et al.)
         exclude_eos_key: bool = False  # leave the EOS column out of each row's maximum in eq. 3 (the other reading)
         k: int = 6  # LPEA clipping distance (Table 3 sweeps 0..16)
-        rule: str = "rule2"  # local-phrase rules of §4.1 (syntax layer: rule1 | rule2)
+        rule: str = "rule2"  # local-phrase rules of §4.1: rule1 | rule2 (Rule 2 symmetric) | rule2_literal (j < i only)
 
     def __init__(self, *, dims: AttentionDims, options: RHEAttention.Options | None = None):
         super().__init__()

@@ -70,7 +70,7 @@ __all__ = [
 OUT_OF_PHRASE: int = -(10**9)
 """LPEA value for a pair of words not in the same local phrase (RHE Fig. 3's ``∞``)."""
 
-LPEA_RULES: tuple[str, ...] = ("rule1", "rule2")
+LPEA_RULES: tuple[str, ...] = ("rule1", "rule2", "rule2_literal")
 """Names of RHE §4.1's local-phrase rules accepted by :func:`local_phrase_positions`."""
 
 SPIECE_UNDERLINE = "\u2581"
@@ -264,7 +264,6 @@ def local_phrases(
     tree: ConstituencyTree,
     rule: str = "rule2",
     *,
-    literal_j_lt_i: bool = False,
     paths: list[list[Node]] | None = None,
 ) -> np.ndarray:
     """``(W, W)`` bool, ``[i, j]`` True iff ``x_j`` is in ``local_phrase(x_i)`` (RHE §4.1).
@@ -275,8 +274,10 @@ def local_phrases(
     * ``"rule2"`` — Rule 1 then Rule 2: if ``x_i`` is in ``local_phrase(x_j)`` then
       ``x_j`` is in ``local_phrase(x_i)``. The paper states Rule 2 for ``j < i``; read as
       a symmetry rule it applies to both orders (the default, which makes the relation
-      symmetric); ``literal_j_lt_i=True`` applies it only from earlier ``x_j`` to later
-      ``x_i``. Both readings give RHE Fig. 3.
+      symmetric).
+    * ``"rule2_literal"`` -- Rule 1 then Rule 2 as written: only from an earlier ``x_j`` to
+      a later ``x_i`` (``j < i``). Both readings give RHE Fig. 3; they differ when a later
+      word has the larger phrase. Chosen by the LPEA option ``rule``.
     """
     if rule not in LPEA_RULES:
         raise ValueError(f"Unknown local-phrase rule {rule!r}; use one of {LPEA_RULES}.")
@@ -290,11 +291,9 @@ def local_phrases(
         else:
             lp[i, i] = True
     if rule == "rule2":
-        if literal_j_lt_i:
-            # x_i in LP(x_j) with j < i  =>  x_j in LP(x_i):  lp[i, j] |= lp[j, i] for j < i
-            lp |= np.tril(lp.T, k=-1)
-        else:
-            lp |= lp.T
+        lp |= lp.T
+    elif rule == "rule2_literal":  # x_i in LP(x_j) with j < i  =>  x_j in LP(x_i):  lp[i, j] |= lp[j, i] for j < i
+        lp |= np.tril(lp.T, k=-1)
     return lp
 
 
@@ -303,8 +302,6 @@ def local_phrase_positions(
     word_of_piece: np.ndarray | Sequence[int],
     k: int,
     rule: str = "rule2",
-    *,
-    literal_j_lt_i: bool = False,
 ) -> np.ndarray:
     """RHE §4.1 LPEA relative local-phrasal position matrix ``RP`` (Fig. 3), clipped at ``k``.
 
@@ -322,7 +319,7 @@ def local_phrase_positions(
         raise ValueError(f"local_phrase_positions: k must be >= 0, got {k}.")
     w = check_word_of_piece(word_of_piece, len(tree))
     paths = _preterminal_paths(tree)
-    lp = local_phrases(tree, rule, literal_j_lt_i=literal_j_lt_i, paths=paths)
+    lp = local_phrases(tree, rule, paths=paths)
     depth = word_depths(tree, paths)
     rp = np.clip(depth[None, :] - depth[:, None], -k, k)
     rp = np.where(lp, rp, OUT_OF_PHRASE).astype(np.int64)

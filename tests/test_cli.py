@@ -96,7 +96,7 @@ def test_translate_in_low_precision_reaches_the_bleu_threshold_with_mostly_the_s
         run("translate", "--checkpoint", str(work / "avg.pt"), "--input", str(work / "corpus" / "test.src"),
             "--output", str(work / "test.hyp"), "--no-progress")
     run("translate", "--checkpoint", str(work / "avg.pt"), "--input", str(work / "corpus" / "test.src"),
-        "--output", str(work / f"test.{dtype}.hyp"), "--dtype", dtype, "--no-progress")
+        "--output", str(work / f"test.{dtype}.hyp"), "--dtype", dtype, "--no-progress", "--allow-slow-dtype")
     fp32 = (work / "test.hyp").read_text().splitlines()
     low = (work / f"test.{dtype}.hyp").read_text().splitlines()
     assert len(low) == len(fp32) == 200
@@ -108,7 +108,7 @@ def test_translate_in_low_precision_reaches_the_bleu_threshold_with_mostly_the_s
     src = "\n".join((work / "corpus" / "test.src").read_text().splitlines()[:20]) + "\n"
     nb32 = run("translate", "--checkpoint", str(work / "avg.pt"), "--nbest", "2", stdin=src).stdout.splitlines()
     nb_low = run("translate", "--checkpoint", str(work / "avg.pt"), "--nbest", "2", "--dtype", dtype,
-                 stdin=src).stdout.splitlines()
+                 "--allow-slow-dtype", stdin=src).stdout.splitlines()
     assert len(nb32) == len(nb_low) == 40 and nb32 != nb_low
 
 

@@ -238,7 +238,7 @@ def test_translate_ids_decodes_in_the_configured_dtype(monkeypatch):
     src, mask = _batch(4, n=5)
     sources = [src[i, : int(mask[i].sum())].tolist() for i in range(5)]
     d32 = DecodeConfig(beam=3, batch_size=2, max_len_a=1.0, max_len_b=3)
-    d16 = DecodeConfig(beam=3, batch_size=2, max_len_a=1.0, max_len_b=3, dtype="bfloat16")
+    d16 = DecodeConfig(beam=3, batch_size=2, max_len_a=1.0, max_len_b=3, dtype="bfloat16", allow_slow_dtype=True)
     out32 = translate_ids(model, sources, d32, device=torch.device("cpu"), max_positions=64)
     out16 = translate_ids(model, sources, d16, device=torch.device("cpu"), max_positions=64)
     assert all(p.dtype == torch.float32 for p in model.parameters())  # the caller's model is not cast
@@ -405,3 +405,31 @@ def test_translate_starts_no_more_decoding_processes_than_the_input_has_batches(
     assert started == [3] and many.workers_used == 3  # 20 sentences in batches of 8
     many.translate(lines * 2, dcfg)
     assert started == [3, 4] and many.workers_used == 4  # 40 sentences: 5 batches, the pool grows to 4
+
+
+def test_bfloat16_on_a_cpu_without_bfloat16_arithmetic_is_refused_unless_allowed(monkeypatch):
+    """bfloat16 is emulated on a CPU without AVX512-BF16 or AMX (several times slower than float32): refused
+    in one sentence naming the formats to use instead, unless decode.allow_slow_dtype; where the CPU has
+    it, or its flags cannot be read, it decodes."""
+    import structnmt.device as device_mod
+    from structnmt.decode.translate import check_dtype_speed
+
+    cpu = torch.device("cpu")
+    for flags, refused in (({"avx2", "fma"}, True), ({"avx2", "avx512_bf16"}, False), ({"amx_bf16"}, False),
+                           (None, False)):
+        monkeypatch.setattr(device_mod, "cpu_flags", lambda f=flags: f)
+        bf16 = DecodeConfig(dtype="bfloat16")
+        if refused:
+            with pytest.raises(UserError, match=r"no bfloat16 arithmetic .* decode in float32 \(drop --dtype\) or "
+                                                r"int8 .* --allow-slow-dtype"):
+                check_dtype_speed(bf16, cpu)
+            bf16.allow_slow_dtype = True
+        check_dtype_speed(bf16, cpu)  # allowed
+        check_dtype_speed(DecodeConfig(dtype="int8"), cpu)
+        check_dtype_speed(DecodeConfig(dtype="float32"), cpu)
+    model = _model(4)
+    src, mask = _batch(4, n=2)
+    monkeypatch.setattr(device_mod, "cpu_flags", lambda: {"avx2"})
+    with pytest.raises(UserError, match="no bfloat16 arithmetic"):
+        translate_ids(model, [src[0, : int(mask[0].sum())].tolist()], DecodeConfig(dtype="bfloat16"),
+                      device=cpu, max_positions=64)

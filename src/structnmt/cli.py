@@ -233,8 +233,10 @@ def _parser_translate(sub) -> None:
     s.add_argument("--dtype", choices=["float32", "bfloat16", "int8"],
                    help="number format of the decoder (default: the checkpoint's decode.dtype, float32); bfloat16 "
                         "and int8 (linear layers in 8-bit integers, CPU only) are for plain Transformers and not "
-                        "bit-identical; bfloat16 is faster only where the CPU's bfloat16 arithmetic is "
-                        "(benchmarks/README.md)")
+                        "bit-identical; bfloat16 on a CPU without bfloat16 arithmetic (no AVX512-BF16 or AMX) "
+                        "is refused, being slower than float32 (benchmarks/README.md)")
+    s.add_argument("--allow-slow-dtype", action="store_true",
+                   help="decode in --dtype even where it is slower than float32 on this machine")
     s.add_argument("--too-long", choices=["empty", "truncate"], default="empty",
                    help="a line longer than the model's positions: empty output (default) or translate its beginning; "
                         "either way its line number is reported")
@@ -283,6 +285,8 @@ def _apply_decode_options(args, d) -> None:
             setattr(d, name, value)
     if args.greedy:
         d.beam, d.nbest = 1, 1
+    if args.allow_slow_dtype:
+        d.allow_slow_dtype = True
     validate_decode(d, "translate options (--beam, --nbest, --batch-size, ...)")
 
 

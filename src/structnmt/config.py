@@ -130,6 +130,9 @@ class DecodeConfig:
     # 2 threads. int8 (CPU only): the linear layers in 8-bit integers, activations float32 between them
     # (docs/results.md, "int8 decoding"). Both for plain Transformers only (benchmarks/README.md)
     dtype: str = "float32"
+    # bfloat16 on a CPU without bfloat16 arithmetic (no AVX512-BF16 or AMX) is refused, being several times
+    # slower than float32; true decodes in it anyway (to study its numbers, say)
+    allow_slow_dtype: bool = False
 
 
 @dataclass

@@ -19,3 +19,33 @@ def get_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"device {name!r}: no CUDA GPU is visible to this process; use cpu or auto.")
     return device
+
+
+def cpu_flags() -> set[str] | None:
+    """The CPU's feature flags (``/proc/cpuinfo``), or None where they cannot be read (not Linux)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        return None
+    return None
+
+
+def cpu_has_bfloat16() -> bool | None:
+    """Whether the CPU computes in bfloat16 natively (AVX512-BF16 or AMX); None when unknown."""
+    flags = cpu_flags()
+    return None if flags is None else bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def slow_dtype_refusal(dtype: str, device: torch.device) -> str | None:
+    """Why decoding in ``dtype`` on ``device`` would be slower than float32, or None.
+
+    bfloat16 on a CPU without bfloat16 arithmetic is emulated: decoding measured 0.31x fairseq
+    against float32's 1.54x on an AMD EPYC (Zen 3, AVX2; benchmarks/README.md). int8 is not
+    refused: it was faster than float32 on every CPU measured."""
+    if dtype != "bfloat16" or device.type != "cpu" or cpu_has_bfloat16() is not False:
+        return None
+    return ("this CPU has no bfloat16 arithmetic (no AVX512-BF16 or AMX), so bfloat16 is emulated and decodes "
+            "about 5x slower than float32 (benchmarks/README.md)")

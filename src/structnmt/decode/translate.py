@@ -55,6 +55,17 @@ def check_dtype(model, dtype: str) -> None:
                         f"on {device}; on a GPU decode in float32 or bfloat16.")
 
 
+def check_dtype_speed(dcfg: DecodeConfig, device: torch.device) -> None:
+    """Refuse a number format slower than float32 on this machine (:func:`structnmt.device.slow_dtype_refusal`)
+    unless ``dcfg.allow_slow_dtype``: one sentence with the formats to use instead."""
+    from ..device import slow_dtype_refusal
+
+    why = None if dcfg.allow_slow_dtype else slow_dtype_refusal(dcfg.dtype, device)
+    if why:
+        raise UserError(f"decode.dtype={dcfg.dtype}: {why}; decode in float32 (drop --dtype) or int8 (--dtype int8), "
+                        "or add --allow-slow-dtype (decode.allow_slow_dtype=true) to decode in it anyway.")
+
+
 def is_int8(model) -> bool:
     """Whether ``model`` is a copy made by :func:`int8_copy`."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
@@ -155,6 +166,7 @@ def translate_ids(
     if pool is not None and structures_for is not None:
         raise ValueError("a DecodePool decodes models that read no structures")
     check_dtype(model, dcfg.dtype)  # here too when a pool decodes: refused before any work is sent
+    check_dtype_speed(dcfg, next(model.parameters()).device)
 
     def decoded_here():
         model_d = model_for_dtype(model, dcfg.dtype)
@@ -454,6 +466,8 @@ class Translator:
                 return build_structures(self.structures, [c[0] for c in chosen], [c[1] for c in chosen], S,
                                         self.label_ids)
 
+        check_dtype(self.model, dcfg.dtype)  # before the copy in that format is made
+        check_dtype_speed(dcfg, self.device)
         if dcfg.dtype not in self._cast:  # this translator's model never changes: one copy per number format
             self._cast[dcfg.dtype] = model_for_dtype(self.model, dcfg.dtype)
         pool = self._pool_for(-(-len(todo) // dcfg.batch_size)) if self.workers > 1 else None

@@ -559,6 +559,10 @@ def _plan_run(plan: GridPlan, item: tuple[str, int, Path, str], cfg: Config, fin
         plan.missing.append((name, seed))
         say(f"{tag}: no results yet (--report-only: not trained).")
     else:
+        from ..decode.translate import check_dtype_speed
+        from ..device import get_device
+
+        check_dtype_speed(cfg.decode, get_device(g.evaluate.device))  # refused before training, not after it
         run_dir.mkdir(parents=True, exist_ok=True)
         _write_text(resolved, yaml.safe_dump(new, sort_keys=False, allow_unicode=True))
         if not started or not (run_dir / "dataset.json").exists():  # the data this run trains on from here

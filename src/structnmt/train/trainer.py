@@ -200,6 +200,10 @@ class Trainer:
         if cfg.decode.dtype == "int8" and self.device.type != "cpu":  # refused now, not at the first BLEU validation
             raise ConfigError(f"decode.dtype=int8 decodes on CPUs only (PyTorch's int8 kernels) and this training "
                               f"runs on {self.device}; set decode.dtype=float32 or bfloat16.")
+        if tc.validate_bleu or tc.early_stop_metric == "bleu":  # refused now, not at the first BLEU validation
+            from ..decode.translate import check_dtype_speed
+
+            check_dtype_speed(cfg.decode, self.device)
         if tc.threads > 0:
             torch.set_num_threads(tc.threads)
         self.save_dir = Path(tc.save_dir)

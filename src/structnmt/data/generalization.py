@@ -41,17 +41,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .synthetic import (
-    SynthExample,
-    _build_example,
-    _lexicon,
-    _parse_brackets,
-    _Sampler,
-    _split_rng,
-    corpus_dir,
-    split_files,
-    write_examples,
-)
+from ..syntax.io import parse_ptb
+from ..syntax.trees import Node
+from .synthetic import SynthExample, corpus_dir, split_files, write_examples
+from .synthetic.grammar import _Sampler
+from .synthetic.lexicon import _lexicon
+from .synthetic.render import _build_example
+from .synthetic.splits import _split_rng
 
 #: nesting probabilities (PP on an NP, relative clause on an NP, by depth) of the held-out splits
 GEN_NESTING = {"np_pp": (0.6, 0.5, 0.4), "np_rc": (0.5, 0.4, 0.3)}
@@ -73,24 +69,23 @@ class BenchmarkConfig:
 
 def example_properties(ex: SynthExample) -> dict:
     """``{"length", "attractors", "subject_depth", "subject_rc"}`` of one example (module docstring)."""
-    subjects: list = []
+    subjects: list[Node] = []
 
-    def top_clauses(node) -> None:
-        label, kids = node
-        if any(isinstance(k, tuple) and k[0] == "S" for k in kids):  # S -> S CC S
-            for k in kids:
-                if isinstance(k, tuple) and k[0] == "S":
+    def top_clauses(node: Node) -> None:
+        if any(k.label == "S" for k in node.children):  # S -> S CC S
+            for k in node.children:
+                if k.label == "S":
                     top_clauses(k)
             return
-        subjects.extend(k for k in kids if isinstance(k, tuple) and k[0] == "NP")
+        subjects.extend(k for k in node.children if k.label == "NP")
 
-    def nesting(node) -> int:
-        return max([(k[0] in ("PP", "SBAR")) + nesting(k) for k in node[1] if isinstance(k, tuple)], default=0)
+    def nesting(node: Node) -> int:
+        return max([(k.label in ("PP", "SBAR")) + nesting(k) for k in node.children], default=0)
 
-    def contains(node, label: str) -> bool:
-        return any(isinstance(k, tuple) and (k[0] == label or contains(k, label)) for k in node[1])
+    def contains(node: Node, label: str) -> bool:
+        return any(k.label == label or contains(k, label) for k in node.children)
 
-    top_clauses(_parse_brackets(ex.tree))
+    top_clauses(parse_ptb(ex.tree).root)
     return {
         "length": len(ex.src),
         "attractors": max((item["attractors"] for item in ex.agreement), default=0),
@@ -243,6 +238,5 @@ def load_examples(directory: str | Path, split: str) -> list[SynthExample]:
     deps = list(read_conllu(d / f"{split}.src.conllu"))
     if not len(src) == len(tgt) == len(trees) == len(agreement) == len(deps):
         raise ValueError(f"{d}: the files of split {split} have different numbers of sentences; rewrite it.")
-    return [SynthExample(src=s.split(), tgt=t.split(), tree=tr, heads=dp.heads, deprels=dp.deprels, upos=dp.upos,
-                         xpos=dp.xpos or [], agreement=a)
+    return [SynthExample(src=s.split(), tgt=t.split(), tree=tr, dep=dp, agreement=a)
             for s, t, tr, a, dp in zip(src, tgt, trees, agreement, deps)]

@@ -43,6 +43,7 @@ __all__ = [
     "read_conllu",
     "read_conllu_with_text",
     "read_conllu_sentences",
+    "format_conllu",
     "write_conllu",
     "parse_malt_tab",
     "PtbSample",
@@ -96,7 +97,7 @@ class _Raw:
 
 
 def _tokens_of_line(text: str, lineno: int) -> list[tuple[str, int]]:
-    return [(m.group(0), lineno) for m in _TOKEN_RE.finditer(text)]
+    return [(tok, lineno) for tok in _TOKEN_RE.findall(text)]  # the pattern has no groups: whole matches
 
 
 def _tokenize(text: str, first_line: int = 1) -> list[tuple[str, int]]:
@@ -457,22 +458,30 @@ def read_conllu(path: str | Path) -> Iterator[DependencyTree]:
         yield s.tree
 
 
+def format_conllu(tree: DependencyTree, text: str | None = None, feats: list[str] | None = None) -> str:
+    """One sentence as CoNLL-U: a ``# text =`` line if ``text`` is given, one line per word
+    (LEMMA and XPOS ``_`` where the tree has none; FEATS from ``feats``, one string per
+    word, else ``_``), then the blank line that ends the sentence."""
+    if feats is not None and len(feats) != len(tree):
+        raise ValueError(f"format_conllu: {len(feats)} FEATS for {len(tree)} words")
+    lines = [f"# text = {text}\n"] if text is not None else []
+    for i in range(len(tree)):
+        lines.append("\t".join([
+            str(i + 1), tree.words[i], tree.lemmas[i] if tree.lemmas else "_", tree.upos[i] or "_",
+            tree.xpos[i] if tree.xpos else "_", feats[i] if feats else "_", str(tree.heads[i]),
+            tree.deprels[i] or "_", "_", "_",
+        ]) + "\n")
+    return "".join(lines) + "\n"
+
+
 def write_conllu(trees: Iterable[DependencyTree], path: str | Path,
                  texts: Iterable[str | None] | None = None) -> int:
-    """Write trees as CoNLL-U (gzip if ``.gz``); ``texts`` adds ``# text =`` lines."""
+    """Write trees as CoNLL-U (gzip if ``.gz``); ``texts`` adds ``# text =`` lines (:func:`format_conllu`)."""
     text_iter = iter(texts) if texts is not None else None
     n = 0
     with _open_text(path, "wt") as fh:
         for t in trees:
-            text = next(text_iter, None) if text_iter is not None else None
-            if text is not None:
-                fh.write(f"# text = {text}\n")
-            for i in range(len(t)):
-                fh.write("\t".join([
-                    str(i + 1), t.words[i], t.lemmas[i] if t.lemmas else "_", t.upos[i] or "_",
-                    t.xpos[i] if t.xpos else "_", "_", str(t.heads[i]), t.deprels[i] or "_", "_", "_",
-                ]) + "\n")
-            fh.write("\n")
+            fh.write(format_conllu(t, next(text_iter, None) if text_iter is not None else None))
             n += 1
     return n
 

@@ -13,12 +13,29 @@ from .train.hooks import TrainingHook
 from .train.trainer import RunState, Trainer
 
 
+class MatrixTreeHook(TrainingHook):
+    """At every validation, how many sentences' matrix-tree marginals (SA-NMT, the ``structured``
+    mechanism) were computed since the last one, and how many of them needed the exact elimination
+    path or the tempered last resort (:data:`structnmt.nn.matrix_tree.STATS`), as a ``matrix_tree``
+    record of metrics.jsonl; nothing for a model without matrix-tree attention."""
+
+    def on_validation(self, trainer) -> None:
+        from .nn import matrix_tree
+
+        counts = dict(matrix_tree.STATS)
+        for key in matrix_tree.STATS:
+            matrix_tree.STATS[key] = 0
+        if counts["sentences"]:
+            trainer.metrics.log("matrix_tree", trainer.state.num_updates, counts)
+
+
 def training_hooks(cfg: Config) -> list[TrainingHook]:
-    """The hooks of a run: its learning-curve picture, and RHE's head roles with ``train.head_roles``."""
+    """The hooks of a run: its learning-curve picture, the matrix-tree path counts, and RHE's head roles
+    with ``train.head_roles``."""
     from .analysis.curves import LearningCurveHook
     from .analysis.head_roles import HeadRolesHook
 
-    return [LearningCurveHook(), *([HeadRolesHook()] if cfg.train.head_roles else [])]
+    return [LearningCurveHook(), MatrixTreeHook(), *([HeadRolesHook()] if cfg.train.head_roles else [])]
 
 
 def train(cfg: Config, log=print, *, allow_config_change: bool = False) -> RunState:

@@ -43,18 +43,43 @@ roots) with a margin of more than ~36 nats, the Laplacian's entries are sums lik
 1 + e^-64 that float64 rounds to 1, L-hat is singular to working precision, and the solve
 fails or returns marginals that are not distributions. Every sentence's result is
 therefore checked (solve succeeded; entries finite and non-negative; every column and the
-root diagonal summing to 1 within 1e-6), and a sentence that fails is recomputed with its
-shifted scores divided by the smallest power of 2 that passes (found without a graph, then
-recomputed with one, so no NaN reaches the gradient). Such a sentence's marginals are
-those of a tempered distribution — the exact ones are not computable this way in float64
-— and a sentence that passes is untouched (tested). Scaling the scores (``rnn.scale``,
-the Transformer's ``structured`` default) keeps them in range in the first place.
+root diagonal summing to 1 within 1e-6), and a sentence that fails is recomputed exactly by
+a second path that forms no such sums (:func:`_gth_marginals`): the single-root partition
+function Z = sum_r rho_r det(L^(r)) (L^(r): the arc Laplacian without root r's row and column,
+trees rooted at r), each determinant by Grassmann-Taksar-Heyman elimination — every pivot is
+the sum of the remaining off-diagonal magnitudes of its column plus the column's excess (the
+arc from r), so no step subtracts and the determinant keeps its relative accuracy however
+ill-conditioned L^(r) is — and the marginals are the gradient of log Z with respect to the
+scores (autograd, with a graph when the scores need one). It costs O(n^4) per sentence, so
+it runs only for the sentences that fail the check; roots whose trees weigh under e^-60 of the
+best root's are left out (:data:`ROOT_MARGIN`) and options under e^-150 of their column's best
+raised to it (:data:`GTH_FLOOR`), invisible in the marginals, so that the gradient's reciprocals
+of pivots stay inside float64. Tested against enumeration of every tree (n <= 6, scores of
+standard deviation 20-100) within 1e-6 (the elimination path's results within about 1e-14). A
+sentence that this path cannot resolve either (seen with scores of standard deviation 1,000 on
+10-30 words: 24 of 64 sentences) gets the last resort: its shifted scores divided by the
+smallest power of 2 that passes the check, the marginals of a tempered distribution. :data:`STATS`
+counts the sentences of this process and how many took each path (the training logs them per
+validation). Scaling the scores (``rnn.scale``, the Transformer's ``structured`` default)
+keeps them in range in the first place.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+STATS = {"sentences": 0, "exact_elimination": 0, "tempered": 0}
+"""Sentences of this process whose marginals were computed, and how many needed the elimination
+path (:func:`_gth_marginals`) or the tempered fallback; the training logs and resets them at every
+validation (:class:`structnmt.training.MatrixTreeHook`)."""
+
+ROOT_MARGIN = 60.0
+"""The elimination path leaves out roots whose trees weigh less than e^-60 of the best root's."""
+
+GTH_FLOOR = -150.0
+"""The elimination path raises shifted log-scores to this (options under e^-150 of their column's best
+change no marginal visibly), so that no reciprocal of a pivot overflows float64 in the gradient."""
 
 MAX_HALVINGS = 64
 """At most this many halvings of a sentence's scores in the tempered fallback."""
@@ -68,8 +93,8 @@ among options float64 cannot tell apart (e^-745 underflows): see the module docs
 def marginals(scores: Tensor, lengths: Tensor) -> Tensor:
     """scores (B, n, n) [head, dependent] with root scores on the diagonal; lengths (B,)
     long -> marginals (B, n, n), same layout (root marginals on the diagonal), zeros
-    outside each sentence's length. See the module docstring for the equations and for
-    the tempered fallback of sentences float64 cannot resolve."""
+    outside each sentence's length. See the module docstring for the equations, and for the
+    exact elimination path of the sentences the closed form cannot resolve in float64."""
     if scores.dim() != 3 or scores.shape[1] != scores.shape[2]:
         raise ValueError(f"marginals: scores must be (B, n, n), got {tuple(scores.shape)}.")
     B, n, _ = scores.shape
@@ -83,20 +108,111 @@ def marginals(scores: Tensor, lengths: Tensor) -> Tensor:
     col_max = torch.where(torch.isfinite(col_max), col_max, torch.zeros_like(col_max)).detach()
     shifted = (x - col_max).clamp_min(FLOOR).masked_fill(~pair, float("-inf"))
     beta, ok = _closed_form(shifted, valid, pair)
-    if not bool(ok.all()):
-        # tempered fallback: the smallest power-of-2 scaling of each failing sentence's
-        # (shifted) scores that float64 resolves, found without a graph, then recomputed with one
-        temp = torch.ones(B, dtype=shifted.dtype, device=device)
-        with torch.no_grad():
-            for _ in range(MAX_HALVINGS):
-                temp = torch.where(ok, temp, temp / 2)
-                _, ok = _closed_form(shifted * temp[:, None, None], valid, pair)
-                if bool(ok.all()):
-                    break
-        if not bool(ok.all()):  # scores scaled by 2^-64 are uniform to float64: cannot happen
-            raise FloatingPointError("marginals: the tempered fallback did not converge")
-        beta, _ = _closed_form(shifted * temp[:, None, None], valid, pair)
-    return beta.masked_fill(~pair, 0.0).to(scores.dtype)
+    STATS["sentences"] += int(valid.any(dim=1).sum())
+    if bool(ok.all()):
+        return beta.masked_fill(~pair, 0.0).to(scores.dtype)
+    # some sentences fail the check: each path's graph holds only the sentences it resolves (the failed
+    # closed form's non-finite intermediates would turn the gradients of the whole batch into NaN)
+    good, bad = ok.nonzero().squeeze(1), (~ok).nonzero().squeeze(1)
+    out = torch.zeros_like(shifted).index_put((good,), _closed_form(shifted[good], valid[good], pair[good])[0])
+    with torch.no_grad():  # which sentences the elimination resolves, found without a graph
+        exact, exact_ok = _gth_marginals(shifted[bad].detach(), valid[bad], pair[bad])
+    sel = bad[exact_ok]
+    STATS["exact_elimination"] += len(sel)
+    if len(sel) and shifted.requires_grad and torch.is_grad_enabled():  # then with one, for those only
+        exact = _gth_marginals(shifted[sel], valid[sel], pair[sel])[0]
+    else:
+        exact = exact[exact_ok]
+    out = out.index_put((sel,), exact)
+    rest = bad[~exact_ok]
+    if len(rest):
+        STATS["tempered"] += len(rest)
+        out = out.index_put((rest,), _tempered(shifted[rest], valid[rest], pair[rest]))
+    return out.masked_fill(~pair, 0.0).to(scores.dtype)
+
+
+def _tempered(shifted: Tensor, valid: Tensor, pair: Tensor) -> Tensor:
+    """The last resort for sentences neither path resolves: the closed form of their shifted scores divided
+    by the smallest power of 2 that passes the check (searched without a graph, then computed with one)."""
+    B = shifted.shape[0]
+    temp = torch.ones(B, dtype=shifted.dtype, device=shifted.device)
+    ok = torch.zeros(B, dtype=torch.bool, device=shifted.device)
+    with torch.no_grad():
+        for _ in range(MAX_HALVINGS):
+            temp = torch.where(ok, temp, temp / 2)
+            _, ok = _closed_form(shifted * temp[:, None, None], valid, pair)
+            if bool(ok.all()):
+                break
+    if not bool(ok.all()):  # scores scaled by 2^-64 are uniform to float64: cannot happen
+        raise FloatingPointError("marginals: the tempered fallback did not converge")
+    return _closed_form(shifted * temp[:, None, None], valid, pair)[0]
+
+
+def _gth_log_partition(shifted: Tensor, valid: Tensor, roots: Tensor | None = None) -> Tensor:
+    """log Z (B,) of single-root trees from column-shifted float64 log-scores (B, n, n) (-inf outside
+    the sentence): logsumexp over roots r of log rho_r + log det L^(r), every determinant by
+    Grassmann-Taksar-Heyman elimination, batched over sentences and roots (B, n problems of n nodes
+    with the root and the padding already eliminated). Eliminating node k: its pivot is the column's
+    excess plus its remaining off-diagonal magnitudes, p_k = e_k + sum_i B_ik; then B_ij += B_ik B_kj / p_k
+    and e_j += B_kj e_k / p_k for the remaining nodes — sums and products of non-negative numbers only."""
+    B, n, _ = shifted.shape
+    eye = torch.eye(n, dtype=torch.bool, device=shifted.device)
+    e = torch.exp(shifted)
+    arcs = e.masked_fill(eye, 0.0)  # (B, n, n) A[h, d]
+    mags = arcs[:, None].expand(B, n, n, n)  # (B, R, n, n): the off-diagonal magnitudes of problem r
+    excess = arcs  # (B, R, n): e_j = A[r, j], the arc from the root r into j
+    ridx = torch.arange(n, device=shifted.device)
+    alive = valid[:, None, :].expand(B, n, n) & (ridx[:, None] != ridx[None, :])  # (B, R, n): not yet eliminated
+    logdet = shifted.new_zeros(B, n)
+    for k in range(n):
+        act = alive[:, :, k]  # (B, R): node k is eliminated now in these problems
+        others = alive.clone()
+        others[:, :, k] = False
+        col = mags[:, :, :, k] * others  # (B, R, n) B_ik of the remaining i
+        row = mags[:, :, k, :] * others  # (B, R, n) B_kj of the remaining j
+        pivot = torch.where(act, excess[:, :, k] + col.sum(-1), torch.ones_like(logdet))
+        logdet = logdet + torch.log(pivot) * act
+        w = act / pivot  # (B, R): 1 / p_k where k is eliminated, 0 elsewhere
+        excess = excess + row * (excess[:, :, k] * w)[..., None]
+        mags = mags + col[..., :, None] * row[..., None, :] * w[..., None, None]
+        alive = others
+    log_root = torch.diagonal(shifted, dim1=1, dim2=2).masked_fill(~valid, float("-inf"))
+    if roots is not None:  # only these roots' trees (the others' weight is negligible): see _gth_marginals
+        log_root = log_root.masked_fill(~roots, float("-inf"))
+    return torch.logsumexp(log_root + logdet, dim=1)
+
+
+def _root_terms(shifted: Tensor, valid: Tensor) -> Tensor:
+    """(B, n) log rho_r + log det L^(r): each root's share of log Z, without a graph."""
+    with torch.no_grad():
+        terms = []
+        for r in range(shifted.shape[1]):
+            only = torch.zeros_like(valid)
+            only[:, r] = True
+            terms.append(_gth_log_partition(shifted, valid, only & valid))
+        return torch.stack(terms, dim=1)
+
+
+def _gth_marginals(shifted: Tensor, valid: Tensor, pair: Tensor) -> tuple[Tensor, Tensor]:
+    """The exact marginals (B, n, n) of the sentences of ``shifted`` as the gradient of
+    :func:`_gth_log_partition` (with a graph when ``shifted`` has one, so training differentiates
+    through them), and ``ok`` (B,): finite, non-negative, columns and roots summing to 1 within 1e-6."""
+    need_graph = shifted.requires_grad and torch.is_grad_enabled()
+    # the roots whose trees carry weight: a root more than ROOT_MARGIN nats below the best adds less than
+    # e^-ROOT_MARGIN to Z, and its elimination's tiny pivots would overflow the gradient (1/p) for nothing
+    terms = _root_terms(shifted.detach(), valid)
+    roots = valid & (terms >= terms.amax(dim=1, keepdim=True) - ROOT_MARGIN)
+    with torch.enable_grad():
+        x = shifted if need_graph else shifted.detach().requires_grad_(True)
+        logz = _gth_log_partition(x.clamp_min(GTH_FLOOR), valid, roots)
+        (beta,) = torch.autograd.grad(logz.sum(), x, create_graph=need_graph)
+    beta = beta.masked_fill(~pair, 0.0)
+    with torch.no_grad():
+        b = beta.detach()
+        cols = ((b.sum(dim=1) - valid.double()).abs() <= 1e-6).all(dim=1)
+        roots = (torch.diagonal(b, dim1=1, dim2=2).sum(dim=1) - 1.0).abs() <= 1e-6
+        ok = torch.isfinite(b).all(dim=(1, 2)) & (b >= -1e-6).all(dim=(1, 2)) & cols & (roots | ~valid.any(dim=1))
+    return beta, ok
 
 
 def _closed_form(shifted: Tensor, valid: Tensor, pair: Tensor) -> tuple[Tensor, Tensor]:

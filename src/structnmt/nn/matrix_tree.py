@@ -53,12 +53,22 @@ ill-conditioned L^(r) is — and the marginals are the gradient of log Z with re
 scores (autograd, with a graph when the scores need one). It costs O(n^4) per sentence, so
 it runs only for the sentences that fail the check; roots whose trees weigh under e^-60 of the
 best root's are left out (:data:`ROOT_MARGIN`) and options under e^-150 of their column's best
-raised to it (:data:`GTH_FLOOR`), invisible in the marginals, so that the gradient's reciprocals
-of pivots stay inside float64. Tested against enumeration of every tree (n <= 6, scores of
-standard deviation 20-100) within 1e-6 (the elimination path's results within about 1e-14). A
-sentence that this path cannot resolve either (seen with scores of standard deviation 1,000 on
-10-30 words: 24 of 64 sentences) gets the last resort: its shifted scores divided by the
-smallest power of 2 that passes the check, the marginals of a tempered distribution. :data:`STATS`
+raised to it (:data:`GTH_FLOOR`), so that the gradient's reciprocals of pivots stay inside
+float64. Tested against enumeration of every tree (n <= 6, scores of standard deviation
+20-100) within 1e-6. A sentence that this path cannot resolve either gets the last resort: its
+shifted scores divided by the smallest power of 2 that passes the check, the marginals of a
+tempered distribution.
+
+Known limits (an independent review against enumeration and a high-precision reference):
+where the elimination path is accepted its values and gradients are exact to about 1e-14,
+except that GTH_FLOOR drops the mass of options more than 150 nats under their column's best
+(at most 1.9e-6 in 8,591 accepted sentences of std 100-250); the floor also sends many
+sentences of scores of std 300-1,000 to the tempered last resort although the elimination
+without it would be exact. The closed form's check (a distribution) does not prove its result:
+past std ~300 a sentence can pass it and be wrong by up to 1 (FLOOR flattening a forced choice,
+or an underflowed determinant), and at std 50 a passing sentence's gradients were off by up to
+8e3. Scaled or capped scores (``rnn.scale``, ``rnn.score_cap``, the ``structured`` default) stay
+far from these ranges. :data:`STATS`
 counts the sentences of this process and how many took each path (the training logs them per
 validation). Scaling the scores (``rnn.scale``, the Transformer's ``structured`` default)
 keeps them in range in the first place.

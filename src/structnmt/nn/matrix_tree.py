@@ -158,9 +158,9 @@ def _tempered(shifted: Tensor, valid: Tensor, pair: Tensor) -> Tensor:
     return _closed_form(shifted * temp[:, None, None], valid, pair)[0]
 
 
-def _gth_log_partition(shifted: Tensor, valid: Tensor, roots: Tensor | None = None) -> Tensor:
-    """log Z (B,) of single-root trees from column-shifted float64 log-scores (B, n, n) (-inf outside
-    the sentence): logsumexp over roots r of log rho_r + log det L^(r), every determinant by
+def _gth_root_terms(shifted: Tensor, valid: Tensor) -> Tensor:
+    """(B, n) log rho_r + log det L^(r), each root's share of log Z (their logsumexp), from column-shifted
+    float64 log-scores (B, n, n) (-inf outside the sentence); every determinant by
     Grassmann-Taksar-Heyman elimination, batched over sentences and roots (B, n problems of n nodes
     with the root and the padding already eliminated). Eliminating node k: its pivot is the column's
     excess plus its remaining off-diagonal magnitudes, p_k = e_k + sum_i B_ik; then B_ij += B_ik B_kj / p_k
@@ -187,34 +187,23 @@ def _gth_log_partition(shifted: Tensor, valid: Tensor, roots: Tensor | None = No
         mags = mags + col[..., :, None] * row[..., None, :] * w[..., None, None]
         alive = others
     log_root = torch.diagonal(shifted, dim1=1, dim2=2).masked_fill(~valid, float("-inf"))
-    if roots is not None:  # only these roots' trees (the others' weight is negligible): see _gth_marginals
-        log_root = log_root.masked_fill(~roots, float("-inf"))
-    return torch.logsumexp(log_root + logdet, dim=1)
-
-
-def _root_terms(shifted: Tensor, valid: Tensor) -> Tensor:
-    """(B, n) log rho_r + log det L^(r): each root's share of log Z, without a graph."""
-    with torch.no_grad():
-        terms = []
-        for r in range(shifted.shape[1]):
-            only = torch.zeros_like(valid)
-            only[:, r] = True
-            terms.append(_gth_log_partition(shifted, valid, only & valid))
-        return torch.stack(terms, dim=1)
+    return log_root + logdet
 
 
 def _gth_marginals(shifted: Tensor, valid: Tensor, pair: Tensor) -> tuple[Tensor, Tensor]:
     """The exact marginals (B, n, n) of the sentences of ``shifted`` as the gradient of
-    :func:`_gth_log_partition` (with a graph when ``shifted`` has one, so training differentiates
+    the logsumexp of :func:`_gth_root_terms` (with a graph when ``shifted`` has one, so training differentiates
     through them), and ``ok`` (B,): finite, non-negative, columns and roots summing to 1 within 1e-6."""
     need_graph = shifted.requires_grad and torch.is_grad_enabled()
     # the roots whose trees carry weight: a root more than ROOT_MARGIN nats below the best adds less than
     # e^-ROOT_MARGIN to Z, and its elimination's tiny pivots would overflow the gradient (1/p) for nothing
-    terms = _root_terms(shifted.detach(), valid)
-    roots = valid & (terms >= terms.amax(dim=1, keepdim=True) - ROOT_MARGIN)
+    with torch.no_grad():
+        terms = _gth_root_terms(shifted.clamp_min(GTH_FLOOR), valid)
+        roots = valid & (terms >= terms.amax(dim=1, keepdim=True) - ROOT_MARGIN)
     with torch.enable_grad():
         x = shifted if need_graph else shifted.detach().requires_grad_(True)
-        logz = _gth_log_partition(x.clamp_min(GTH_FLOOR), valid, roots)
+        logz = torch.logsumexp(_gth_root_terms(x.clamp_min(GTH_FLOOR), valid).masked_fill(~roots, float("-inf")),
+                               dim=1)
         (beta,) = torch.autograd.grad(logz.sum(), x, create_graph=need_graph)
     beta = beta.masked_fill(~pair, 0.0)
     with torch.no_grad():

@@ -83,8 +83,18 @@ def test_translate_with_two_worker_processes_writes_the_same_translations(traine
     run("translate", "--checkpoint", str(work / "avg.pt"), "--input", str(work / "corpus" / "test.src"),
         "--output", str(work / "test.workers.hyp"), "--workers", "2", "--batch-size", "16", "--no-progress")
     one = run("translate", "--checkpoint", str(work / "avg.pt"), "--input", str(work / "corpus" / "test.src"),
-              "--batch-size", "16").stdout
+              "--batch-size", "16", "--workers", "1").stdout
     assert (work / "test.workers.hyp").read_text() == one
+    # the default: 200 lines in 13 batches of 16, so one process of one thread per core where there are several
+    default = run("translate", "--checkpoint", str(work / "avg.pt"), "--input", str(work / "corpus" / "test.src"),
+                  "--batch-size", "16")
+    assert default.stdout == one
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    said = f"translate: decoding with {min(cores, 13)} processes of one thread each, one per core"
+    assert (said in default.stderr) == (cores > 1), default.stderr
+    few = run("translate", "--checkpoint", str(work / "avg.pt"), "--input", str(work / "corpus" / "test.src"),
+              "--batch-size", "32")  # 7 batches: this process
+    assert few.stdout == one and "processes of one thread each" not in few.stderr
     bad = run("translate", "--checkpoint", str(work / "avg.pt"), "--workers", "0", stdin="a\n", check=False)
     assert bad.returncode == 2 and "--workers 0: give a number of decoding processes >= 1" in bad.stderr
 

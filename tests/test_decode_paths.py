@@ -405,6 +405,21 @@ def test_translate_starts_no_more_decoding_processes_than_the_input_has_batches(
     assert started == [3] and many.workers_used == 3  # 20 sentences in batches of 8
     many.translate(lines * 2, dcfg)
     assert started == [3, 4] and many.workers_used == 4  # 40 sentences: 5 batches, the pool grows to 4
+    # workers=None (translate's default): one process per usable core from AUTO_MIN_BATCHES batches on
+    monkeypatch.setattr(translate, "usable_cores", lambda: 3)
+    auto = translate.Translator(tmp_path / "m" / "checkpoint_last.pt", device="cpu", workers=None)
+    started.clear()
+    assert auto.translate(lines * 2, dcfg) and started == [] and auto.workers_used == 1  # 5 batches: here
+    assert [[h.text for h in hyps] for hyps in auto.translate(lines * 4, dcfg)][:20] == expected
+    assert started == [3] and auto.workers_used == 3  # 10 batches, 3 cores
+    monkeypatch.setattr(translate, "usable_cores", lambda: 1)
+    single = translate.Translator(tmp_path / "m" / "checkpoint_last.pt", device="cpu", workers=None)
+    assert single.translate(lines * 4, dcfg) and started == [3] and single.workers_used == 1  # one core: here
+    assert auto.auto_workers(translate.AUTO_MIN_BATCHES - 1) == 1 and auto.auto_workers(100) == 1  # one core now
+    monkeypatch.setattr(translate, "usable_cores", lambda: 3)
+    assert auto.auto_workers(translate.AUTO_MIN_BATCHES) == 3
+    auto.structures = {"dependency": None}  # a model that reads parses: they are built in this process
+    assert auto.auto_workers(100) == 1
 
 
 def test_bfloat16_on_a_cpu_without_bfloat16_arithmetic_is_refused_unless_allowed(monkeypatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 from pathlib import Path
 
@@ -74,11 +75,17 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path, corpus, monkeypatch):
         return real_launch(config_path, log_path, live)
 
     monkeypatch.setattr(runner_mod, "launch_training", recording_launch)
+    real_eval, asked = runner_mod._evaluate_run, []
+    monkeypatch.setattr(runner_mod, "_evaluate_run",
+                        lambda *a, workers=1: asked.append(workers) or real_eval(*a, workers=workers))
     lines: list[str] = []
     report = run_grid(grid, overrides=["train.threads=1"], log=lines.append)
 
     assert report == out / "results.md"
     assert launched == ["transformer-base", "post-norm-2-layers"]
+    assert asked == [None, None]  # one run at a time: decoded as translate does by default
+    res = json.loads((out / "runs" / "transformer-base" / "seed1" / "result.json").read_text())
+    assert res["decode_workers"] == 1  # a test set of a few batches: this process
     for name in ("results.md", "results.csv", "learning_curves.png", "ngram_gain.png"):
         assert (out / name).stat().st_size > 0, name
     assert (out / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
@@ -217,10 +224,13 @@ def test_a_failing_decode_is_reported_at_once_and_the_other_runs_finish(tmp_path
     grid = _grid(tmp_path, corpus, out)
     real_eval = runner_mod._evaluate_run
 
-    def failing_eval(g, cfg, run_dir, splits):
+    asked: list = []
+
+    def failing_eval(g, cfg, run_dir, splits, workers=1):
+        asked.append(workers)
         if "transformer-base" in str(run_dir):
             raise RuntimeError("decoder exploded")
-        return real_eval(g, cfg, run_dir, splits)
+        return real_eval(g, cfg, run_dir, splits, workers)
 
     monkeypatch.setattr(runner_mod, "_evaluate_run", failing_eval)
     lines: list[str] = []
@@ -231,6 +241,7 @@ def test_a_failing_decode_is_reported_at_once_and_the_other_runs_finish(tmp_path
     assert (out / "runs" / "post-norm-2-layers" / "seed1" / "result.json").exists()  # the other run finished
     base = out / "runs" / "transformer-base" / "seed1"
     assert (base / "train_done.json").exists() and not (base / "result.json").exists()
+    assert asked == [1, 1]  # runs trained side by side decode in one process each
     # fixed: the same command decodes the failed run only
     monkeypatch.setattr(runner_mod, "_evaluate_run", real_eval)
     lines.clear()
@@ -550,3 +561,20 @@ def test_ctrl_c_of_a_parallel_grid_starts_nothing_more_and_stops_the_running_run
     assert all(p.poll() is not None for p in procs)  # both stopped, not left running
     assert any("interrupted: stopping 2 running training(s)" in x for x in lines)
     assert not list((tmp_path / "out" / "runs").rglob("train_done.json"))
+
+
+def test_the_report_says_when_runs_were_decoded_with_several_processes():
+    """The hardware bullet names the decoding processes of the evaluation split when any run used several
+    (their Decode (sent/s) includes starting them), and says nothing of it when every run used one."""
+    from structnmt.config import Config
+    from structnmt.experiment.report import _hardware_line, hardware
+
+    hw = hardware()
+    one = {("a", 1): {"hardware": hw, "train_device": "cpu", "decode_workers": 1},
+           ("b", 1): {"hardware": hw, "train_device": "cpu"}}  # a result from before the field: one process
+    configs = {k: Config() for k in one}
+    assert "process(es) of one thread each" not in _hardware_line(one, configs)
+    two = {**one, ("c", 1): {"hardware": hw, "train_device": "cpu", "decode_workers": 2}}
+    configs[("c", 1)] = Config()
+    line = _hardware_line(two, configs)
+    assert "decoded with 1 or 2 process(es) of one thread each" in line and line.endswith(".")

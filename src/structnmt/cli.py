@@ -204,7 +204,7 @@ def cmd_translate(args) -> int:
     from .export import is_export
 
     if is_export(args.checkpoint):
-        if args.workers != 1:
+        if args.workers not in (None, 1):
             return _err("--workers is for structnmt checkpoints; a CTranslate2 export runs its own threads "
                         "(drop --workers).")
         return _translate_ctranslate2(args)
@@ -243,9 +243,11 @@ def _parser_translate(sub) -> None:
     s.add_argument("--parse-dependency", help="pre-parsed input (CoNLL-U) for models prepared with parser 'file'")
     s.add_argument("--parse-constituency", help="pre-parsed input (PTB) for models prepared with parser 'file'")
     s.add_argument("--device", default="auto")
-    s.add_argument("--workers", type=int, default=1,
-                   help="CPU decoding processes, one thread each (default 1: this process, torch's threads); "
-                        "never more than the input has batches (--batch-size sentences each)")
+    s.add_argument("--workers", type=int, default=None,
+                   help="CPU decoding processes, one thread each, never more than the input has batches "
+                        "(--batch-size sentences each); 1: this process on torch's threads. Default: one per core "
+                        "on a CPU with several cores when the input has at least 8 batches and the model reads "
+                        "no parses, else 1 (said in one line when it uses several)")
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_translate)
 
@@ -257,7 +259,10 @@ def _translate_with(tr, args) -> int:
     _apply_decode_options(args, d)
     lines = _read_input(args.input)
     results = tr.translate(lines, d, progress=not args.no_progress and args.output is not None)
-    if tr.workers > 1 and tr.workers_used < tr.workers:
+    if tr.workers is None and tr.workers_used > 1:
+        print(f"translate: decoding with {tr.workers_used} processes of one thread each, one per core "
+              f"(--workers 1 decodes in this process).", file=sys.stderr)
+    if tr.workers is not None and tr.workers > 1 and tr.workers_used < tr.workers:
         print(f"translate: --workers {tr.workers}, but the input makes {tr.workers_used} batch(es) of up to "
               f"{d.batch_size} sentences: decoded with {tr.workers_used} process(es).", file=sys.stderr)
     if tr.unaligned:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from .errors import UserError
@@ -19,6 +21,14 @@ def get_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"device {name!r}: no CUDA GPU is visible to this process; use cpu or auto.")
     return device
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask where the system has one, as under
+    taskset or a container's cpuset), else the machine's count."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def cpu_flags() -> set[str] | None:

@@ -387,7 +387,18 @@ def _hardware_line(results: dict, configs: dict[tuple[str, int], Config]) -> str
     return (f"- **Hardware**: {hw['platform']}; CPU {hw['cpu'] or 'unknown'} ({hw['cpu_count']} logical CPUs); "
             f"GPU {hw['gpu'] or 'none'}; training device {', '.join(devices)}; torch {hw['torch']}, "
             f"Python {hw['python']}; train.threads {', '.join(str(t) for t in threads)}"
-            + (f"; OMP_NUM_THREADS={hw['omp_num_threads']}" if hw["omp_num_threads"] else "") + f" ({where}).")
+            + (f"; OMP_NUM_THREADS={hw['omp_num_threads']}" if hw["omp_num_threads"] else "") + f" ({where})"
+            + _decode_workers_note(results) + ".")
+
+
+def _decode_workers_note(results: dict) -> str:
+    """How the evaluation split was decoded, when any run used several processes (the runner with --jobs 1
+    decodes as translate does by default): their Decode (sent/s) includes starting those processes."""
+    workers = sorted({int(r.get("decode_workers", 1)) for r in results.values()})
+    if workers == [1]:
+        return ""
+    return (f"; the evaluation split decoded with {' or '.join(map(str, workers))} process(es) of one thread each "
+            "(translate's default for 8 batches or more; Decode (sent/s) includes starting them)")
 
 
 #: the report files of an experiment's output directory (the runs live in its runs/ folder)

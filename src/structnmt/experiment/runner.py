@@ -261,9 +261,10 @@ def _score_split(grid: GridConfig, cfg: Config, tr, dcfg, run_dir: Path, split: 
     return result
 
 
-def _translator(grid: GridConfig, run_dir: Path):
+def _translator(grid: GridConfig, run_dir: Path, workers: int | None = 1):
     """The averaged model of a run (``average.pt``, written from the last checkpoints if absent) and the
-    grid's decoding settings."""
+    grid's decoding settings; ``workers`` as ``translate --workers`` (None: one process per core for inputs
+    of 8 batches or more, when the grid trains one run at a time and so has the machine to itself)."""
     import dataclasses
 
     from ..decode.translate import Translator
@@ -273,16 +274,17 @@ def _translator(grid: GridConfig, run_dir: Path):
     avg = run_dir / "average.pt"
     if not avg.exists():
         average_checkpoints(last_checkpoints(run_dir, ev.average_last), avg)
-    tr = Translator(avg, device=ev.device)
+    tr = Translator(avg, device=ev.device, workers=workers)
     dcfg = dataclasses.replace(tr.cfg.decode, beam=ev.beam, lenpen=ev.lenpen, nbest=1)
     if ev.batch_size:
         dcfg.batch_size = ev.batch_size
     return tr, dcfg
 
 
-def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, splits: dict[str, tuple[list[str], list[str]]]) -> dict:
+def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, splits: dict[str, tuple[list[str], list[str]]],
+                  workers: int | None = 1) -> dict:
     """Average the last checkpoints, translate and score the evaluation split (timed) and every extra
-    split, translate the grid's other files."""
+    split, translate the grid's other files (``workers``: see :func:`_translator`)."""
     import torch
 
     from ..checkpoint import load_checkpoint
@@ -296,12 +298,29 @@ def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, splits: dict[str
     average_checkpoints(paths, run_dir / "average.pt")
     del last
     old_threads = _threads_guard(cfg)
+    tr = None
     try:
-        tr, dcfg = _translator(grid, run_dir)
-        main = _score_split(grid, cfg, tr, dcfg, run_dir, ev.split, *splits[ev.split])
-        extra = {name: _score_split(grid, cfg, tr, dcfg, run_dir, name, *splits[name]) for name in ev.extra_splits}
+        try:
+            tr, dcfg = _translator(grid, run_dir, workers)
+            main = _score_split(grid, cfg, tr, dcfg, run_dir, ev.split, *splits[ev.split])
+            main["decode_workers"] = tr.workers_used  # the decoding processes of the timed split
+            extra = {name: _score_split(grid, cfg, tr, dcfg, run_dir, name, *splits[name])
+                     for name in ev.extra_splits}
+        finally:
+            torch.set_num_threads(old_threads)
+        return _finish_result(grid, cfg, run_dir, tr, dcfg, main, extra, n_params, paths, run)
     finally:
-        torch.set_num_threads(old_threads)
+        if tr is not None:
+            tr.close()  # stops its decoding processes, if it started any
+
+
+def _finish_result(grid: GridConfig, cfg: Config, run_dir: Path, tr, dcfg, main: dict, extra: dict, n_params: int,
+                   paths: list[Path], run: dict) -> dict:
+    """A run's result.json: its training figures, its scores, and what the grid asks for beyond them (the
+    decoding benchmark, the translated and induced files) with ``tr``."""
+    import torch
+
+    ev = grid.evaluate
     # training throughput excludes the time spent validating
     train_seconds = float(run.get("train_seconds", 0.0)) - float(run.get("valid_seconds", 0.0))
     train_device = cfg.train.device
@@ -336,7 +355,7 @@ def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, splits: dict[str
 
 
 def _complete_run(grid: GridConfig, cfg: Config, run_dir: Path, res: dict,
-                  splits: dict[str, tuple[list[str], list[str]]]) -> list[str]:
+                  splits: dict[str, tuple[list[str], list[str]]], workers: int | None = 1) -> list[str]:
     """Decode and score the extra splits a finished run has no scores for (a split added to the grid
     after the run finished); ``res`` is updated and rewritten. Returns the splits added."""
     import torch
@@ -345,12 +364,15 @@ def _complete_run(grid: GridConfig, cfg: Config, run_dir: Path, res: dict,
     if not todo:
         return []
     old_threads = _threads_guard(cfg)
+    tr = None
     try:
-        tr, dcfg = _translator(grid, run_dir)
+        tr, dcfg = _translator(grid, run_dir, workers)
         for name in todo:
             res.setdefault("splits", {})[name] = _score_split(grid, cfg, tr, dcfg, run_dir, name, *splits[name])
     finally:
         torch.set_num_threads(old_threads)
+        if tr is not None:
+            tr.close()
     stored = {k: v for k, v in res.items() if k != "run_dir"}
     _write_json(run_dir / "result.json", stored)
     return todo
@@ -550,7 +572,8 @@ def _plan_run(plan: GridPlan, item: tuple[str, int, Path, str], cfg: Config, fin
             plan.configs[(name, seed)] = from_dict(yaml.safe_load(resolved.read_text(encoding="utf-8")),
                                                    where=str(resolved))
         if not report_only:  # decoded with the current config: its data.path is where the data is now
-            added = _complete_run(g, cfg, run_dir, res, plan.split_data)
+            # before any training of this command: the machine is free for translate's default workers
+            added = _complete_run(g, cfg, run_dir, res, plan.split_data, workers=None)
             if added:
                 say(f"{tag}: finished earlier; decoded and scored the split(s) it lacked: {', '.join(added)}.")
         plan.results[(name, seed)] = res
@@ -578,10 +601,11 @@ class _Runs:
     """Training (a subprocess per run) and evaluation of the planned runs; ``live`` holds the training
     processes running now, ``stopping`` is set by an interrupt so that no queued run starts."""
 
-    def __init__(self, plan: GridPlan, say):
+    def __init__(self, plan: GridPlan, say, decode_workers: int | None = 1):
         import threading
 
         self.plan, self.say = plan, say
+        self.decode_workers = decode_workers  # as translate --workers (None: translate's default)
         self.live: set = set()
         self.stopping = threading.Event()
 
@@ -613,7 +637,8 @@ class _Runs:
     def evaluate(self, item: tuple[str, int, Path, str]) -> None:
         name, seed, run_dir, tag = item
         t0 = time.time()
-        res = _evaluate_run(self.plan.grid, self.plan.configs[(name, seed)], run_dir, self.plan.split_data)
+        res = _evaluate_run(self.plan.grid, self.plan.configs[(name, seed)], run_dir, self.plan.split_data,
+                            workers=self.decode_workers)
         res.update({"name": name, "seed": seed, "run_dir": str(run_dir)})
         _write_json(run_dir / "result.json", res)
         self.plan.results[(name, seed)] = res
@@ -693,7 +718,9 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
     say(f"experiment {g.name}: {len(g.runs)} runs x {len(g.seeds)} seeds, budget {g.budget.describe()}; "
         f"output in {out}")
     plan = plan_grid(g, out, run_over, report_only, say)
-    runs = _Runs(plan, say)
+    # one run at a time has the machine to itself when it is decoded: decode as translate does by default
+    # (worker processes for inputs of 8 batches or more); runs trained side by side decode in one process each
+    runs = _Runs(plan, say, decode_workers=None if jobs_at_once == 1 else 1)
     for item in plan.to_evaluate:
         runs.evaluate(item)
     schedule_runs(runs, plan.to_train, jobs_at_once)

@@ -779,6 +779,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``structnmt`` command: one line, never a traceback, for an interrupt at any instant (Ctrl-C or
+    SIGTERM while the arguments are read or while a finished command restores its signal handler too)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return _err("interrupted")
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # anywhere on the line: show tracebacks of user errors too
     argv = [a for a in argv if a != "--debug"]

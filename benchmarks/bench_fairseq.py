@@ -187,8 +187,10 @@ DECODE_SNIPPET = (
     "from structnmt.decode.translate import Translator\nfrom structnmt.config import DecodeConfig\n"
     "if __name__ == '__main__':\n"
     "    lines = open(sys.argv[2], encoding='utf-8').read().splitlines()\n"
-    "    tr = Translator(sys.argv[1], device=sys.argv[6], workers=int(sys.argv[5]))  # workers loaded before the clock\n"
-    "    d = DecodeConfig(beam=5, batch_size=128, dtype=sys.argv[4])\n"
+    "    workers = int(sys.argv[5]) or None  # 0: translate's default (workers=None)\n"
+    "    tr = Translator(sys.argv[1], device=sys.argv[6], workers=workers)\n"
+    "    d = DecodeConfig(beam=5, batch_size=128, dtype=sys.argv[4], allow_slow_dtype=True)\n"
+    "    tr._pool_for(-(-len(lines) // d.batch_size))  # the decoding processes, if any, start before the clock\n"
     "    t = time.perf_counter(); out = tr.translate(lines, d); el = time.perf_counter() - t\n"
     "    print(len(lines) / el, sum(len(h[0].tokens) + 1 for h in out))\n"
     "    tr.close()\n")
@@ -324,7 +326,8 @@ def main() -> None:
         # on a GPU float32 and bfloat16 only. mode label -> (threads, dtype, workers)
         modes = {"": (args.threads, "float32", 1), " --dtype bfloat16": (args.threads, "bfloat16", 1)}
         if args.device == "cpu":
-            modes.update({f" --workers {args.threads} (1 thread each)": (1, "float32", args.threads),
+            modes.update({" translate's default (workers chosen by itself)": (args.threads, "float32", 0),
+                          f" --workers {args.threads} (1 thread each)": (1, "float32", args.threads),
                           f" --workers {args.threads} --dtype int8": (1, "int8", args.threads),
                           " --dtype int8": (args.threads, "int8", 1)})
         sn = {label: decode_structnmt(checkpoint, src_lines, threads, dtype, workers, env, args.device)
@@ -357,7 +360,7 @@ class Measured:
     fs_dec: float  # fairseq-generate sentences/s
     fs_tokens: int  # its output tokens
     sn_dec: dict[str, tuple[float, float]]  # structnmt decoding mode label -> (sentences/s, output tokens)
-    modes: dict[str, tuple[int, str, int]]  # label -> (threads, dtype, workers)
+    modes: dict[str, tuple[int, str, int]]  # label -> (threads, dtype, workers; 0: translate's default)
     ct2_dec: dict[str, float]  # CTranslate2 export quantization -> sentences/s
 
 
@@ -381,7 +384,7 @@ def report_lines(m: Measured) -> list[str]:
         lines.append(f"| {name} | {m.fs_dec:.1f} | {rate:.1f} | {rate / m.fs_dec:.2f} |")
     for label, (_, tokens) in m.sn_dec.items():
         _, dtype, workers = m.modes[label]
-        if workers > 1:  # the same translations as one process of the same dtype, or a warning
+        if workers != 1:  # several processes (0: chosen by translate): the translations of one process, or a warning
             one = next(m.sn_dec[other][1] for other, mode in m.modes.items() if mode[1:] == (dtype, 1))
             if tokens != one:
                 lines.append(f"WARNING: structnmt{label} wrote {tokens:.0f} output tokens, one process {one:.0f}")

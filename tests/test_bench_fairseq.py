@@ -22,9 +22,11 @@ def measured(bench, **changes):
     values = dict(
         threads=2, processes=2, fs_rates=[1000.0, 1200.0], sn_rates=[1500.0, 1900.0], fs_mp=[900.0, 1100.0],
         sn_mp=[2000.0, 2200.0], fs_dec=100.0, fs_tokens=12100,
-        sn_dec={"": (150.0, 12000.0), " --workers 2 (1 thread each)": (210.0, 12000.0),
+        sn_dec={"": (150.0, 12000.0), " translate's default (workers chosen by itself)": (205.0, 12000.0),
+                " --workers 2 (1 thread each)": (210.0, 12000.0),
                 " --workers 2 --dtype int8": (250.0, 11900.0), " --dtype int8": (180.0, 11950.0)},
-        modes={"": (2, "float32", 1), " --workers 2 (1 thread each)": (1, "float32", 2),
+        modes={"": (2, "float32", 1), " translate's default (workers chosen by itself)": (2, "float32", 0),
+               " --workers 2 (1 thread each)": (1, "float32", 2),
                " --workers 2 --dtype int8": (1, "int8", 2), " --dtype int8": (2, "int8", 1)},
         ct2_dec={"none": 200.0, "int8": 260.0})
     values.update(changes)
@@ -46,6 +48,14 @@ def test_the_report_of_a_full_run_training_and_decoding():
     # worker processes are checked against one process of the same number format
     assert "WARNING: structnmt --workers 2 --dtype int8 wrote 11900 output tokens, one process 11950" in lines
     assert not any("--workers 2 (1 thread each) wrote" in line for line in lines)
+    # translate's default (workers=None, here its processes) is a row of its own, checked the same way
+    assert "| decoding sentences/s, structnmt translate's default (workers chosen by itself) | 100.0 | 205.0 | 2.05 |" \
+        in lines
+    assert not any("default (workers chosen by itself) wrote" in line for line in lines)
+    m = measured(bench)
+    m.sn_dec[" translate's default (workers chosen by itself)"] = (205.0, 11990.0)
+    assert ("WARNING: structnmt translate's default (workers chosen by itself) wrote 11990 output tokens, one process "
+            "12000") in bench.report_lines(m)
     assert "| output tokens (EOS included; decoding speeds compare only where these are alike) | 12100 | 12000 | 0.99 |" \
         in lines
     assert lines[-1] == ("(per round: fairseq 1000, 1200; structnmt 1500, 1900 target tok/s; 2 processes: "

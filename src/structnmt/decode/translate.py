@@ -35,7 +35,7 @@ class Translation:
 AUTO_MIN_BATCHES = 8
 """``translate`` without ``--workers`` decodes in worker processes (one thread each, one per core) from this
 many batches of input on: each process spawns, imports torch and loads the model first, which one process
-decoding 8 batches of 128 sentences (~1,000) no longer pays for. Measured on an AMD EPYC (Zen 3, 2 cores),
+decoding 8 batches of 128 sentences (~1,000) no longer pays for. Measured on an AMD EPYC (Zen 4, 2 cores),
 quiet, `translate` wall time with the model's load, heterogeneous QUERYK at 2,000 updates, beam 5 (2026-11-25):
 256 sentences 4.1 s in one process against 6.1 s with 2 workers, 1,014: 9.6 s / 9.5 s, 2,028: 17.4 / 15.6 s,
 4,056: 30.8 / 26.1 s (1.27x the sentences per second once started); identical translations."""

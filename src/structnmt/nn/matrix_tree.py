@@ -64,7 +64,7 @@ within 1e-13 of enumeration and its gradients within 1e-9 (relative to the large
 1,000; none is tempered up to std 100, 13 % at std 200, 24 % at 300, 46 % at 1,000. On batches of
 64 sentences of 10-30 words the elimination took 14 of 64 at std 10, 40 at std 20, 53 at std 50;
 the whole call with its backward took 0.01 s at std 1 and 0.1-0.2 s at std 10-1,000 (one thread,
-AMD EPYC Zen 3).
+AMD EPYC Zen 4, two trainings running beside it).
 
 What neither path resolves gets the last resort: its shifted scores divided by the smallest
 power of 2 that passes the closed form's checks, the marginals of a tempered distribution.

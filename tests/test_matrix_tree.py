@@ -230,13 +230,14 @@ def _values_and_gradients(fn, s: torch.Tensor, w: torch.Tensor) -> tuple[torch.T
     return beta.detach(), s.grad
 
 
-@pytest.mark.parametrize("std", [10.0, 20.0, 50.0, 100.0])
-def test_marginals_and_their_gradients_equal_enumeration_for_scores_up_to_std_100(std):
-    """Random score matrices (n <= 6) of standard deviation up to 100, where the closed form alone fails or
-    is inaccurate on a share of them: every value within 1e-6 of enumeration and every gradient (of the
-    marginals against random weights, as training takes it) within 1e-6 of the largest, none tempered.
-    The closed form's results pass its distribution check far more often than they are accurate: without
-    the condition-number gate (COND_MAX) gradients at std 20-50 were off by up to 2."""
+@pytest.mark.parametrize("std", [10.0, 20.0, 50.0, 100.0, 300.0, 1000.0])
+def test_marginals_and_their_gradients_equal_enumeration_for_scores_up_to_std_1000(std):
+    """Random score matrices (n <= 6) of standard deviation 10 to 1,000, where the closed form alone fails or
+    is inaccurate on a share of them (a forced choice can lie hundreds of nats under a column's best,
+    pivots of e^-200 and less): every value within 1e-6 of enumeration and every gradient (of the marginals
+    against random weights, as training takes it) within 1e-6 of the largest, none tempered. The closed
+    form's results pass its distribution check far more often than they are accurate: without the
+    condition-number gate (COND_MAX) gradients at std 20-50 were off by up to 2."""
     from structnmt.nn import matrix_tree
 
     gen = torch.Generator().manual_seed(int(std))
@@ -251,25 +252,6 @@ def test_marginals_and_their_gradients_equal_enumeration_for_scores_up_to_std_10
         assert (got_grad - want_grad).abs().max() <= 1e-6 * (1 + want_grad.abs().max())
     assert matrix_tree.STATS["tempered"] == before["tempered"]
     assert matrix_tree.STATS["exact_elimination"] > before["exact_elimination"]  # the second path was used
-
-
-@pytest.mark.parametrize("std", [300.0, 1000.0])
-def test_beyond_std_100_every_result_is_exact_and_none_is_tempered(std):
-    """Scores of std 300-1000 (a forced choice can lie hundreds of nats under a column's best, pivots of
-    e^-200 and less): the log-space elimination resolves every sentence, values and gradients exact."""
-    from structnmt.nn import matrix_tree
-
-    gen = torch.Generator().manual_seed(int(std))
-    before = dict(matrix_tree.STATS)
-    for _ in range(40):
-        n = int(torch.randint(2, 7, (), generator=gen))
-        s = torch.randn(n, n, dtype=torch.float64, generator=gen) * std
-        w = torch.randn(n, n, dtype=torch.float64, generator=gen)
-        got, got_grad = _values_and_gradients(one_sentence, s, w)
-        want, want_grad = _values_and_gradients(brute, s, w)
-        assert torch.allclose(got, want, atol=1e-6, rtol=0)
-        assert (got_grad - want_grad).abs().max() <= 1e-6 * (1 + want_grad.abs().max())
-    assert matrix_tree.STATS["tempered"] == before["tempered"]
 
 
 def test_a_tree_that_needs_an_arc_800_nats_under_its_column_best():

@@ -38,7 +38,10 @@ many batches of input on: each process spawns, imports torch and loads the model
 decoding 8 batches of 128 sentences (~1,000) no longer pays for. Measured on an AMD EPYC (Zen 4, 2 cores),
 quiet, `translate` wall time with the model's load, heterogeneous QUERYK at 2,000 updates, beam 5 (2026-11-25):
 256 sentences 4.1 s in one process against 6.1 s with 2 workers, 1,014: 9.6 s / 9.5 s, 2,028: 17.4 / 15.6 s,
-4,056: 30.8 / 26.1 s (1.27x the sentences per second once started); identical translations."""
+4,056: 30.8 / 26.1 s (1.27x the sentences per second once started); identical translations. Command:
+``time structnmt translate --checkpoint <grid run>/average.pt --input IN --output OUT --workers W --no-progress``
+with W = 1 and 2, IN the first N lines of Multi30k's val.en (2,028 and 4,056: val.en repeated), the
+cross-paper grid's heterogeneous QUERYK seed 1; the machine's trainings paused (SIGSTOP)."""
 
 DECODE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int8": torch.float32}
 """decode.dtype -> the dtype of the decoder's floating-point parameters and activations. ``int8``

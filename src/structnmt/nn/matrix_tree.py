@@ -60,13 +60,13 @@ derivatives are bounded weights; O(n^3) per sentence — and the marginals as th
 log Z with respect to the scores (autograd, with a graph when training). An elimination in
 linear space was tried first and rejected: e^-800 underflows and answers for another tree, and
 the double backward through pivots of e^-200 loses the training gradient to cancellation, both
-while passing every check. Measured against enumeration (n <= 6, 100 random matrices per std,
-2026-11-25): nothing is tempered at any std from 1 to 1,000; every result is within 1e-13 of
+while passing every check. Measured against enumeration (benchmarks/bench_matrix_tree.py: n <= 6, 100
+random matrices per std, 2026-11-25): nothing is tempered at any std from 1 to 1,000; every result is within 1e-13 of
 enumeration, its gradients within 1e-9 of the largest (an independent review, 9,000 matrices
 and an mpmath reference up to n = 12: elimination values within 2e-12 and gradients within 3e-12,
 closed-form gradients within 2e-8 relative where the largest true one is at least 1e-6). On
 batches of 64 sentences of 10-30 words the elimination took 14 of 64 at std 10, 40 at std 20,
-53-62 at std 50-1,000; the whole call with its backward took 0.02 s at std 1 and 0.2-0.45 s at
+53-62 at std 50-1,000; the whole call with its backward took 0.02 s at std 1 and 0.15-0.45 s at
 std 10-1,000 (one thread, AMD EPYC Zen 4, two trainings running beside it), and the elimination's
 graph holds O(n^3) numbers (725 MiB more for 16 sentences of 100 words, where the closed form
 needs 36 MiB).

@@ -1,0 +1,76 @@
+#!/usr/bin/env python
+"""Which path the matrix-tree marginals take (closed form, exact elimination, tempered) and how exact they
+are, on random score matrices; the figures of docs/sa_nmt.md and of structnmt.nn.matrix_tree's docstring.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_matrix_tree.py
+
+Part 1: 100 random matrices per standard deviation (n = 2..6), each against enumeration of every tree
+(tests/test_matrix_tree.py's ``brute``): the paths taken, the largest |beta - enumeration| and the largest
+gradient error (of sum(w * beta) for random w, relative to the largest true gradient + 1) over the
+sentences not tempered. Part 2: batches of 64 sentences of 10-30 words with a graph, the paths taken and
+the seconds of the call with its backward (a wall-clock figure: name the CPU and what else ran beside it).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from test_matrix_tree import brute  # noqa: E402
+
+from structnmt.nn import matrix_tree as mt  # noqa: E402
+
+
+def against_enumeration(std: float, count: int = 100) -> str:
+    for key in mt.STATS:
+        mt.STATS[key] = 0
+    worst_value = worst_grad = 0.0
+    for t in range(count):
+        n = 2 + t % 5
+        s = torch.randn(n, n, dtype=torch.float64) * std
+        w = torch.randn(n, n, dtype=torch.float64)
+        ref = s.clone().requires_grad_(True)
+        want = brute(ref)
+        (want * w).sum().backward()
+        tempered = mt.STATS["tempered"]
+        got_s = s.clone().requires_grad_(True)
+        got = mt.marginals(got_s[None], torch.tensor([n]))[0]
+        (got * w).sum().backward()
+        if mt.STATS["tempered"] == tempered:
+            worst_value = max(worst_value, float((got - want).detach().abs().max()))
+            worst_grad = max(worst_grad, float((got_s.grad - ref.grad).abs().max() / (ref.grad.abs().max() + 1)))
+    st = mt.STATS
+    closed = st["sentences"] - st["exact_elimination"] - st["tempered"]
+    return (f"| {std:g} | {st['sentences']} | {closed} | {st['exact_elimination']} | {st['tempered']} | "
+            f"{worst_value:.0e} | {worst_grad:.0e} |")
+
+
+def batch(std: float) -> str:
+    for key in mt.STATS:
+        mt.STATS[key] = 0
+    s = (torch.randn(64, 30, 30, dtype=torch.float64) * std).requires_grad_(True)
+    lengths = torch.randint(10, 31, (64,))
+    t0 = time.perf_counter()
+    beta = mt.marginals(s, lengths)
+    (beta * torch.randn_like(beta)).sum().backward()
+    return f"| {std:g} | {mt.STATS['exact_elimination']} | {mt.STATS['tempered']} | {time.perf_counter() - t0:.2f} |"
+
+
+def main() -> None:
+    torch.manual_seed(11)
+    print("| std | sentences | closed form | elimination | tempered | max abs value error | max rel gradient error |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for std in (1, 10, 20, 50, 100, 200, 300, 1000):
+        print(against_enumeration(std), flush=True)
+    print("\n| std (64 sentences, 10-30 words) | elimination | tempered | seconds with backward |")
+    print("|---:|---:|---:|---:|")
+    for std in (1, 5, 10, 20, 50, 100, 300, 1000):
+        print(batch(std), flush=True)
+
+
+if __name__ == "__main__":
+    main()

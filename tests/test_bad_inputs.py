@@ -692,7 +692,8 @@ def test_sigterm_ends_a_command_like_ctrl_c_without_a_traceback(tmp_path):
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate()
-    assert proc.returncode == 2 and "structnmt: error: interrupted" in err and "Traceback" not in err
+    assert proc.returncode == 2 and "structnmt: error: interrupted" in err and "Traceback" not in err, \
+        f"exit {proc.returncode}; stderr:\n{err}"
 
 
 def test_atomic_writes_keep_the_usual_file_mode(tmp_path):

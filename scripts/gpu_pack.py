@@ -16,7 +16,8 @@ At the end everything the runs wrote except checkpoints goes into one ``.tar.gz`
         -- budget.max_updates=8000 train.device=cuda
 
 A ``--job`` is ``GRID:OUT:SEEDS:ROW[:ROW...]``; the overrides after ``--`` go to every run.
-Rows whose models read parses need spaCy on that machine too: the runner parses the blind inputs.
+Rows whose models read parses need spaCy on that machine too (the runner refuses them before training
+without it): the runner parses the text it translates.
 """
 from __future__ import annotations
 

@@ -578,3 +578,42 @@ def test_the_report_says_when_runs_were_decoded_with_several_processes():
     configs[("c", 1)] = Config()
     line = _hardware_line(two, configs)
     assert "decoded with 1 or 2 process(es) of one thread each" in line and line.endswith(".")
+
+
+
+def test_a_run_that_reads_parses_is_refused_before_training_when_its_parser_is_missing(tmp_path, corpus,
+                                                                                      monkeypatch):
+    """A spaCy-prepared dataset: after training, the translator parses the text it decodes with spaCy. Without
+    spaCy here, a row whose model reads parses is refused before any training; a row that reads none trains."""
+    from structnmt.syntax import parsers
+    from structnmt.syntax.parsers import ParserError
+
+    data = runner_mod._prepare_data(load_grid(_grid(tmp_path, corpus, tmp_path / "prep"))[0], tmp_path / "prep",
+                                    lambda *_: None)
+    manifest = json.loads((data / "manifest.json").read_text())
+    manifest["config"]["parser"] = {"name": "spacy", "pipeline": "en_core_web_sm"}
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setattr(parsers, "resolve_pipeline", lambda name: None)  # the pipeline is not installed
+
+    class Launched(Exception):
+        pass
+
+    def launch(config_path, log_path, live=None):
+        raise Launched(str(config_path))
+
+    monkeypatch.setattr(runner_mod, "launch_training", launch)
+    dea = """'model.attention.overrides={"encoder_self.0": {name: rhe, options: {enhancement: dea, heads: all}}}'"""
+
+    def grid(rows: str) -> Path:
+        path = tmp_path / "grid_spacy.yaml"
+        path.write_text(f"name: spaCy data\ndata: {{path: {data}}}\n{TINY_BASE}\nbudget: {{max_updates: 6}}\n"
+                        f"seeds: [1]\nbaseline: Transformer-Base\nruns:\n  - name: Transformer-Base\n{rows}"
+                        "evaluate: {split: test, average_last: 2, beam: 2}\n")
+        return path
+
+    with pytest.raises(ParserError, match=r"\+ DEA \(seed 1\): the model reads parses.*"
+                                          r"spaCy pipeline 'en_core_web_sm' is not installed.*before training"):
+        run_grid(grid(f"  - name: + DEA\n    overrides: [{dea}]\n"), tmp_path / "out", log=lambda *_: None)
+    assert not (tmp_path / "out" / "runs" / "transformer-base" / "seed1" / "train.log").exists()
+    with pytest.raises(Launched):  # no row reads parses: nothing to refuse, training starts
+        run_grid(grid(""), tmp_path / "out2", log=lambda *_: None)

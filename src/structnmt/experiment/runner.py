@@ -538,7 +538,51 @@ def plan_grid(g: GridConfig, out: Path, run_over: list[str], report_only: bool, 
         cfg = resolve_run_config(g, r, seed, data_path=data_path, run_dir=run_dir, overrides=run_over)
         plan.configs[(r.name, seed)] = cfg
         _plan_run(plan, (r.name, seed, run_dir, tag), cfg, fingerprint, report_only, say)
+    check_evaluation_parser(plan)
     return plan
+
+
+def check_evaluation_parser(plan: GridPlan) -> None:
+    """Refuse before any training when a run still to be decoded reads parses and the dataset's parser cannot
+    run here. Its translator parses what it translates (the test splits, the blind files) with the parser the
+    data was prepared with; found missing only after training, it would cost the whole training."""
+    from ..syntax.parsers import ParserConfig, ParserError, SpacyParser, resolve_pipeline
+
+    pending = plan.to_train + plan.to_evaluate
+    parser = _manifest_parser(plan.data_path)
+    if not pending or parser.get("name") != "spacy":
+        return  # pre-parsed files (file, synthetic) come with the splits; none: nothing to parse
+    import importlib.util
+
+    if importlib.util.find_spec("spacy") is not None and resolve_pipeline(parser.get("pipeline", "en_core_web_sm")):
+        return
+    readers = [tag for name, seed, _, tag in pending if _reads_parses(plan.configs[(name, seed)], plan.data_path)]
+    if readers:
+        try:
+            SpacyParser(ParserConfig(name="spacy", pipeline=parser.get("pipeline", "en_core_web_sm")))
+        except ParserError as err:
+            raise ParserError(f"{readers[0]}{f' and {len(readers) - 1} more run(s)' if len(readers) > 1 else ''}: "
+                              f"the model reads parses, and after training the runner parses the text it "
+                              f"translates with the dataset's parser; {err} Install it before training.") from None
+
+
+def _manifest_parser(data_path: Path) -> dict:
+    """The parser settings a prepared dataset was made with ({} when it has no manifest)."""
+    path = Path(data_path) / "manifest.json"
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text(encoding="utf-8")).get("config", {}).get("parser") or {}
+
+
+def _reads_parses(cfg: Config, data_path: Path) -> bool:
+    """Whether a run's model reads structures (its data config asks for some, or one of its mechanisms does)."""
+    if cfg.data.structures:
+        return True
+    from ..data.dataset import PreparedDataset
+    from ..models import build_model
+
+    ds = PreparedDataset(data_path)
+    return bool(build_model(cfg.model, len(ds.src_vocab), len(ds.tgt_vocab)).required_structures())
 
 
 def _plan_run(plan: GridPlan, item: tuple[str, int, Path, str], cfg: Config, fingerprint: str,

@@ -16,8 +16,9 @@ At the end everything the runs wrote except checkpoints goes into one ``.tar.gz`
         -- budget.max_updates=8000 train.device=cuda
 
 A ``--job`` is ``GRID:OUT:SEEDS:ROW[:ROW...]``; the overrides after ``--`` go to every run.
-Rows whose models read parses need spaCy on that machine too (the runner refuses them before training
-without it): the runner parses the text it translates.
+Rows whose models read parses need the parses of what they translate: spaCy there, or a parse cache made
+here (`structnmt parse`, then the override evaluate.parse_cache=FILE); without either the runner refuses
+them before training.
 """
 from __future__ import annotations
 

@@ -585,14 +585,20 @@ def test_a_run_that_reads_parses_is_refused_before_training_when_its_parser_is_m
                                                                                       monkeypatch):
     """A spaCy-prepared dataset: after training, the translator parses the text it decodes with spaCy. Without
     spaCy here, a row whose model reads parses is refused before any training; a row that reads none trains."""
+    from structnmt.data.dataset import PreparedDataset
     from structnmt.syntax import parsers
-    from structnmt.syntax.parsers import ParserError
+    from structnmt.syntax.parse_cache import ParseCacheError, write_parse_cache
+    from structnmt.syntax.parsers import ParserConfig, ParserError
 
     data = runner_mod._prepare_data(load_grid(_grid(tmp_path, corpus, tmp_path / "prep"))[0], tmp_path / "prep",
                                     lambda *_: None)
     manifest = json.loads((data / "manifest.json").read_text())
     manifest["config"]["parser"] = {"name": "spacy", "pipeline": "en_core_web_sm"}
     (data / "manifest.json").write_text(json.dumps(manifest))
+    # parses made beforehand (structnmt parse) of all of the test split, and of half of it
+    test_src = PreparedDataset(data).split("test").text("src")
+    write_parse_cache(ParserConfig(name="spacy"), test_src, tmp_path / "all.jsonl")
+    write_parse_cache(ParserConfig(name="spacy"), test_src[: len(test_src) // 2], tmp_path / "half.jsonl")
     monkeypatch.setattr(parsers, "resolve_pipeline", lambda name: None)  # the pipeline is not installed
 
     class Launched(Exception):
@@ -604,11 +610,11 @@ def test_a_run_that_reads_parses_is_refused_before_training_when_its_parser_is_m
     monkeypatch.setattr(runner_mod, "launch_training", launch)
     dea = """'model.attention.overrides={"encoder_self.0": {name: rhe, options: {enhancement: dea, heads: all}}}'"""
 
-    def grid(rows: str) -> Path:
+    def grid(rows: str, cache: str = "") -> Path:
         path = tmp_path / "grid_spacy.yaml"
         path.write_text(f"name: spaCy data\ndata: {{path: {data}}}\n{TINY_BASE}\nbudget: {{max_updates: 6}}\n"
                         f"seeds: [1]\nbaseline: Transformer-Base\nruns:\n  - name: Transformer-Base\n{rows}"
-                        "evaluate: {split: test, average_last: 2, beam: 2}\n")
+                        f"evaluate: {{split: test, average_last: 2, beam: 2, parse_cache: '{cache}'}}\n")
         return path
 
     with pytest.raises(ParserError, match=r"\+ DEA \(seed 1\): the model reads parses.*"
@@ -617,3 +623,10 @@ def test_a_run_that_reads_parses_is_refused_before_training_when_its_parser_is_m
     assert not (tmp_path / "out" / "runs" / "transformer-base" / "seed1" / "train.log").exists()
     with pytest.raises(Launched):  # no row reads parses: nothing to refuse, training starts
         run_grid(grid(""), tmp_path / "out2", log=lambda *_: None)
+    # evaluate.parse_cache stands in for spaCy: one that lacks lines is refused before training, a whole one trains
+    with pytest.raises(ParseCacheError, match=r"evaluate.parse_cache .*half.jsonl: \d+ of the \d+ lines to parse"):
+        run_grid(grid(f"  - name: + DEA\n    overrides: [{dea}]\n", str(tmp_path / "half.jsonl")), tmp_path / "out3",
+                 log=lambda *_: None)
+    with pytest.raises(Launched):
+        run_grid(grid(f"  - name: + DEA\n    overrides: [{dea}]\n", str(tmp_path / "all.jsonl")), tmp_path / "out4",
+                 log=lambda *_: None)

@@ -209,11 +209,49 @@ def cmd_translate(args) -> int:
                         "(drop --workers).")
         return _translate_ctranslate2(args)
     tr = Translator(args.checkpoint, data_dir=args.data, device=args.device, parser_overrides=overrides,
-                    too_long=args.too_long, workers=args.workers)
+                    too_long=args.too_long, workers=args.workers, parse_cache=args.parse_cache)
     try:
+        if args.parse_cache and not tr.structures:
+            return _err(f"--parse-cache {args.parse_cache}: {args.checkpoint} reads no parses (its attention uses no "
+                        "structure), so the parses would be ignored; drop --parse-cache.")
         return _translate_with(tr, args)
     finally:
         tr.close()
+
+
+def cmd_parse(args) -> int:
+    from .data.corpus import read_lines
+    from .syntax.parse_cache import write_parse_cache
+    from .syntax.parsers import ParserConfig
+
+    manifest_path = Path(args.data) / "manifest.json"
+    if not manifest_path.is_file():
+        return _err(f"--data {args.data}: no prepared dataset there (no manifest.json); give the directory of "
+                    "`structnmt prepare` the models were trained on.")
+    import json
+
+    parser = json.loads(manifest_path.read_text(encoding="utf-8")).get("config", {}).get("parser") or {}
+    if parser.get("name") != "spacy":
+        return _err(f"--data {args.data}: its parser is '{parser.get('name', 'none')}', not spacy: its models read "
+                    "parses from files (or none), so there is nothing to parse beforehand.")
+    from .config import _build
+
+    cfg = _build(ParserConfig, {**parser, "n_process": args.spacy_processes}, f"{manifest_path} parser")
+    texts = [line for path in args.input for line in read_lines(path)]
+    n = write_parse_cache(cfg, texts, args.out)
+    print(f"parse: {n:,} distinct lines of {len(args.input)} file(s) parsed with {parser.get('pipeline')} into "
+          f"{args.out}")
+    return 0
+
+
+def _parser_parse(sub) -> None:
+    s = sub.add_parser("parse", help="parse text beforehand with a dataset's parser (spaCy), for translate "
+                                     "--parse-cache on a machine without it")
+    s.add_argument("--data", required=True, help="the prepared dataset whose parser settings are used")
+    s.add_argument("--input", nargs="+", required=True, help="text files (.gz ok), one sentence per line")
+    s.add_argument("--out", required=True, help="the parse cache to write (.jsonl, or .jsonl.gz)")
+    s.add_argument("--spacy-processes", type=_at_least(1), default=1, help="spaCy worker processes")
+    s.set_defaults(func=cmd_parse)
 
 
 def _parser_translate(sub) -> None:
@@ -242,6 +280,9 @@ def _parser_translate(sub) -> None:
                         "either way its line number is reported")
     s.add_argument("--parse-dependency", help="pre-parsed input (CoNLL-U) for models prepared with parser 'file'")
     s.add_argument("--parse-constituency", help="pre-parsed input (PTB) for models prepared with parser 'file'")
+    s.add_argument("--parse-cache", metavar="FILE",
+                   help="the input's parses made beforehand by `structnmt parse` (spaCy-parsed datasets): read "
+                        "instead of running spaCy here")
     s.add_argument("--device", default="auto")
     s.add_argument("--workers", type=int, default=None,
                    help="CPU decoding processes, one thread each, never more than the input has batches "
@@ -758,7 +799,7 @@ def _parser_demo(sub) -> None:
 
 #: every command's parser, in the order of `structnmt -h` (each lives beside its command)
 PARSERS = (
-    _parser_synth, _parser_prepare, _parser_train, _parser_translate, _parser_export,
+    _parser_synth, _parser_prepare, _parser_train, _parser_parse, _parser_translate, _parser_export,
     _parser_average, _parser_score, _parser_experiment, _parser_probe, _parser_tag, _parser_induce,
     _parser_induce_table, _parser_head_roles, _parser_sweep_plot, _parser_analyze, _parser_gate,
     _parser_demo,

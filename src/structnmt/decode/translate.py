@@ -321,7 +321,8 @@ class Translator:
     """
 
     def __init__(self, checkpoint: str | Path, *, data_dir: str | Path | None = None, device: str = "auto",
-                 parser_overrides: dict | None = None, too_long: str = "empty", workers: int | None = 1):
+                 parser_overrides: dict | None = None, too_long: str = "empty", workers: int | None = 1,
+                 parse_cache: str | Path | None = None):
         if too_long not in ("empty", "truncate"):
             raise ValueError(f"too_long must be 'empty' or 'truncate', not {too_long!r}")
         if workers is not None and workers < 1:
@@ -340,6 +341,8 @@ class Translator:
         self.model.to(self.device)
         self._cast: dict[str, torch.nn.Module] = {}  # decode.dtype -> the model in that format (made on first use)
         self.parser_cfg = None
+        self.parse_cache: dict | None = None  # parses made beforehand (structnmt parse), read instead of parsing
+        self.parse_cache_path = str(parse_cache or "")
         self.label_ids: dict[str, int] = {}
         self.structures = {**self.cfg.data.structures, **self.model.required_structures()}
         if parser_overrides and not self.structures:
@@ -366,6 +369,7 @@ class Translator:
             # without a parser, tree-free features take their words from the pieces
             self.parser_cfg = parser_cfg if parser_cfg.name != "none" else None
             self.label_ids = {x: i for i, x in enumerate(syntax.get("labels") or [])}
+            self._use_parse_cache(parse_cache, parser_cfg)
             from ..syntax.features import FEATURES
 
             needs_trees = any(FEATURES[spec.feature].needs for spec in self.structures.values())
@@ -422,6 +426,17 @@ class Translator:
             self.pool.close()
             self.pool = None
 
+    def _use_parse_cache(self, path: str | Path | None, parser_cfg) -> None:
+        """Read the parses of ``structnmt parse`` (for a dataset parsed by spaCy) instead of running spaCy."""
+        if not path:
+            return
+        if parser_cfg.name != "spacy":
+            raise UserError(f"--parse-cache {path}: this model's dataset was parsed by '{parser_cfg.name}', whose "
+                            "parses come from files already; the cache is for spaCy-parsed datasets, drop it.")
+        from ..syntax.parse_cache import read_parse_cache
+
+        self.parse_cache = read_parse_cache(path)
+
     def _parse(self, texts: list[str], prefix: str | None = None, lang: str | None = None):
         """((dependency, constituency), word_of_piece) of every (non-empty, stripped) text;
         None for a text whose parse cannot be aligned with it.
@@ -438,10 +453,15 @@ class Translator:
         from ..syntax.parsers import build_parser
 
         needs = tuple(sorted({t for spec in self.structures.values() for t in FEATURES[spec.feature].needs}))
-        backend = build_parser(self.parser_cfg, needs)  # the trees this model's features read, no others
+        if self.parse_cache is not None:
+            from ..syntax.parse_cache import cached_parses
+
+            parsed = cached_parses(self.parse_cache, self.parse_cache_path, self.parser_cfg, texts)
+        else:
+            backend = build_parser(self.parser_cfg, needs)  # the trees this model's features read, no others
+            # exhausted: pre-parsed files get their count check; {prefix}/{lang} in their paths are filled in
+            parsed = list(backend.parse(iter(texts), prefix=prefix, lang=lang))
         out = []
-        # exhausted: pre-parsed files get their count check; {prefix}/{lang} in their paths are filled in
-        parsed = list(backend.parse(iter(texts), prefix=prefix, lang=lang))
         for text, p in zip(texts, parsed):
             proto = self.src_vocab.sp.encode(text, return_type="proto")
             try:

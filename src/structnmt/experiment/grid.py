@@ -124,6 +124,10 @@ class EvaluateSpec:
     # model.rnn.syntax sa or fa, a Transformer with a structured encoder layer) parses with its averaged model,
     # as `structnmt induce` does: <run>/induce/<file stem>/<file stem>.induced.conllu (and induce.json)
     induce: list[str] = field(default_factory=list)
+    # the parses of everything a parse-reading run translates (the splits above and `translate`), made beforehand
+    # with `structnmt parse` (spaCy-parsed datasets): read instead of running spaCy, e.g. on a GPU machine
+    # without it; checked to cover every line before any training
+    parse_cache: str = ""
 
 
 @dataclass

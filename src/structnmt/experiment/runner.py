@@ -274,7 +274,7 @@ def _translator(grid: GridConfig, run_dir: Path, workers: int | None = 1):
     avg = run_dir / "average.pt"
     if not avg.exists():
         average_checkpoints(last_checkpoints(run_dir, ev.average_last), avg)
-    tr = Translator(avg, device=ev.device, workers=workers)
+    tr = Translator(avg, device=ev.device, workers=workers, parse_cache=ev.parse_cache or None)
     dcfg = dataclasses.replace(tr.cfg.decode, beam=ev.beam, lenpen=ev.lenpen, nbest=1)
     if ev.batch_size:
         dcfg.batch_size = ev.batch_size
@@ -552,6 +552,9 @@ def check_evaluation_parser(plan: GridPlan) -> None:
     parser = _manifest_parser(plan.data_path)
     if not pending or parser.get("name") != "spacy":
         return  # pre-parsed files (file, synthetic) come with the splits; none: nothing to parse
+    if plan.grid.evaluate.parse_cache:
+        _check_parse_cache(plan, parser)
+        return
     import importlib.util
 
     if importlib.util.find_spec("spacy") is not None and resolve_pipeline(parser.get("pipeline", "en_core_web_sm")):
@@ -564,6 +567,21 @@ def check_evaluation_parser(plan: GridPlan) -> None:
             raise ParserError(f"{readers[0]}{f' and {len(readers) - 1} more run(s)' if len(readers) > 1 else ''}: "
                               f"the model reads parses, and after training the runner parses the text it "
                               f"translates with the dataset's parser; {err} Install it before training.") from None
+
+
+def _check_parse_cache(plan: GridPlan, parser: dict) -> None:
+    """evaluate.parse_cache must hold every line the runs will parse: the splits' sources and the translated
+    files (a line it lacks is refused now, not after training)."""
+    from ..data.corpus import read_lines
+    from ..syntax.parse_cache import cached_parses, read_parse_cache
+    from ..syntax.parsers import ParserConfig
+
+    ev = plan.grid.evaluate
+    texts = [t.strip() for src, _ in plan.split_data.values() for t in src]
+    texts += [t.strip() for f in ev.translate for t in read_lines(f)]
+    cfg = _build(ParserConfig, parser, f"{plan.data_path}/manifest.json parser")
+    cached_parses(read_parse_cache(ev.parse_cache), f"evaluate.parse_cache {ev.parse_cache}", cfg,
+                  [t for t in dict.fromkeys(texts) if t])
 
 
 def _manifest_parser(data_path: Path) -> dict:

@@ -1,0 +1,110 @@
+"""Parses made beforehand (`structnmt parse`) translate exactly as spaCy's own, also where spaCy is missing."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from structnmt.cli import main
+from structnmt.config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig
+from structnmt.data.prepare import PrepareConfig, prepare
+from structnmt.decode.translate import Translator
+from structnmt.syntax import parsers
+from structnmt.syntax.batching import StructureSpec
+from structnmt.syntax.parse_cache import (
+    ParseCacheError,
+    cached_parses,
+    read_parse_cache,
+    settings_key,
+    write_parse_cache,
+)
+from structnmt.syntax.parsers import ParserConfig, ParserError, build_parser
+from structnmt.training import train
+
+WHO = ["A man", "The little girl", "Two dogs", "A woman in a red coat", "The old fisherman", "Three children"]
+DOES = ["is riding a bike", "plays with a ball", "walks along the beach", "is reading a newspaper"]
+WHERE = ["in the park.", "near the river.", "at night.", "on a sunny day."]
+EN = [f"{a} {b} {c}" for a, b, c in itertools.islice(itertools.product(WHO, DOES, WHERE), 60)]
+DE = [f"wort{i % 7} satz{i % 5} ende." for i in range(len(EN))]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    """A model that reads dependency trees, trained 3 updates on a spaCy-parsed dataset."""
+    root = tmp_path_factory.mktemp("parse_cache")
+    for lang, lines in (("en", EN), ("de", DE)):
+        (root / f"train.{lang}").write_text("".join(x + "\n" for x in lines))
+    prepare(PrepareConfig(source_lang="en", target_lang="de", trainpref=str(root / "train"), vocab_size=120,
+                          parser=ParserConfig(name="spacy")), root / "bin", progress=False, log=lambda *_: None)
+    cfg = Config(data=DataConfig(path=str(root / "bin"), max_tokens=600, structures={"dep": StructureSpec("dep_mask")}),
+                 model=ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=1),
+                 train=TrainConfig(save_dir=str(root / "model"), max_updates=3, validate_interval_updates=3,
+                                   tensorboard=False, progress=False),
+                 decode=DecodeConfig(beam=2, max_len_b=5))
+    train(cfg, log=lambda *_: None)
+    return root
+
+
+def _texts(out) -> list[str]:
+    return [h[0].text for h in out]
+
+
+def test_a_cache_round_trip_gives_the_parsers_own_trees(tmp_path):
+    cfg = ParserConfig(name="spacy")
+    lines = ["A man is riding a bike in the park.", "  Two dogs play.  ", "", "A man is riding a bike in the park."]
+    assert write_parse_cache(cfg, lines, tmp_path / "p.jsonl.gz") == 2  # distinct stripped non-empty lines
+    with gzip.open(tmp_path / "p.jsonl.gz", "rt") as f:
+        assert len(f.read().splitlines()) == 2
+    got = cached_parses(read_parse_cache(tmp_path / "p.jsonl.gz"), "p", cfg, ["Two dogs play.", lines[0]])
+    want = list(build_parser(cfg).parse(iter(["Two dogs play.", lines[0]])))
+    assert got == want  # dependency, constituency and character spans alike
+    # another conversion style gives other constituency trees: the cache made with hybrid does not serve it
+    with pytest.raises(ParseCacheError, match=r"p: 1 of the 1 lines to parse are not in it, or were parsed with other"):
+        cached_parses(read_parse_cache(tmp_path / "p.jsonl.gz"), "p", ParserConfig(name="spacy", conversion_style="flat"),
+                      ["Two dogs play."])
+    assert settings_key(ParserConfig(name="spacy", n_process=4)) == settings_key(cfg)  # how it ran is not in the key
+
+
+def test_a_bad_cache_line_is_one_sentence_naming_it(tmp_path):
+    path = tmp_path / "p.jsonl"
+    write_parse_cache(ParserConfig(name="spacy"), ["Two dogs play."], path)
+    path.write_text(path.read_text() + '{"key": "x", "dependency": {"words": ["a"]}}\n')
+    with pytest.raises(ParseCacheError, match=r"p.jsonl, line 2: not a parse of `structnmt parse`"):
+        read_parse_cache(path)
+    with pytest.raises(ParseCacheError, match="no such parse cache"):
+        read_parse_cache(tmp_path / "missing.jsonl")
+
+
+def test_translation_from_the_cache_equals_translation_with_spacy_also_without_spacy(model, tmp_path, monkeypatch,
+                                                                                      capsys):
+    src = ["A man walks along the beach at night.", "Three children play with a ball.", "", EN[5]]
+    (tmp_path / "in.en").write_text("".join(x + "\n" for x in src))
+    live = _texts(Translator(model / "model" / "checkpoint_last.pt").translate(src))
+    assert main(["parse", "--data", str(model / "bin"), "--input", str(tmp_path / "in.en"), "--out",
+                 str(tmp_path / "p.jsonl")]) == 0
+    assert "3 distinct lines of 1 file(s)" in capsys.readouterr().out
+    monkeypatch.setattr(parsers, "resolve_pipeline", lambda name: None)  # spaCy's pipeline is missing from here on
+    with pytest.raises(ParserError, match="is not installed"):
+        Translator(model / "model" / "checkpoint_last.pt").translate(src)
+    cached = Translator(model / "model" / "checkpoint_last.pt", parse_cache=tmp_path / "p.jsonl")
+    assert _texts(cached.translate(src)) == live
+    with pytest.raises(ParseCacheError, match=r"1 of the 1 lines to parse are not in it.*'Two dogs swim.'"):
+        cached.translate(["Two dogs swim."])
+    assert main(["translate", "--checkpoint", str(model / "model" / "checkpoint_last.pt"), "--input",
+                 str(tmp_path / "in.en"), "--output", str(tmp_path / "out.de"), "--beam", "2",
+                 "--parse-cache", str(tmp_path / "p.jsonl"), "--workers", "1"]) == 0
+    assert (tmp_path / "out.de").read_text().splitlines() == live
+
+
+def test_parse_refuses_a_dataset_whose_parses_come_from_files(tmp_path, capsys):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "manifest.json").write_text(json.dumps({"config": {"parser": {"name": "synthetic"}}}))
+    (tmp_path / "in.txt").write_text("a b\n")
+    assert main(["parse", "--data", str(tmp_path / "bin"), "--input", str(tmp_path / "in.txt"), "--out",
+                 str(tmp_path / "p.jsonl")]) == 2
+    assert "its parser is 'synthetic', not spacy" in capsys.readouterr().err
+    assert not (tmp_path / "p.jsonl").exists()

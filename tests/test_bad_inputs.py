@@ -696,6 +696,32 @@ def test_sigterm_ends_a_command_like_ctrl_c_without_a_traceback(tmp_path):
         f"exit {proc.returncode}; stderr:\n{err}"
 
 
+def test_sigterm_inside_code_run_by_pyrun_string_still_ends_with_exit_status_2(tmp_path):
+    """CPython ends `python -m` by SIGINT when a plain KeyboardInterrupt left code run through PyRun_String (as some
+    extension modules run Python code), even if it was caught later; SIGTERM's interrupt has its own type, so the
+    command keeps its exit status. A --user-dir plugin runs such code and waits in it for the signal."""
+    import signal
+
+    ready = tmp_path / "ready"
+    (tmp_path / "ref.txt").write_text("a b\n")
+    inner = f"import pathlib, time\npathlib.Path({str(ready)!r}).touch()\nwhile True: time.sleep(0.05)\n"
+    (tmp_path / "embedded.py").write_text(
+        "import ctypes\n"
+        "run = ctypes.pythonapi.PyRun_String\n"
+        "run.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.py_object, ctypes.py_object]\n"
+        "run.restype = ctypes.py_object\n"
+        f"run({inner.encode()!r}, 257, {{'__builtins__': __builtins__}}, {{}})  # 257: Py_file_input\n")
+    proc = subprocess.Popen([sys.executable, "-m", "structnmt.cli", "score", "--hyp", "/dev/stdin", "--ref",
+                             str(tmp_path / "ref.txt"), "--user-dir", str(tmp_path / "embedded.py")],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while proc.poll() is None and not ready.exists():
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate()
+    assert proc.returncode == 2 and "structnmt: error: interrupted" in err and "Traceback" not in err, \
+        f"exit {proc.returncode}; stderr:\n{err}"
+
+
 def test_atomic_writes_keep_the_usual_file_mode(tmp_path):
     from structnmt.files import atomic_write_text
 

@@ -874,6 +874,14 @@ def _no_restore() -> None:
     """What restores the SIGTERM handler before one is installed: nothing."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM as an interrupt: every ``except KeyboardInterrupt`` cleans up for it as for Ctrl-C.
+
+    Its own type matters: CPython marks a plain KeyboardInterrupt that leaves code run through ``PyRun_String``
+    (as some extension modules run their Python code) as unhandled, even when a caller catches it later, and then
+    ends ``python -m structnmt.cli`` by SIGINT instead of with its exit status; it checks the exact type only."""
+
+
 def _terminate_as_interrupt():
     """SIGTERM (a scheduler, `kill`) ends a command like Ctrl-C: cleanup runs (temporary files removed, worker
     processes stopped) and one line is printed. Returns what restores the previous handler."""
@@ -884,7 +892,7 @@ def _terminate_as_interrupt():
         return lambda: None
 
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
+        raise Terminated
 
     old = signal.signal(signal.SIGTERM, interrupt)
     return lambda: signal.signal(signal.SIGTERM, old)

@@ -71,6 +71,21 @@ def test_user_dir_that_does_not_exist_is_one_sentence(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
+def test_a_plugin_that_fails_to_import_is_one_sentence_naming_its_file_and_line(tmp_path):
+    (tmp_path / "broken.py").write_text("x = 1\ndef f(:\n    pass\n")
+    done = run(tmp_path, "synth", "--out", "s", "--user-dir", tmp_path / "broken.py")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"--user-dir: {tmp_path / 'broken.py'}, line 2: invalid syntax" in done.stderr
+    (tmp_path / "needs.py").write_text("import math\n\nimport no_such_module_here  # a dependency not installed\n")
+    done = run(tmp_path, "synth", "--out", "s", "--user-dir", tmp_path / "needs.py")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert (f"--user-dir: importing {tmp_path / 'needs.py'} failed at line 3: ModuleNotFoundError: No module named "
+            "'no_such_module_here'") in done.stderr
+    debug = run(tmp_path, "synth", "--out", "s", "--user-dir", tmp_path / "needs.py", "--debug")
+    assert "Traceback" in debug.stderr and "no_such_module_here" in debug.stderr  # --debug: the plugin's traceback
+    assert not (tmp_path / "s").exists()
+
+
 def test_tree_distance_feature_against_a_brute_force_path_length():
     """The plugin's feature: path lengths in the tree, clipped, pieces of one word at distance 0."""
     import importlib.util

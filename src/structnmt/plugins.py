@@ -104,6 +104,22 @@ def _import_file(file: Path, name: str, package: bool = False) -> None:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
+    except SyntaxError as err:
+        del sys.modules[name]
+        raise UserError(f"--user-dir: {err.filename or file}, line {err.lineno}: {err.msg}; fix the plugin's "
+                        "syntax.") from err
+    except Exception as err:  # the plugin's own code failed while it was imported: where, and what
+        del sys.modules[name]
+        raise UserError(f"--user-dir: importing {file} failed{_where_in(err, file)}: {type(err).__name__}: {err} "
+                        "(--debug shows the traceback).") from err
     except BaseException:
         del sys.modules[name]
         raise
+
+
+def _where_in(err: BaseException, file: Path) -> str:
+    """', line N' of the last frame of ``err``'s traceback inside ``file`` ('' when none is)."""
+    import traceback
+
+    lines = [f.lineno for f in traceback.extract_tb(err.__traceback__) if Path(f.filename) == file]
+    return f" at line {lines[-1]}" if lines else ""

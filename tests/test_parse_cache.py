@@ -108,3 +108,25 @@ def test_parse_refuses_a_dataset_whose_parses_come_from_files(tmp_path, capsys):
                  str(tmp_path / "p.jsonl")]) == 2
     assert "its parser is 'synthetic', not spacy" in capsys.readouterr().err
     assert not (tmp_path / "p.jsonl").exists()
+
+
+def test_parse_cache_bad_input_through_the_cli(model, tmp_path, capsys):
+    (tmp_path / "in.en").write_text("Two dogs play.\n")
+    assert main(["parse", "--data", str(tmp_path / "nothing"), "--input", str(tmp_path / "in.en"), "--out",
+                 str(tmp_path / "p.jsonl")]) == 2
+    assert "no prepared dataset there (no manifest.json)" in capsys.readouterr().err
+    ckpt = str(model / "model" / "checkpoint_last.pt")
+    assert main(["translate", "--checkpoint", ckpt, "--input", str(tmp_path / "in.en"), "--parse-cache",
+                 str(tmp_path / "missing.jsonl")]) == 2
+    assert "missing.jsonl: no such parse cache; make it with `structnmt parse" in capsys.readouterr().err
+    # a model that reads no parses would ignore the cache: refused, not ignored
+    cfg = Config(data=DataConfig(path=str(model / "bin"), max_tokens=600),
+                 model=ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=1),
+                 train=TrainConfig(save_dir=str(tmp_path / "plain"), max_updates=1, validate_interval_updates=1,
+                                   tensorboard=False, progress=False))
+    train(cfg, log=lambda *_: None)
+    write_parse_cache(ParserConfig(name="spacy"), ["Two dogs play."], tmp_path / "p.jsonl")
+    assert main(["translate", "--checkpoint", str(tmp_path / "plain" / "checkpoint_last.pt"), "--input",
+                 str(tmp_path / "in.en"), "--parse-cache", str(tmp_path / "p.jsonl")]) == 2
+    assert "reads no parses (its attention uses no structure), so the parses would be ignored; drop --parse-cache" \
+        in capsys.readouterr().err

@@ -559,7 +559,11 @@ def check_evaluation_parser(plan: GridPlan) -> None:
 
     if importlib.util.find_spec("spacy") is not None and resolve_pipeline(parser.get("pipeline", "en_core_web_sm")):
         return
-    readers = [tag for name, seed, _, tag in pending if _reads_parses(plan.configs[(name, seed)], plan.data_path)]
+    from ..data.dataset import PreparedDataset
+
+    ds = PreparedDataset(plan.data_path)
+    sizes = (len(ds.src_vocab), len(ds.tgt_vocab))
+    readers = [tag for name, seed, _, tag in pending if _reads_parses(plan.configs[(name, seed)], sizes)]
     if readers:
         try:
             SpacyParser(ParserConfig(name="spacy", pipeline=parser.get("pipeline", "en_core_web_sm")))
@@ -592,15 +596,13 @@ def _manifest_parser(data_path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8")).get("config", {}).get("parser") or {}
 
 
-def _reads_parses(cfg: Config, data_path: Path) -> bool:
+def _reads_parses(cfg: Config, vocab_sizes: tuple[int, int]) -> bool:
     """Whether a run's model reads structures (its data config asks for some, or one of its mechanisms does)."""
     if cfg.data.structures:
         return True
-    from ..data.dataset import PreparedDataset
     from ..models import build_model
 
-    ds = PreparedDataset(data_path)
-    return bool(build_model(cfg.model, len(ds.src_vocab), len(ds.tgt_vocab)).required_structures())
+    return bool(build_model(cfg.model, *vocab_sizes).required_structures())
 
 
 def _plan_run(plan: GridPlan, item: tuple[str, int, Path, str], cfg: Config, fingerprint: str,

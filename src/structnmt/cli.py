@@ -238,7 +238,7 @@ def cmd_parse(args) -> int:
 
     cfg = _build(ParserConfig, {**parser, "n_process": args.spacy_processes}, f"{manifest_path} parser")
     texts = [line for path in args.input for line in read_lines(path)]
-    n = write_parse_cache(cfg, texts, args.out)
+    n = write_parse_cache(cfg, texts, args.out, progress=not args.no_progress)
     print(f"parse: {n:,} distinct lines of {len(args.input)} file(s) parsed with {parser.get('pipeline')} into "
           f"{args.out}")
     return 0
@@ -251,6 +251,7 @@ def _parser_parse(sub) -> None:
     s.add_argument("--input", nargs="+", required=True, help="text files (.gz ok), one sentence per line")
     s.add_argument("--out", required=True, help="the parse cache to write (.jsonl, or .jsonl.gz)")
     s.add_argument("--spacy-processes", type=_at_least(1), default=1, help="spaCy worker processes")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_parse)
 
 

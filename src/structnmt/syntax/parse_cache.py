@@ -75,7 +75,7 @@ def _open_text(path: Path, mode: str, gz: bool):
     return gzip.open(path, mode + "t", encoding="utf-8") if gz else open(path, mode, encoding="utf-8")
 
 
-def write_parse_cache(cfg: ParserConfig, texts: Iterable[str], path: str | Path) -> int:
+def write_parse_cache(cfg: ParserConfig, texts: Iterable[str], path: str | Path, progress: bool = False) -> int:
     """Parse every distinct stripped, non-empty line of ``texts`` with ``cfg`` into ``path`` (written whole
     or not at all: a temporary file renamed at the end); returns the number of parses written."""
     from ..files import atomic_path
@@ -83,6 +83,10 @@ def write_parse_cache(cfg: ParserConfig, texts: Iterable[str], path: str | Path)
     lines = list(dict.fromkeys(t.strip() for t in texts if t.strip()))
     settings = settings_key(cfg)
     parsed = build_parser(cfg).parse(iter(lines))
+    if progress:
+        from tqdm import tqdm
+
+        parsed = tqdm(parsed, total=len(lines), desc="parse", unit=" lines", mininterval=1.0)
     path, n = Path(path), 0
     with atomic_path(path) as tmp:
         with _open_text(tmp, "w", gz=path.name.endswith(".gz")) as f:

@@ -220,26 +220,22 @@ def cmd_translate(args) -> int:
 
 
 def cmd_parse(args) -> int:
-    from .data.corpus import read_lines
-    from .syntax.parse_cache import write_parse_cache
-    from .syntax.parsers import ParserConfig
+    import dataclasses
 
-    manifest_path = Path(args.data) / "manifest.json"
-    if not manifest_path.is_file():
+    from .data.corpus import read_lines
+    from .syntax.parse_cache import dataset_parser, write_parse_cache
+
+    parser = dataset_parser(args.data)
+    if parser is None:
         return _err(f"--data {args.data}: no prepared dataset there (no manifest.json); give the directory of "
                     "`structnmt prepare` the models were trained on.")
-    import json
-
-    parser = json.loads(manifest_path.read_text(encoding="utf-8")).get("config", {}).get("parser") or {}
-    if parser.get("name") != "spacy":
-        return _err(f"--data {args.data}: its parser is '{parser.get('name', 'none')}', not spacy: its models read "
+    if parser.name != "spacy":
+        return _err(f"--data {args.data}: its parser is '{parser.name}', not spacy: its models read "
                     "parses from files (or none), so there is nothing to parse beforehand.")
-    from .config import _build
-
-    cfg = _build(ParserConfig, {**parser, "n_process": args.spacy_processes}, f"{manifest_path} parser")
     texts = [line for path in args.input for line in read_lines(path)]
-    n = write_parse_cache(cfg, texts, args.out, progress=not args.no_progress)
-    print(f"parse: {n:,} distinct lines of {len(args.input)} file(s) parsed with {parser.get('pipeline')} into "
+    n = write_parse_cache(dataclasses.replace(parser, n_process=args.spacy_processes), texts, args.out,
+                          progress=not args.no_progress)
+    print(f"parse: {n:,} distinct lines of {len(args.input)} file(s) parsed with {parser.pipeline} into "
           f"{args.out}")
     return 0
 

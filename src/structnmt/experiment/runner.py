@@ -546,18 +546,19 @@ def check_evaluation_parser(plan: GridPlan) -> None:
     """Refuse before any training when a run still to be decoded reads parses and the dataset's parser cannot
     run here. Its translator parses what it translates (the test splits, the blind files) with the parser the
     data was prepared with; found missing only after training, it would cost the whole training."""
-    from ..syntax.parsers import ParserConfig, ParserError, SpacyParser, resolve_pipeline
+    from ..syntax.parse_cache import dataset_parser
+    from ..syntax.parsers import ParserError, SpacyParser, resolve_pipeline
 
     pending = plan.to_train + plan.to_evaluate
-    parser = _manifest_parser(plan.data_path)
-    if not pending or parser.get("name") != "spacy":
+    parser = dataset_parser(plan.data_path)
+    if not pending or parser is None or parser.name != "spacy":
         return  # pre-parsed files (file, synthetic) come with the splits; none: nothing to parse
     if plan.grid.evaluate.parse_cache:
         _check_parse_cache(plan, parser)
         return
     import importlib.util
 
-    if importlib.util.find_spec("spacy") is not None and resolve_pipeline(parser.get("pipeline", "en_core_web_sm")):
+    if importlib.util.find_spec("spacy") is not None and resolve_pipeline(parser.pipeline):
         return
     from ..data.dataset import PreparedDataset
 
@@ -566,34 +567,24 @@ def check_evaluation_parser(plan: GridPlan) -> None:
     readers = [tag for name, seed, _, tag in pending if _reads_parses(plan.configs[(name, seed)], sizes)]
     if readers:
         try:
-            SpacyParser(ParserConfig(name="spacy", pipeline=parser.get("pipeline", "en_core_web_sm")))
+            SpacyParser(parser)
         except ParserError as err:
             raise ParserError(f"{readers[0]}{f' and {len(readers) - 1} more run(s)' if len(readers) > 1 else ''}: "
                               f"the model reads parses, and after training the runner parses the text it "
                               f"translates with the dataset's parser; {err} Install it before training.") from None
 
 
-def _check_parse_cache(plan: GridPlan, parser: dict) -> None:
-    """evaluate.parse_cache must hold every line the runs will parse: the splits' sources and the translated
-    files (a line it lacks is refused now, not after training)."""
+def _check_parse_cache(plan: GridPlan, parser) -> None:
+    """evaluate.parse_cache must hold every line the runs will parse (``parser``: the dataset's ParserConfig): the
+    splits' sources and the translated files (a line it lacks is refused now, not after training)."""
     from ..data.corpus import read_lines
     from ..syntax.parse_cache import cached_parses, read_parse_cache
-    from ..syntax.parsers import ParserConfig
 
     ev = plan.grid.evaluate
     texts = [t.strip() for src, _ in plan.split_data.values() for t in src]
     texts += [t.strip() for f in ev.translate for t in read_lines(f)]
-    cfg = _build(ParserConfig, parser, f"{plan.data_path}/manifest.json parser")
-    cached_parses(read_parse_cache(ev.parse_cache), f"evaluate.parse_cache {ev.parse_cache}", cfg,
+    cached_parses(read_parse_cache(ev.parse_cache), f"evaluate.parse_cache {ev.parse_cache}", parser,
                   [t for t in dict.fromkeys(texts) if t])
-
-
-def _manifest_parser(data_path: Path) -> dict:
-    """The parser settings a prepared dataset was made with ({} when it has no manifest)."""
-    path = Path(data_path) / "manifest.json"
-    if not path.is_file():
-        return {}
-    return json.loads(path.read_text(encoding="utf-8")).get("config", {}).get("parser") or {}
 
 
 def _reads_parses(cfg: Config, vocab_sizes: tuple[int, int]) -> bool:

@@ -36,6 +36,17 @@ class ParseCacheError(UserError, ValueError):
     """A parse cache that cannot be read, or that lacks a line to translate."""
 
 
+def dataset_parser(data_path: str | Path) -> ParserConfig | None:
+    """The parser a prepared dataset was made with (its manifest's ``config.parser``); None without a manifest."""
+    from ..config import _build
+
+    path = Path(data_path) / "manifest.json"
+    if not path.is_file():
+        return None
+    saved = json.loads(path.read_text(encoding="utf-8")).get("config", {}).get("parser") or {}
+    return _build(ParserConfig, saved, f"{path} parser")
+
+
 def settings_key(cfg: ParserConfig) -> str:
     """The parser settings a cached parse depends on, as a canonical string."""
     return json.dumps({k: v for k, v in dataclasses.asdict(cfg).items() if k not in _NOT_IN_KEY}, sort_keys=True)

@@ -295,6 +295,18 @@ evaluate: {{split: test, average_last: 2, beam: 2, bootstrap_samples: 20, benchm
     assert result["benchmark"]["attraction4"]["sentences"] == 6
     resolved = (tmp_path / "out" / "runs" / "transformer-base" / "seed1" / "resolved.yaml").read_text()
     assert "patience: 1" in resolved
+    # the accuracies by the seed-aware test (2 seeds a side), as the report's header says
+    from structnmt.evaluate.seeds import seed_aware_accuracy_test
+    from structnmt.experiment.generalization_report import _per_sentence_counts
+
+    assert "the same seed-aware test on the accuracies" in report
+    runs = {n: [_per_sentence_counts(tmp_path / "out" / "runs" / n / f"seed{k}", "attraction4", "agreement")
+                for k in (1, 2)] for n in ("transformer-base", "mg-sa-syntactic")}
+    expected = seed_aware_accuracy_test(runs["transformer-base"], {"s": runs["mg-sa-syntactic"]}, n_samples=20,
+                                        seed=12345)["s"].p_value
+    section = report.split("### attraction4: ")[1].split("### ")[0]
+    row = next(line for line in section.splitlines() if line.startswith("| + MG-SA (syntactic) |"))
+    assert row.split(" | ")[5] == f"{expected:.3f}"
     assert paired_randomization([1, 1, 1, 1, 1, 1, 1, 1], [0] * 8) < 0.02
     assert paired_randomization([1, 0, 1, 0], [1, 0, 1, 0]) == 1.0
 

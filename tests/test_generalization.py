@@ -138,3 +138,47 @@ def test_verb_final_matches_verbs_by_stem_and_rank():
     moved = ref[:second] + ref[second + 1 :]
     moved.insert(second - 1, ref[second])  # the second verb before its subject noun
     assert verb_final_outcomes(" ".join(moved), ex, forms) == [True, False]
+
+
+def _bench_json(path, agreement: list[list[bool]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"per_sentence": {"agreement": agreement, "verb_final": agreement,
+                                                 "exact": [all(a) for a in agreement]}}), encoding="utf-8")
+
+
+def test_report_accuracy_tests_are_seed_aware_with_two_seeds_and_marked_otherwise(tmp_path):
+    """The report's accuracy p-values: the seed-aware test where both sides have >= 2 seeds; else the paired
+    randomization test of the common seeds' items (test-set sampling only), which the table marks †."""
+    import numpy as np
+
+    from structnmt.evaluate.seeds import seed_aware_accuracy_test
+    from structnmt.experiment.generalization_report import (
+        _accuracy_p,
+        _p_cell,
+        _per_sentence_counts,
+        paired_randomization,
+    )
+    from structnmt.experiment.grid import EvaluateSpec, GridConfig, RunSpec
+
+    rng = np.random.default_rng(3)
+    grid = GridConfig(seeds=[1, 2], baseline="B", runs=[RunSpec("B"), RunSpec("A"), RunSpec("One")],
+                      evaluate=EvaluateSpec(bootstrap_samples=50))
+    results = {}
+    for name, seeds, p_right in (("B", (1, 2), 0.5), ("A", (1, 2), 0.7), ("One", (1,), 0.7)):
+        for s in seeds:
+            d = tmp_path / name / f"seed{s}"
+            _bench_json(d / "bench_depth2.json", [[bool(x) for x in rng.random(3) < p_right] for _ in range(40)])
+            results[(name, s)] = {"run_dir": str(d)}
+
+    def run_dir(name, seed):
+        return tmp_path / name / f"seed{seed}"
+
+    p, seed_aware = _accuracy_p(grid, results, "depth2", run_dir, "A", "agreement")
+    counts = {n: [_per_sentence_counts(run_dir(n, s), "depth2", "agreement") for s in (1, 2)] for n in ("A", "B")}
+    assert counts["A"][0].shape == (40, 2) and counts["A"][0][:, 1].sum() == 120
+    assert seed_aware and p == seed_aware_accuracy_test(counts["B"], {"A": counts["A"]}, n_samples=50)["A"].p_value
+    p1, seed_aware1 = _accuracy_p(grid, results, "depth2", run_dir, "One", "agreement")
+    items = [[float(x) for sent in json.loads((run_dir(n, 1) / "bench_depth2.json").read_text())["per_sentence"]
+              ["agreement"] for x in sent] for n in ("One", "B")]
+    assert not seed_aware1 and p1 == paired_randomization(*items)
+    assert _p_cell(p1, seed_aware1).endswith("†") and not _p_cell(p, seed_aware).endswith("†")

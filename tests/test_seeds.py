@@ -134,3 +134,71 @@ def test_score_reads_several_runs_per_system_and_runs_the_seed_aware_test(tmp_pa
 
 def make_bleu(path, refs) -> float:
     return corpus_scores(path.read_text().splitlines(), refs)[0].score
+
+
+# ---------------------------------------------------------------- the same test for an accuracy over items
+
+
+def _accuracy_run(rng: np.random.Generator, items: np.ndarray, p_right: float) -> np.ndarray:
+    """(N, 2) per-sentence (right, items) of a run that gets each item right with probability ``p_right``."""
+    return np.stack([rng.binomial(items, min(max(p_right, 0.0), 1.0)), items], axis=1)
+
+
+def test_accuracy_test_with_one_sentence_is_welchs_t_test_over_the_seed_accuracies():
+    from structnmt.evaluate.seeds import seed_aware_accuracy_test
+
+    base = [np.array([[3, 10]]), np.array([[5, 10]]), np.array([[4, 10]])]
+    system = [np.array([[7, 10]]), np.array([[9, 10]])]
+    res = seed_aware_accuracy_test(base, {"s": system}, n_samples=50)["s"]
+    welch = stats.ttest_ind([70.0, 90.0], [30.0, 50.0, 40.0], equal_var=False)
+    assert res.metric == "accuracy" and res.sentence_se == 0.0
+    assert res.mean == pytest.approx(80.0) and res.baseline_mean == pytest.approx(40.0)
+    assert res.t == pytest.approx(welch.statistic) and res.p_value == pytest.approx(welch.pvalue)
+
+
+def test_accuracy_pools_items_of_a_run_not_sentence_means():
+    from structnmt.evaluate.seeds import seed_aware_accuracy_test
+
+    # sentence 1: 1 of 1 right, sentence 2: 0 of 9: accuracy 10 %, not the 50 % of the sentence means
+    run = np.array([[1, 1], [0, 9]])
+    res = seed_aware_accuracy_test([run, run], {"s": [run, run]}, n_samples=20)["s"]
+    assert res.mean == pytest.approx(10.0) and res.delta == 0.0 and res.p_value == pytest.approx(1.0)
+
+
+def _accuracy_replicate(rng: np.random.Generator, effect: float) -> float:
+    from structnmt.evaluate.seeds import seed_aware_accuracy_test
+
+    items = rng.integers(0, 4, size=150)  # some sentences have no item
+    base = [_accuracy_run(rng, items, 0.5 + rng.normal(0, 0.04)) for _ in range(3)]
+    system = [_accuracy_run(rng, items, 0.5 + effect + rng.normal(0, 0.04)) for _ in range(3)]
+    return seed_aware_accuracy_test(base, {"s": system}, n_samples=200,
+                                    seed=int(rng.integers(1, 2**31)))["s"].p_value
+
+
+def test_accuracy_calibration_no_effect_and_power():
+    """No effect (the baseline with other seeds, seed noise sd 4 points): flagged at about the nominal
+    rate or less; a 20-point effect: flagged nearly always. Pooling the items of all seeds in one
+    paired test (what a test blind to seeds does) flags the no-effect case far more often."""
+    from structnmt.experiment.generalization_report import paired_randomization
+
+    rng = np.random.default_rng(11)
+    ps = np.array([_accuracy_replicate(rng, 0.0) for _ in range(200)])
+    assert (ps < 0.05).mean() <= 0.09
+    assert np.mean([_accuracy_replicate(rng, 0.2) < 0.05 for _ in range(20)]) >= 0.9
+    pooled = []
+    for _ in range(60):
+        items = rng.integers(1, 5, size=300)
+        qualities = [(0.5 + rng.normal(0, 0.04), 0.5 + rng.normal(0, 0.04)) for _ in range(3)]
+        a = [x for qa, _ in qualities for k in items for x in rng.random(k) < qa]
+        b = [x for _, qb in qualities for k in items for x in rng.random(k) < qb]
+        pooled.append(paired_randomization([float(x) for x in a], [float(x) for x in b], n=200) < 0.05)
+    assert np.mean(pooled) >= 0.15  # nominal 0.05: at least three times as often (about 0.27 expected)
+
+
+def test_accuracy_test_refuses_runs_of_different_lengths():
+    from structnmt.evaluate.seeds import seed_aware_accuracy_test
+
+    with pytest.raises(ValueError, match="one row per test sentence"):
+        seed_aware_accuracy_test([np.array([[1, 2]])] * 2, {"s": [np.array([[1, 2], [0, 1]])] * 2})
+    with pytest.raises(ValueError, match="'s' has 1"):
+        seed_aware_accuracy_test([np.array([[1, 2]])] * 2, {"s": [np.array([[1, 2]])]})

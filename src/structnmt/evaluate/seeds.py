@@ -42,13 +42,13 @@ a difference on this one test set general.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["SeedTest", "seed_aware_test", "run_statistics", "describe_test"]
+__all__ = ["SeedTest", "seed_aware_test", "seed_aware_accuracy_test", "run_statistics", "describe_test"]
 
 
 @dataclass
@@ -116,11 +116,6 @@ def _scores(m: Any, sums: np.ndarray) -> np.ndarray:
     return np.array([m._compute_score_from_stats(row.tolist()).score for row in sums])
 
 
-def _bootstrap(m: Any, stats: list[np.ndarray], counts: np.ndarray) -> np.ndarray:
-    """(runs, samples) corpus scores of every run on every resample (``counts``: (B, N) multiplicities)."""
-    return np.stack([_scores(m, counts @ s) for s in stats])
-
-
 def seed_aware_test(baseline_runs: Sequence[Sequence[str]], systems: dict[str, Sequence[Sequence[str]]],
                     refs: Sequence[str], *, metric: str = "bleu", n_samples: int = 1000, seed: int = 12345,
                     lang: str = "en", aso: bool = True) -> dict[str, SeedTest]:
@@ -139,54 +134,100 @@ def seed_aware_test(baseline_runs: Sequence[Sequence[str]], systems: dict[str, S
         ValueError: a side with fewer than 2 runs (the sentence says how many it has), a run whose
             length differs from the references, ``n_samples < 1``.
     """
-    from scipy import stats as st
-
-    if len(baseline_runs) < 2:
-        raise ValueError(f"a seed-aware test needs at least 2 runs (seeds) of the baseline, got "
-                         f"{len(baseline_runs)}; train it with more seeds.")
-    for name, runs in systems.items():
-        if len(runs) < 2:
-            raise ValueError(f"a seed-aware test needs at least 2 runs (seeds) of every system; {name!r} has "
-                             f"{len(runs)}; train it with more seeds.")
-    if n_samples < 2:
-        raise ValueError(f"n_samples must be >= 2 (the test-set part is a variance over resamples), got {n_samples}")
+    _check_sides(len(baseline_runs), {n: len(r) for n, r in systems.items()}, n_samples)
     names = list(systems)
     m, stats = run_statistics([*baseline_runs, *[r for n in names for r in systems[n]]], refs,
                               metric=metric, lang=lang)
-    n = len(refs)
+    sizes = [len(baseline_runs)] + [len(systems[n]) for n in names]
+    return _compare(lambda sums: _scores(m, sums), stats, sizes, names, metric=metric, n_samples=n_samples,
+                    seed=seed, aso=aso)
+
+
+def seed_aware_accuracy_test(baseline_runs: Sequence[np.ndarray], systems: dict[str, Sequence[np.ndarray]], *,
+                             n_samples: int = 1000, seed: int = 12345, aso: bool = False) -> dict[str, SeedTest]:
+    """The same test for an accuracy over items grouped in sentences (e.g. agreement probes).
+
+    Every run is an ``(N, 2)`` array, one row per test sentence: (items right, items) in that sentence;
+    a run's accuracy is ``100 * sum(right) / sum(items)``. The test-set part resamples sentences (not
+    items: the items of one sentence share its words), the same resamples for every run, exactly as the
+    BLEU test resamples sentences and sums their statistics.
+
+    Raises:
+        ValueError: a side with fewer than 2 runs; runs of different sentence counts.
+    """
+    _check_sides(len(baseline_runs), {n: len(r) for n, r in systems.items()}, n_samples)
+    names = list(systems)
+    stats = [np.asarray(r, dtype=np.int64).reshape(-1, 2) for r in [*baseline_runs, *[r for n in names
+                                                                                     for r in systems[n]]]]
+    if len({len(s) for s in stats}) > 1:
+        raise ValueError(f"every run must have one row per test sentence; got {sorted({len(s) for s in stats})} rows")
+    sizes = [len(baseline_runs)] + [len(systems[n]) for n in names]
+    return _compare(_accuracies, stats, sizes, names, metric="accuracy", n_samples=n_samples, seed=seed, aso=aso)
+
+
+def _accuracies(sums: np.ndarray) -> np.ndarray:
+    """Accuracy (%) of every row of summed (right, items); a resample without items scores 0."""
+    right, items = sums[:, 0].astype(float), sums[:, 1].astype(float)
+    return np.divide(100.0 * right, items, out=np.zeros_like(right), where=items > 0)
+
+
+def _check_sides(n_baseline: int, n_systems: dict[str, int], n_samples: int) -> None:
+    if n_baseline < 2:
+        raise ValueError(f"a seed-aware test needs at least 2 runs (seeds) of the baseline, got "
+                         f"{n_baseline}; train it with more seeds.")
+    for name, k in n_systems.items():
+        if k < 2:
+            raise ValueError(f"a seed-aware test needs at least 2 runs (seeds) of every system; {name!r} has "
+                             f"{k}; train it with more seeds.")
+    if n_samples < 2:
+        raise ValueError(f"n_samples must be >= 2 (the test-set part is a variance over resamples), got {n_samples}")
+
+
+def _compare(score: Callable[[np.ndarray], np.ndarray], stats: list[np.ndarray], sizes: list[int],
+             names: list[str], *, metric: str, n_samples: int, seed: int, aso: bool) -> dict[str, SeedTest]:
+    """The test (module docstring) on per-sentence statistics: ``stats`` holds the baseline's ``sizes[0]``
+    runs, then each system's ``sizes[i + 1]``; ``score`` maps (R, S) summed statistics to R scores."""
+    n = len(stats[0])
     rng = np.random.default_rng(seed)
     counts = rng.multinomial(n, np.full(n, 1.0 / n), size=n_samples) if n else np.zeros((n_samples, 0))
-    full = np.array([_scores(m, s.sum(0, keepdims=True))[0] for s in stats])
-    boot = _bootstrap(m, stats, counts)
-    nb = len(baseline_runs)
+    full = np.array([score(s.sum(0, keepdims=True))[0] for s in stats])
+    boot = np.stack([score(counts @ s) for s in stats])  # (runs, samples)
+    nb = sizes[0]
     b_full, b_boot = full[:nb], boot[:nb]
     out: dict[str, SeedTest] = {}
     start = nb
-    for name in names:
-        k = len(systems[name])
+    for name, k in zip(names, sizes[1:]):
         a_full, a_boot = full[start:start + k], boot[start:start + k]
         start += k
-        va, vb = a_full.var(ddof=1) / k, b_full.var(ddof=1) / nb
-        diffs = a_boot.mean(0) - b_boot.mean(0)
-        v_sent = float(diffs.var(ddof=1)) if n_samples > 1 else 0.0
-        total = va + vb + v_sent
-        delta = float(a_full.mean() - b_full.mean())
-        seed_part = (va ** 2 / (k - 1) if va else 0.0) + (vb ** 2 / (nb - 1) if vb else 0.0)
-        df = total ** 2 / seed_part if seed_part > 0 else math.inf
-        if total > 0:
-            t = delta / math.sqrt(total)
-            p = float(2 * st.t.sf(abs(t), df)) if math.isfinite(df) else float(2 * st.norm.sf(abs(t)))
-        else:  # identical scores everywhere: no evidence of a difference unless the means differ
-            t, p = (0.0, 1.0) if delta == 0 else (math.copysign(math.inf, delta), 0.0)
-        out[name] = SeedTest(
-            metric=metric, n_seeds=k, baseline_n_seeds=nb, mean=float(a_full.mean()),
-            baseline_mean=float(b_full.mean()), delta=delta, std=float(a_full.std(ddof=1)),
-            baseline_std=float(b_full.std(ddof=1)), s_sel=float(a_boot.std(axis=1, ddof=1).mean()),
-            baseline_s_sel=float(b_boot.std(axis=1, ddof=1).mean()), seed_se=math.sqrt(va + vb),
-            sentence_se=math.sqrt(v_sent), t=t, df=df, p_value=p, n_samples=n_samples)
+        out[name] = _one_test(a_full, a_boot, b_full, b_boot, metric=metric, n_samples=n_samples)
         if aso:
             out[name].aso_better, out[name].aso_worse = _aso(a_full, b_full, seed)
     return out
+
+
+def _one_test(a_full: np.ndarray, a_boot: np.ndarray, b_full: np.ndarray, b_boot: np.ndarray, *, metric: str,
+              n_samples: int) -> SeedTest:
+    """One system against the baseline: per-run scores on the full test set and on every resample."""
+    from scipy import stats as st
+
+    k, nb = len(a_full), len(b_full)
+    va, vb = a_full.var(ddof=1) / k, b_full.var(ddof=1) / nb
+    v_sent = float((a_boot.mean(0) - b_boot.mean(0)).var(ddof=1))
+    total = va + vb + v_sent
+    delta = float(a_full.mean() - b_full.mean())
+    seed_part = (va ** 2 / (k - 1) if va else 0.0) + (vb ** 2 / (nb - 1) if vb else 0.0)
+    df = total ** 2 / seed_part if seed_part > 0 else math.inf
+    if total > 0:
+        t = delta / math.sqrt(total)
+        p = float(2 * st.t.sf(abs(t), df)) if math.isfinite(df) else float(2 * st.norm.sf(abs(t)))
+    else:  # identical scores everywhere: no evidence of a difference unless the means differ
+        t, p = (0.0, 1.0) if delta == 0 else (math.copysign(math.inf, delta), 0.0)
+    return SeedTest(
+        metric=metric, n_seeds=k, baseline_n_seeds=nb, mean=float(a_full.mean()),
+        baseline_mean=float(b_full.mean()), delta=delta, std=float(a_full.std(ddof=1)),
+        baseline_std=float(b_full.std(ddof=1)), s_sel=float(a_boot.std(axis=1, ddof=1).mean()),
+        baseline_s_sel=float(b_boot.std(axis=1, ddof=1).mean()), seed_se=math.sqrt(va + vb),
+        sentence_se=math.sqrt(v_sent), t=t, df=df, p_value=p, n_samples=n_samples)
 
 
 def _aso(a: np.ndarray, b: np.ndarray, seed: int) -> tuple[float, float]:

@@ -2,12 +2,13 @@
 
 For every split of the benchmark and every system: sacreBLEU, exact match, agreement
 accuracy and verb-final placement accuracy as mean ± standard deviation over the seeds;
-against the baseline, BLEU by the seed-aware test of :mod:`structnmt.evaluate.seeds` (with
-one seed, sacreBLEU's paired bootstrap on it, which covers test-set sampling only), and
-for the accuracies a paired randomization test (two-sided, sign flips of the per-item
-differences, the items of all seeds pooled, each seed's items paired with the baseline's
-run of the same seed). Agreement is also broken down by the number of attractors
-(``agreement_by_attractors.png``) and by distance.
+against the baseline, BLEU by the seed-aware test of :mod:`structnmt.evaluate.seeds` and the
+accuracies by its accuracy form (:func:`~structnmt.evaluate.seeds.seed_aware_accuracy_test`:
+the spread over seeds plus the resampling of the split's sentences). Where either side has one
+seed, BLEU by sacreBLEU's paired bootstrap of the first seed and the accuracies by a paired
+randomization test (two-sided, sign flips of the per-item differences, the items of the common
+seeds pooled): both cover test-set sampling only, which the table says. Agreement is also
+broken down by the number of attractors (``agreement_by_attractors.png``) and by distance.
 """
 
 from __future__ import annotations
@@ -60,6 +61,33 @@ def _pooled(run_dir, name: str, seeds: list[int], split: str, key: str) -> list[
     return [x for s in seeds for x in _per_item(run_dir(name, s), split, key)]
 
 
+def _per_sentence_counts(run_dir: Path, split: str, key: str):
+    """(N, 2) array of (items right, items) per sentence of one run (``exact``: one item per sentence)."""
+    import numpy as np
+
+    data = json.loads((run_dir / f"bench_{split}.json").read_text(encoding="utf-8"))["per_sentence"][key]
+    if key == "exact":
+        return np.array([[int(bool(x)), 1] for x in data], dtype=np.int64).reshape(-1, 2)
+    return np.array([[sum(bool(x) for x in sent), len(sent)] for sent in data], dtype=np.int64).reshape(-1, 2)
+
+
+def _accuracy_p(grid: GridConfig, results: dict, split: str, run_dir, name: str, key: str) -> tuple[float, bool]:
+    """(p-value of ``name`` against the baseline on one accuracy, whether it is the seed-aware test): with
+    >= 2 seeds a side the seed-aware accuracy test, else the paired randomization test of the items of the
+    seeds both sides have (test-set sampling only)."""
+    from ..evaluate.seeds import seed_aware_accuracy_test
+
+    base = grid.baseline
+    seeds_a, seeds_b = seeds_of(grid, results, name), seeds_of(grid, results, base)
+    if len(seeds_a) >= 2 and len(seeds_b) >= 2:
+        test = seed_aware_accuracy_test([_per_sentence_counts(run_dir(base, s), split, key) for s in seeds_b],
+                                        {name: [_per_sentence_counts(run_dir(name, s), split, key) for s in seeds_a]},
+                                        n_samples=grid.evaluate.bootstrap_samples, seed=grid.evaluate.bootstrap_seed)
+        return test[name].p_value, True
+    common = [s for s in seeds_a if (base, s) in results]  # each seed's items paired with the baseline's same seed
+    return paired_randomization(*(_pooled(run_dir, m, common, split, key) for m in (name, base))), False
+
+
 def _bleu_tests(grid: GridConfig, results: dict, split: str, refs: list[str], run_dir) -> dict[str, float]:
     """BLEU p-values against the baseline on one benchmark split: the seed-aware test where the baseline
     has >= 2 seeds (rows with fewer are left out), else the first seed's paired bootstrap."""
@@ -103,11 +131,16 @@ def generalization_section(grid: GridConfig, results: dict, out) -> list[str]:
                  if seed_aware else
                  f"paired bootstrap of seed {seed0} ({grid.evaluate.bootstrap_samples} samples; test-set sampling "
                  "only, so no BLEU difference is read as significant)")
+    acc_test = ("the same seed-aware test on the accuracies (per-sentence counts of items right, the split's "
+                "sentences resampled); where a row has one seed, a paired randomization test "
+                f"({N_PERMUTATIONS} sign flips of the items of the seeds both sides have), which covers test-set "
+                "sampling only and is marked †" if seed_aware else
+                f"a paired randomization test ({N_PERMUTATIONS} sign flips of the items), which covers test-set "
+                "sampling only (†)")
     head = ["## Structural generalization", "",
              f"Benchmark `{directory}` (`benchmark.json` states and checks each split). Per split: mean ± std "
-             f"over seeds {', '.join(map(str, grid.seeds))}; p against **{base}**: BLEU by the {bleu_test}, "
-             "accuracies by a paired randomization "
-             f"test ({N_PERMUTATIONS} sign flips, items of all seeds pooled). Agreement = share of agreement "
+             f"over seeds {', '.join(map(str, grid.seeds))}; p against **{base}**: BLEU by the {bleu_test}; "
+             f"accuracies by {acc_test}. Agreement = share of agreement "
              "probes with the right number suffix; verb-final = share of reference verbs the translation puts "
              "at the end of their clause.", ""]
     lines: list[str] = []
@@ -128,12 +161,9 @@ def generalization_section(grid: GridConfig, results: dict, out) -> list[str]:
             if n == base:
                 p_bleu = p_agr = p_vf = "—"
             else:
-                # each seed's items paired with the baseline's items of the same seed
-                common = [s for s in seeds_of(grid, results, n) if (base, s) in results]
                 p_bleu = f"{boot[n]:.3f}" if n in boot else "—"
-                p_agr, p_vf = (
-                    f"{paired_randomization(*(_pooled(run_dir, m, common, split, k) for m in (n, base))):.3f}"
-                    for k in ("agreement", "verb_final"))
+                p_agr, p_vf = (_p_cell(*_accuracy_p(grid, results, split, run_dir, n, k))
+                               for k in ("agreement", "verb_final"))
             lines.append(f"| {n} | {cells['bleu']} | {p_bleu} | {cells['exact']} | {cells['agreement']} | {p_agr} | "
                          f"{cells['verb_final']} | {p_vf} | {att} | {dist} |")
             agreement_by_split[n][split] = statistics.fmean(r["agreement"] for r in res)
@@ -159,6 +189,11 @@ def generalization_section(grid: GridConfig, results: dict, out) -> list[str]:
     return (head + ["Agreement accuracy (%) per split, mean over seeds (every split's means and standard deviations: "
                     "`generalization.csv`):", ""] + summary + [""]
             + ["![agreement by attractors](agreement_by_attractors.png)", ""] + lines)
+
+
+def _p_cell(p: float, seed_aware: bool) -> str:
+    """A p-value cell; one from a test blind to the seeds (a side with one seed) carries a dagger."""
+    return f"{p:.3f}" if seed_aware else f"{p:.3f}†"
 
 
 def _agreement_cells(res: list[dict]) -> tuple[str, str]:

@@ -66,6 +66,8 @@ def test_a_kept_run_rebuilds_with_its_scores_and_per_item_outcomes(rebuild, tmp_
         ("Transformer", "2", "EPYC", "100.00", "6")
     with pytest.raises(SystemExit, match="already has Transformer"):
         rebuild.keep_run("EPYC", tmp_path / "run")
+    with pytest.raises(SystemExit, match="no result.json; keep a run the runner finished"):
+        rebuild.keep_run("EPYC", tmp_path / "bench")
 
     rebuild.main(str(bench), str(tmp_path / "out"))
     run = tmp_path / "out" / "runs" / "transformer" / "seed2"
@@ -122,3 +124,13 @@ def test_the_committed_runs_csv_covers_the_committed_hypotheses():
     assert runs == committed and len(records) == len(runs) >= 48
     for name, seed in runs:
         assert all((outputs / f"{name}.seed{seed}.{s}.hyp.gz").exists() for s in splits), (name, seed)
+
+
+@pytest.mark.parametrize("args", [[], ["--keep", "NOSUCH", "run"], ["only-one"]])
+def test_the_script_names_its_usage_on_bad_arguments(args):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True)
+    assert proc.returncode == 1 and "usage: python docs/reports/synth_generalization/rebuild_runs.py" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -108,6 +108,9 @@ FIELDS = ["system", "seed", "machine", "num_updates", "train_target_tokens", "tr
 
 def keep_run(machine: str, run_dir: Path) -> None:
     """Add a finished run of the grid to the committed outputs and to runs.csv."""
+    if not (run_dir / "result.json").is_file():
+        raise SystemExit(f"{run_dir}: no result.json; keep a run the runner finished (its directory "
+                         "OUT/runs/<row>/seed<k>).")
     res = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
     row, seed = res["name"], int(res["seed"])
     with open(HERE / "runs.csv", encoding="utf-8", newline="") as f:

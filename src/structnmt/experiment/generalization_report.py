@@ -112,20 +112,11 @@ def _bleu_tests(grid: GridConfig, results: dict, split: str, refs: list[str], ru
     return {n: b["p_value"] for n, b in boot.items()}
 
 
-def generalization_section(grid: GridConfig, results: dict, out) -> list[str]:
-    """Markdown lines of the per-split tables (and the attractor picture and ``generalization.csv`` in ``out``,
-    the report's :class:`structnmt.files.OutputDir`)."""
-    from ..data.generalization import benchmark_splits, load_examples
+def _header(grid: GridConfig, results: dict, directory: str) -> list[str]:
+    """The section's opening paragraph: the benchmark, the statistics and the tests."""
     from ..evaluate.seeds import describe_test
 
-    directory = grid.evaluate.benchmark
-    splits = benchmark_splits(directory)
-    seed0, base = grid.seeds[0], grid.baseline
-    names = [r.name for r in grid.runs]
-
-    def run_dir(name: str, seed: int) -> Path:
-        return Path(results[(name, seed)]["run_dir"])
-
+    base, seed0 = grid.baseline, grid.seeds[0]
     seed_aware = len(seeds_of(grid, results, base)) >= 2
     bleu_test = (describe_test(grid.evaluate.bootstrap_samples, grid.evaluate.bootstrap_seed).split(" ASO:")[0]
                  if seed_aware else
@@ -137,12 +128,28 @@ def generalization_section(grid: GridConfig, results: dict, out) -> list[str]:
                 "sampling only and is marked †" if seed_aware else
                 f"a paired randomization test ({N_PERMUTATIONS} sign flips of the items), which covers test-set "
                 "sampling only (†)")
-    head = ["## Structural generalization", "",
+    return ["## Structural generalization", "",
              f"Benchmark `{directory}` (`benchmark.json` states and checks each split). Per split: mean ± std "
              f"over seeds {', '.join(map(str, grid.seeds))}; p against **{base}**: BLEU by the {bleu_test}; "
              f"accuracies by {acc_test}. Agreement = share of agreement "
              "probes with the right number suffix; verb-final = share of reference verbs the translation puts "
              "at the end of their clause.", ""]
+
+
+def generalization_section(grid: GridConfig, results: dict, out) -> list[str]:
+    """Markdown lines of the per-split tables (and the attractor picture and ``generalization.csv`` in ``out``,
+    the report's :class:`structnmt.files.OutputDir`)."""
+    from ..data.generalization import benchmark_splits, load_examples
+
+    directory = grid.evaluate.benchmark
+    splits = benchmark_splits(directory)
+    base = grid.baseline
+    names = [r.name for r in grid.runs]
+
+    def run_dir(name: str, seed: int) -> Path:
+        return Path(results[(name, seed)]["run_dir"])
+
+    head = _header(grid, results, directory)
     lines: list[str] = []
     summary = ["| System | " + " | ".join(splits) + " |", "|---|" + "---:|" * len(splits)]
     agreement_by_split: dict[str, dict[str, float]] = {n: {} for n in names}

@@ -406,9 +406,10 @@ def test_seeds_extra_splits_and_grid_overrides(tmp_path, corpus, monkeypatch):
     first: list[str] = []
     run_grid(grid, overrides=["train.threads=1"], jobs_at_once=2, log=first.append)
     started = [x.split(":")[0] for x in first if "training started" in x]
-    # the baseline's seeds first: every row is tested against them
-    assert started == ["[1/4] Transformer-Base (seed 1)", "[2/4] Transformer-Base (seed 2)",
-                       "[3/4] + post-norm (2 layers) (seed 1)", "[4/4] + post-norm (2 layers) (seed 2)"]
+    # the baseline's seeds first (every row is tested against them): the plan numbers the runs in the order
+    # they are queued; two at once say "started" from their own threads, in either order
+    assert sorted(started) == ["[1/4] Transformer-Base (seed 1)", "[2/4] Transformer-Base (seed 2)",
+                               "[3/4] + post-norm (2 layers) (seed 1)", "[4/4] + post-norm (2 layers) (seed 2)"]
     for d in ("transformer-base", "post-norm-2-layers"):
         resolved = yaml.safe_load((out / "runs" / d / "seed2" / "resolved.yaml").read_text())
         assert resolved["train"]["lr_schedule"] == "linear" and resolved["train"]["warmup_updates"] == 2

@@ -335,3 +335,16 @@ def test_the_training_logs_the_paths_taken_at_every_validation_and_resets_the_co
     assert all(v == 0 for v in matrix_tree.STATS.values())
     MatrixTreeHook().on_validation(trainer)  # nothing computed since: nothing logged
     assert len(logged) == 1
+
+
+def test_the_exact_path_works_under_inference_mode_as_decoding_runs_it():
+    """Beam search runs under torch.inference_mode, where enable_grad alone cannot build the graph the exact
+    path differentiates (its log-partition's gradient is the marginals): a sentence the closed form cannot
+    resolve must still get its exact marginals there, not a RuntimeError."""
+    good = torch.randn(3, 3, dtype=torch.float64)
+    scores, lengths = torch.stack([CYCLE, good]), torch.tensor([3, 3])
+    with torch.inference_mode():
+        beta = marginals(scores, lengths)
+    assert torch.allclose(beta[0], brute(CYCLE), atol=1e-12)
+    with torch.no_grad():
+        assert torch.allclose(marginals(scores, lengths)[0], brute(CYCLE), atol=1e-12)

@@ -220,11 +220,16 @@ def _gth_marginals(shifted: Tensor, valid: Tensor, pair: Tensor) -> tuple[Tensor
     one, so training differentiates through them), and ``ok`` (B,): finite, non-negative, columns and
     roots summing to 1 within 1e-6 (non-finite scores are what fails it)."""
     need_graph = shifted.requires_grad and torch.is_grad_enabled()
-    with torch.enable_grad():
-        x = shifted if need_graph else shifted.detach().requires_grad_(True)
-        logz = _gth_log_partition(x.masked_fill(~pair, 0.0), valid)
-        (beta,) = torch.autograd.grad(logz.sum(), x, create_graph=need_graph)
-    beta = (beta if need_graph else beta.detach()).masked_fill(~pair, 0.0)
+    if need_graph:
+        logz = _gth_log_partition(shifted.masked_fill(~pair, 0.0), valid)
+        (beta,) = torch.autograd.grad(logz.sum(), shifted, create_graph=True)
+    else:  # decoding (no_grad or inference_mode): a graph of its own, from normal copies of the inputs
+        with torch.inference_mode(False), torch.enable_grad():
+            x, v, p = shifted.detach().clone().requires_grad_(True), valid.clone(), pair.clone()
+            logz = _gth_log_partition(x.masked_fill(~p, 0.0), v)
+            (beta,) = torch.autograd.grad(logz.sum(), x)
+        beta = beta.detach()
+    beta = beta.masked_fill(~pair, 0.0)
     with torch.no_grad():
         b = beta.detach()
         cols = ((b.sum(dim=1) - valid.double()).abs() <= 1e-6).all(dim=1)

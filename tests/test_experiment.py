@@ -297,10 +297,10 @@ evaluate: {{split: test, average_last: 2, beam: 2, bootstrap_samples: 20, benchm
     assert "patience: 1" in resolved
     # the accuracies by the seed-aware test (2 seeds a side), as the report's header says
     from structnmt.evaluate.seeds import seed_aware_accuracy_test
-    from structnmt.experiment.generalization_report import _per_sentence_counts
+    from structnmt.experiment.generalization_report import read_per_sentence, sentence_counts
 
     assert "the same seed-aware test on the accuracies" in report
-    runs = {n: [_per_sentence_counts(tmp_path / "out" / "runs" / n / f"seed{k}", "attraction4", "agreement")
+    runs = {n: [sentence_counts(read_per_sentence(tmp_path / "out" / "runs" / n / f"seed{k}", "attraction4"), "agreement")
                 for k in (1, 2)] for n in ("transformer-base", "mg-sa-syntactic")}
     expected = seed_aware_accuracy_test(runs["transformer-base"], {"s": runs["mg-sa-syntactic"]}, n_samples=20,
                                         seed=12345)["s"].p_value

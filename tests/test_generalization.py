@@ -155,8 +155,9 @@ def test_report_accuracy_tests_are_seed_aware_with_two_seeds_and_marked_otherwis
     from structnmt.experiment.generalization_report import (
         _accuracy_p,
         _p_cell,
-        _per_sentence_counts,
         paired_randomization,
+        read_per_sentence,
+        sentence_counts,
     )
     from structnmt.experiment.grid import EvaluateSpec, GridConfig, RunSpec
 
@@ -173,11 +174,12 @@ def test_report_accuracy_tests_are_seed_aware_with_two_seeds_and_marked_otherwis
     def run_dir(name, seed):
         return tmp_path / name / f"seed{seed}"
 
-    p, seed_aware = _accuracy_p(grid, results, "depth2", run_dir, "A", "agreement")
-    counts = {n: [_per_sentence_counts(run_dir(n, s), "depth2", "agreement") for s in (1, 2)] for n in ("A", "B")}
+    outcomes = {k: read_per_sentence(run_dir(*k), "depth2") for k in results}
+    p, seed_aware = _accuracy_p(grid, results, outcomes, "A", "agreement")
+    counts = {n: [sentence_counts(outcomes[(n, s)], "agreement") for s in (1, 2)] for n in ("A", "B")}
     assert counts["A"][0].shape == (40, 2) and counts["A"][0][:, 1].sum() == 120
     assert seed_aware and p == seed_aware_accuracy_test(counts["B"], {"A": counts["A"]}, n_samples=50)["A"].p_value
-    p1, seed_aware1 = _accuracy_p(grid, results, "depth2", run_dir, "One", "agreement")
+    p1, seed_aware1 = _accuracy_p(grid, results, outcomes, "One", "agreement")
     items = [[float(x) for sent in json.loads((run_dir(n, 1) / "bench_depth2.json").read_text())["per_sentence"]
               ["agreement"] for x in sent] for n in ("One", "B")]
     assert not seed_aware1 and p1 == paired_randomization(*items)

@@ -68,12 +68,11 @@ def _measurements(rec: dict) -> dict:
     return res
 
 
-def rebuild_run(rec: dict, bench: Path, splits: list[str], run_dir: Path) -> None:
+def rebuild_run(rec: dict, bench: Path, splits: list[str], bench_seed: int, run_dir: Path) -> None:
     """One run's directory from its committed hypotheses and its row of runs.csv."""
     row, seed = rec["system"], int(rec["seed"])
-    bench_seed = json.loads((bench / "benchmark.json").read_text(encoding="utf-8"))["config"]["seed"]
     run_dir.mkdir(parents=True, exist_ok=True)
-    summary = {}
+    summary, test_hyps, test_refs = {}, [], []
     for split in splits:
         hyps, examples = read_hyps(row, seed, split), load_examples(str(bench), split)
         if len(hyps) != len(examples):
@@ -85,7 +84,9 @@ def rebuild_run(rec: dict, bench: Path, splits: list[str], run_dir: Path) -> Non
         metrics = split_metrics(hyps, examples, seed=bench_seed)
         (run_dir / f"bench_{split}.json").write_text(json.dumps(metrics), encoding="utf-8")
         summary[split] = {k: v for k, v in metrics.items() if k != "per_sentence"}
-    hyps, refs = read_hyps(row, seed, "test"), [" ".join(ex.tgt) for ex in load_examples(str(bench), "test")]
+        if split == "test":
+            test_hyps, test_refs = hyps, [" ".join(ex.tgt) for ex in examples]
+    hyps, refs = test_hyps, test_refs
     (run_dir / "test.hyp").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     bleu, chrf = corpus_scores(hyps, refs)
     if abs(round(bleu.score, 2) - float(rec["bleu"])) > 0.011:
@@ -132,6 +133,7 @@ def keep_run(machine: str, run_dir: Path) -> None:
 def main(bench: str, out: str) -> None:
     bench_dir, out_dir = Path(bench), Path(out)
     splits = list(benchmark_splits(str(bench_dir)))
+    bench_seed = json.loads((bench_dir / "benchmark.json").read_text(encoding="utf-8"))["config"]["seed"]
     with open(HERE / "runs.csv", encoding="utf-8", newline="") as f:
         records = list(csv.DictReader(f))
     for rec in records:
@@ -139,7 +141,7 @@ def main(bench: str, out: str) -> None:
         if (run_dir / "result.json").exists():
             raise SystemExit(f"{run_dir}/result.json exists: rebuild into a new directory (this script writes "
                              "only where nothing is).")
-        rebuild_run(rec, bench_dir, splits, run_dir)
+        rebuild_run(rec, bench_dir, splits, bench_seed, run_dir)
         print(f"{rec['system']} (seed {rec['seed']}): rebuilt", flush=True)
 
 

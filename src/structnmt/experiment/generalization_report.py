@@ -41,9 +41,25 @@ def _mean_std(values: list[float]) -> str:
     return f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
-def _per_item(run_dir: Path, split: str, key: str) -> list[float]:
-    data = json.loads((run_dir / f"bench_{split}.json").read_text(encoding="utf-8"))["per_sentence"][key]
+def read_per_sentence(run_dir: Path, split: str) -> dict:
+    """A run's per-sentence outcomes on one split (``bench_<split>.json``: ``exact`` one bool per sentence,
+    ``agreement`` / ``verb_final`` a list of bools per sentence)."""
+    return json.loads((run_dir / f"bench_{split}.json").read_text(encoding="utf-8"))["per_sentence"]
+
+
+def _items(per_sentence: dict, key: str) -> list[float]:
+    """The run's outcomes as one flat list of items (0/1)."""
+    data = per_sentence[key]
     return [float(x) for x in data] if key == "exact" else [float(x) for sent in data for x in sent]
+
+
+def sentence_counts(per_sentence: dict, key: str):
+    """(N, 2) array of (items right, items) per sentence (``exact``: one item per sentence)."""
+    import numpy as np
+
+    data = per_sentence[key]
+    rows = [[int(bool(x)), 1] for x in data] if key == "exact" else [[sum(map(bool, s)), len(s)] for s in data]
+    return np.array(rows, dtype=np.int64).reshape(-1, 2)
 
 
 def _pool(tables: list[dict]) -> dict[str, list[int]]:
@@ -57,35 +73,22 @@ def _pool(tables: list[dict]) -> dict[str, list[int]]:
     return out
 
 
-def _pooled(run_dir, name: str, seeds: list[int], split: str, key: str) -> list[float]:
-    return [x for s in seeds for x in _per_item(run_dir(name, s), split, key)]
-
-
-def _per_sentence_counts(run_dir: Path, split: str, key: str):
-    """(N, 2) array of (items right, items) per sentence of one run (``exact``: one item per sentence)."""
-    import numpy as np
-
-    data = json.loads((run_dir / f"bench_{split}.json").read_text(encoding="utf-8"))["per_sentence"][key]
-    if key == "exact":
-        return np.array([[int(bool(x)), 1] for x in data], dtype=np.int64).reshape(-1, 2)
-    return np.array([[sum(bool(x) for x in sent), len(sent)] for sent in data], dtype=np.int64).reshape(-1, 2)
-
-
-def _accuracy_p(grid: GridConfig, results: dict, split: str, run_dir, name: str, key: str) -> tuple[float, bool]:
-    """(p-value of ``name`` against the baseline on one accuracy, whether it is the seed-aware test): with
-    >= 2 seeds a side the seed-aware accuracy test, else the paired randomization test of the items of the
-    seeds both sides have (test-set sampling only)."""
+def _accuracy_p(grid: GridConfig, results: dict, outcomes: dict, name: str, key: str) -> tuple[float, bool]:
+    """(p-value of ``name`` against the baseline on one accuracy, whether it is the seed-aware test); ``outcomes``:
+    {(row, seed): :func:`read_per_sentence`} of one split. With >= 2 seeds a side the seed-aware accuracy test, else
+    the paired randomization test of the items of the seeds both sides have (test-set sampling only)."""
     from ..evaluate.seeds import seed_aware_accuracy_test
 
     base = grid.baseline
     seeds_a, seeds_b = seeds_of(grid, results, name), seeds_of(grid, results, base)
     if len(seeds_a) >= 2 and len(seeds_b) >= 2:
-        test = seed_aware_accuracy_test([_per_sentence_counts(run_dir(base, s), split, key) for s in seeds_b],
-                                        {name: [_per_sentence_counts(run_dir(name, s), split, key) for s in seeds_a]},
+        test = seed_aware_accuracy_test([sentence_counts(outcomes[(base, s)], key) for s in seeds_b],
+                                        {name: [sentence_counts(outcomes[(name, s)], key) for s in seeds_a]},
                                         n_samples=grid.evaluate.bootstrap_samples, seed=grid.evaluate.bootstrap_seed)
         return test[name].p_value, True
     common = [s for s in seeds_a if (base, s) in results]  # each seed's items paired with the baseline's same seed
-    return paired_randomization(*(_pooled(run_dir, m, common, split, key) for m in (name, base))), False
+    pooled = ([x for s in common for x in _items(outcomes[(m, s)], key)] for m in (name, base))
+    return paired_randomization(*pooled), False
 
 
 def _bleu_tests(grid: GridConfig, results: dict, split: str, refs: list[str], run_dir) -> dict[str, float]:
@@ -157,6 +160,7 @@ def generalization_section(grid: GridConfig, results: dict, out) -> list[str]:
     for split, statement in splits.items():
         refs = [" ".join(ex.tgt) for ex in load_examples(directory, split)]
         boot = _bleu_tests(grid, results, split, refs, run_dir) if len(names) > 1 else {}
+        outcomes = {k: read_per_sentence(run_dir(*k), split) for k in results}  # each run's file read once
         lines += [f"### {split}: {statement}", "",
                   "| System | BLEU | p | exact | agreement | p | verb-final | p | agreement by attractors "
                   "| agreement by distance (words) |",
@@ -169,7 +173,7 @@ def generalization_section(grid: GridConfig, results: dict, out) -> list[str]:
                 p_bleu = p_agr = p_vf = "—"
             else:
                 p_bleu = f"{boot[n]:.3f}" if n in boot else "—"
-                p_agr, p_vf = (_p_cell(*_accuracy_p(grid, results, split, run_dir, n, k))
+                p_agr, p_vf = (_p_cell(*_accuracy_p(grid, results, outcomes, n, k))
                                for k in ("agreement", "verb_final"))
             lines.append(f"| {n} | {cells['bleu']} | {p_bleu} | {cells['exact']} | {cells['agreement']} | {p_agr} | "
                          f"{cells['verb_final']} | {p_vf} | {att} | {dist} |")

@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -51,7 +52,8 @@ def read(path: str) -> list[str]:
         return [line.rstrip("\n") for line in f]
 
 
-def main() -> None:
+def _build_parser() -> argparse.ArgumentParser:
+    """The command line of the benchmark."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--input", required=True)
@@ -66,67 +68,65 @@ def main() -> None:
     ap.add_argument("--no-ctranslate2", action="store_true")
     ap.add_argument("--malloc-compare", action="store_true")
     ap.add_argument("--child-json", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    return ap
 
-    if args.malloc_compare:
-        malloc_compare(args)
-        return
-    from structnmt.allocator import configure_allocator
 
-    allocator = configure_allocator()
-    torch.set_num_threads(args.threads)
-    import structnmt.decode.translate as T
-    from structnmt.config import DecodeConfig
-    from structnmt.decode.beam import beam_search
-
+def _read_inputs(args: argparse.Namespace) -> tuple[list[str], list[str] | None]:
+    """The input lines and the references (None without ``--ref``), cut to ``--sentences``."""
     lines = read(args.input)
     refs = read(args.ref) if args.ref else None
     if args.sentences:
         lines = lines[: args.sentences]
         refs = refs[: args.sentences] if refs else None
-    dcfg = DecodeConfig(beam=args.beam, lenpen=args.lenpen, batch_size=args.batch_size)
-    tr = T.Translator(args.checkpoint, device="cpu")
+    return lines, refs
 
-    def ours(share: bool):
-        def run() -> list[str]:
-            T.beam_search = lambda *a, **k: beam_search(*a, share_source=share, **k)
-            try:
-                return [h[0].text for h in tr.translate(lines, dcfg)]
-            finally:
-                T.beam_search = beam_search
-        return run
 
-    variants = {"structnmt": ours(True), "structnmt-copied": ours(False)}
-    if args.child_json:  # one timed pass of the structnmt variant (after an untimed one), for --malloc-compare
-        ours(True)()
-        t0 = time.perf_counter()
-        out = ours(True)()
-        Path(args.child_json).write_text(json.dumps({"rate": len(lines) / (time.perf_counter() - t0), "out": out}))
-        return
-    tmp = Path(tempfile.mkdtemp(prefix="bench-decode-"))
-    try:
-        if not args.no_ctranslate2:
-            from structnmt.export import CT2Translator, export_ctranslate2
+def _structnmt_variant(tr, lines: list[str], dcfg, share: bool) -> Callable[[], list[str]]:
+    """``structnmt translate``'s path over ``lines``, its beam search with ``share_source=share``."""
+    import structnmt.decode.translate as T
+    from structnmt.decode.beam import beam_search
 
-            ct = CT2Translator(export_ctranslate2(args.checkpoint, tmp / "f32"), threads=args.threads)
-            variants["ctranslate2"] = lambda: [h[0].text for h in ct.translate(lines, dcfg)]
-            if args.int8:
-                ct8 = CT2Translator(export_ctranslate2(args.checkpoint, tmp / "int8", quantization="int8"),
-                                    threads=args.threads)
-                variants["ctranslate2-int8"] = lambda: [h[0].text for h in ct8.translate(lines, dcfg)]
-        names = list(variants)
-        times: dict[str, list[float]] = {n: [] for n in names}
-        outputs: dict[str, list[str]] = {}
-        for n in names:  # warm-up, not timed
-            outputs[n] = variants[n]()
-        for r in range(args.rounds):
-            for n in names[r % len(names):] + names[: r % len(names)]:
-                t0 = time.perf_counter()
-                variants[n]()
-                times[n].append(time.perf_counter() - t0)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    def run() -> list[str]:
+        T.beam_search = lambda *a, **k: beam_search(*a, share_source=share, **k)
+        try:
+            return [h[0].text for h in tr.translate(lines, dcfg)]
+        finally:
+            T.beam_search = beam_search
+    return run
 
+
+def _add_ctranslate2(variants: dict[str, Callable[[], list[str]]], args: argparse.Namespace, tmp: Path,
+                     lines: list[str], dcfg) -> None:
+    """The CTranslate2 export of the checkpoint (float32, and int8 with ``--int8``) as variants, exported in ``tmp``."""
+    from structnmt.export import CT2Translator, export_ctranslate2
+
+    ct = CT2Translator(export_ctranslate2(args.checkpoint, tmp / "f32"), threads=args.threads)
+    variants["ctranslate2"] = lambda: [h[0].text for h in ct.translate(lines, dcfg)]
+    if args.int8:
+        ct8 = CT2Translator(export_ctranslate2(args.checkpoint, tmp / "int8", quantization="int8"),
+                            threads=args.threads)
+        variants["ctranslate2-int8"] = lambda: [h[0].text for h in ct8.translate(lines, dcfg)]
+
+
+def _time_variants(variants: dict[str, Callable[[], list[str]]], rounds: int
+                   ) -> tuple[dict[str, list[float]], dict[str, list[str]]]:
+    """An untimed pass of each variant (its outputs kept), then ``rounds`` timed ones in rotating order."""
+    names = list(variants)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    outputs: dict[str, list[str]] = {}
+    for n in names:  # warm-up, not timed
+        outputs[n] = variants[n]()
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[: r % len(names)]:
+            t0 = time.perf_counter()
+            variants[n]()
+            times[n].append(time.perf_counter() - t0)
+    return times, outputs
+
+
+def _print_report(args: argparse.Namespace, allocator: str, lines: list[str], refs: list[str] | None,
+                  times: dict[str, list[float]], outputs: dict[str, list[str]]) -> None:
+    """The run's header line and Markdown table (with sacreBLEU and its signature when there are references)."""
     print(f"# bench_decode {datetime.date.today()} {platform.machine()} torch {torch.__version__}, "
           f"{args.threads} thread(s), {len(lines)} sentences, beam {args.beam}, batch {args.batch_size}, "
           f"best of {args.rounds} rounds, allocator {allocator}")
@@ -138,13 +138,50 @@ def main() -> None:
     base = min(times["structnmt-copied"])
     print("| variant | sentences/s | speed vs structnmt-copied | identical to structnmt | BLEU |")
     print("|---|---|---|---|---|")
-    for n in names:
+    for n in times:
         best = min(times[n])
         same = sum(a == b for a, b in zip(outputs[n], outputs["structnmt"])) / len(lines)
         score = f"{bleu.corpus_score(outputs[n], [refs]).score:.2f}" if bleu else "-"
         print(f"| {n} | {len(lines) / best:.1f} | {base / best:.2f} | {100 * same:.1f} % | {score} |")
     if bleu:
         print(f"sacreBLEU signature: {bleu.get_signature()}")
+
+
+def main() -> None:
+    ap = _build_parser()
+    args = ap.parse_args()
+
+    if args.malloc_compare:
+        malloc_compare(args)
+        return
+    from structnmt.allocator import configure_allocator
+
+    allocator = configure_allocator()
+    torch.set_num_threads(args.threads)
+    import structnmt.decode.translate as T
+    from structnmt.config import DecodeConfig
+
+    lines, refs = _read_inputs(args)
+    dcfg = DecodeConfig(beam=args.beam, lenpen=args.lenpen, batch_size=args.batch_size)
+    tr = T.Translator(args.checkpoint, device="cpu")
+
+    variants = {"structnmt": _structnmt_variant(tr, lines, dcfg, True),
+                "structnmt-copied": _structnmt_variant(tr, lines, dcfg, False)}
+    if args.child_json:  # one timed pass of the structnmt variant (after an untimed one), for --malloc-compare
+        _structnmt_variant(tr, lines, dcfg, True)()
+        t0 = time.perf_counter()
+        out = _structnmt_variant(tr, lines, dcfg, True)()
+        Path(args.child_json).write_text(json.dumps({"rate": len(lines) / (time.perf_counter() - t0), "out": out}))
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="bench-decode-"))
+    try:
+        if not args.no_ctranslate2:
+            _add_ctranslate2(variants, args, tmp, lines, dcfg)
+        times, outputs = _time_variants(variants, args.rounds)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    _print_report(args, allocator, lines, refs, times, outputs)
 
 
 def malloc_compare(args) -> None:

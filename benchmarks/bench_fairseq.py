@@ -229,7 +229,8 @@ def decode_ct2(checkpoint: Path, src_lines: Path, threads: int, work: Path, env:
     return rates
 
 
-def main() -> None:
+def _build_parser() -> argparse.ArgumentParser:
+    """The command line of the benchmark."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="data-bin/multi30k_en_de")
     ap.add_argument("--fairseq-venv", default=os.path.expanduser("~/.cache/structnmt/fairseq-venv"))
@@ -246,6 +247,117 @@ def main() -> None:
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="cuda: train and decode on the GPU in mixed precision (fairseq --fp16, structnmt bf16 "
                          "autocast); the CPU-only rows are left out")
+    return ap
+
+
+def _binarise(venv: Path, data: Path, work: Path, env: dict) -> Path:
+    """fairseq's binarised copy of the data under ``work`` (made once, reused by later runs); its directory."""
+    text = work / "text"
+    bin_dir = work / "fairseq-bin"
+    if not (bin_dir / "dict.src.txt").exists():
+        text.mkdir(exist_ok=True)
+        write_pieces(data, text)
+        subprocess.run([str(venv / "bin" / "fairseq-preprocess"), "--source-lang", "src", "--target-lang", "tgt",
+                        "--trainpref", str(text / "train"), "--validpref", str(text / "valid"),
+                        "--testpref", str(text / "test"), "--destdir", str(bin_dir),
+                        "--srcdict", str(text / "dict.txt"), "--joined-dictionary", "--workers", "2"],
+                       check=True, env=env, capture_output=True)
+    return bin_dir
+
+
+def _train_fairseq(venv: Path, bin_dir: Path, work: Path, args: argparse.Namespace, env: dict) -> float:
+    """One fairseq-train run of ``--threads`` threads; the median target tokens/s of its log intervals."""
+    save = work / "fairseq-run"
+    shutil.rmtree(save, ignore_errors=True)
+    p = subprocess.run([str(venv / "bin" / "fairseq-train"),
+                        *fairseq_train_args(bin_dir, save, args.updates, args.log_interval, args.device)],
+                       env=env, capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit(f"fairseq-train failed: {p.stderr[-2000:]}")
+    wps = [float(json.loads(m.group(1))["wps"]) for m in
+           re.finditer(r"\| train_inner \| (\{.*\})", p.stdout + p.stderr)]
+    return median_after(wps, args.skip)
+
+
+def _train_structnmt(data: Path, work: Path, args: argparse.Namespace, env: dict) -> float:
+    """One structnmt train run of ``--threads`` threads; the median target tokens/s of its log intervals."""
+    save = work / "structnmt-run"
+    shutil.rmtree(save, ignore_errors=True)
+    cmd = [sys.executable, "-m", "structnmt.cli", *structnmt_train_args(data, save, args, args.threads)]
+    return run_structnmt(cmd, save, env, args.skip)
+
+
+def _train_rounds(venv: Path, bin_dir: Path, data: Path, work: Path, args: argparse.Namespace,
+                  env: dict) -> dict[str, list[float]]:
+    """Both trainings (and their N-process forms) alternating ``--rounds`` times: who -> tok/s per round."""
+    rates: dict[str, list[float]] = {"fairseq": [], "structnmt": [],
+                                     "fairseq-mp": [], "structnmt-mp": []}  # -mp: N processes x 1 thread
+    whos = ("fairseq", "structnmt") + (("fairseq-mp", "structnmt-mp") if args.processes > 1 else ())
+    if args.decode_only and not (args.work and (work / "fairseq-run" / "checkpoint_last.pt").exists()
+                                 and (work / "structnmt-run" / "checkpoint_last.pt").exists()):
+        raise SystemExit("--decode-only needs --work with the models of an earlier run of this benchmark.")
+    for r in range(0 if args.decode_only else args.rounds):
+        order = whos if r % 2 == 0 else tuple(reversed(whos))
+        for who in order:
+            if who == "fairseq-mp":
+                rates[who].append(train_fairseq_processes(venv, bin_dir, work, args, env))
+            elif who == "structnmt-mp":
+                rates[who].append(train_structnmt_processes(data, work, args, env))
+            elif who == "fairseq":
+                rates[who].append(_train_fairseq(venv, bin_dir, work, args, env))
+            else:
+                rates[who].append(_train_structnmt(data, work, args, env))
+            print(f"round {r + 1}: {who}: {rates[who][-1]:.0f} target tok/s", flush=True)
+    return rates
+
+
+def _decode_fairseq(venv: Path, bin_dir: Path, work: Path, device: str, env: dict) -> tuple[float, int]:
+    """fairseq-generate on the test split with the last round's model: (sentences/s, output tokens)."""
+    gen = subprocess.run([str(venv / "bin" / "fairseq-generate"), str(bin_dir), "--path",
+                          str(work / "fairseq-run" / "checkpoint_last.pt"), "--gen-subset", "test", "--beam", "5",
+                          "--batch-size", "128", *fairseq_device_args(device), "--num-workers", "0",
+                          "--post-process", "sentencepiece"],
+                         env=env, capture_output=True, text=True)
+    m = re.search(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in [\d.]+s \(([\d.]+) sentences/s",
+                  gen.stdout + gen.stderr)
+    if gen.returncode or not m:
+        raise SystemExit(f"fairseq-generate failed: {(gen.stdout + gen.stderr)[-2000:]}")
+    return float(m.group(3)), int(m.group(2).replace(",", ""))
+
+
+def _decode_modes(threads: int, device: str) -> dict[str, tuple[int, str, int]]:
+    """structnmt's decoding modes: label -> (threads, dtype, workers; 0: translate's default)."""
+    # structnmt decoding in float32, bfloat16 (faster where the CPU has AVX512-BF16 or AMX) and int8, in one
+    # process of --threads threads or in --threads worker processes of one thread (translate --workers);
+    # on a GPU float32 and bfloat16 only. mode label -> (threads, dtype, workers)
+    modes = {"": (threads, "float32", 1), " --dtype bfloat16": (threads, "bfloat16", 1)}
+    if device == "cpu":
+        modes.update({" translate's default (workers chosen by itself)": (threads, "float32", 0),
+                      f" --workers {threads} (1 thread each)": (1, "float32", threads),
+                      f" --workers {threads} --dtype int8": (1, "int8", threads),
+                      " --dtype int8": (threads, "int8", 1)})
+    return modes
+
+
+def _measure(venv: Path, data: Path, work: Path, args: argparse.Namespace, env: dict) -> Measured:
+    """The whole benchmark in ``work``: binarise, train in rounds, decode with the last round's models."""
+    bin_dir = _binarise(venv, data, work, env)
+    rates = _train_rounds(venv, bin_dir, data, work, args, env)
+    # decoding: the last round's models
+    fs_dec, fs_tokens = _decode_fairseq(venv, bin_dir, work, args.device, env)
+    src_lines = data / "test.src.txt"
+    checkpoint = work / "structnmt-run" / "checkpoint_last.pt"
+    modes = _decode_modes(args.threads, args.device)
+    sn = {label: decode_structnmt(checkpoint, src_lines, threads, dtype, workers, env, args.device)
+          for label, (threads, dtype, workers) in modes.items()}  # label -> (sentences/s, output tokens)
+    ct2_dec = decode_ct2(checkpoint, src_lines, args.threads, work, env) if args.device == "cpu" else {}
+    return Measured(threads=args.threads, processes=args.processes, fs_rates=rates["fairseq"],
+                    sn_rates=rates["structnmt"], fs_mp=rates["fairseq-mp"], sn_mp=rates["structnmt-mp"],
+                    fs_dec=fs_dec, fs_tokens=fs_tokens, sn_dec=sn, modes=modes, ct2_dec=ct2_dec)
+
+
+def main() -> None:
+    ap = _build_parser()
     args = ap.parse_args()
     if args.device == "cuda":
         import torch
@@ -264,75 +376,7 @@ def main() -> None:
            # fairseq 0.12 checkpoints hold an argparse.Namespace, which torch >= 2.6 refuses to unpickle by default
            "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
     try:
-        text = work / "text"
-        bin_dir = work / "fairseq-bin"
-        if not (bin_dir / "dict.src.txt").exists():
-            text.mkdir(exist_ok=True)
-            write_pieces(data, text)
-            subprocess.run([str(venv / "bin" / "fairseq-preprocess"), "--source-lang", "src", "--target-lang", "tgt",
-                            "--trainpref", str(text / "train"), "--validpref", str(text / "valid"),
-                            "--testpref", str(text / "test"), "--destdir", str(bin_dir),
-                            "--srcdict", str(text / "dict.txt"), "--joined-dictionary", "--workers", "2"],
-                           check=True, env=env, capture_output=True)
-        fs_rates: list[float] = []
-        sn_rates: list[float] = []
-        fs_mp: list[float] = []  # N processes x 1 thread
-        sn_mp: list[float] = []
-        whos = ("fairseq", "structnmt") + (("fairseq-mp", "structnmt-mp") if args.processes > 1 else ())
-        if args.decode_only and not (args.work and (work / "fairseq-run" / "checkpoint_last.pt").exists()
-                                     and (work / "structnmt-run" / "checkpoint_last.pt").exists()):
-            raise SystemExit("--decode-only needs --work with the models of an earlier run of this benchmark.")
-        for r in range(0 if args.decode_only else args.rounds):
-            order = whos if r % 2 == 0 else tuple(reversed(whos))
-            for who in order:
-                if who == "fairseq-mp":
-                    fs_mp.append(train_fairseq_processes(venv, bin_dir, work, args, env))
-                elif who == "structnmt-mp":
-                    sn_mp.append(train_structnmt_processes(data, work, args, env))
-                elif who == "fairseq":
-                    save = work / "fairseq-run"
-                    shutil.rmtree(save, ignore_errors=True)
-                    p = subprocess.run([str(venv / "bin" / "fairseq-train"),
-                                        *fairseq_train_args(bin_dir, save, args.updates, args.log_interval,
-                                                            args.device)],
-                                       env=env, capture_output=True, text=True)
-                    if p.returncode:
-                        raise SystemExit(f"fairseq-train failed: {p.stderr[-2000:]}")
-                    wps = [float(json.loads(m.group(1))["wps"]) for m in
-                           re.finditer(r"\| train_inner \| (\{.*\})", p.stdout + p.stderr)]
-                    fs_rates.append(median_after(wps, args.skip))
-                else:
-                    save = work / "structnmt-run"
-                    shutil.rmtree(save, ignore_errors=True)
-                    cmd = [sys.executable, "-m", "structnmt.cli", *structnmt_train_args(data, save, args, args.threads)]
-                    sn_rates.append(run_structnmt(cmd, save, env, args.skip))
-                rates = {"fairseq": fs_rates, "structnmt": sn_rates, "fairseq-mp": fs_mp, "structnmt-mp": sn_mp}[who]
-                print(f"round {r + 1}: {who}: {rates[-1]:.0f} target tok/s", flush=True)
-        # decoding: the last round's models
-        gen = subprocess.run([str(venv / "bin" / "fairseq-generate"), str(bin_dir), "--path",
-                              str(work / "fairseq-run" / "checkpoint_last.pt"), "--gen-subset", "test", "--beam", "5",
-                              "--batch-size", "128", *fairseq_device_args(args.device), "--num-workers", "0",
-                              "--post-process", "sentencepiece"],
-                             env=env, capture_output=True, text=True)
-        m = re.search(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in [\d.]+s \(([\d.]+) sentences/s",
-                      gen.stdout + gen.stderr)
-        if gen.returncode or not m:
-            raise SystemExit(f"fairseq-generate failed: {(gen.stdout + gen.stderr)[-2000:]}")
-        fs_dec, fs_tokens = float(m.group(3)), int(m.group(2).replace(",", ""))
-        src_lines = data / "test.src.txt"
-        checkpoint = work / "structnmt-run" / "checkpoint_last.pt"
-        # structnmt decoding in float32, bfloat16 (faster where the CPU has AVX512-BF16 or AMX) and int8, in one
-        # process of --threads threads or in --threads worker processes of one thread (translate --workers);
-        # on a GPU float32 and bfloat16 only. mode label -> (threads, dtype, workers)
-        modes = {"": (args.threads, "float32", 1), " --dtype bfloat16": (args.threads, "bfloat16", 1)}
-        if args.device == "cpu":
-            modes.update({" translate's default (workers chosen by itself)": (args.threads, "float32", 0),
-                          f" --workers {args.threads} (1 thread each)": (1, "float32", args.threads),
-                          f" --workers {args.threads} --dtype int8": (1, "int8", args.threads),
-                          " --dtype int8": (args.threads, "int8", 1)})
-        sn = {label: decode_structnmt(checkpoint, src_lines, threads, dtype, workers, env, args.device)
-              for label, (threads, dtype, workers) in modes.items()}  # label -> (sentences/s, output tokens)
-        ct2_dec = decode_ct2(checkpoint, src_lines, args.threads, work, env) if args.device == "cpu" else {}
+        measured = _measure(venv, data, work, args, env)
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
@@ -341,9 +385,6 @@ def main() -> None:
     print(f"# bench_fairseq {datetime.date.today()} {platform.machine()} {cpu_name()}, {os.cpu_count()} cores{gpu}, "
           f"{args.threads} thread(s), {args.updates} updates x {args.rounds} rounds each, data {args.data}"
           + (" (decoding only: the models of an earlier run)" if args.decode_only else ""))
-    measured = Measured(threads=args.threads, processes=args.processes, fs_rates=fs_rates, sn_rates=sn_rates,
-                        fs_mp=fs_mp, sn_mp=sn_mp, fs_dec=fs_dec, fs_tokens=fs_tokens, sn_dec=sn, modes=modes,
-                        ct2_dec=ct2_dec)
     print("\n".join(report_lines(measured)))
 
 

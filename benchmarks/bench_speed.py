@@ -201,7 +201,22 @@ def n_params(model: nn.Module) -> int:
 # --------------------------------------------------------------------------- main
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass
+class _BenchData:
+    """The data of one run: fixed training batches and the sorted test sources to decode."""
+
+    data_dir: Path
+    vocab: int  # joint vocabulary size
+    batches: list  # collated training batches on the device, ``ntok`` set
+    train_tokens: int  # target tokens per pass over ``batches``
+    test_name: str
+    n_dec: int  # sentences decoded
+    sources: list[list[int]]  # token ids + EOS, sorted by length
+    data_s: float  # seconds to get the data ready
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    """The command line of the benchmark."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="", help="prepared dataset dir (default: build the synthetic task)")
@@ -234,16 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="after the benchmark, profile a few training steps of each model (torch.profiler)")
     ap.add_argument("--seed", type=int, default=1)
-    args = ap.parse_args(argv)
+    return ap
 
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        ap.error("--device cuda but CUDA is not available")
-    torch.set_num_threads(args.threads)
-    warnings.filterwarnings("ignore", message=".*nested tensors is in prototype.*")
-    torch.manual_seed(args.seed)
 
-    # ---- data
+def _load_data(ap: argparse.ArgumentParser, args: argparse.Namespace, device: torch.device) -> _BenchData:
+    """Build or open the dataset, collate the fixed training batches and pick the test sources."""
     t0 = time.perf_counter()
     data_dir = Path(args.data) if args.data else synthetic_dataset(Path(args.workdir), args.n_train, args.vocab_size)
     ds = PreparedDataset(data_dir)
@@ -269,8 +279,12 @@ def main(argv: list[str] | None = None) -> int:
     sources = [test.get("src", i).tolist() + [EOS] for i in range(n_dec)]
     sources.sort(key=len)  # batch by length, like structnmt translate
     data_s = time.perf_counter() - t0
+    return _BenchData(data_dir, V, batches, train_tokens, test_name, n_dec, sources, data_s)
 
-    # ---- models of the same size
+
+def _build_models(args: argparse.Namespace, V: int, device: torch.device
+                  ) -> tuple[TransformerModel, ReferenceTransformer]:
+    """structnmt's TransformerModel and the nn.Transformer reference of the same size, same seed."""
     cfg = ModelConfig(d_model=args.d_model, ffn_dim=args.ffn_dim, heads=args.heads, encoder_layers=args.layers,
                       decoder_layers=args.layers, dropout=args.dropout, attention_dropout=args.dropout,
                       activation_dropout=args.dropout, activation="relu", pre_norm=args.pre_norm,
@@ -280,17 +294,21 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     ref = ReferenceTransformer(V, args.d_model, args.heads, args.layers, args.layers, args.ffn_dim, args.dropout,
                                norm_first=args.pre_norm).to(device)
-    p_ours, p_ref = n_params(ours), n_params(ref)
+    return ours, ref
 
+
+def _print_header(args: argparse.Namespace, argv: list[str] | None, device: torch.device, data: _BenchData,
+                  p_ours: int, p_ref: int) -> None:
+    """The machine, command, data, model and parameter counts of the run."""
     print(f"# structnmt speed benchmark  {datetime.datetime.now().isoformat(timespec='seconds')}")
     print(f"machine: {platform.machine()} {platform.processor() or ''} | os.cpu_count()={os.cpu_count()} | "
           f"torch {torch.__version__} | torch threads={torch.get_num_threads()} | "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} | device={device}"
           + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""))
     print(f"command: python {' '.join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:]))}")
-    print(f"data: {data_dir} (vocab {V}); {len(batches)} training batches of <= {args.max_tokens} tokens, "
-          f"{train_tokens} target tokens per pass; {n_dec} '{test_name}' sentences decoded "
-          f"(data ready in {data_s:.1f}s)")
+    print(f"data: {data.data_dir} (vocab {data.vocab}); {len(data.batches)} training batches of <= {args.max_tokens} "
+          f"tokens, {data.train_tokens} target tokens per pass; {data.n_dec} '{data.test_name}' sentences decoded "
+          f"(data ready in {data.data_s:.1f}s)")
     print(f"model: d={args.d_model} ffn={args.ffn_dim} heads={args.heads} layers={args.layers}+{args.layers} "
           f"dropout={args.dropout} {'pre' if args.pre_norm else 'post'}-norm, shared+tied embeddings")
     final_norms = 0 if args.pre_norm else 2 * 2 * args.d_model
@@ -298,101 +316,115 @@ def main(argv: list[str] | None = None) -> int:
           + (f" (= nn.Transformer's final encoder and decoder LayerNorms, {final_norms}, which post-norm "
              "structnmt does not have)" if final_norms and p_ref - p_ours == final_norms else ""))
 
-    results: dict[str, float] = {}
 
-    # ---- decoding (random initialisation, before training)
-    if not args.skip_decode:
-        ours.eval()
-        ref.eval()
-        variants = {
-            "ours_greedy_cached": (ours, 1),
-            "ours_greedy_nocache": (NoCacheAdapter(ours), 1),
-            "ref_greedy_nocache": (ref, 1),
-            f"ours_beam{args.beam}_cached": (ours, args.beam),
-        }
-        names = list(variants)
-        dec_batches = []
-        for start in range(0, n_dec, args.decode_batch):
-            src, mask = pad_sources(sources[start : start + args.decode_batch])
-            dec_batches.append((src.to(device), mask.to(device)))
-        for name in names:  # warm-up on the first batch
-            m, beam = variants[name]
-            decode_batch(m, *dec_batches[0], beam, device)
-        # every batch is decoded by all variants back to back, in a rotating order, so that
-        # load drift on the machine spreads over the variants alike
-        times: dict[str, list[float]] = {k: [] for k in names}
-        outputs: dict[str, list] = {}
-        k = 0
-        for _ in range(args.decode_rounds):
-            acc = {name: 0.0 for name in names}
-            outs: dict[str, list] = {name: [] for name in names}
-            for src, mask in dec_batches:
-                order = names[k % len(names):] + names[: k % len(names)]
-                k += 1
-                for name in order:
-                    m, beam = variants[name]
-                    secs, out = decode_batch(m, src, mask, beam, device)
-                    acc[name] += secs
-                    outs[name].extend(out)
-            for name in names:
-                times[name].append(acc[name])
-            outputs = outs
-        a, b = outputs["ours_greedy_cached"], outputs["ours_greedy_nocache"]
-        mism = sum(x != y for x, y in zip(a, b))
-        assert mism == 0, f"greedy with and without the cache differ on {mism}/{len(a)} sentences"
+def _decode_rounds(variants: dict[str, tuple], dec_batches: list[tuple[Tensor, Tensor]], rounds: int,
+                   device: torch.device) -> tuple[dict[str, list[float]], dict[str, list]]:
+    """Warm up, then time ``rounds`` passes of every variant: (seconds per round, last round's outputs) by name."""
+    names = list(variants)
+    for name in names:  # warm-up on the first batch
+        m, beam = variants[name]
+        decode_batch(m, *dec_batches[0], beam, device)
+    # every batch is decoded by all variants back to back, in a rotating order, so that
+    # load drift on the machine spreads over the variants alike
+    times: dict[str, list[float]] = {k: [] for k in names}
+    outputs: dict[str, list] = {}
+    k = 0
+    for _ in range(rounds):
+        acc = {name: 0.0 for name in names}
+        outs: dict[str, list] = {name: [] for name in names}
+        for src, mask in dec_batches:
+            order = names[k % len(names):] + names[: k % len(names)]
+            k += 1
+            for name in order:
+                m, beam = variants[name]
+                secs, out = decode_batch(m, src, mask, beam, device)
+                acc[name] += secs
+                outs[name].extend(out)
         for name in names:
-            results[name] = n_dec / statistics.median(times[name])
-        mean_len = {k: sum(map(len, v)) / len(v) for k, v in outputs.items()}
-        print("decoding (random-init models, outputs run to max length 1.2*src+10): mean hypothesis length "
-              + ", ".join(f"{k} {v:.1f}" for k, v in mean_len.items()))
-        print("greedy with cache == greedy without cache: identical outputs on all "
-              f"{n_dec} sentences")
-        for name in names:
-            print(f"  {name:24s} " + " ".join(f"{t:7.2f}s" for t in times[name])
-                  + f"   median {results[name]:8.1f} sent/s")
+            times[name].append(acc[name])
+        outputs = outs
+    return times, outputs
 
-    # ---- training
-    if not args.skip_train:
-        models = {"structnmt": ours, "reference": ref}
-        opts = {k: torch.optim.Adam(m.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-8)
-                for k, m in models.items()}
-        for _ in range(args.warmup):
-            for b in batches:
-                for k, m in models.items():
-                    train_step(m, k, opts[k], b, device, args.label_smoothing)
-        # one round = one pass over the batches for each model; each batch is stepped by
-        # both models back to back (AB, BA, AB, ... alternating), so drift hits both alike
-        rates: dict[str, list[float]] = {k: [] for k in models}
-        i = 0
-        for r in range(args.rounds):
-            acc = {k: 0.0 for k in models}
-            for b in batches:
-                order = ["structnmt", "reference"] if i % 2 == 0 else ["reference", "structnmt"]
-                i += 1
-                for k in order:
-                    acc[k] += train_step(models[k], k, opts[k], b, device, args.label_smoothing)
-            for k in models:
-                rates[k].append(train_tokens / acc[k])
-            print(f"  round {r + 1}: structnmt {rates['structnmt'][-1]:8.0f} tok/s | "
-                  f"reference {rates['reference'][-1]:8.0f} tok/s | "
-                  f"ratio {rates['structnmt'][-1] / rates['reference'][-1]:.3f}")
-        results["ours_train"] = statistics.median(rates["structnmt"])
-        results["ref_train"] = statistics.median(rates["reference"])
-        paired = statistics.median(x / y for x, y in zip(rates["structnmt"], rates["reference"]))
-        print(f"training: median structnmt/reference = {results['ours_train'] / results['ref_train']:.3f} "
-              f"(median of per-round ratios {paired:.3f})")
 
-    # ---- table
+def _bench_decoding(args: argparse.Namespace, ours: TransformerModel, ref: ReferenceTransformer, data: _BenchData,
+                    device: torch.device, results: dict[str, float]) -> None:
+    """Decoding sentences/s of the four variants at random initialisation, into ``results``; prints the rounds."""
+    ours.eval()
+    ref.eval()
+    variants = {
+        "ours_greedy_cached": (ours, 1),
+        "ours_greedy_nocache": (NoCacheAdapter(ours), 1),
+        "ref_greedy_nocache": (ref, 1),
+        f"ours_beam{args.beam}_cached": (ours, args.beam),
+    }
+    names = list(variants)
+    n_dec = data.n_dec
+    dec_batches = []
+    for start in range(0, n_dec, args.decode_batch):
+        src, mask = pad_sources(data.sources[start : start + args.decode_batch])
+        dec_batches.append((src.to(device), mask.to(device)))
+    times, outputs = _decode_rounds(variants, dec_batches, args.decode_rounds, device)
+    a, b = outputs["ours_greedy_cached"], outputs["ours_greedy_nocache"]
+    mism = sum(x != y for x, y in zip(a, b))
+    assert mism == 0, f"greedy with and without the cache differ on {mism}/{len(a)} sentences"
+    for name in names:
+        results[name] = n_dec / statistics.median(times[name])
+    mean_len = {k: sum(map(len, v)) / len(v) for k, v in outputs.items()}
+    print("decoding (random-init models, outputs run to max length 1.2*src+10): mean hypothesis length "
+          + ", ".join(f"{k} {v:.1f}" for k, v in mean_len.items()))
+    print("greedy with cache == greedy without cache: identical outputs on all "
+          f"{n_dec} sentences")
+    for name in names:
+        print(f"  {name:24s} " + " ".join(f"{t:7.2f}s" for t in times[name])
+              + f"   median {results[name]:8.1f} sent/s")
+
+
+def _bench_training(args: argparse.Namespace, ours: TransformerModel, ref: ReferenceTransformer, data: _BenchData,
+                    device: torch.device, results: dict[str, float]) -> None:
+    """Training target tokens/s of both models, interleaved per batch, into ``results``; prints the rounds."""
+    batches = data.batches
+    models = {"structnmt": ours, "reference": ref}
+    opts = {k: torch.optim.Adam(m.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-8)
+            for k, m in models.items()}
+    for _ in range(args.warmup):
+        for b in batches:
+            for k, m in models.items():
+                train_step(m, k, opts[k], b, device, args.label_smoothing)
+    # one round = one pass over the batches for each model; each batch is stepped by
+    # both models back to back (AB, BA, AB, ... alternating), so drift hits both alike
+    rates: dict[str, list[float]] = {k: [] for k in models}
+    i = 0
+    for r in range(args.rounds):
+        acc = {k: 0.0 for k in models}
+        for b in batches:
+            order = ["structnmt", "reference"] if i % 2 == 0 else ["reference", "structnmt"]
+            i += 1
+            for k in order:
+                acc[k] += train_step(models[k], k, opts[k], b, device, args.label_smoothing)
+        for k in models:
+            rates[k].append(data.train_tokens / acc[k])
+        print(f"  round {r + 1}: structnmt {rates['structnmt'][-1]:8.0f} tok/s | "
+              f"reference {rates['reference'][-1]:8.0f} tok/s | "
+              f"ratio {rates['structnmt'][-1] / rates['reference'][-1]:.3f}")
+    results["ours_train"] = statistics.median(rates["structnmt"])
+    results["ref_train"] = statistics.median(rates["reference"])
+    paired = statistics.median(x / y for x, y in zip(rates["structnmt"], rates["reference"]))
+    print(f"training: median structnmt/reference = {results['ours_train'] / results['ref_train']:.3f} "
+          f"(median of per-round ratios {paired:.3f})")
+
+
+def _print_table(results: dict[str, float], beam: int, p_ours: int, p_ref: int) -> None:
+    """The Markdown table of the results (``-`` where a measurement was skipped) and the cache speed-up."""
     def f(key: str, fmt: str = "{:,.0f}") -> str:
         return fmt.format(results[key]) if key in results else "-"
 
     def ratio(a: str, b: str) -> str:
         return f"{results[a] / results[b]:.2f}x" if a in results and b in results else "-"
 
-    bk = f"ours_beam{args.beam}_cached"
+    bk = f"ours_beam{beam}_cached"
     print()
     print(f"| model | params | train tgt tok/s | greedy cached sent/s | greedy uncached sent/s | "
-          f"beam{args.beam} cached sent/s |")
+          f"beam{beam} cached sent/s |")
     print("|---|---:|---:|---:|---:|---:|")
     print(f"| structnmt TransformerModel | {p_ours:,} | {f('ours_train')} | {f('ours_greedy_cached', '{:.1f}')} | "
           f"{f('ours_greedy_nocache', '{:.1f}')} | {f(bk, '{:.1f}')} |")
@@ -405,8 +437,41 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\ncache speed-up (structnmt greedy cached / uncached): "
               f"{ratio('ours_greedy_cached', 'ours_greedy_nocache')}")
 
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _build_parser()
+    args = ap.parse_args(argv)
+
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda but CUDA is not available")
+    torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore", message=".*nested tensors is in prototype.*")
+    torch.manual_seed(args.seed)
+
+    # ---- data
+    data = _load_data(ap, args, device)
+
+    # ---- models of the same size
+    ours, ref = _build_models(args, data.vocab, device)
+    p_ours, p_ref = n_params(ours), n_params(ref)
+    _print_header(args, argv, device, data, p_ours, p_ref)
+
+    results: dict[str, float] = {}
+
+    # ---- decoding (random initialisation, before training)
+    if not args.skip_decode:
+        _bench_decoding(args, ours, ref, data, device, results)
+
+    # ---- training
+    if not args.skip_train:
+        _bench_training(args, ours, ref, data, device, results)
+
+    # ---- table
+    _print_table(results, args.beam, p_ours, p_ref)
+
     if args.profile:
-        profile(ours, ref, batches, device, args)
+        profile(ours, ref, data.batches, device, args)
     return 0
 
 

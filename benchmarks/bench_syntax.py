@@ -40,16 +40,12 @@ def bench_parse(data: Path, n: int, processes: int, batch_size: int) -> dict:
             "sent_per_s": len(lines) / secs}
 
 
-def bench_structures(data: Path, n: int, max_tokens: int, rounds: int) -> dict:
-    from structnmt.config import ModelConfig
-    from structnmt.data.dataset import PreparedDataset, collate, make_batches
+def _prepare_subset(data: Path, n: int, work: Path):
+    """The first ``n`` Multi30k training pairs prepared with the spaCy parser in ``work``."""
+    from structnmt.data.dataset import PreparedDataset
     from structnmt.data.prepare import PrepareConfig, prepare
-    from structnmt.models import build_model
-    from structnmt.syntax.batching import StructureSpec
     from structnmt.syntax.parsers import ParserConfig
-    from structnmt.train.loss import label_smoothed_nll
 
-    work = Path(tempfile.mkdtemp(prefix="bench_syntax_"))
     src = (work / "train.en")
     tgt = (work / "train.de")
     from structnmt.data.corpus import read_lines
@@ -58,10 +54,14 @@ def bench_structures(data: Path, n: int, max_tokens: int, rounds: int) -> dict:
     tgt.write_text("\n".join(list(read_lines(data / "train.de.gz"))[:n]) + "\n")
     prepare(PrepareConfig(source_lang="en", target_lang="de", trainpref=str(work / "train"), vocab_size=10000,
                           parser=ParserConfig(name="spacy")), work / "bin", progress=False, log=lambda *_: None)
-    ds = PreparedDataset(work / "bin")
-    split = ds.split("train")
-    labels = {x: i for i, x in enumerate(ds.manifest["syntax"]["labels"])}
-    specs = {
+    return PreparedDataset(work / "bin")
+
+
+def _structure_specs() -> dict:
+    """Every feature of the syntax layer, by short name."""
+    from structnmt.syntax.batching import StructureSpec
+
+    return {
         "ngram2": StructureSpec("ngram_partition", {"n": 2}),
         "ngram3": StructureSpec("ngram_partition", {"n": 3}),
         "syn": StructureSpec("syntax_partition", {"K": 3}),
@@ -71,8 +71,15 @@ def bench_structures(data: Path, n: int, max_tokens: int, rounds: int) -> dict:
         "dephyper": StructureSpec("dep_hypernodes"),
         "wb": StructureSpec("word_boundaries"),
     }
-    batches, _ = make_batches(split.src_lens, split.tgt_lens, max_tokens=max_tokens, seed=1)
-    batches = batches[: rounds]
+
+
+def _time_plain_steps(ds, split, batches: list) -> tuple[list[float], list[float]]:
+    """Seconds of a plain collate and of one baseline training step (transformer_tiny), per batch."""
+    from structnmt.config import ModelConfig
+    from structnmt.data.dataset import collate
+    from structnmt.models import build_model
+    from structnmt.train.loss import label_smoothed_nll
+
     model = build_model(ModelConfig(d_model=128, ffn_dim=256, heads=4, encoder_layers=4, decoder_layers=4,
                                     dropout=0.3, pre_norm=False, share_all_embeddings=True),
                         len(ds.src_vocab), len(ds.tgt_vocab))
@@ -89,9 +96,11 @@ def bench_structures(data: Path, n: int, max_tokens: int, rounds: int) -> dict:
         opt.step()
         opt.zero_grad()
         steps.append(time.perf_counter() - t0)
-    # what each paper's mechanism asks for (the collator builds only those); every set gets a
-    # fresh split, so its first pass over a batch computes the features (the first epoch) and
-    # the second only pads the values the split kept (every later epoch)
+    return plain, steps
+
+
+def _structure_sets(specs: dict) -> dict[str, list[str]]:
+    """The sets of features timed: all, each alone, and what each paper's mechanism asks for."""
     sets = {"all 8 features": list(specs)}
     sets.update({f"feature {k}": [k] for k in specs})
     sets.update({
@@ -100,25 +109,52 @@ def bench_structures(data: Path, n: int, max_tokens: int, rounds: int) -> dict:
         "PhraseTransformer (n-gram + dependency hypernodes)": ["hyper", "dephyper"],
         "SA-NMT (word boundaries)": ["wb"],
     })
+    return sets
+
+
+def _time_structure_set(ds, batches: list, want: dict, labels: dict[str, int], plain: list[float]) -> dict:
+    """Precompute, computed-in-batch (cold) and padded-from-kept (warm) times of one set of features."""
+    from structnmt.data.dataset import collate
+
     med = statistics.median
-    rows = {}
-    for name, keys in sets.items():
-        want = {k: specs[k] for k in keys}
+    t0 = time.perf_counter()
+    pre = ds.split("train")
+    pre.precompute_structures(want)  # what the trainer does before the first update
+    pre_s = time.perf_counter() - t0
+    fresh = ds.split("train")
+    cold, warm = [], []
+    for i, ids in enumerate(batches):
         t0 = time.perf_counter()
-        pre = ds.split("train")
-        pre.precompute_structures(want)  # what the trainer does before the first update
-        pre_s = time.perf_counter() - t0
-        fresh = ds.split("train")
-        cold, warm = [], []
-        for i, ids in enumerate(batches):
-            t0 = time.perf_counter()
-            collate(fresh, ids, want, labels)
-            cold.append(time.perf_counter() - t0 - plain[i])
-            t0 = time.perf_counter()
-            collate(fresh, ids, want, labels)
-            warm.append(time.perf_counter() - t0 - plain[i])
-        rows[name] = {"cold_ms": 1000 * med(cold), "warm_ms": 1000 * med(warm), "pre_s": pre_s,
-                      "cache_mb": pre.structures_kept_mb}
+        collate(fresh, ids, want, labels)
+        cold.append(time.perf_counter() - t0 - plain[i])
+        t0 = time.perf_counter()
+        collate(fresh, ids, want, labels)
+        warm.append(time.perf_counter() - t0 - plain[i])
+    return {"cold_ms": 1000 * med(cold), "warm_ms": 1000 * med(warm), "pre_s": pre_s,
+            "cache_mb": pre.structures_kept_mb}
+
+
+def bench_structures(data: Path, n: int, max_tokens: int, rounds: int) -> dict:
+    """Structure-tensor cost on the first ``rounds`` batches against a plain collate and a baseline step."""
+    from structnmt.data.dataset import make_batches
+
+    with tempfile.TemporaryDirectory(prefix="bench_syntax_") as tmp:  # the prepared subset goes with it
+        ds = _prepare_subset(data, n, Path(tmp))
+        split = ds.split("train")
+        labels = {x: i for i, x in enumerate(ds.manifest["syntax"]["labels"])}
+        specs = _structure_specs()
+        batches, _ = make_batches(split.src_lens, split.tgt_lens, max_tokens=max_tokens, seed=1)
+        batches = batches[: rounds]
+        plain, steps = _time_plain_steps(ds, split, batches)
+        # what each paper's mechanism asks for (the collator builds only those); every set gets a
+        # fresh split, so its first pass over a batch computes the features (the first epoch) and
+        # the second only pads the values the split kept (every later epoch)
+        sets = _structure_sets(specs)
+        rows = {}
+        for name, keys in sets.items():
+            want = {k: specs[k] for k in keys}
+            rows[name] = _time_structure_set(ds, batches, want, labels, plain)
+    med = statistics.median
     return {"batches": len(batches), "collate_plain_ms": 1000 * med(plain), "step_ms": 1000 * med(steps),
             "rows": rows, "sentences_seen": int(sum(len(x) for x in batches)), "sentences": len(split)}
 

@@ -46,7 +46,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -97,7 +99,36 @@ def variants(names: list[str]):
     return out
 
 
-def main() -> None:
+@dataclass
+class _Runs:
+    """Per variant: its flags (``variants``), its copy of the model, what is called (compiled or not), its Adam."""
+
+    flags: dict[str, dict[str, bool]]
+    models: dict[str, torch.nn.Module]
+    calls: dict[str, Callable]
+    opts: dict[str, torch.optim.Optimizer]
+    label_smoothing: float
+
+    def step(self, n: str, b) -> float:
+        """One trainer step of variant ``n`` on batch ``b``; returns seconds."""
+        v, m, opt = self.flags[n], self.models[n], self.opts[n]
+        t0 = time.perf_counter()
+        with (torch.autocast("cpu", dtype=torch.bfloat16) if v["bf16"] else nullcontext(),
+              torch_dropout() if v["torch_dropout"] else nullcontext()):
+            out = self.calls[n](b.src, b.src_mask, b.tgt_in)
+        loss_fn = autograd_label_smoothed_nll if v["autograd_loss"] else label_smoothed_nll
+        loss, _ = loss_fn(out.logits, b.tgt_out, self.label_smoothing)
+        (loss / b.n_tgt_tokens).backward()
+        if v["gnorm"]:
+            torch.nn.utils.clip_grad_norm_(m.parameters(), float("inf"))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        float(loss.detach())  # the trainer reads the loss every step
+        return time.perf_counter() - t0
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    """The command line of the benchmark."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default=str(ROOT / "configs" / "multi30k_transformer_tiny.yaml"))
     ap.add_argument("--data", default="data-bin/multi30k_en_de")
@@ -108,38 +139,38 @@ def main() -> None:
     ap.add_argument("--thp-compare", action="store_true")
     ap.add_argument("--malloc-compare", action="store_true")
     ap.add_argument("--only-baseline", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    return ap
 
-    if args.thp_compare or args.malloc_compare:
-        cmd = [sys.executable, __file__, "--config", args.config, "--data", args.data, "--threads", str(args.threads),
-               "--batches", str(args.batches), "--rounds", "1", "--only-baseline"]
-        var, settings = ("THP_MEM_ALLOC_ENABLE", ("0", "1")) if args.thp_compare else ("STRUCTNMT_MALLOC", ("system", "retain"))
-        res: dict[str, list[float]] = {v: [] for v in settings}
-        for r in range(args.rounds):
-            for v in (settings if r % 2 == 0 else settings[::-1]):
-                env = {**os.environ, var: v}
-                line = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout.strip()
-                res[v].append(float(line.split()[-1]))
-                print(f"{var}={v}: {res[v][-1]:.0f} tok/s", flush=True)
-        a, b = statistics.median(res[settings[0]]), statistics.median(res[settings[1]])
-        print(f"| {var}={settings[0]} | {a:.0f} tok/s | 1.00 |\n| {var}={settings[1]} | {b:.0f} tok/s | {b / a:.2f} |")
-        return
 
-    allocator = configure_allocator()
+def _compare_settings(args: argparse.Namespace) -> None:
+    """``--thp-compare`` / ``--malloc-compare``: the baseline in child processes under both settings, alternating."""
+    cmd = [sys.executable, __file__, "--config", args.config, "--data", args.data, "--threads", str(args.threads),
+           "--batches", str(args.batches), "--rounds", "1", "--only-baseline"]
+    var, settings = ("THP_MEM_ALLOC_ENABLE", ("0", "1")) if args.thp_compare else ("STRUCTNMT_MALLOC", ("system", "retain"))
+    res: dict[str, list[float]] = {v: [] for v in settings}
+    for r in range(args.rounds):
+        for v in (settings if r % 2 == 0 else settings[::-1]):
+            env = {**os.environ, var: v}
+            line = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout.strip()
+            res[v].append(float(line.split()[-1]))
+            print(f"{var}={v}: {res[v][-1]:.0f} tok/s", flush=True)
+    a, b = statistics.median(res[settings[0]]), statistics.median(res[settings[1]])
+    print(f"| {var}={settings[0]} | {a:.0f} tok/s | 1.00 |\n| {var}={settings[1]} | {b:.0f} tok/s | {b / a:.2f} |")
 
-    torch.set_num_threads(args.threads)
-    cfg = load_config(args.config, [f"data.path={args.data}"])
+
+def _load_batches(args: argparse.Namespace, cfg) -> tuple[PreparedDataset, list]:
+    """The dataset and ``--batches`` training batches drawn at random (seed 0), collated once."""
     ds = PreparedDataset(Path(args.data))
     split = ds.split("train")
     batches, _ = make_batches(split.src_lens, split.tgt_lens, max_tokens=cfg.data.max_tokens,
                               max_len=cfg.data.max_len, seed=1)
     rng = np.random.default_rng(0)
     chosen = [batches[i] for i in rng.choice(len(batches), size=args.batches, replace=False)]
-    data = [collate(split, ids) for ids in chosen]
-    n_tok = [b.n_tgt_tokens for b in data]
-    torch.manual_seed(1)
-    base = build_model(cfg.model, len(ds.src_vocab), len(ds.tgt_vocab))
-    names = ["baseline"] if args.only_baseline else args.variants.split(",")
+    return ds, [collate(split, ids) for ids in chosen]
+
+
+def _build_runs(base: torch.nn.Module, names: list[str], label_smoothing: float) -> _Runs:
+    """A copy of ``base`` per variant, compiled where asked, each with its own Adam."""
     vs = variants(names)
     models, opts, calls = {}, {}, {}
     for n, v in vs.items():
@@ -147,50 +178,65 @@ def main() -> None:
         models[n] = m
         calls[n] = torch.compile(m, dynamic=True) if v["compile"] else m
         opts[n] = torch.optim.Adam(m.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-8, fused=v["fused"] or None)
-    tc = cfg.train
+    return _Runs(vs, models, calls, opts, label_smoothing)
 
-    def step(n: str, b) -> float:
-        v, m, opt = vs[n], models[n], opts[n]
-        t0 = time.perf_counter()
-        with (torch.autocast("cpu", dtype=torch.bfloat16) if v["bf16"] else nullcontext(),
-              torch_dropout() if v["torch_dropout"] else nullcontext()):
-            out = calls[n](b.src, b.src_mask, b.tgt_in)
-        loss_fn = autograd_label_smoothed_nll if v["autograd_loss"] else label_smoothed_nll
-        loss, _ = loss_fn(out.logits, b.tgt_out, tc.label_smoothing)
-        (loss / b.n_tgt_tokens).backward()
-        if v["gnorm"]:
-            torch.nn.utils.clip_grad_norm_(m.parameters(), float("inf"))
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        float(loss.detach())  # the trainer reads the loss every step
-        return time.perf_counter() - t0
 
+def _timed_rounds(runs: _Runs, names: list[str], data: list, n_tok: list[int], rounds: int) -> dict[str, list[float]]:
+    """An untimed pass per variant, then ``rounds`` timed passes taking turns per batch: tok/s per round."""
     for n in names:  # warm-up (and compilation)
         t0 = time.perf_counter()
         for b in data:
-            step(n, b)
+            runs.step(n, b)
         print(f"# warm-up pass of {n}: {time.perf_counter() - t0:.1f} s", flush=True)
     rates: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(args.rounds):
+    for r in range(rounds):
         spent = {n: 0.0 for n in names}
         for i, b in enumerate(data):
             k = (i + r) % len(names)
             for n in names[k:] + names[:k]:
-                spent[n] += step(n, b)
+                spent[n] += runs.step(n, b)
         for n in names:
             rates[n].append(sum(n_tok) / spent[n])
+    return rates
+
+
+@torch.no_grad()
+def _final_losses(runs: _Runs, names: list[str], data: list, n_tok: list[int]) -> dict[str, float]:
+    """Each variant's loss per target token on the batches after the passes (fp32, eval mode)."""
+    final = {}
+    for n in names:
+        m = runs.models[n].eval()
+        tot = 0.0
+        for b in data:
+            loss, _ = label_smoothed_nll(m(b.src, b.src_mask, b.tgt_in).logits, b.tgt_out, runs.label_smoothing)
+            tot += float(loss)
+        final[n] = tot / sum(n_tok)
+    return final
+
+
+def main() -> None:
+    ap = _build_parser()
+    args = ap.parse_args()
+
+    if args.thp_compare or args.malloc_compare:
+        _compare_settings(args)
+        return
+
+    allocator = configure_allocator()
+
+    torch.set_num_threads(args.threads)
+    cfg = load_config(args.config, [f"data.path={args.data}"])
+    ds, data = _load_batches(args, cfg)
+    n_tok = [b.n_tgt_tokens for b in data]
+    torch.manual_seed(1)
+    base = build_model(cfg.model, len(ds.src_vocab), len(ds.tgt_vocab))
+    names = ["baseline"] if args.only_baseline else args.variants.split(",")
+    runs = _build_runs(base, names, cfg.train.label_smoothing)
+    rates = _timed_rounds(runs, names, data, n_tok, args.rounds)
     if args.only_baseline:
         print(f"baseline {statistics.median(rates['baseline']):.1f}")
         return
-    with torch.no_grad():
-        final = {}
-        for n in names:
-            m = models[n].eval()
-            tot = 0.0
-            for b in data:
-                loss, _ = label_smoothed_nll(m(b.src, b.src_mask, b.tgt_in).logits, b.tgt_out, tc.label_smoothing)
-                tot += float(loss)
-            final[n] = tot / sum(n_tok)
+    final = _final_losses(runs, names, data, n_tok)
     print(f"# bench_train {datetime.date.today()} {platform.machine()} torch {torch.__version__}, "
           f"{args.threads} thread(s), {args.batches} batches ({sum(n_tok)} target tokens), {args.rounds} rounds, "
           f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}, allocator {allocator}")

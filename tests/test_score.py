@@ -266,6 +266,8 @@ def test_paired_bootstrap_validation():
         paired_bootstrap(BASE[:2], {"x": BASE}, REFS)
     with pytest.raises(ValueError):
         paired_bootstrap(BASE, {"x": BASE}, REFS, seed=0)
+    with pytest.raises(ValueError, match="seed must be a positive int"):  # a bool is an int to Python, not a seed
+        paired_bootstrap(BASE, {"x": BASE}, REFS, seed=True)
     with pytest.raises(ValueError):
         paired_bootstrap(BASE, {"x": BASE}, REFS, n_samples=0)
     assert paired_bootstrap(BASE, {}, REFS) == {}

@@ -50,11 +50,16 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from .errors import UserError
+
+if TYPE_CHECKING:
+    from .decode.translate import Translator
+    from .files import OutputDir
 
 SCORES = ("phi", "beta", "log_beta")
 PUNCT_PROTOCOLS = ("reduce", "skip")
@@ -321,10 +326,6 @@ def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Pat
     first ``draw`` encoded sentences of 3..``draw_max_words`` words (Figs. 4 and 5,
     :mod:`structnmt.analysis.trees`): ``sent{i}_heads.png`` (beta over head words) and
     ``sent{i}_tree.png`` (the written tree, over the gold one), ``i`` the sentence's number."""
-    from .data.dataset import encode_sources
-    from .decode.translate import Translator
-    from .syntax.align import AlignmentError, align, find_word_spans, piece_char_spans
-
     if scores not in SCORES:
         raise UserError(f"--scores {scores}: use one of {', '.join(SCORES)}.")
     if punct not in PUNCT_PROTOCOLS:
@@ -333,6 +334,27 @@ def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Pat
     check_all_or_none_gold(sents, conllu)
     if not sents:
         raise UserError(f"{conllu}: no sentences; give a CoNLL-U file with at least one sentence.")
+    stem, out = _induce_output(conllu, out_dir, sents, draw, draw_max_words)
+    tr = _load_translator(checkpoint, layer, head)
+    ind = _induce_trees(tr, sents, scores, layer, head, progress=progress, draw=draw, draw_max_words=draw_max_words)
+    pred, word_scores = ind.pred, ind.word_scores
+    written = [_write_conllu(out, f"{stem}.induced.conllu", sents, pred)]
+    written += _draw_pictures(out, sents, pred, ind.drawn)
+    report = {"checkpoint": str(checkpoint), "input": str(conllu), "scores": scores, "punct": punct,
+              "sentences": len(sents), "not_encoded": [{"line": ln, "why": why} for ln, why in ind.failed],
+              "shape": tree_shape([p for p, ws in zip(pred, word_scores) if ws is not None])}
+    if all(s.heads is not None for s in sents):
+        report.update(_gold_scores(sents, pred, word_scores, punct))
+        written += _write_report(out, report)
+    else:
+        written.append(out.write_text("induce.json", json.dumps(report, indent=1)))
+    out.remove_earlier(("*.induced.conllu", "induce.md", "sent*_heads.png", "sent*_tree.png"), written)
+    return written
+
+
+def _induce_output(conllu: str | Path, out_dir: str | Path, sents: list[Sentence], draw: int,
+                   draw_max_words: int) -> tuple[str, OutputDir]:
+    """The stem of the written trees' file name, and the checked output directory expecting every file of the run."""
     from .files import OutputDir
 
     stem = Path(str(conllu)).name.replace(".gz", "").replace(".conllu", "")
@@ -341,17 +363,41 @@ def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Pat
     out = OutputDir(out_dir, "induce", expect=(f"{stem}.induced.conllu", "induce.json", "induce.md",
                                                *(f"sent{i + 1}_{kind}.png" for i in pictures
                                                  for kind in ("heads", "tree"))))
+    return stem, out
+
+
+def _load_translator(checkpoint: str | Path, layer: int, head: int) -> Translator:
+    """The checkpoint's :class:`Translator`; an RNN with ``--layer`` / ``--head`` is refused."""
+    from .decode.translate import Translator
+
     tr = Translator(checkpoint)
     if tr.cfg.model.family == "rnn" and (layer or head):
         raise UserError(f"--layer {layer} --head {head}: {checkpoint} is an RNN, whose one arc scorer gives the trees; "
                         "--layer and --head select a Transformer layer's attention, drop them.")
+    return tr
+
+
+@dataclass
+class _Induced:
+    """The trees of an induce run's sentences, in order, and what came with them."""
+
+    pred: list[list[int]] = field(default_factory=list)  # written heads (1-based, 0 = root)
+    word_scores: list[np.ndarray | None] = field(default_factory=list)  # (W, W) collapsed scores; None: not encoded
+    failed: list[tuple[int, str]] = field(default_factory=list)  # (line, why) of the sentences not encoded
+    drawn: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (sentence index, word-level beta) to draw
+
+
+def _induce_trees(tr, sents: list[Sentence], scores: str, layer: int, head: int, *, progress: bool, draw: int,
+                  draw_max_words: int) -> _Induced:
+    """Eqs. 7 and 24, then extraction: every sentence's tree; one that cannot be encoded gets the
+    right-branching tree and is listed in ``failed``."""
+    from .data.dataset import encode_sources
+    from .syntax.align import AlignmentError
+
     texts = [" ".join(s.words) for s in sents]
     sources = encode_sources(tr.src_vocab, texts)
     limit = tr.cfg.model.max_positions
-    pred: list[list[int]] = []
-    word_scores: list[np.ndarray | None] = []
-    failed: list[tuple[int, str]] = []
-    drawn: list[tuple[int, np.ndarray]] = []  # (sentence index, word-level beta) of the pictures
+    res = _Induced()
     it = range(len(sents))
     if progress:
         from tqdm import tqdm
@@ -360,23 +406,38 @@ def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Pat
     for i in it:
         s, text, ids = sents[i], texts[i], sources[i]
         try:
-            if len(ids) > limit:
-                raise AlignmentError(f"{len(ids)} pieces, over model.max_positions={limit}")
-            proto = tr.src_vocab.sp.encode(text, return_type="proto")
-            al = align(find_word_spans(text, s.words), piece_char_spans(text, [(p.begin, p.end) for p in proto.pieces]))
-            if al.merged:
-                raise AlignmentError("a piece spans two words")
-            ws = collapse(_arc_scores(tr, ids, scores, layer, head), al.word_of_piece)
-            pred.append(single_root_tree(ws))
-            word_scores.append(ws)
-            if len(drawn) < draw and 3 <= len(s.words) <= draw_max_words:
-                drawn.append((i, collapse(_arc_scores(tr, ids, "beta", layer, head), al.word_of_piece)
-                              / np.bincount(np.asarray(al.word_of_piece))[None, :]))
+            word_of_piece = _word_of_piece(tr, s, text, ids, limit)
+            ws = collapse(_arc_scores(tr, ids, scores, layer, head), word_of_piece)
+            res.pred.append(single_root_tree(ws))
+            res.word_scores.append(ws)
+            if len(res.drawn) < draw and 3 <= len(s.words) <= draw_max_words:
+                res.drawn.append((i, collapse(_arc_scores(tr, ids, "beta", layer, head), word_of_piece)
+                                  / np.bincount(np.asarray(word_of_piece))[None, :]))
         except AlignmentError as err:
-            failed.append((s.line, str(err)))
-            pred.append(branching(len(s.words), "R"))
-            word_scores.append(None)
-    written = [_write_conllu(out, f"{stem}.induced.conllu", sents, pred)]
+            res.failed.append((s.line, str(err)))
+            res.pred.append(branching(len(s.words), "R"))
+            res.word_scores.append(None)
+    return res
+
+
+def _word_of_piece(tr, s: Sentence, text: str, ids: list[int], limit: int) -> np.ndarray:
+    """The word index of every piece of ``text`` (the sentence's words joined by spaces);
+    AlignmentError when the sentence cannot be encoded."""
+    from .syntax.align import AlignmentError, align, find_word_spans, piece_char_spans
+
+    if len(ids) > limit:
+        raise AlignmentError(f"{len(ids)} pieces, over model.max_positions={limit}")
+    proto = tr.src_vocab.sp.encode(text, return_type="proto")
+    al = align(find_word_spans(text, s.words), piece_char_spans(text, [(p.begin, p.end) for p in proto.pieces]))
+    if al.merged:
+        raise AlignmentError("a piece spans two words")
+    return al.word_of_piece
+
+
+def _draw_pictures(out, sents: list[Sentence], pred: list[list[int]],
+                   drawn: list[tuple[int, np.ndarray]]) -> list[Path]:
+    """``sent{i}_heads.png`` and ``sent{i}_tree.png`` of every drawn sentence (Figs. 4 and 5)."""
+    written: list[Path] = []
     if drawn:
         from .analysis.trees import draw_head_weights, draw_tree
 
@@ -386,46 +447,54 @@ def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Pat
                 s.words, b, p, f"sentence {i + 1}: attention over head words (beta, eq. 24 collapsed)")))
             written.append(out.write_with(f"sent{i + 1}_tree.png", lambda p, s=s, i=i: draw_tree(
                 s.words, pred[i], p, s.heads, f"sentence {i + 1}: induced tree")))
-    report = {"checkpoint": str(checkpoint), "input": str(conllu), "scores": scores, "punct": punct,
-              "sentences": len(sents), "not_encoded": [{"line": ln, "why": why} for ln, why in failed],
-              "shape": tree_shape([p for p, ws in zip(pred, word_scores) if ws is not None])}
-    if all(s.heads is not None for s in sents):
-        report["without_upos_punctuation_kept"] = sum(s.upos is None for s in sents)
-        if punct == "reduce":
-            # scored on the sentence without its gold-PUNCT words: the model's tree is extracted over
-            # the kept words (their rows and columns of the collapsed scores), the baselines built on them
-            views = [eval_view(s) for s in sents]
-            kept = [(v, ws) for v, ws in zip(views, word_scores) if v.keep]
-            views = [v for v, _ in kept]
-            encoded = [ws is not None for _, ws in kept]
-            model_trees = [single_root_tree(ws[np.ix_(v.keep, v.keep)]) if ws is not None
-                           else branching(len(v.keep), "R") for v, ws in kept]
-            report["only_punctuation_not_scored"] = len(sents) - len(views)
-            report["headed_by_punctuation"] = sum(h == -1 for v in views for h in v.heads)
-        else:  # one tree over the whole sentence; gold-PUNCT dependents not scored
-            views = [full_view(s) for s in sents]
-            encoded = [ws is not None for ws in word_scores]
-            model_trees = pred
-            report["only_punctuation_not_scored"] = sum(all(u == "PUNCT" for u in v.upos) for v in views)
-            report["headed_by_punctuation"] = 0
-        skip = punct == "skip"
-        left = [branching(len(v.keep), "L") for v in views]
-        right = [branching(len(v.keep), "R") for v in views]
-        report["model"] = attachment(model_trees, views, skip)
-        if not all(encoded):  # the model alone, without the baseline trees of the sentences it could not encode
-            report["model_encoded_only"] = attachment([t for t, e in zip(model_trees, encoded) if e],
-                                                      [v for v, e in zip(views, encoded) if e], skip)
-        report["left_branching"] = attachment(left, views, skip)
-        report["right_branching"] = attachment(right, views, skip)
-        if all(s.upos is not None for s in sents):
-            report["productions"] = {"gold": productions([v.heads for v in views], views, skip),
-                                     "left": productions(left, views, skip),
-                                     "model": productions(model_trees, views, skip)}
-        written += _write_report(out, report)
-    else:
-        written.append(out.write_text("induce.json", json.dumps(report, indent=1)))
-    out.remove_earlier(("*.induced.conllu", "induce.md", "sent*_heads.png", "sent*_tree.png"), written)
     return written
+
+
+def _scored_trees(sents: list[Sentence], pred: list[list[int]], word_scores: list[np.ndarray | None],
+                  punct: str) -> tuple[list[EvalView], list[bool], list[list[int]], dict]:
+    """The gold views scored under ``punct``, whether each sentence was encoded, the model's trees over
+    them, and the report's counts of what the protocol leaves out."""
+    if punct == "reduce":
+        # scored on the sentence without its gold-PUNCT words: the model's tree is extracted over
+        # the kept words (their rows and columns of the collapsed scores), the baselines built on them
+        views = [eval_view(s) for s in sents]
+        kept = [(v, ws) for v, ws in zip(views, word_scores) if v.keep]
+        views = [v for v, _ in kept]
+        encoded = [ws is not None for _, ws in kept]
+        model_trees = [single_root_tree(ws[np.ix_(v.keep, v.keep)]) if ws is not None
+                       else branching(len(v.keep), "R") for v, ws in kept]
+        left_out = {"only_punctuation_not_scored": len(sents) - len(views),
+                    "headed_by_punctuation": sum(h == -1 for v in views for h in v.heads)}
+    else:  # one tree over the whole sentence; gold-PUNCT dependents not scored
+        views = [full_view(s) for s in sents]
+        encoded = [ws is not None for ws in word_scores]
+        model_trees = pred
+        left_out = {"only_punctuation_not_scored": sum(all(u == "PUNCT" for u in v.upos) for v in views),
+                    "headed_by_punctuation": 0}
+    return views, encoded, model_trees, left_out
+
+
+def _gold_scores(sents: list[Sentence], pred: list[list[int]], word_scores: list[np.ndarray | None],
+                 punct: str) -> dict:
+    """The report's scores against the gold trees: attachment of the model and the L / R baselines
+    and, with UPOS, Table 4's productions."""
+    report: dict = {"without_upos_punctuation_kept": sum(s.upos is None for s in sents)}
+    views, encoded, model_trees, left_out = _scored_trees(sents, pred, word_scores, punct)
+    report.update(left_out)
+    skip = punct == "skip"
+    left = [branching(len(v.keep), "L") for v in views]
+    right = [branching(len(v.keep), "R") for v in views]
+    report["model"] = attachment(model_trees, views, skip)
+    if not all(encoded):  # the model alone, without the baseline trees of the sentences it could not encode
+        report["model_encoded_only"] = attachment([t for t, e in zip(model_trees, encoded) if e],
+                                                  [v for v, e in zip(views, encoded) if e], skip)
+    report["left_branching"] = attachment(left, views, skip)
+    report["right_branching"] = attachment(right, views, skip)
+    if all(s.upos is not None for s in sents):
+        report["productions"] = {"gold": productions([v.heads for v in views], views, skip),
+                                 "left": productions(left, views, skip),
+                                 "model": productions(model_trees, views, skip)}
+    return report
 
 
 def _write_conllu(out, name: str, sents: list[Sentence], pred: list[list[int]]) -> Path:
@@ -505,21 +574,7 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
     column and the rank correlation of DA and of UA with BLEU across those models
     (Spearman, permutation test: :mod:`structnmt.evaluate.correlation`) — §6.2's "the
     quality of induced trees ... is not correlated with the translation quality"."""
-    reports = []
-    for label, d in runs:
-        path = Path(d) / "induce.json"
-        if not path.is_file():
-            raise UserError(f"{path}: not found; run `structnmt induce ... --out {d}` first (or fix the directory).")
-        try:
-            r = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            raise UserError(f"{path}: not a readable induce report (truncated or not JSON); run `structnmt induce "
-                            f"... --out {d}` again.") from None
-        if not isinstance(r, dict) or "model" not in r:
-            raise UserError(f"{path}: scored no gold trees (its input has no heads); give induce outputs of a gold "
-                            "CoNLL-U file.")
-        _check_report(path, r)
-        reports.append((label, path, r))
+    reports = [_read_report(label, d) for label, d in runs]
     from .files import OutputDir, check_writable, same_file
 
     for _, path, _ in reports:  # the table is never written over one of its inputs, nor over what induce wrote
@@ -539,6 +594,37 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
             if r[key] != first[key]:
                 raise UserError(f"{path}: {key} {r[key]!r}, but {reports[0][1]} has {first[key]!r}; every report "
                                 "of one table must score the same file with the same --punct protocol.")
+    md = _table3_lines(reports, title, bleu)
+    if bleu:
+        md += _bleu_correlation_lines(reports, bleu)
+    if all("productions" in r for _, _, r in reports):
+        md += _table4_lines(reports)
+    from .files import atomic_write_text
+
+    atomic_write_text(out, "\n".join(md) + "\n")
+    return Path(out)
+
+
+def _read_report(label: str, d: str | Path) -> tuple[str, Path, dict]:
+    """(label, path, report) of the induce.json in ``d``; refused unless it is a checked report of gold trees."""
+    path = Path(d) / "induce.json"
+    if not path.is_file():
+        raise UserError(f"{path}: not found; run `structnmt induce ... --out {d}` first (or fix the directory).")
+    try:
+        r = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise UserError(f"{path}: not a readable induce report (truncated or not JSON); run `structnmt induce "
+                        f"... --out {d}` again.") from None
+    if not isinstance(r, dict) or "model" not in r:
+        raise UserError(f"{path}: scored no gold trees (its input has no heads); give induce outputs of a gold "
+                        "CoNLL-U file.")
+    _check_report(path, r)
+    return label, path, r
+
+
+def _table3_lines(reports: list[tuple[str, Path, dict]], title: str, bleu: dict[str, float]) -> list[str]:
+    """The table's title, legend and Table 3: DA / UA and tree shape of every model, then the L and R rows."""
+    first = reports[0][2]
     md = [f"# {title or 'Induced trees against ' + first['input']}", "",
           f"Gold file `{first['input']}`, `--punct {first['punct']}`; {first['model']['scored']} scored words. "
           "Each model's DA / UA (%), and the branching baselines. Per model: its checkpoint, the scores collapsed "
@@ -564,30 +650,36 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
     if unrecorded:
         md += ["", "n/r: not recorded — the report of " + ", ".join(unrecorded) + " holds no tree shapes, and "
                "its directory does not hold the written trees (`*.induced.conllu`) to count them from."]
-    if bleu:
-        from .evaluate.correlation import spearman
+    return md
 
-        with_bleu = [(bleu[label], r["model"]) for label, _, r in reports if label in bleu]
-        md += ["", f"Rank correlation with BLEU across the {len(with_bleu)} models that have one (Spearman; "
-               "two-sided permutation test):", ""]
-        if len(with_bleu) < 3:
-            md.append(f"not computed: {len(with_bleu)} models with a BLEU, a rank correlation needs at least 3.")
-        else:
-            for metric in ("DA", "UA"):
-                md.append(f"- {metric} vs BLEU: {spearman([m[metric] for _, m in with_bleu], [b for b, _ in with_bleu])}")
-    if all("productions" in r for _, _, r in reports):
-        labels = [lab for lab, _, _ in reports]
-        md += ["", "Productions P(dependent UPOS | head UPOS), % (Table 4's rules):", "",
-               "| rule | gold | left | " + " | ".join(labels) + " |", "|---|" + "---:|" * (2 + len(labels))]
-        for h, d in TABLE4_RULES:
-            vals = [first["productions"]["gold"].get(h, {}).get(d, 0.0),
-                    first["productions"]["left"].get(h, {}).get(d, 0.0)]
-            vals += [r["productions"]["model"].get(h, {}).get(d, 0.0) for _, _, r in reports]
-            md.append(f"| {h} → {d} | " + " | ".join(f"{v:.1f}" for v in vals) + " |")
-    from .files import atomic_write_text
 
-    atomic_write_text(out, "\n".join(md) + "\n")
-    return Path(out)
+def _bleu_correlation_lines(reports: list[tuple[str, Path, dict]], bleu: dict[str, float]) -> list[str]:
+    """The rank correlation of DA and of UA with BLEU across the models that have a BLEU (§6.2)."""
+    from .evaluate.correlation import spearman
+
+    with_bleu = [(bleu[label], r["model"]) for label, _, r in reports if label in bleu]
+    md = ["", f"Rank correlation with BLEU across the {len(with_bleu)} models that have one (Spearman; "
+          "two-sided permutation test):", ""]
+    if len(with_bleu) < 3:
+        md.append(f"not computed: {len(with_bleu)} models with a BLEU, a rank correlation needs at least 3.")
+    else:
+        for metric in ("DA", "UA"):
+            md.append(f"- {metric} vs BLEU: {spearman([m[metric] for _, m in with_bleu], [b for b, _ in with_bleu])}")
+    return md
+
+
+def _table4_lines(reports: list[tuple[str, Path, dict]]) -> list[str]:
+    """Table 4: the production percentages of its rules for gold, L and every model."""
+    first = reports[0][2]
+    labels = [lab for lab, _, _ in reports]
+    md = ["", "Productions P(dependent UPOS | head UPOS), % (Table 4's rules):", "",
+          "| rule | gold | left | " + " | ".join(labels) + " |", "|---|" + "---:|" * (2 + len(labels))]
+    for h, d in TABLE4_RULES:
+        vals = [first["productions"]["gold"].get(h, {}).get(d, 0.0),
+                first["productions"]["left"].get(h, {}).get(d, 0.0)]
+        vals += [r["productions"]["model"].get(h, {}).get(d, 0.0) for _, _, r in reports]
+        md.append(f"| {h} → {d} | " + " | ".join(f"{v:.1f}" for v in vals) + " |")
+    return md
 
 
 def _check_report(path: Path, r: dict) -> None:

@@ -413,25 +413,47 @@ def accuracy_ci(correct: list[int], total: list[int], samples: int = 1000, seed:
     return 100 * c.sum() / max(t.sum(), 1), 100 * lo, 100 * hi
 
 
-def train_row(cfg: TagConfig, splits: dict[str, list[Sentence]], out: Path, log=print) -> dict:
-    """Train one tagger, select the epoch on valid accuracy, score test; writes result.json."""
-    tc = cfg.train
+@dataclass
+class _RowRun:
+    """One row's model and what its batches are built with (the arguments of :func:`_batch` and :func:`_predict`)."""
+
+    model: Tagger
+    vocab: dict[str, int]
+    tags: dict[str, int]
+    specs: dict
+    device: torch.device
+    tc: TagTrainConfig
+
+    def predict(self, sents: list[Sentence]) -> list[list[int]]:
+        """Predicted tag ids per sentence (batches of 128, chunked by ``train.max_batch_nodes``)."""
+        return _predict(self.model, sents, self.vocab, self.tags, self.specs, self.device, 128,
+                        self.tc.max_batch_nodes)
+
+
+def _seeded_device(tc: TagTrainConfig) -> torch.device:
+    """Seed python, numpy and torch with ``train.seed``, set the threads; the device to train on."""
     random.seed(tc.seed)
     np.random.seed(tc.seed)
     torch.manual_seed(tc.seed)
     if tc.threads:
         torch.set_num_threads(tc.threads)
-    device = torch.device("cuda" if tc.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if tc.device == "auto" else tc.device))
-    counts = Counter(w for s in splits["train"] for w in s.words)
+    return torch.device("cuda" if tc.device == "auto" and torch.cuda.is_available() else
+                        ("cpu" if tc.device == "auto" else tc.device))
+
+
+def _vocabularies(cfg: TagConfig, train: list[Sentence]) -> tuple[dict[str, int], dict[str, int]]:
+    """Word ids (training words seen ``model.min_count`` times, after <pad> and <unk>) and tag ids."""
+    counts = Counter(w for s in train for w in s.words)
     vocab = {"<pad>": PAD_ID, "<unk>": UNK_ID}
     for w, c in sorted(counts.items()):
         if c >= cfg.model.min_count:
             vocab[w] = len(vocab)
-    tags = {t: i for i, t in enumerate(sorted({t for s in splits["train"] for t in s.tags}))}
-    max_len = max(len(s.words) for ss in splits.values() for s in ss)
-    model = Tagger(cfg.model, len(vocab), len(tags), max_positions=max(512, max_len + 1)).to(device)
-    specs = model.required_structures()
+    tags = {t: i for i, t in enumerate(sorted({t for s in train for t in s.tags}))}
+    return vocab, tags
+
+
+def _check_structures(specs: dict, splits: dict[str, list[Sentence]]) -> None:
+    """Refuse structures that need an EOS slot, and semantic hypernodes with sentences lacking a tree."""
     eos_slot = sorted({sp.feature for sp in specs.values()} & EOS_SLOT_FEATURES)
     if eos_slot:
         raise ConfigError(f"the tagger has no end-of-sentence token, which the structures {', '.join(eos_slot)} "
@@ -443,46 +465,73 @@ def train_row(cfg: TagConfig, splits: dict[str, list[Sentence]], out: Path, log=
         raise ConfigError(f"semantic hypernodes need a dependency tree for every sentence; {missing} have none "
                           "(with trees: gold, the treebank's dependency file lacks them; use trees: spacy, or a "
                           "split without those sentences).")
+
+
+def _train_epoch(run: _RowRun, opt: torch.optim.Optimizer, train: list[Sentence]) -> float:
+    """One pass over the shuffled ``train`` (shuffled in place); the mean batch loss."""
+    tc, model = run.tc, run.model
+    model.train()
+    random.shuffle(train)
+    tot, n = 0.0, 0
+    for i in range(0, len(train), tc.batch_size):
+        chunks = [_batch(c, run.vocab, run.tags, run.specs, run.device)
+                  for c in node_chunks(train[i: i + tc.batch_size], run.specs, tc.max_batch_nodes)]
+        n_tags = max(sum(int((y != -100).sum()) for *_, y in chunks), 1)  # the whole batch's scored tags
+        opt.zero_grad()
+        loss = 0.0
+        for words, mask, st, y in chunks:
+            part = F.cross_entropy(model(words, mask, st).flatten(0, 1), y.flatten(), ignore_index=-100,
+                                   reduction="sum") / n_tags
+            part.backward()
+            loss += float(part.detach())
+        opt.step()
+        tot, n = tot + loss, n + 1
+    return tot / max(n, 1)
+
+
+def _fit(run: _RowRun, opt: torch.optim.Optimizer, splits: dict[str, list[Sentence]], log) -> tuple[tuple, list]:
+    """Train up to ``train.epochs`` epochs (early stop after ``train.patience``); the best
+    (valid accuracy, state dict, epoch) and the per-epoch history."""
+    tc = run.tc
+    best = (-1.0, None, -1)
+    history = []
+    train = list(splits["train"])
+    for epoch in range(1, tc.epochs + 1):
+        train_loss = _train_epoch(run, opt, train)
+        pred = run.predict(splits["valid"])
+        gold = [[run.tags.get(t, -1) for t in s.tags] for s in splits["valid"]]
+        acc = 100 * sum(int(a == b) for p, g in zip(pred, gold) for a, b in zip(p, g)) / sum(map(len, gold))
+        history.append({"epoch": epoch, "train_loss": train_loss, "valid_accuracy": acc})
+        log(f"  epoch {epoch}: train loss {train_loss:.4f}, valid accuracy {acc:.2f}")
+        if acc > best[0]:
+            best = (acc, {k: v.detach().clone() for k, v in run.model.state_dict().items()}, epoch)
+        elif tc.patience and epoch - best[2] >= tc.patience:
+            log(f"  stopped: no better valid accuracy in {tc.patience} epochs")
+            break
+    return best, history
+
+
+def train_row(cfg: TagConfig, splits: dict[str, list[Sentence]], out: Path, log=print) -> dict:
+    """Train one tagger, select the epoch on valid accuracy, score test; writes result.json."""
+    tc = cfg.train
+    device = _seeded_device(tc)
+    vocab, tags = _vocabularies(cfg, splits["train"])
+    max_len = max(len(s.words) for ss in splits.values() for s in ss)
+    model = Tagger(cfg.model, len(vocab), len(tags), max_positions=max(512, max_len + 1)).to(device)
+    specs = model.required_structures()
+    _check_structures(specs, splits)
     for ss in splits.values():
         for sent in ss:
             sent.features = {}
         _feature_values(ss, specs)
+    run = _RowRun(model, vocab, tags, specs, device, tc)
     opt = torch.optim.Adam(model.parameters(), lr=tc.lr)
     nparams = sum(p.numel() for p in model.parameters())
-    best = (-1.0, None, -1)
-    history = []
-    train = list(splits["train"])
     t0 = time.time()
-    for epoch in range(1, tc.epochs + 1):
-        model.train()
-        random.shuffle(train)
-        tot, n = 0.0, 0
-        for i in range(0, len(train), tc.batch_size):
-            chunks = [_batch(c, vocab, tags, specs, device)
-                      for c in node_chunks(train[i: i + tc.batch_size], specs, tc.max_batch_nodes)]
-            n_tags = max(sum(int((y != -100).sum()) for *_, y in chunks), 1)  # the whole batch's scored tags
-            opt.zero_grad()
-            loss = 0.0
-            for words, mask, st, y in chunks:
-                part = F.cross_entropy(model(words, mask, st).flatten(0, 1), y.flatten(), ignore_index=-100,
-                                       reduction="sum") / n_tags
-                part.backward()
-                loss += float(part.detach())
-            opt.step()
-            tot, n = tot + loss, n + 1
-        pred = _predict(model, splits["valid"], vocab, tags, specs, device, 128, tc.max_batch_nodes)
-        gold = [[tags.get(t, -1) for t in s.tags] for s in splits["valid"]]
-        acc = 100 * sum(int(a == b) for p, g in zip(pred, gold) for a, b in zip(p, g)) / sum(map(len, gold))
-        history.append({"epoch": epoch, "train_loss": tot / max(n, 1), "valid_accuracy": acc})
-        log(f"  epoch {epoch}: train loss {tot / max(n, 1):.4f}, valid accuracy {acc:.2f}")
-        if acc > best[0]:
-            best = (acc, {k: v.detach().clone() for k, v in model.state_dict().items()}, epoch)
-        elif tc.patience and epoch - best[2] >= tc.patience:
-            log(f"  stopped: no better valid accuracy in {tc.patience} epochs")
-            break
+    best, history = _fit(run, opt, splits, log)
     model.load_state_dict(best[1])
     test = splits["test"]
-    pred = _predict(model, test, vocab, tags, specs, device, 128, tc.max_batch_nodes)
+    pred = run.predict(test)
     names = {i: t for t, i in tags.items()}
     correct = [sum(int(names.get(a) == b) for a, b in zip(p, s.tags)) for p, s in zip(pred, test)]
     acc, lo, hi = accuracy_ci(correct, [len(s.tags) for s in test])
@@ -517,6 +566,56 @@ def row_dir(out: Path, name: str) -> Path:
     return out / name.replace(" ", "_").replace("=", "").replace("(", "").replace(")", "")
 
 
+def _table_rows(config: str | Path, base: TagConfig, only_rows: list[str] | None) -> tuple[list[TagRow], list[str]]:
+    """The config's rows (or its one row), checked for unique names and ``only_rows``; the names to train."""
+    rows = [TagRow(row_name(config, r), r.config, r.overrides) for r in base.rows] or [
+        TagRow(name=base.name or "tagger")]
+    names = [r.name for r in rows]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{config}: every row needs a unique name; "
+                          + ", ".join(sorted({n for n in names if names.count(n) > 1})) + " repeat.")
+    unknown = [n for n in only_rows or [] if n not in {r.name for r in rows}]
+    if unknown:
+        raise ConfigError(f"{config}: no row named '{unknown[0]}'; its rows are: "
+                          + "; ".join(r.name for r in rows) + ".")
+    selected = [r.name for r in rows if not only_rows or r.name in only_rows]
+    return rows, selected
+
+
+def _read_splits(base: TagConfig) -> tuple[dict[str, list[Sentence]], dict, dict[str, tuple[int, int]]]:
+    """The corpus's splits, its notes and split sizes (sentences, words); refused if a split has no words."""
+    if base.corpus.name == "ptb":
+        splits, stats = read_ptb(base.corpus.path, base.split.ptb_files, base.corpus.limit)
+    else:
+        splits, stats = read_ud(base.corpus.path, base.split.ratios, base.corpus.limit)
+    sizes = {k: (len(v), sum(len(s.words) for s in v)) for k, v in splits.items()}
+    empty = [k for k, (_, words) in sizes.items() if words == 0]
+    if empty:  # a tiny corpus (or corpus.limit): an accuracy over no words is not a number
+        raise ConfigError(f"{base.corpus.path}: the {', '.join(empty)} split(s) hold no words ("
+                          + ", ".join(f"{k} {n} sentences" for k, (n, _) in sizes.items())
+                          + "); every split needs some: use a larger corpus, raise corpus.limit or change split.*.")
+    return splits, stats, sizes
+
+
+def _set_trees(cfg: TagConfig, splits: dict[str, list[Sentence]], gold_trees: dict[str, list],
+               spacy_cache: dict[str, list], stats: dict) -> None:
+    """Give every sentence the row's trees: spaCy's (parsed once, kept in ``spacy_cache``), gold, or none."""
+    if cfg.trees == "spacy":
+        if not spacy_cache:
+            n_multi = 0
+            for k, v in splits.items():
+                n_multi += spacy_trees(v, cfg.spacy_pipeline)
+                spacy_cache[k] = [s.tree for s in v]
+            stats["spacy_sentences_with_several_roots"] = n_multi
+        for k, v in splits.items():
+            for s, t in zip(v, spacy_cache[k]):
+                s.tree = t
+    else:
+        for k, v in splits.items():
+            for s, t in zip(v, gold_trees[k]):
+                s.tree = t if cfg.trees == "gold" else None
+
+
 def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, report_only: bool = False,
             only_rows: list[str] | None = None, jobs: int = 1) -> Path:
     """Train and score the config (or each of its rows); write out_dir/tag.md and tag.json.
@@ -534,27 +633,8 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, r
     from .files import OutputDir
 
     OutputDir(out, "tag", expect=REPORT_FILES, marker=TAG_MARKER)  # a file of the user's there: refused now
-    rows = [TagRow(row_name(config, r), r.config, r.overrides) for r in base.rows] or [
-        TagRow(name=base.name or "tagger")]
-    names = [r.name for r in rows]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"{config}: every row needs a unique name; "
-                          + ", ".join(sorted({n for n in names if names.count(n) > 1})) + " repeat.")
-    unknown = [n for n in only_rows or [] if n not in {r.name for r in rows}]
-    if unknown:
-        raise ConfigError(f"{config}: no row named '{unknown[0]}'; its rows are: "
-                          + "; ".join(r.name for r in rows) + ".")
-    selected = [r.name for r in rows if not only_rows or r.name in only_rows]
-    if base.corpus.name == "ptb":
-        splits, stats = read_ptb(base.corpus.path, base.split.ptb_files, base.corpus.limit)
-    else:
-        splits, stats = read_ud(base.corpus.path, base.split.ratios, base.corpus.limit)
-    sizes = {k: (len(v), sum(len(s.words) for s in v)) for k, v in splits.items()}
-    empty = [k for k, (_, words) in sizes.items() if words == 0]
-    if empty:  # a tiny corpus (or corpus.limit): an accuracy over no words is not a number
-        raise ConfigError(f"{base.corpus.path}: the {', '.join(empty)} split(s) hold no words ("
-                          + ", ".join(f"{k} {n} sentences" for k, (n, _) in sizes.items())
-                          + "); every split needs some: use a larger corpus, raise corpus.limit or change split.*.")
+    rows, selected = _table_rows(config, base, only_rows)
+    splits, stats, sizes = _read_splits(base)
     if jobs > 1 and not report_only:
         _train_rows_in_processes(config, overrides or [], [n for n in selected if not (
             row_dir(out, n) / "result.json").is_file()], out, jobs, log)
@@ -575,20 +655,7 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, r
             log(f"tag: {row.name}: not run yet" + (" (--report-only)" if report_only else ""))
             missing.append(row.name)
             continue
-        if cfg.trees == "spacy":
-            if not spacy_cache:
-                n_multi = 0
-                for k, v in splits.items():
-                    n_multi += spacy_trees(v, cfg.spacy_pipeline)
-                    spacy_cache[k] = [s.tree for s in v]
-                stats["spacy_sentences_with_several_roots"] = n_multi
-            for k, v in splits.items():
-                for s, t in zip(v, spacy_cache[k]):
-                    s.tree = t
-        else:
-            for k, v in splits.items():
-                for s, t in zip(v, gold_trees[k]):
-                    s.tree = t if cfg.trees == "gold" else None
+        _set_trees(cfg, splits, gold_trees, spacy_cache, stats)
         log(f"tag: {row.name}: training (attention {cfg.model.attention.name} {cfg.model.attention.options}, "
             f"trees {cfg.trees})")
         results[row.name] = train_row(cfg, splits, rdir, log)

@@ -398,28 +398,22 @@ def _md_side(name: str, s: dict) -> list[str]:
     return lines
 
 
-def run_gate(*, checkpoint: str | Path, input_path: str | Path, out_dir: str | Path,
-             reference_path: str | Path | None = None, beam: int = 5, pos: str = "hanta", word_rule: str = "max",
-             max_sentences: int = 0, draw: int = 6, batch_size: int = 64, progress: bool = False) -> list[Path]:
-    """Write the gate analysis of ``checkpoint`` on ``input_path`` (and ``reference_path``)
-    to ``out_dir``; returns the written paths (see the module docstring)."""
-    from ..data.corpus import read_lines
-    from ..data.dataset import encode_sources
+def _gated_translator(checkpoint: str | Path):
+    """The checkpoint's :class:`Translator`; refused unless it is an RNN with a syntactic gate (eq. 17)."""
     from ..decode.translate import Translator
 
-    if word_rule not in ("max", "first"):
-        raise UserError(f"--word-rule {word_rule!r}: use max or first.")
-    from ..files import OutputDir
-
-    # the report directory is checked before the tagger and the model are loaded; made with the first file
-    out = OutputDir(out_dir, "gate", expect=("gate.json", "gate_tokens.tsv", "gate.md", "gate_sentences.png",
-                                             "gate_pos.png"))
-    tagger = _Tagger(pos)
     tr = Translator(checkpoint)
-    model = tr.model
     if getattr(tr.cfg.model, "family", "transformer") != "rnn" or tr.cfg.model.rnn.syntax == "none":
         raise UserError(f"{checkpoint}: `structnmt gate` needs an SA-NMT or FA-NMT model of the RNN family "
                         "(model.rnn.syntax: sa or fa); this one has no syntactic gate.")
+    return tr
+
+
+def _read_inputs(input_path: str | Path, reference_path: str | Path | None,
+                 max_sentences: int) -> tuple[list[str], list[str] | None]:
+    """The input lines and the reference lines (None without one), both cut to ``max_sentences``."""
+    from ..data.corpus import read_lines
+
     lines = [x.rstrip("\r") for x in read_lines(input_path)]
     refs = None
     if reference_path is not None:
@@ -430,18 +424,16 @@ def run_gate(*, checkpoint: str | Path, input_path: str | Path, out_dir: str | P
     if max_sentences > 0:
         lines = lines[:max_sentences]
         refs = refs[:max_sentences] if refs is not None else None
-    skipped: dict[str, list[int]] = {"empty_input": [], "too_long": [], "empty_beam_output": [],
-                                     "empty_reference": []}
-    keep = [i for i, x in enumerate(lines) if x.strip()]
-    skipped["empty_input"] = [i + 1 for i, x in enumerate(lines) if not x.strip()]
-    limit = tr.cfg.model.max_positions
-    sources = encode_sources(tr.src_vocab, [lines[i].strip() for i in keep])
-    fits = [k for k, s in enumerate(sources) if len(s) <= limit]
-    skipped["too_long"] = [keep[k] + 1 for k, s in enumerate(sources) if len(s) > limit]
+    return lines, refs
 
-    dcfg = tr.cfg.decode
+
+def _target_sides(tr, lines: list[str], refs: list[str] | None, keep: list[int], fits: list[int], beam: int,
+                  progress: bool, skipped: dict[str, list[int]]) -> dict[str, list[tuple[int, list[int]]]]:
+    """Beam outputs (and references) of the sources that fit: side -> [(source index, target ids)];
+    empty ones are added to ``skipped``."""
     from dataclasses import replace
 
+    dcfg = tr.cfg.decode
     dcfg = replace(dcfg, beam=beam, nbest=1)
     hyps = tr.translate([lines[keep[k]] for k in fits], dcfg, progress=progress)
     sides: dict[str, list[tuple[int, list[int]]]] = {"beam": []}  # (source index into fits, target ids)
@@ -459,19 +451,96 @@ def run_gate(*, checkpoint: str | Path, input_path: str | Path, out_dir: str | P
                 sides["reference"].append((k, ref_ids[j]))
             else:
                 skipped["empty_reference"].append(keep[k] + 1)
+    return sides
 
+
+def _side_gates(tr, tagger: _Tagger, side: str, items: list[tuple[int, list[int]]], sources: list[list[int]],
+                keep: list[int], word_rule: str, batch_size: int, progress: bool) -> list[SentenceGates]:
+    """The tokens, their POS and z (eq. 23) of every sentence of one target side."""
+    zs = forced_gates(tr.model, [sources[k] for k, _ in items], [t for _, t in items], tr.device,
+                      batch_size=batch_size, progress=progress, desc=f"gate ({side})")
+    sents = []
+    for (k, ids), z in zip(items, zs):
+        pieces = [tr.tgt_vocab.sp.id_to_piece(int(t)) for t in ids]
+        groups = piece_tokens(pieces)
+        tz = token_gates(z[:-1], groups, word_rule)
+        toks = [g[0] for g in groups]
+        sents.append(SentenceGates(keep[k] + 1, toks, tagger(toks), tz, z[-1]))
+    return sents
+
+
+def _tokens_tsv(results: dict[str, list[SentenceGates]]) -> str:
+    """gate_tokens.tsv: a row per token (side, line, index, token, POS, z), then one for ``</s>``."""
+    rows = ["side\tline\tindex\ttoken\tpos\tz\n"]
+    for side, sents in results.items():
+        for s in sents:
+            rows += [f"{side}\t{s.line}\t{i}\t{tok}\t{tag}\t{v:.5f}\n"
+                     for i, (tok, tag, v) in enumerate(zip(s.tokens, s.pos, s.z))]
+            rows.append(f"{side}\t{s.line}\t{len(s.tokens)}\t{EOS_LABEL}\t{EOS_LABEL}\t{s.eos:.5f}\n")
+    return "".join(rows)
+
+
+def _gate_md(info: dict, unmapped: Counter, summaries: dict[str, dict]) -> str:
+    """gate.md: the run (as in gate.json's ``info``), the skipped counts and each side's tables."""
+    checkpoint, input_path, reference_path = info["checkpoint"], info["input"], info["reference"]
+    beam, pos, word_rule, skipped = info["beam"], info["pos"], info["word_rule"], info["skipped"]
+    md = [f"# SA-NMT gate analysis (section 5, eq. 23): `{checkpoint}`", "",
+          f"Input `{input_path}`" + (f", references `{reference_path}`" if reference_path else "") +
+          f"; {info['lines']} lines; beam {beam}; POS: {pos}; a token's z is the {word_rule} over its pieces "
+          "(tokens: a new one at every `▁` piece and around punctuation-only pieces; see structnmt.analysis.gate).",
+          "", "Skipped (line numbers in gate.json): " +
+          ", ".join(f"{k.replace('_', ' ')} {len(v)}" for k, v in skipped.items()) + ".", ""]
+    if unmapped:
+        md += [f"STTS tags without a UPOS mapping (counted as X): {dict(unmapped)}.", ""]
+    for side, s in summaries.items():
+        md += _md_side("beam outputs" if side == "beam" else "forced-decoded references", s)
+    return "\n".join(md)
+
+
+def _write_pictures(out, results: dict[str, list[SentenceGates]], summaries: dict[str, dict],
+                    draw: int) -> list[Path]:
+    """gate_sentences.png (the first ``draw`` beam outputs) and gate_pos.png, each if it has something to show."""
+    written: list[Path] = []
+    drawn = [s for s in results.get("beam", []) if s.tokens][:max(0, draw)]
+    if drawn:
+        allz = [v for s in drawn for v in s.z + [s.eos]]
+        written.append(out.write_with("gate_sentences.png",
+                                      lambda tmp: _draw_sentences(drawn, tmp, min(allz), max(allz))))
+    if any(s["sentences"] for s in summaries.values()):
+        written.append(out.write_with("gate_pos.png", lambda tmp: _draw_pos(summaries, tmp)))
+    return written
+
+
+def run_gate(*, checkpoint: str | Path, input_path: str | Path, out_dir: str | Path,
+             reference_path: str | Path | None = None, beam: int = 5, pos: str = "hanta", word_rule: str = "max",
+             max_sentences: int = 0, draw: int = 6, batch_size: int = 64, progress: bool = False) -> list[Path]:
+    """Write the gate analysis of ``checkpoint`` on ``input_path`` (and ``reference_path``)
+    to ``out_dir``; returns the written paths (see the module docstring)."""
+    from ..data.dataset import encode_sources
+
+    if word_rule not in ("max", "first"):
+        raise UserError(f"--word-rule {word_rule!r}: use max or first.")
+    from ..files import OutputDir
+
+    # the report directory is checked before the tagger and the model are loaded; made with the first file
+    out = OutputDir(out_dir, "gate", expect=("gate.json", "gate_tokens.tsv", "gate.md", "gate_sentences.png",
+                                             "gate_pos.png"))
+    tagger = _Tagger(pos)
+    tr = _gated_translator(checkpoint)
+    lines, refs = _read_inputs(input_path, reference_path, max_sentences)
+    skipped: dict[str, list[int]] = {"empty_input": [], "too_long": [], "empty_beam_output": [],
+                                     "empty_reference": []}
+    keep = [i for i, x in enumerate(lines) if x.strip()]
+    skipped["empty_input"] = [i + 1 for i, x in enumerate(lines) if not x.strip()]
+    limit = tr.cfg.model.max_positions
+    sources = encode_sources(tr.src_vocab, [lines[i].strip() for i in keep])
+    fits = [k for k, s in enumerate(sources) if len(s) <= limit]
+    skipped["too_long"] = [keep[k] + 1 for k, s in enumerate(sources) if len(s) > limit]
+
+    sides = _target_sides(tr, lines, refs, keep, fits, beam, progress, skipped)
     results: dict[str, list[SentenceGates]] = {}
     for side, items in sides.items():
-        zs = forced_gates(model, [sources[k] for k, _ in items], [t for _, t in items], tr.device,
-                          batch_size=batch_size, progress=progress, desc=f"gate ({side})")
-        sents = []
-        for (k, ids), z in zip(items, zs):
-            pieces = [tr.tgt_vocab.sp.id_to_piece(int(t)) for t in ids]
-            groups = piece_tokens(pieces)
-            tz = token_gates(z[:-1], groups, word_rule)
-            toks = [g[0] for g in groups]
-            sents.append(SentenceGates(keep[k] + 1, toks, tagger(toks), tz, z[-1]))
-        results[side] = sents
+        results[side] = _side_gates(tr, tagger, side, items, sources, keep, word_rule, batch_size, progress)
 
     summaries = {side: summarise(s) for side, s in results.items()}
     written: list[Path] = []
@@ -484,29 +553,6 @@ def run_gate(*, checkpoint: str | Path, input_path: str | Path, out_dir: str | P
         "skipped": skipped, "unmapped_stts_tags": dict(tagger.unmapped), "sides": summaries,
     }
     written.append(out.write_text("gate.json", json.dumps(info, indent=2, ensure_ascii=False)))
-    rows = ["side\tline\tindex\ttoken\tpos\tz\n"]
-    for side, sents in results.items():
-        for s in sents:
-            rows += [f"{side}\t{s.line}\t{i}\t{tok}\t{tag}\t{v:.5f}\n"
-                     for i, (tok, tag, v) in enumerate(zip(s.tokens, s.pos, s.z))]
-            rows.append(f"{side}\t{s.line}\t{len(s.tokens)}\t{EOS_LABEL}\t{EOS_LABEL}\t{s.eos:.5f}\n")
-    written.append(out.write_text("gate_tokens.tsv", "".join(rows)))
-    md = [f"# SA-NMT gate analysis (section 5, eq. 23): `{checkpoint}`", "",
-          f"Input `{input_path}`" + (f", references `{reference_path}`" if reference_path else "") +
-          f"; {len(lines)} lines; beam {beam}; POS: {pos}; a token's z is the {word_rule} over its pieces "
-          "(tokens: a new one at every `▁` piece and around punctuation-only pieces; see structnmt.analysis.gate).",
-          "", "Skipped (line numbers in gate.json): " +
-          ", ".join(f"{k.replace('_', ' ')} {len(v)}" for k, v in skipped.items()) + ".", ""]
-    if tagger.unmapped:
-        md += [f"STTS tags without a UPOS mapping (counted as X): {dict(tagger.unmapped)}.", ""]
-    for side, s in summaries.items():
-        md += _md_side("beam outputs" if side == "beam" else "forced-decoded references", s)
-    written.append(out.write_text("gate.md", "\n".join(md)))
-    drawn = [s for s in results.get("beam", []) if s.tokens][:max(0, draw)]
-    if drawn:
-        allz = [v for s in drawn for v in s.z + [s.eos]]
-        written.append(out.write_with("gate_sentences.png",
-                                      lambda tmp: _draw_sentences(drawn, tmp, min(allz), max(allz))))
-    if any(s["sentences"] for s in summaries.values()):
-        written.append(out.write_with("gate_pos.png", lambda tmp: _draw_pos(summaries, tmp)))
-    return written
+    written.append(out.write_text("gate_tokens.tsv", _tokens_tsv(results)))
+    written.append(out.write_text("gate.md", _gate_md(info, tagger.unmapped, summaries)))
+    return written + _write_pictures(out, results, summaries, draw)

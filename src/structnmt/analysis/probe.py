@@ -594,6 +594,122 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
+@dataclass
+class _Encoder:
+    """What the probe's pieces come from: the SentencePiece model, and in frozen mode the NMT model."""
+
+    sp: Any
+    vocab_desc: str  # the report's "vocabulary" line
+    model: Any = None  # frozen: the checkpoint's model
+    label_ids: dict[str, int] = field(default_factory=dict)  # frozen: syntax label ids of the checkpoint
+    specs: dict = field(default_factory=dict)  # frozen: the structures its encoder reads
+    mcfg: dict | None = None  # frozen: the checkpoint's model config
+
+
+def _read_usable_corpus(cfg: ProbeConfig) -> tuple[list, Counter, int]:
+    """The corpus's usable sentences, skip counts and sentences read; refused under 3 sentences."""
+    raw, skipped = read_corpus(cfg.corpus)
+    n_read = len(raw) + sum(skipped.values())
+    if len(raw) < 3:
+        drops = "".join(f", {n} skipped ({why})" for why, n in skipped.items())
+        raise ConfigError(f"corpus.path={cfg.corpus.path} gave {len(raw)} usable sentence(s){drops}: the probe needs "
+                          f"at least 3 (a training, a validation and a test split); give a larger file.")
+    return raw, skipped, n_read
+
+
+def _load_encoder(cfg: ProbeConfig, outdir, raw: list, train_idx: list[int]) -> _Encoder:
+    """The checkpoint (frozen), or the scratch vocabulary: ``model.vocab`` or one trained on the training split."""
+    if cfg.mode == "frozen":
+        model, sp, label_ids, specs, mcfg = load_frozen(cfg.checkpoint, cfg.data_dir)
+        return _Encoder(sp, f"the checkpoint's ({sp.get_piece_size()} pieces)", model, label_ids, specs, mcfg)
+    from ..data.vocab import Vocab, train_sentencepiece
+
+    if cfg.model.vocab:
+        sp = Vocab(cfg.model.vocab).sp
+        return _Encoder(sp, f"`{cfg.model.vocab}` ({sp.get_piece_size()} pieces)")
+    out = outdir.path
+    outdir.claim("spm.model")
+    outdir.claim("spm.vocab")
+    sp = train_sentencepiece((raw[i][0] for i in train_idx), out / "spm",  # atomic files
+                             vocab_size=cfg.model.vocab_size, num_threads=1).sp
+    outdir.record("spm.model", "spm.vocab")
+    return _Encoder(sp, f"SentencePiece BPE trained on the training split, {sp.get_piece_size()} pieces "
+                        f"(`{out / 'spm.model'}`)")
+
+
+def _frozen_split_features(enc: _Encoder, its: list[Item], cfg: ProbeConfig, device) -> dict[str, torch.Tensor]:
+    """Sentence (N, D) and word (sum of words, D) vectors of one split, in the split's order."""
+    sents, words = [], []
+    order = sorted(range(len(its)), key=lambda i: len(its[i].ids))
+    inv = [0] * len(its)
+    for pos, i in enumerate(order):
+        inv[i] = pos
+    for s in range(0, len(order), 64):
+        b = [its[i] for i in order[s : s + 64]]
+        src, mask, structures = _batch(b, enc.specs, enc.label_ids, device)
+        h = enc.model.encode(src, mask, structures).memory[:, : src.shape[1]].float()
+        sv, wv = _pool(h, b, cfg.sentence_pool, cfg.word_pool)
+        sents.append(sv)
+        words.extend(torch.split(wv, [int(x.wop[-1]) + 1 for x in b]))
+    sents_t = torch.cat(sents)[torch.tensor(inv)]
+    words_t = torch.cat([words[inv[i]] for i in range(len(its))])
+    return {"sent": sents_t, "word": words_t}
+
+
+def _frozen_features(enc: _Encoder, splits: dict[str, list[Item]], cfg: ProbeConfig,
+                     device) -> dict[str, dict[str, torch.Tensor]]:
+    """Freeze the checkpoint's model and encode every split once: split -> {"sent", "word"} vectors."""
+    enc.model.to(device).eval()
+    for p in enc.model.parameters():
+        p.requires_grad_(False)
+    feats: dict[str, dict[str, torch.Tensor]] = {}
+    with torch.no_grad():
+        for k, its in splits.items():
+            feats[k] = _frozen_split_features(enc, its, cfg, device)
+    return feats
+
+
+def _probe_task(task: str, splits: dict[str, list[Item]], feats, sp, cfg: ProbeConfig, device, log) -> dict:
+    """Train and score one task (on frozen features or with a scratch encoder); its entry of ``tasks``."""
+    train_labels = _labels_of(splits["train"], task)
+    classes = {y: i for i, y in enumerate(sorted(set(train_labels)))}
+    base = baselines(splits, task)
+    if cfg.mode == "frozen":
+        kind = "sent" if task in SENTENCE_TASKS else "word"
+        X = {k: feats[k][kind] for k in splits}
+        Y = {k: _targets(splits[k], task, classes, device) for k in splits}
+        keep = Y["train"] < len(classes)
+        X["train"], Y["train"] = X["train"][keep], Y["train"][keep]
+        # word tasks batch the words of about batch_size sentences: as many updates as sentence tasks
+        per_sent = 1 if task in SENTENCE_TASKS else max(1, round(len(train_labels) / len(splits["train"])))
+        va, te, ep = _train_frozen_task(task, X, Y, len(classes), cfg, device, log, cfg.train.batch_size * per_sent)
+        n_params = None
+    else:
+        va, te, ep, n_params = _train_scratch_task(task, splits, classes, sp.get_piece_size(), cfg, device, log)
+    result = {"test_acc": te, "valid_acc": va, "best_epoch": ep, "classes": len(classes),
+              "test_items": len(_labels_of(splits["test"], task)), "trained_params": n_params,
+              "unseen_test_labels": sum(y not in classes for y in _labels_of(splits["test"], task)),
+              **base}
+    log(f"probe {task}: test {te:.4f} (majority {base['majority']:.4f})")
+    return result
+
+
+def _hardware(device: torch.device) -> str:
+    """The report's hardware line: machine, CPUs, torch threads, device (and GPU name)."""
+    hw = f"{platform.machine()} {platform.processor() or ''}".strip() + f", {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, device {device}"
+    if device.type == "cuda":
+        hw += f" ({torch.cuda.get_device_name(device)})"
+    return hw
+
+
+def _corpus_summary(cfg: ProbeConfig, n_read: int, splits: dict[str, list[Item]], skipped: Counter) -> dict:
+    """probe.json's ``corpus``: sentences read and used, split sizes (sentences, words), skip counts."""
+    return {"path": cfg.corpus.path, "kind": cfg.corpus.kind, "read": n_read, "used": sum(len(v) for v in splits.values()),
+            **{k: len(v) for k, v in splits.items()},
+            **{f"{k}_words": sum(len(it.words) for it in v) for k, v in splits.items()},
+            "skipped": dict(skipped)}
+
+
 def run_probe(cfg: ProbeConfig, log=print) -> Path:
     """Run every task of ``cfg``; return the path of the Markdown report (``out_dir/probe.md``)."""
     t0 = time.time()
@@ -603,36 +719,12 @@ def run_probe(cfg: ProbeConfig, log=print) -> Path:
     from ..files import OutputDir
 
     outdir = OutputDir(cfg.out_dir, "probe", expect=("probe.json", "probe.md"))
-    out = outdir.path
-    raw, skipped = read_corpus(cfg.corpus)
-    n_read = len(raw) + sum(skipped.values())
-    if len(raw) < 3:
-        drops = "".join(f", {n} skipped ({why})" for why, n in skipped.items())
-        raise ConfigError(f"corpus.path={cfg.corpus.path} gave {len(raw)} usable sentence(s){drops}: the probe needs "
-                          f"at least 3 (a training, a validation and a test split); give a larger file.")
+    raw, skipped, n_read = _read_usable_corpus(cfg)
     split_idx = split_indices(len(raw), cfg.split.ratios, cfg.split.seed)
     labels = sentence_labels([r[2] for r in raw], split_idx["train"])
 
-    label_ids: dict[str, int] = {}
-    specs: dict = {}
-    if cfg.mode == "frozen":
-        model, sp, label_ids, specs, mcfg = load_frozen(cfg.checkpoint, cfg.data_dir)
-        vocab_desc = f"the checkpoint's ({sp.get_piece_size()} pieces)"
-    else:
-        from ..data.vocab import Vocab, train_sentencepiece
-
-        if cfg.model.vocab:
-            sp = Vocab(cfg.model.vocab).sp
-            vocab_desc = f"`{cfg.model.vocab}` ({sp.get_piece_size()} pieces)"
-        else:
-            outdir.claim("spm.model")
-            outdir.claim("spm.vocab")
-            sp = train_sentencepiece((raw[i][0] for i in split_idx["train"]), out / "spm",  # atomic files
-                                     vocab_size=cfg.model.vocab_size, num_threads=1).sp
-            outdir.record("spm.model", "spm.vocab")
-            vocab_desc = (f"SentencePiece BPE trained on the training split, {sp.get_piece_size()} pieces "
-                          f"(`{out / 'spm.model'}`)")
-    items = align_items(raw, labels, sp, cfg.corpus.max_len, skipped)
+    enc = _load_encoder(cfg, outdir, raw, split_idx["train"])
+    items = align_items(raw, labels, enc.sp, cfg.corpus.max_len, skipped)
     splits = {k: [items[i] for i in v if items[i] is not None] for k, v in split_idx.items()}
     if not splits["train"] or not splits["valid"] or not splits["test"]:
         raise ConfigError("a split is empty after alignment; use more sentences (corpus.limit).")
@@ -640,68 +732,24 @@ def run_probe(cfg: ProbeConfig, log=print) -> Path:
 
     results: dict[str, dict] = {}
     extra: dict[str, Any] = {}
+    feats = None
     if cfg.mode == "frozen":
-        model.to(device).eval()
-        for p in model.parameters():
-            p.requires_grad_(False)
-        feats: dict[str, dict[str, torch.Tensor]] = {}
-        with torch.no_grad():
-            for k, its in splits.items():
-                sents, words = [], []
-                order = sorted(range(len(its)), key=lambda i: len(its[i].ids))
-                inv = [0] * len(its)
-                for pos, i in enumerate(order):
-                    inv[i] = pos
-                for s in range(0, len(order), 64):
-                    b = [its[i] for i in order[s : s + 64]]
-                    src, mask, structures = _batch(b, specs, label_ids, device)
-                    h = model.encode(src, mask, structures).memory[:, : src.shape[1]].float()
-                    sv, wv = _pool(h, b, cfg.sentence_pool, cfg.word_pool)
-                    sents.append(sv)
-                    words.extend(torch.split(wv, [int(x.wop[-1]) + 1 for x in b]))
-                sents_t = torch.cat(sents)[torch.tensor(inv)]
-                words_t = torch.cat([words[inv[i]] for i in range(len(its))])
-                feats[k] = {"sent": sents_t, "word": words_t}
-        extra["encoder"] = {"d_model": mcfg["d_model"], "layers": mcfg["encoder_layers"],
-                            "attention": mcfg["attention"]["encoder_self"]}
+        feats = _frozen_features(enc, splits, cfg, device)
+        extra["encoder"] = {"d_model": enc.mcfg["d_model"], "layers": enc.mcfg["encoder_layers"],
+                            "attention": enc.mcfg["attention"]["encoder_self"]}
     for task in cfg.tasks:
-        train_labels = _labels_of(splits["train"], task)
-        classes = {y: i for i, y in enumerate(sorted(set(train_labels)))}
-        base = baselines(splits, task)
-        if cfg.mode == "frozen":
-            kind = "sent" if task in SENTENCE_TASKS else "word"
-            X = {k: feats[k][kind] for k in splits}
-            Y = {k: _targets(splits[k], task, classes, device) for k in splits}
-            keep = Y["train"] < len(classes)
-            X["train"], Y["train"] = X["train"][keep], Y["train"][keep]
-            # word tasks batch the words of about batch_size sentences: as many updates as sentence tasks
-            per_sent = 1 if task in SENTENCE_TASKS else max(1, round(len(train_labels) / len(splits["train"])))
-            va, te, ep = _train_frozen_task(task, X, Y, len(classes), cfg, device, log, cfg.train.batch_size * per_sent)
-            n_params = None
-        else:
-            va, te, ep, n_params = _train_scratch_task(task, splits, classes, sp.get_piece_size(), cfg, device, log)
-        results[task] = {"test_acc": te, "valid_acc": va, "best_epoch": ep, "classes": len(classes),
-                         "test_items": len(_labels_of(splits["test"], task)), "trained_params": n_params,
-                         "unseen_test_labels": sum(y not in classes for y in _labels_of(splits["test"], task)),
-                         **base}
-        log(f"probe {task}: test {te:.4f} (majority {base['majority']:.4f})")
+        results[task] = _probe_task(task, splits, feats, enc.sp, cfg, device, log)
 
     name = cfg.name or (f"frozen {Path(cfg.checkpoint).parent.name}/{Path(cfg.checkpoint).name}" if cfg.mode == "frozen"
                         else f"scratch {cfg.model.attention.name}")
-    hw = f"{platform.machine()} {platform.processor() or ''}".strip() + f", {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, device {device}"
-    if device.type == "cuda":
-        hw += f" ({torch.cuda.get_device_name(device)})"
     result = {
         "name": name,
         "command": ("structnmt " + shlex.join(sys.argv[1:]) if Path(sys.argv[0]).name == "structnmt"
                     else shlex.join(sys.argv)),
         "config": to_dict(cfg),
-        "corpus": {"path": cfg.corpus.path, "kind": cfg.corpus.kind, "read": n_read, "used": sum(len(v) for v in splits.values()),
-                   **{k: len(v) for k, v in splits.items()},
-                   **{f"{k}_words": sum(len(it.words) for it in v) for k, v in splits.items()},
-                   "skipped": dict(skipped)},
-        "vocab": vocab_desc,
-        "hardware": hw,
+        "corpus": _corpus_summary(cfg, n_read, splits, skipped),
+        "vocab": enc.vocab_desc,
+        "hardware": _hardware(device),
         "seconds": time.time() - t0,
         "tasks": results,
         **extra,

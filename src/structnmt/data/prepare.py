@@ -49,6 +49,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import BinaryIO, TextIO
 
 import numpy as np
 
@@ -191,60 +192,7 @@ def _build(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, p
     t0 = time.time()
 
     # 1. SentencePiece on a bounded sample of the training stream
-    src_train, tgt_train = splits["train"]
-
-    # SentencePiece wraps exceptions raised by its sentence iterator in a RuntimeError and
-    # fails with an internal message on an empty stream: keep the CorpusError (and the
-    # stats) so that bad training input gets the same clear error as any other split.
-    sample_stats = PairStats()
-    stream_error: list[CorpusError] = []
-
-    def pairs_for_spm() -> Iterator[tuple[int, str, str]]:
-        try:
-            yield from read_pairs(src_train, tgt_train, sample_stats)
-        except CorpusError as err:
-            stream_error.append(err)
-
-    def side_stream(which: int) -> Iterator[str]:
-        for _, s, t in pairs_for_spm():
-            yield s if which == 0 else t
-
-    def joint_stream() -> Iterator[str]:
-        for _, s, t in pairs_for_spm():
-            yield s
-            yield t
-
-    def train_spm(lines: Iterator[str], prefix: Path, size: int) -> Vocab:
-        sample_stats.lines = sample_stats.empty = 0
-        sample_stats.empty_examples.clear()
-        try:
-            vocab = train_sentencepiece(lines, prefix, vocab_size=size, model_type=cfg.model_type,
-                                        max_sentences=cfg.spm_max_sentences, lowercase=cfg.lowercase)
-        except RuntimeError:
-            if stream_error:
-                raise stream_error[0] from None
-            if sample_stats.lines > sample_stats.empty:
-                raise
-            raise CorpusError(
-                f"{src_train} / {tgt_train}: no usable sentence pairs ({sample_stats.lines} lines, "
-                f"{sample_stats.empty} empty); check the files."
-            ) from None
-        if stream_error:
-            raise stream_error[0]
-        if len(vocab) < size:  # SentencePiece stops where the text has no more pieces (hard_vocab_limit off)
-            log(f"prepare: the SentencePiece model {prefix.name}.model has {len(vocab):,} pieces, fewer than the "
-                f"{size:,} asked: the training text yields no more; the dataset uses {len(vocab):,}.")
-        return vocab
-
-    if cfg.joint_vocab:
-        v = train_spm(joint_stream(), tmp / "spm", cfg.vocab_size)
-        vocabs = {"src": v, "tgt": v}
-        vocab_files = {"src": "spm.model", "tgt": "spm.model"}
-    else:
-        vs = train_spm(side_stream(0), tmp / "spm.src", cfg.vocab_size)
-        vt = train_spm(side_stream(1), tmp / "spm.tgt", cfg.tgt_vocab_size or cfg.vocab_size)
-        vocabs = {"src": vs, "tgt": vt}
-        vocab_files = {"src": "spm.src.model", "tgt": "spm.tgt.model"}
+    vocabs, vocab_files = _train_vocabs(cfg, splits["train"], tmp, log)
 
     # 2. encode every split, streaming to memory-mappable files
     parsing = backend.produces_trees
@@ -253,126 +201,9 @@ def _build(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, p
                 **{("test" if i == 0 else f"test{i}"): p for i, p in enumerate(cfg.testprefs)}}
     counts = {}
     for split, (sp, tp) in splits.items():
-        stats = PairStats()
-        truncated = 0
-        unaligned: list[int] = []
-        merged_words = 0
-        if parsing:
-            numbers: deque = deque()
-            # the backend may read ahead (spaCy batches): line numbers queue up in order
-            parsed_stream = ((numbers.popleft(), p) for p in backend.parse(
-                _nonempty_source_lines(sp, numbers), prefix=prefixes[split], lang=cfg.source_lang))
-            tree_f = open(tmp / f"{split}.src.trees.bin", "wb")
-            tree_idx = open(tmp / f"{split}.src.trees.idx", "wb")
-            wop_f = open(tmp / f"{split}.src.wop.bin", "wb")
-            tree_idx.write(np.zeros(1, dtype=np.int64).tobytes())
-            tree_bytes = 0
-        n_tok = {"src": 0, "tgt": 0}
-        keep_text = split != "train"
-        files = {side: open(tmp / f"{split}.{side}.bin", "wb") for side in ("src", "tgt")}
-        idx = {side: open(tmp / f"{split}.{side}.idx", "wb") for side in ("src", "tgt")}
-        lines_f = open(tmp / f"{split}.lines", "wb")
-        text_f = {side: open(tmp / f"{split}.{name}.txt", "w", encoding="utf-8")
-                  for side, name in (("src", "src"), ("tgt", "ref"))} if keep_text else {}
-        for side in ("src", "tgt"):
-            idx[side].write(np.zeros(1, dtype=np.int64).tobytes())
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(desc=f"prepare {split}", unit=" pairs", mininterval=1.0)
-        try:
-            for chunk in _chunks(read_pairs(sp, tp, stats), cfg.chunk):
-                if parsing:
-                    protos = vocabs["src"].sp.encode([c[1] for c in chunk], return_type="proto")
-                    src_ids = [[p.id for p in proto.pieces] for proto in protos]
-                else:
-                    src_ids = vocabs["src"].encode([c[1] for c in chunk])
-                enc = {"src": src_ids, "tgt": vocabs["tgt"].encode([c[2] for c in chunk])}
-                keep = []
-                for i in range(len(chunk)):
-                    if not enc["src"][i] or not enc["tgt"][i]:  # e.g. a line of zero-width characters only
-                        stats.no_pieces += 1
-                        if len(stats.no_pieces_examples) < 10:
-                            stats.no_pieces_examples.append(chunk[i][0])
-                        continue
-                    src_long, tgt_long = len(enc["src"][i]) > cfg.max_len, len(enc["tgt"][i]) > cfg.max_len
-                    if not (src_long or tgt_long):
-                        keep.append(i)
-                    elif split == "train" or cfg.eval_too_long == "drop" or (src_long and parsing):
-                        stats.too_long += 1
-                    else:  # valid/test: keep the pair, cut its pieces (the raw text stays whole)
-                        enc["src"][i], enc["tgt"][i] = enc["src"][i][: cfg.max_len], enc["tgt"][i][: cfg.max_len]
-                        truncated += 1
-                        keep.append(i)
-                if parsing:
-                    aligned_keep = []
-                    for i in keep:
-                        lineno, text = chunk[i][0], chunk[i][1]
-                        parsed = _parsed_for_line(parsed_stream, lineno)
-                        try:
-                            dep, const, al = align_trees(text, [(p.begin, p.end) for p in protos[i].pieces],
-                                                         parsed.dependency, parsed.constituency, parsed.spans)
-                        except AlignmentError:
-                            unaligned.append(lineno)
-                            continue
-                        merged_words += al.merged
-                        parsed = Parsed(dep, const)
-                        if parsed.constituency is not None:
-                            labels.update(n.label for n in parsed.constituency.root.walk() if not n.is_preterminal)
-                        blob = _trees_json(parsed)
-                        tree_f.write(blob)
-                        tree_bytes += len(blob)
-                        tree_idx.write(np.array([tree_bytes], dtype=np.int64).tobytes())
-                        wop_f.write(al.word_of_piece.astype(np.int32).tobytes())
-                        aligned_keep.append(i)
-                    keep = aligned_keep
-                for side in ("src", "tgt"):
-                    seqs = [enc[side][i] for i in keep]
-                    lens = np.array([len(s) for s in seqs], dtype=np.int64)
-                    flat = np.fromiter((t for s in seqs for t in s), dtype=np.int32, count=int(lens.sum()))
-                    files[side].write(flat.tobytes())
-                    idx[side].write((n_tok[side] + np.cumsum(lens)).tobytes())
-                    n_tok[side] += int(lens.sum())
-                    if keep_text:
-                        text_f[side].writelines(chunk[i][1 if side == "src" else 2] + "\n" for i in keep)
-                lines_f.write(np.array([chunk[i][0] for i in keep], dtype=np.int64).tobytes())
-                stats.kept += len(keep)
-                if bar is not None:
-                    bar.update(len(chunk))
-            if parsing:
-                for _ in parsed_stream:  # let the backend check the tree count of pre-parsed files
-                    pass
-        finally:
-            for f in [*files.values(), *idx.values(), lines_f, *text_f.values()]:
-                f.close()
-            if parsing:
-                for f in (tree_f, tree_idx, wop_f):
-                    f.close()
-            if bar is not None:
-                bar.close()
-        if stats.kept == 0:
-            raise CorpusError(
-                f"{sp} / {tp}: no usable sentence pairs ({stats.lines} lines, {stats.empty} empty, "
-                f"{stats.too_long} too long); check the files or raise max_len."
-            )
-        counts[split] = {**stats.as_dict(), "truncated_too_long": truncated, "src_tokens": n_tok["src"],
-                         "tgt_tokens": n_tok["tgt"], "src_file": str(sp), "tgt_file": str(tp)}
-        if parsing:
-            counts[split].update(dropped_unaligned=len(unaligned), first_unaligned_lines=unaligned[:10],
-                                 merged_words=merged_words)
-            if unaligned:
-                log(f"prepare {split}: dropped {len(unaligned)} pairs whose parse could not be aligned with the "
-                    f"source text (first lines {unaligned[:10]}).")
-        if stats.empty or stats.too_long:
-            log(f"prepare {split}: dropped {stats.empty} empty pairs (first lines {stats.empty_examples}) "
-                f"and {stats.too_long} pairs longer than {cfg.max_len} pieces, of {stats.lines}.")
-        if stats.no_pieces:
-            log(f"prepare {split}: dropped {stats.no_pieces} pairs with a side that has no SentencePiece piece "
-                f"(only characters the model drops, such as zero-width spaces; first lines {stats.no_pieces_examples}).")
-        if truncated:
-            log(f"prepare {split}: kept {truncated} pairs longer than {cfg.max_len} pieces with their pieces cut to "
-                f"{cfg.max_len} (their text stays whole for BLEU; --eval-too-long drop drops them).")
+        tally, n_tok = _encode_split(cfg, split, sp, tp, vocabs, backend, prefixes[split], tmp, labels,
+                                     progress=progress)
+        counts[split] = _split_counts(cfg, split, sp, tp, tally, n_tok, parsing, log)
 
     manifest = {
         **key,
@@ -386,6 +217,276 @@ def _build(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, p
     manifest["files"] = sorted([p.name for p in tmp.iterdir()] + ["manifest.json"])
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return manifest
+
+
+# SentencePiece wraps exceptions raised by its sentence iterator in a RuntimeError and
+# fails with an internal message on an empty stream: keep the CorpusError (and the
+# stats) so that bad training input gets the same clear error as any other split.
+@dataclass
+class _SpmSample:
+    """The training pairs streamed to SentencePiece, with their stats and the stream's CorpusError."""
+
+    src: Path
+    tgt: Path
+    stats: PairStats = field(default_factory=PairStats)
+    errors: list[CorpusError] = field(default_factory=list)
+
+    def pairs(self) -> Iterator[tuple[int, str, str]]:
+        """The training pairs; a CorpusError ends the stream and is kept in ``errors``."""
+        try:
+            yield from read_pairs(self.src, self.tgt, self.stats)
+        except CorpusError as err:
+            self.errors.append(err)
+
+    def side(self, which: int) -> Iterator[str]:
+        """The source (``which`` 0) or target (1) sentences of the pairs."""
+        for _, s, t in self.pairs():
+            yield s if which == 0 else t
+
+    def joint(self) -> Iterator[str]:
+        """Source and target sentences of the pairs, interleaved."""
+        for _, s, t in self.pairs():
+            yield s
+            yield t
+
+
+def _train_vocabs(cfg: PrepareConfig, train: tuple[Path, Path], tmp: Path,
+                  log) -> tuple[dict[str, Vocab], dict[str, str]]:
+    """The SentencePiece vocabularies (side -> Vocab) trained into ``tmp``, and their model file names."""
+    sample = _SpmSample(*train)
+    if cfg.joint_vocab:
+        v = _train_spm(cfg, sample, sample.joint(), tmp / "spm", cfg.vocab_size, log)
+        vocabs = {"src": v, "tgt": v}
+        vocab_files = {"src": "spm.model", "tgt": "spm.model"}
+    else:
+        vs = _train_spm(cfg, sample, sample.side(0), tmp / "spm.src", cfg.vocab_size, log)
+        vt = _train_spm(cfg, sample, sample.side(1), tmp / "spm.tgt", cfg.tgt_vocab_size or cfg.vocab_size, log)
+        vocabs = {"src": vs, "tgt": vt}
+        vocab_files = {"src": "spm.src.model", "tgt": "spm.tgt.model"}
+    return vocabs, vocab_files
+
+
+def _train_spm(cfg: PrepareConfig, sample: _SpmSample, lines: Iterator[str], prefix: Path, size: int,
+               log) -> Vocab:
+    """One SentencePiece model ``{prefix}.model`` of ``size`` pieces from ``lines`` (a stream of ``sample``)."""
+    stats = sample.stats
+    stats.lines = stats.empty = 0
+    stats.empty_examples.clear()
+    try:
+        vocab = train_sentencepiece(lines, prefix, vocab_size=size, model_type=cfg.model_type,
+                                    max_sentences=cfg.spm_max_sentences, lowercase=cfg.lowercase)
+    except RuntimeError:
+        if sample.errors:
+            raise sample.errors[0] from None
+        if stats.lines > stats.empty:
+            raise
+        raise CorpusError(
+            f"{sample.src} / {sample.tgt}: no usable sentence pairs ({stats.lines} lines, "
+            f"{stats.empty} empty); check the files."
+        ) from None
+    if sample.errors:
+        raise sample.errors[0]
+    if len(vocab) < size:  # SentencePiece stops where the text has no more pieces (hard_vocab_limit off)
+        log(f"prepare: the SentencePiece model {prefix.name}.model has {len(vocab):,} pieces, fewer than the "
+            f"{size:,} asked: the training text yields no more; the dataset uses {len(vocab):,}.")
+    return vocab
+
+
+@dataclass
+class _SplitTally:
+    """What encoding one split dropped, cut and merged (besides the counts of ``stats``)."""
+
+    stats: PairStats = field(default_factory=PairStats)
+    truncated: int = 0  # valid/test pairs kept with their pieces cut to max_len
+    unaligned: list[int] = field(default_factory=list)  # line numbers of pairs dropped: parse not aligned
+    merged_words: int = 0
+
+
+@dataclass
+class _SplitFiles:
+    """The open output files of one split in ``tmp``, and the offsets written to them so far."""
+
+    bins: dict[str, BinaryIO]  # side -> {split}.{side}.bin
+    idx: dict[str, BinaryIO]  # side -> {split}.{side}.idx
+    lines: BinaryIO
+    text: dict[str, TextIO]  # side -> raw text (valid/test only; empty for train)
+    trees: tuple[BinaryIO, BinaryIO, BinaryIO] | None  # src.trees.bin, src.trees.idx, src.wop.bin (with a parser)
+    n_tok: dict[str, int] = field(default_factory=lambda: {"src": 0, "tgt": 0})
+    tree_bytes: int = 0
+
+    @classmethod
+    def open(cls, tmp: Path, split: str, parsing: bool) -> _SplitFiles:
+        """Create the files of ``split`` in ``tmp``, each offset file with its leading 0."""
+        trees = None
+        if parsing:
+            trees = (open(tmp / f"{split}.src.trees.bin", "wb"), open(tmp / f"{split}.src.trees.idx", "wb"),
+                     open(tmp / f"{split}.src.wop.bin", "wb"))
+            trees[1].write(np.zeros(1, dtype=np.int64).tobytes())
+        keep_text = split != "train"
+        files = {side: open(tmp / f"{split}.{side}.bin", "wb") for side in ("src", "tgt")}
+        idx = {side: open(tmp / f"{split}.{side}.idx", "wb") for side in ("src", "tgt")}
+        lines_f = open(tmp / f"{split}.lines", "wb")
+        text_f = {side: open(tmp / f"{split}.{name}.txt", "w", encoding="utf-8")
+                  for side, name in (("src", "src"), ("tgt", "ref"))} if keep_text else {}
+        for side in ("src", "tgt"):
+            idx[side].write(np.zeros(1, dtype=np.int64).tobytes())
+        return cls(files, idx, lines_f, text_f, trees)
+
+    def write_tree(self, parsed: Parsed, word_of_piece: np.ndarray) -> None:
+        """Append one sentence's trees (JSON) and the word index of its pieces."""
+        tree_f, tree_idx, wop_f = self.trees  # written with a parser only
+        blob = _trees_json(parsed)
+        tree_f.write(blob)
+        self.tree_bytes += len(blob)
+        tree_idx.write(np.array([self.tree_bytes], dtype=np.int64).tobytes())
+        wop_f.write(word_of_piece.astype(np.int32).tobytes())
+
+    def write_pairs(self, chunk: list[tuple[int, str, str]], enc: dict[str, list[list[int]]], keep: list[int]) -> None:
+        """Append the pieces, offsets, line numbers (and raw text) of the pairs ``keep`` of ``chunk``."""
+        for side in ("src", "tgt"):
+            seqs = [enc[side][i] for i in keep]
+            lens = np.array([len(s) for s in seqs], dtype=np.int64)
+            flat = np.fromiter((t for s in seqs for t in s), dtype=np.int32, count=int(lens.sum()))
+            self.bins[side].write(flat.tobytes())
+            self.idx[side].write((self.n_tok[side] + np.cumsum(lens)).tobytes())
+            self.n_tok[side] += int(lens.sum())
+            if self.text:
+                self.text[side].writelines(chunk[i][1 if side == "src" else 2] + "\n" for i in keep)
+        self.lines.write(np.array([chunk[i][0] for i in keep], dtype=np.int64).tobytes())
+
+    def close(self) -> None:
+        """Close every file."""
+        for f in [*self.bins.values(), *self.idx.values(), self.lines, *self.text.values()]:
+            f.close()
+        if self.trees is not None:
+            for f in self.trees:
+                f.close()
+
+
+def _parsed_stream(backend, path: Path, prefix: str | None, lang: str) -> Iterator[tuple[int, Parsed]]:
+    """(line number, Parsed) of every non-empty source line of ``path``, from ``backend``."""
+    numbers: deque = deque()
+    # the backend may read ahead (spaCy batches): line numbers queue up in order
+    return ((numbers.popleft(), p) for p in backend.parse(
+        _nonempty_source_lines(path, numbers), prefix=prefix, lang=lang))
+
+
+def _encode_split(cfg: PrepareConfig, split: str, sp: Path, tp: Path, vocabs: dict[str, Vocab], backend,
+                  prefix: str | None, tmp: Path, labels: set[str], *,
+                  progress: bool) -> tuple[_SplitTally, dict[str, int]]:
+    """Encode (and parse) the pairs of one split into its files in ``tmp``; its tally and piece counts per side.
+
+    The constituent labels of its trees are added to ``labels``."""
+    parsing = backend.produces_trees
+    tally = _SplitTally()
+    parsed_stream = _parsed_stream(backend, sp, prefix, cfg.source_lang) if parsing else None
+    out = _SplitFiles.open(tmp, split, parsing)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(desc=f"prepare {split}", unit=" pairs", mininterval=1.0)
+    try:
+        for chunk in _chunks(read_pairs(sp, tp, tally.stats), cfg.chunk):
+            enc, protos, keep = _encode_chunk(cfg, split, chunk, vocabs, parsing, tally)
+            if parsing:
+                keep = _align_kept(chunk, keep, protos, parsed_stream, out, tally, labels)
+            out.write_pairs(chunk, enc, keep)
+            tally.stats.kept += len(keep)
+            if bar is not None:
+                bar.update(len(chunk))
+        if parsing:
+            for _ in parsed_stream:  # let the backend check the tree count of pre-parsed files
+                pass
+    finally:
+        out.close()
+        if bar is not None:
+            bar.close()
+    stats = tally.stats
+    if stats.kept == 0:
+        raise CorpusError(
+            f"{sp} / {tp}: no usable sentence pairs ({stats.lines} lines, {stats.empty} empty, "
+            f"{stats.too_long} too long); check the files or raise max_len."
+        )
+    return tally, out.n_tok
+
+
+def _encode_chunk(cfg: PrepareConfig, split: str, chunk: list[tuple[int, str, str]], vocabs: dict[str, Vocab],
+                  parsing: bool, tally: _SplitTally) -> tuple[dict[str, list[list[int]]], list | None, list[int]]:
+    """Piece ids of both sides of ``chunk`` (side -> ids per pair), the source protos (with a parser, for
+    the pieces' character offsets) and the indices of the pairs kept; over-long pairs are dropped or cut."""
+    stats = tally.stats
+    protos = None
+    if parsing:
+        protos = vocabs["src"].sp.encode([c[1] for c in chunk], return_type="proto")
+        src_ids = [[p.id for p in proto.pieces] for proto in protos]
+    else:
+        src_ids = vocabs["src"].encode([c[1] for c in chunk])
+    enc = {"src": src_ids, "tgt": vocabs["tgt"].encode([c[2] for c in chunk])}
+    keep = []
+    for i in range(len(chunk)):
+        if not enc["src"][i] or not enc["tgt"][i]:  # e.g. a line of zero-width characters only
+            stats.no_pieces += 1
+            if len(stats.no_pieces_examples) < 10:
+                stats.no_pieces_examples.append(chunk[i][0])
+            continue
+        src_long, tgt_long = len(enc["src"][i]) > cfg.max_len, len(enc["tgt"][i]) > cfg.max_len
+        if not (src_long or tgt_long):
+            keep.append(i)
+        elif split == "train" or cfg.eval_too_long == "drop" or (src_long and parsing):
+            stats.too_long += 1
+        else:  # valid/test: keep the pair, cut its pieces (the raw text stays whole)
+            enc["src"][i], enc["tgt"][i] = enc["src"][i][: cfg.max_len], enc["tgt"][i][: cfg.max_len]
+            tally.truncated += 1
+            keep.append(i)
+    return enc, protos, keep
+
+
+def _align_kept(chunk: list[tuple[int, str, str]], keep: list[int], protos: list, parsed_stream,
+                out: _SplitFiles, tally: _SplitTally, labels: set[str]) -> list[int]:
+    """Align the parse of every kept pair's source with its pieces and write its trees; the pairs
+    that aligned (the others are counted in ``tally.unaligned``)."""
+    aligned_keep = []
+    for i in keep:
+        lineno, text = chunk[i][0], chunk[i][1]
+        parsed = _parsed_for_line(parsed_stream, lineno)
+        try:
+            dep, const, al = align_trees(text, [(p.begin, p.end) for p in protos[i].pieces],
+                                         parsed.dependency, parsed.constituency, parsed.spans)
+        except AlignmentError:
+            tally.unaligned.append(lineno)
+            continue
+        tally.merged_words += al.merged
+        parsed = Parsed(dep, const)
+        if parsed.constituency is not None:
+            labels.update(n.label for n in parsed.constituency.root.walk() if not n.is_preterminal)
+        out.write_tree(parsed, al.word_of_piece)
+        aligned_keep.append(i)
+    return aligned_keep
+
+
+def _split_counts(cfg: PrepareConfig, split: str, sp: Path, tp: Path, tally: _SplitTally, n_tok: dict[str, int],
+                  parsing: bool, log) -> dict:
+    """The manifest's counts of one encoded split; what was dropped or cut is logged."""
+    stats, truncated, unaligned = tally.stats, tally.truncated, tally.unaligned
+    counts = {**stats.as_dict(), "truncated_too_long": truncated, "src_tokens": n_tok["src"],
+              "tgt_tokens": n_tok["tgt"], "src_file": str(sp), "tgt_file": str(tp)}
+    if parsing:
+        counts.update(dropped_unaligned=len(unaligned), first_unaligned_lines=unaligned[:10],
+                      merged_words=tally.merged_words)
+        if unaligned:
+            log(f"prepare {split}: dropped {len(unaligned)} pairs whose parse could not be aligned with the "
+                f"source text (first lines {unaligned[:10]}).")
+    if stats.empty or stats.too_long:
+        log(f"prepare {split}: dropped {stats.empty} empty pairs (first lines {stats.empty_examples}) "
+            f"and {stats.too_long} pairs longer than {cfg.max_len} pieces, of {stats.lines}.")
+    if stats.no_pieces:
+        log(f"prepare {split}: dropped {stats.no_pieces} pairs with a side that has no SentencePiece piece "
+            f"(only characters the model drops, such as zero-width spaces; first lines {stats.no_pieces_examples}).")
+    if truncated:
+        log(f"prepare {split}: kept {truncated} pairs longer than {cfg.max_len} pieces with their pieces cut to "
+            f"{cfg.max_len} (their text stays whole for BLEU; --eval-too-long drop drops them).")
+    return counts
 
 
 def existing_manifest(out: Path) -> dict | None:

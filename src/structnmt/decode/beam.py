@@ -106,6 +106,114 @@ def _top_extensions(logits: Tensor, c: int) -> tuple[Tensor, Tensor, Tensor]:
     return cand_lp.nan_to_num_(nan=float("-inf")), cand_tok, eos.nan_to_num_(nan=float("-inf"))
 
 
+def _force_eos(cand_lp: Tensor, cand_tok: Tensor, eos_lp: Tensor, at_max: Tensor) -> None:
+    """Make EOS the only candidate of the rows ``at_max`` (N,) bool at their maximum length, in place."""
+    if at_max.any():
+        # EOS is forced here; a model that gives it zero probability still yields a
+        # hypothesis, scored as if EOS had log-probability -1e4.
+        cand_lp[at_max] = float("-inf")
+        cand_lp[at_max, 0] = eos_lp[at_max, 0].clamp(min=-1e4)
+        cand_tok[at_max, 0] = EOS
+
+
+def _best_extensions(
+    scores: Tensor, cand_lp: Tensor, cand_tok: Tensor, n: int, width: int, K: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The ``min(2K, width*c)`` best extensions of each of the n sentences over its ``width`` hypotheses.
+
+    scores (n, width) and cand_lp, cand_tok (n*width, c) -> their total scores (n, n_cand) in
+    descending order, the hypothesis each extends (n, n_cand) in ``0..width-1``, and its token (n, n_cand).
+    """
+    c = cand_lp.shape[1]
+    total = (scores.view(n, width, 1) + cand_lp.view(n, width, c)).view(n, width * c)
+    n_cand = min(2 * K, width * c)
+    top_scores, top_idx = total.topk(n_cand, dim=1)
+    beam_idx = torch.div(top_idx, c, rounding_mode="floor")
+    tok = cand_tok.view(n, width * c).gather(1, top_idx)
+    return top_scores, beam_idx, tok
+
+
+def _finalise(
+    finished: list[list[Hypothesis]],
+    fin: Tensor,
+    active: Tensor,
+    top_scores: Tensor,
+    beam_idx: Tensor,
+    tokens: Tensor,
+    width: int,
+    length: int,
+    lenpen: float,
+    K: int,
+) -> Tensor:
+    """Append the EOS extensions ``fin`` (n, K) bool to ``finished``; -> (n,) bool: the sentences now done.
+
+    A sentence takes at most K finalised hypotheses; each is scored ``logprob / length ** lenpen``
+    (``length`` counting EOS). ``tokens`` (n*width, t) are the prefixes the extensions end.
+    """
+    n = active.numel()
+    done = torch.zeros(n, dtype=torch.bool, device=active.device)
+    if fin.any():
+        for r, col in fin.nonzero().tolist():
+            sid = int(active[r])
+            if len(finished[sid]) >= K:
+                continue
+            row = r * width + int(beam_idx[r, col])
+            lp = float(top_scores[r, col])
+            finished[sid].append(Hypothesis(tokens[row, 1:].tolist(), lp / (length**lenpen), lp))
+        done = torch.tensor([len(finished[int(s)]) >= K for s in active.tolist()], device=active.device)
+    return done
+
+
+def _continuations(
+    top_scores: Tensor, is_eos: Tensor, beam_idx: Tensor, tok: Tensor, done: Tensor, K: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The K best non-EOS extensions of each sentence, and ``done`` with the sentences that have none.
+
+    -> their scores (n, K) (-inf in the slots without one), the hypotheses they extend (n, K)
+    in ``0..width-1``, their tokens (n, K), and ``done`` (n,) bool.
+    """
+    n_cand = top_scores.shape[1]
+    cont = top_scores.masked_fill(is_eos, float("-inf"))
+    sel_scores, sel = cont.topk(min(K, n_cand), dim=1)
+    if n_cand < K:  # a vocabulary smaller than the beam: the slots without a candidate are dead (-inf)
+        sel_scores = F.pad(sel_scores, (0, K - n_cand), value=float("-inf"))
+        sel = F.pad(sel, (0, K - n_cand), value=0)
+    done = done | ~torch.isfinite(sel_scores[:, 0])
+    sel_beam = beam_idx.gather(1, sel)
+    sel_tok = tok.gather(1, sel)
+    return sel_scores, sel_beam, sel_tok, done
+
+
+def _drop_done(
+    keep: Tensor, K: int, rows: Tensor, tokens: Tensor, scores: Tensor, active: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Keep only the sentences ``keep`` (n,) bool: their rows, tokens (n*K, t), scores (n, K) and ids."""
+    keep_rows = keep.repeat_interleave(K)
+    return rows[keep_rows], tokens[keep_rows], scores[keep], active[keep]
+
+
+def _reorder_state(
+    cache: IncrementalCache, enc, rows: Tensor, keep: Tensor, kept_all: bool, shared: bool
+):
+    """Reorder the cache and the encoder output to the new hypotheses ``rows``; -> the encoder output."""
+    # the sentences that stay, given: after the first step rows and sentences are not K to one
+    cache.reorder(rows, sentences=None if kept_all else keep.nonzero().squeeze(1))
+    if not shared:
+        return enc.reorder(rows)
+    if not kept_all:
+        return enc.reorder(keep.nonzero().squeeze(1))
+    return enc
+
+
+def _nbest(finished: list[list[Hypothesis]], nbest: int) -> list[list[Hypothesis]]:
+    """Each sentence's ``nbest`` best finalised hypotheses, best first (sorted in place)."""
+    out = []
+    for hyps in finished:
+        hyps.sort(key=lambda h: -h.score)
+        out.append(hyps[:nbest])
+    return out
+
+
 @torch.inference_mode()
 def beam_search(
     model,
@@ -161,66 +269,27 @@ def beam_search(
         c = min(2 * K, V)
         cand_lp, cand_tok, eos_lp = _top_extensions(logits, c)  # logits overwritten: not read again
         at_max = (max_lens[active] <= step + 1).repeat_interleave(width)
-        if at_max.any():
-            # EOS is forced here; a model that gives it zero probability still yields a
-            # hypothesis, scored as if EOS had log-probability -1e4.
-            cand_lp[at_max] = float("-inf")
-            cand_lp[at_max, 0] = eos_lp[at_max, 0].clamp(min=-1e4)
-            cand_tok[at_max, 0] = EOS
-        total = (scores.view(n, width, 1) + cand_lp.view(n, width, c)).view(n, width * c)
-        n_cand = min(2 * K, width * c)
-        top_scores, top_idx = total.topk(n_cand, dim=1)
-        beam_idx = torch.div(top_idx, c, rounding_mode="floor")
-        tok = cand_tok.view(n, width * c).gather(1, top_idx)
+        _force_eos(cand_lp, cand_tok, eos_lp, at_max)
+        top_scores, beam_idx, tok = _best_extensions(scores, cand_lp, cand_tok, n, width, K)
         is_eos = tok == EOS
         length = step + 1
         # finalise EOS candidates ranked within the top K
         fin = is_eos[:, :K] & torch.isfinite(top_scores[:, :K])
-        done = torch.zeros(n, dtype=torch.bool, device=device)
-        if fin.any():
-            for r, col in fin.nonzero().tolist():
-                sid = int(active[r])
-                if len(finished[sid]) >= K:
-                    continue
-                row = r * width + int(beam_idx[r, col])
-                lp = float(top_scores[r, col])
-                finished[sid].append(Hypothesis(tokens[row, 1:].tolist(), lp / (length**lenpen), lp))
-            done = torch.tensor([len(finished[int(s)]) >= K for s in active.tolist()], device=device)
+        done = _finalise(finished, fin, active, top_scores, beam_idx, tokens, width, length, lenpen, K)
         # continue with the K best non-EOS extensions
-        cont = top_scores.masked_fill(is_eos, float("-inf"))
-        sel_scores, sel = cont.topk(min(K, n_cand), dim=1)
-        if n_cand < K:  # a vocabulary smaller than the beam: the slots without a candidate are dead (-inf)
-            sel_scores = F.pad(sel_scores, (0, K - n_cand), value=float("-inf"))
-            sel = F.pad(sel, (0, K - n_cand), value=0)
-        done = done | ~torch.isfinite(sel_scores[:, 0])
-        sel_beam = beam_idx.gather(1, sel)
-        sel_tok = tok.gather(1, sel)
+        scores, sel_beam, sel_tok, done = _continuations(top_scores, is_eos, beam_idx, tok, done, K)
         rows = (torch.arange(n, device=device)[:, None] * width + sel_beam).view(-1)  # (n*K,) rows they extend
         tokens = torch.cat([tokens[rows], sel_tok.view(-1, 1)], dim=1)
-        scores = sel_scores
         keep = ~done
         kept_all = bool(keep.all())
         if not kept_all:
-            keep_rows = keep.repeat_interleave(K)
-            rows = rows[keep_rows]
-            tokens = tokens[keep_rows]
-            scores = scores[keep]
-            active = active[keep]
+            rows, tokens, scores, active = _drop_done(keep, K, rows, tokens, scores, active)
         if active.numel() == 0:
             break
-        # the sentences that stay, given: after the first step rows and sentences are not K to one
-        cache.reorder(rows, sentences=None if kept_all else keep.nonzero().squeeze(1))
+        enc = _reorder_state(cache, enc, rows, keep, kept_all, shared)
         width = K
-        if not shared:
-            enc = enc.reorder(rows)
-        elif not kept_all:
-            enc = enc.reorder(keep.nonzero().squeeze(1))
         step += 1
-    out = []
-    for hyps in finished:
-        hyps.sort(key=lambda h: -h.score)
-        out.append(hyps[:nbest])
-    return out
+    return _nbest(finished, nbest)
 
 
 @torch.no_grad()

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -264,6 +265,64 @@ def corpus_scores(
 # --------------------------------------------------------------------------
 
 
+def _check_bootstrap_args(
+    baseline_hyps: list[str],
+    system_hyps: dict[str, list[str]],
+    refs: list[str],
+    n_samples: int,
+    seed: int | None,
+) -> None:
+    """Raise :class:`ValueError` on mismatched or empty outputs, ``n_samples <= 0`` or a bad seed."""
+    _check_parallel(baseline_hyps, refs, what="baseline hypotheses")
+    for name, hyps in system_hyps.items():
+        _check_parallel(hyps, refs, what=f"hypotheses of system {name!r}")
+    if n_samples <= 0:
+        raise ValueError(f"n_samples must be positive, got {n_samples}")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed <= 0):
+        raise ValueError(
+            f"seed must be a positive int or None, got {seed!r} (sacreBLEU treats 0 as 'unseeded')"
+        )
+
+
+@contextmanager
+def _sacrebleu_seed(seed: int | None) -> Iterator[None]:
+    """Set ``SACREBLEU_SEED`` to ``seed`` (``"none"`` for None) in the block, then restore it."""
+    old_seed = os.environ.get("SACREBLEU_SEED")
+    os.environ["SACREBLEU_SEED"] = "none" if seed is None else str(seed)
+    try:
+        yield
+    finally:
+        if old_seed is None:
+            os.environ.pop("SACREBLEU_SEED", None)
+        else:
+            os.environ["SACREBLEU_SEED"] = old_seed
+
+
+def _bootstrap_result(
+    res: Any, bl: Any, identical: bool, metric_name: str, signature: str, n_samples: int
+) -> dict:
+    """One system's result in :func:`paired_bootstrap` from sacreBLEU's ``res`` and baseline ``bl``."""
+    raw_p = float(res.p_value)
+    mean = float(res.mean)
+    half = float(res.ci)
+    return {
+        "score": float(res.score),
+        "baseline": float(bl.score),
+        "delta": float(res.score) - float(bl.score),
+        "p_value": 1.0 if identical else raw_p,
+        "sacrebleu_p_value": raw_p,
+        "mean": mean,
+        "ci_halfwidth": half,
+        "ci": (mean - half, mean + half),
+        "baseline_mean": float(bl.mean) if bl.mean is not None else math.nan,
+        "baseline_ci_halfwidth": float(bl.ci) if bl.ci is not None else math.nan,
+        "identical_to_baseline": identical,
+        "metric": metric_name,
+        "signature": signature,
+        "n_samples": n_samples,
+    }
+
+
 def paired_bootstrap(
     baseline_hyps: list[str],
     system_hyps: dict[str, list[str]],
@@ -332,15 +391,7 @@ def paired_bootstrap(
     from sacrebleu.significance import PairedTest
 
     key = _normalize_metric(metric)
-    _check_parallel(baseline_hyps, refs, what="baseline hypotheses")
-    for name, hyps in system_hyps.items():
-        _check_parallel(hyps, refs, what=f"hypotheses of system {name!r}")
-    if n_samples <= 0:
-        raise ValueError(f"n_samples must be positive, got {n_samples}")
-    if seed is not None and (not isinstance(seed, int) or seed <= 0):
-        raise ValueError(
-            f"seed must be a positive int or None, got {seed!r} (sacreBLEU treats 0 as 'unseeded')"
-        )
+    _check_bootstrap_args(baseline_hyps, system_hyps, refs, n_samples, seed)
     if not system_hyps:
         return {}
 
@@ -361,9 +412,7 @@ def paired_bootstrap(
         suffix = f"|{_lc_tok_convention(lang)}"
 
     named = [("__baseline__", base)] + [(f"system_{i}", s) for i, s in enumerate(systems)]
-    old_seed = os.environ.get("SACREBLEU_SEED")
-    os.environ["SACREBLEU_SEED"] = "none" if seed is None else str(seed)
-    try:
+    with _sacrebleu_seed(seed):
         test = PairedTest(
             named,
             {key: metric_obj},
@@ -373,11 +422,6 @@ def paired_bootstrap(
             n_jobs=1,
         )
         signatures, table = test()
-    finally:
-        if old_seed is None:
-            os.environ.pop("SACREBLEU_SEED", None)
-        else:
-            os.environ["SACREBLEU_SEED"] = old_seed
 
     # table: {"System": [...], <metric name>: [baseline Result, system Results...]}
     metric_name = next(k for k in table if k != "System")
@@ -389,25 +433,7 @@ def paired_bootstrap(
     for idx, name in enumerate(names):
         res = results[idx + 1]
         identical = system_hyps[name] == list(baseline_hyps) or systems[idx] == base
-        raw_p = float(res.p_value)
-        mean = float(res.mean)
-        half = float(res.ci)
-        out[name] = {
-            "score": float(res.score),
-            "baseline": float(bl.score),
-            "delta": float(res.score) - float(bl.score),
-            "p_value": 1.0 if identical else raw_p,
-            "sacrebleu_p_value": raw_p,
-            "mean": mean,
-            "ci_halfwidth": half,
-            "ci": (mean - half, mean + half),
-            "baseline_mean": float(bl.mean) if bl.mean is not None else math.nan,
-            "baseline_ci_halfwidth": float(bl.ci) if bl.ci is not None else math.nan,
-            "identical_to_baseline": identical,
-            "metric": metric_name,
-            "signature": signature,
-            "n_samples": n_samples,
-        }
+        out[name] = _bootstrap_result(res, bl, identical, metric_name, signature, n_samples)
     return out
 
 

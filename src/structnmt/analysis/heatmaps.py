@@ -179,6 +179,16 @@ def _heat(fig, ax, w: np.ndarray, xlabels: list[str], ylabels: list[str], title:
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02).ax.tick_params(labelsize=fontsize - 1)
 
 
+
+def _heads_and_mean(fig, axes, w: np.ndarray, xlabels: list[str], ylabels: list[str], titles: list[str],
+                    mean_title: str, **style) -> None:
+    """One row of panels: each head of ``w`` (H, rows, cols) in ``axes[h]`` titled ``titles[h]``, then the
+    heads' mean in ``axes[H]``, all on one colour scale (its bar on the mean's panel only)."""
+    H, vmax = w.shape[0], float(w.max())
+    for h in range(H):
+        _heat(fig, axes[h], w[h], xlabels, ylabels, titles[h], show_y=h == 0, vmax=vmax, colorbar=False, **style)
+    _heat(fig, axes[H], w.mean(0), xlabels, ylabels, mean_title, show_y=False, vmax=vmax, **style)
+
 def _save(fig, out, name: str) -> Path:
     """``fig`` as ``name`` in ``out`` (a :class:`structnmt.files.OutputDir`: checked, written atomically)."""
     return out.write_with(name, lambda tmp: fig.savefig(tmp, dpi=90, format="png"))
@@ -480,13 +490,9 @@ def _draw_encoder_self(run: _Run, s: _Sentence) -> None:
         if run.after_mgsa[li]:
             color, frame, tag = "red", "red", " (after MG-SA, fn. 2)"
         show_x = li == len(maps) - 1 or len(kl) != S
-        vmax = float(w.max())
-        for h in range(H):
-            title = f"L{li + 1}{tag} h{h + 1}" + (f" [{heads[h]}]" if heads[h] else "")
-            _heat(fig, axes[li][h], w[h], kl, ql, title, color=color, frame=frame,
-                  show_x=show_x, show_y=h == 0, vmax=vmax, colorbar=False)
-        _heat(fig, axes[li][H], w.mean(0), kl, ql, f"L{li + 1}{tag} mean of heads",
-              color=color, frame=frame, show_x=show_x, show_y=False, vmax=vmax)
+        titles = [f"L{li + 1}{tag} h{h + 1}" + (f" [{heads[h]}]" if heads[h] else "") for h in range(H)]
+        _heads_and_mean(fig, axes[li], w, kl, ql, titles, f"L{li + 1}{tag} mean of heads",
+                        color=color, frame=frame, show_x=show_x)
     fig.suptitle(f"Encoder self-attention, sentence {n}: {run.texts[run.chosen[n - 1]][:90]}", fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.98))
     run.written.append(_save(fig, run.out, f"sent{n}_encoder_self.png"))
@@ -541,12 +547,8 @@ def _draw_phrase_transformer(run: _Run, s: _Sentence) -> None:
         axes = fig.subplots(len(phases), H + 1, squeeze=False)
         last = len(phases) - 1
         for row, (w, name) in enumerate(phases):
-            vmax = float(w.max())
-            for h in range(H):
-                _heat(fig, axes[row][h], w[h], labels, labels, f"L{li + 1} h{h + 1} {name}",
-                      show_x=row == last, show_y=h == 0, vmax=vmax, colorbar=False, fontsize=7)
-            _heat(fig, axes[row][H], w.mean(0), labels, labels, f"L{li + 1} {name}, mean of heads",
-                  show_x=row == last, show_y=False, vmax=vmax, fontsize=7)
+            _heads_and_mean(fig, axes[row], w, labels, labels, [f"L{li + 1} h{h + 1} {name}" for h in range(H)],
+                            f"L{li + 1} {name}, mean of heads", show_x=row == last, fontsize=7)
         fig.suptitle(f"PhraseTransformer layer {li + 1}, sentence {n}: words then hypernodes", fontsize=11)
         fig.tight_layout(rect=(0, 0, 1, 0.96))
         run.written.append(_save(fig, run.out, f"sent{n}_phrase_transformer_layer{li + 1}.png"))
@@ -608,12 +610,8 @@ def _draw_cross_last(run: _Run, s: _Sentence) -> None:
     kl = src_labels + [f"+{k}" for k in range(w.shape[2] - s.S)]
     fig = run.fig_cls(figsize=((H + 1) * (0.55 + 0.17 * len(kl) + 0.9), 0.55 + 0.17 * T + 1.6))
     axes = fig.subplots(1, H + 1, squeeze=False)[0]
-    vmax = float(w.max())
-    for h in range(H):
-        _heat(fig, axes[h], w[h], kl, tgt_labels, f"cross L{len(cross)} h{h + 1}", show_y=h == 0,
-              vmax=vmax, colorbar=False)
-    _heat(fig, axes[H], w.mean(0), kl, tgt_labels, f"cross L{len(cross)} mean of heads", show_y=False,
-          vmax=vmax)
+    _heads_and_mean(fig, axes, w, kl, tgt_labels, [f"cross L{len(cross)} h{h + 1}" for h in range(H)],
+                    f"cross L{len(cross)} mean of heads")
     hyp_text = run.tr.tgt_vocab.decode(s.hyp.tokens)
     fig.suptitle(f"Last decoder layer cross-attention, sentence {n} -> {hyp_text[:90]}", fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.94))

@@ -470,6 +470,14 @@ def _draw_syntax_gate(run: _Run, s: _Sentence, z: list[float]) -> None:
     run.written.append(_save(fig, run.out, f"sent{n}_syntax_gate.png"))
 
 
+def _finish(run: _Run, fig, title: str, top: float, name: str) -> None:
+    """Title ``fig``, lay it out below the title (``top``: the fraction of the height left to the panels)
+    and save it as ``name`` among the run's written files."""
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, top))
+    run.written.append(_save(fig, run.out, name))
+
+
 def _draw_encoder_self(run: _Run, s: _Sentence) -> None:
     """Encoder self-attention, every layer: one row per layer, a column per head and their mean."""
     n, node_labels, S = s.n, s.node_labels, s.S
@@ -493,9 +501,8 @@ def _draw_encoder_self(run: _Run, s: _Sentence) -> None:
         titles = [f"L{li + 1}{tag} h{h + 1}" + (f" [{heads[h]}]" if heads[h] else "") for h in range(H)]
         _heads_and_mean(fig, axes[li], w, kl, ql, titles, f"L{li + 1}{tag} mean of heads",
                         color=color, frame=frame, show_x=show_x)
-    fig.suptitle(f"Encoder self-attention, sentence {n}: {run.texts[run.chosen[n - 1]][:90]}", fontsize=11)
-    fig.tight_layout(rect=(0, 0, 1, 0.98))
-    run.written.append(_save(fig, run.out, f"sent{n}_encoder_self.png"))
+    _finish(run, fig, f"Encoder self-attention, sentence {n}: {run.texts[run.chosen[n - 1]][:90]}", 0.98,
+            f"sent{n}_encoder_self.png")
 
 
 def _draw_mgsa_memories(run: _Run, s: _Sentence) -> None:
@@ -523,10 +530,8 @@ def _draw_mgsa_memories(run: _Run, s: _Sentence) -> None:
             _heat(fig, ax, w, xl, src_labels, title, fontsize=8, show_y=k % cols == 0)
         for ax in axes[len(panels):]:
             ax.set_axis_off()
-        fig.suptitle(f"MG-SA layer {li + 1}: each head over its memory (words or phrases), sentence {n}",
-                     fontsize=11)
-        fig.tight_layout(rect=(0, 0, 1, 0.97))
-        run.written.append(_save(fig, run.out, f"sent{n}_mgsa_layer{li + 1}_phrases.png"))
+        _finish(run, fig, f"MG-SA layer {li + 1}: each head over its memory (words or phrases), sentence {n}",
+                0.97, f"sent{n}_mgsa_layer{li + 1}_phrases.png")
 
 
 def _draw_phrase_transformer(run: _Run, s: _Sentence) -> None:
@@ -549,9 +554,8 @@ def _draw_phrase_transformer(run: _Run, s: _Sentence) -> None:
         for row, (w, name) in enumerate(phases):
             _heads_and_mean(fig, axes[row], w, labels, labels, [f"L{li + 1} h{h + 1} {name}" for h in range(H)],
                             f"L{li + 1} {name}, mean of heads", show_x=row == last, fontsize=7)
-        fig.suptitle(f"PhraseTransformer layer {li + 1}, sentence {n}: words then hypernodes", fontsize=11)
-        fig.tight_layout(rect=(0, 0, 1, 0.96))
-        run.written.append(_save(fig, run.out, f"sent{n}_phrase_transformer_layer{li + 1}.png"))
+        _finish(run, fig, f"PhraseTransformer layer {li + 1}, sentence {n}: words then hypernodes", 0.96,
+                f"sent{n}_phrase_transformer_layer{li + 1}.png")
 
 
 def _draw_rhe(run: _Run, s: _Sentence) -> None:
@@ -577,10 +581,8 @@ def _draw_rhe(run: _Run, s: _Sentence) -> None:
             title = "kept (important)" if imp[h] else "after enlivening"
             _heat(fig, axes[1][h], after[h], src_labels, src_labels, f"L{li + 1} h{h + 1} {title}",
                   color="black" if imp[h] else "tab:green", show_y=h == 0, fontsize=8)
-        fig.suptitle(f"RHE layer {li + 1}, sentence {n}: each head's plain attention (top) and what the "
-                     f"layer used (bottom)", fontsize=11)
-        fig.tight_layout(rect=(0, 0, 1, 0.96))
-        run.written.append(_save(fig, run.out, f"sent{n}_rhe_layer{li + 1}.png"))
+        _finish(run, fig, f"RHE layer {li + 1}, sentence {n}: each head's plain attention (top) and what the "
+                f"layer used (bottom)", 0.96, f"sent{n}_rhe_layer{li + 1}.png")
 
 
 def _draw_quadrants(run: _Run, s: _Sentence) -> None:
@@ -613,9 +615,8 @@ def _draw_cross_last(run: _Run, s: _Sentence) -> None:
     _heads_and_mean(fig, axes, w, kl, tgt_labels, [f"cross L{len(cross)} h{h + 1}" for h in range(H)],
                     f"cross L{len(cross)} mean of heads")
     hyp_text = run.tr.tgt_vocab.decode(s.hyp.tokens)
-    fig.suptitle(f"Last decoder layer cross-attention, sentence {n} -> {hyp_text[:90]}", fontsize=11)
-    fig.tight_layout(rect=(0, 0, 1, 0.94))
-    run.written.append(_save(fig, run.out, f"sent{n}_cross_last.png"))
+    _finish(run, fig, f"Last decoder layer cross-attention, sentence {n} -> {hyp_text[:90]}", 0.94,
+            f"sent{n}_cross_last.png")
 
 
 # --------------------------------------------------------------------------- reports

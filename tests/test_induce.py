@@ -186,6 +186,9 @@ def test_induce_end_to_end(synth_data, tmp_path):
         induce_table([("a", tmp_path / "out"), ("b", tmp_path / "skip")], tmp_path / "t2.md")
     with pytest.raises(UserError, match="not found"):
         induce_table([("a", tmp_path / "nowhere")], tmp_path / "t3.md")
+    with pytest.raises(UserError, match="at least one LABEL=DIR"):
+        induce_table([], tmp_path / "t4.md")
+    assert not (tmp_path / "t4.md").exists()
     assert main(["induce-table", "no-equals-sign", "--out", str(tmp_path / "t4.md")]) == 2
     # BLEU column and the rank correlation of DA/UA with BLEU (here every model has the same trees: undefined)
     assert main(["induce-table", f"SA={tmp_path / 'out'}", f"again={tmp_path / 'out'}", f"third={tmp_path / 'out'}",

@@ -574,6 +574,8 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
     column and the rank correlation of DA and of UA with BLEU across those models
     (Spearman, permutation test: :mod:`structnmt.evaluate.correlation`) — §6.2's "the
     quality of induced trees ... is not correlated with the translation quality"."""
+    if not runs:
+        raise UserError(f"--out {out}: no induce output to tabulate; give at least one LABEL=DIR.")
     reports = [_read_report(label, d) for label, d in runs]
     from .files import OutputDir, check_writable, same_file
 

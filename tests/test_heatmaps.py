@@ -164,3 +164,31 @@ def test_analyze_an_sa_nmt_model_draws_the_syntactic_gate(trained, tmp_path):
     gate = json.loads((tmp_path / "out" / "attention_stats.json").read_text())["syntax_gate"]
     assert sum(gate["highest_in_sentence"].values()) == 2  # one highest token per analysed sentence
     assert 0 < gate["mean"] < 32 ** 0.5 and gate["eos_mean"] is not None
+
+
+def test_statistics_read_the_token_queries_and_leave_phrase_rows_to_the_quadrants():
+    """Entropy and locality average over the token rows only: a PhraseTransformer's hypernode rows (or an
+    interleaved layer's phrase queries) have no position, so they must not count as adjacent tokens."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from structnmt.analysis.heatmaps import _Acc, _add_statistics
+
+    S, P = 3, 2  # 3 source tokens, then 2 hypernode rows and keys
+    w = torch.zeros(1, S + P, S + P)
+    w[0, torch.arange(S), torch.arange(S)] = 1.0  # every token attends to itself: diagonal 1, entropy 0
+    w[0, S, S - 1] = 1.0  # hypernode rows: all mass "next to" them (|i - j| = 1) ...
+    w[0, S + 1, S] = 1.0
+    tgt = torch.full((1, 2, 2), 0.5)  # 2 target tokens attending uniformly to both
+    no_layout = SimpleNamespace(quadrant_layout=lambda: None)
+    run = SimpleNamespace(acc=_Acc(), quad={}, mgsa_at=[False],
+                          modules={"encoder_self": [no_layout], "decoder_self": [no_layout], "cross": []})
+    s = SimpleNamespace(S=S, tgt_labels=["a", "</s>"], enc_outs=[],
+                        res=SimpleNamespace(attentions={"encoder_self": [w[None]], "decoder_self": [tgt[None]]}))
+    _add_statistics(run, s)
+    assert run.acc.mean(("encoder_self", 0, "diagonal")) == pytest.approx(1.0)
+    assert run.acc.mean(("encoder_self", 0, "adjacent")) == pytest.approx(0.0)  # ... which stays out of it
+    assert run.acc.mean(("encoder_self", 0, "entropy_per_head")) == pytest.approx([0.0], abs=1e-9)
+    assert run.acc.mean(("decoder_self", 0, "diagonal")) == pytest.approx(0.5)
+    assert run.acc.mean(("decoder_self", 0, "entropy_per_head")) == pytest.approx([float(torch.log(torch.tensor(2.0)))])

@@ -53,7 +53,10 @@ Files written in ``out_dir`` (``n`` = 1-based sentence number):
   ``cross``): the mean attention entropy (nats) overall and per head, and for the self
   attentions the share of attention on the diagonal (the token itself), on the adjacent
   tokens (|i - j| = 1) and their sum; for MG-SA layers also the entropy of every head
-  group over its own memory. Averages are over heads, query positions and sentences.
+  group over its own memory. Averages are over heads, token query positions and sentences:
+  the rows of a PhraseTransformer layer's hypernodes and of an interleaved phrase-based
+  layer's phrase queries are left out, and locality is measured among the tokens (phrases
+  and hypernodes have no position); those layers' phrase rows are in the quadrants.
 """
 
 from __future__ import annotations
@@ -403,18 +406,18 @@ def _add_statistics(run: _Run, s: _Sentence) -> None:
                        ("decoder_self", s.res.attentions.get("decoder_self", [])),
                        ("cross", s.res.attentions.get("cross", []))):
         for li, w in enumerate(maps):
-            w = w[0].float().cpu()  # (H, T, K)
+            w = w[0].float().cpu()  # (H, T, K): T token queries, then any phrase or hypernode queries
             lay = run.modules[role][li].quadrant_layout() if li < len(run.modules[role]) else None
             if lay is not None:  # token/phrase quadrants (phrase-based attentions, Tables 3-4)
                 m = quadrant_mass(w, lay, w.shape[1])
                 tot = run.quad.setdefault((role, li), dict.fromkeys(m, 0.0))
                 for k, v in m.items():
                     tot[k] += v
-            ent = _entropy(w).mean(-1)  # (H,)
+            T = s.S if role == "encoder_self" else len(s.tgt_labels)  # the token queries
+            ent = _entropy(w[:, :T]).mean(-1)  # (H,)
             acc.add((role, li, "entropy_per_head"), ent.tolist())
             if role != "cross":
-                T = w.shape[1]
-                d, a = _locality(w[:, :, :T])
+                d, a = _locality(w[:, :T, :T])
                 acc.add((role, li, "diagonal"), d)
                 acc.add((role, li, "adjacent"), a)
     for li, o in enumerate(s.enc_outs):

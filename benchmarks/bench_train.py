@@ -29,10 +29,15 @@ allocator, THP_MEM_ALLOC_ENABLE=0 and =1, read at the first allocation) and
 ``--malloc-compare`` (structnmt's allocator setting, ``structnmt.allocator``:
 STRUCTNMT_MALLOC=system and =retain). Like the command line, the benchmark applies the
 allocator setting of STRUCTNMT_MALLOC (default: retain) before it allocates anything.
+``--omp-wait-compare`` compares OpenMP's wait policy the same way: OMP_WAIT_POLICY unset
+(libgomp's default: a thread spins before it sleeps) and PASSIVE (threads sleep at once), which
+the command line sets unless the user has (``structnmt.cli``). ``--busy N`` keeps N single-thread
+busy-loop processes running during a comparison: a machine shared with other jobs.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_train.py --data data-bin/multi30k_en_de --threads 1
     python benchmarks/bench_train.py --data data-bin/multi30k_en_de --thp-compare
     OMP_NUM_THREADS=1 python benchmarks/bench_train.py --data data-bin/multi30k_en_de --malloc-compare
+    python benchmarks/bench_train.py --data data-bin/multi30k_en_de --threads 2 --omp-wait-compare --busy 2
 """
 
 from __future__ import annotations
@@ -138,22 +143,38 @@ def _build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--variants", default="baseline,fused-adam,bf16,bf16+fused,no-gnorm")
     ap.add_argument("--thp-compare", action="store_true")
     ap.add_argument("--malloc-compare", action="store_true")
+    ap.add_argument("--omp-wait-compare", action="store_true")
+    ap.add_argument("--busy", type=int, default=0, help="busy-loop processes beside a --*-compare (a shared machine)")
     ap.add_argument("--only-baseline", action="store_true", help=argparse.SUPPRESS)
     return ap
 
 
 def _compare_settings(args: argparse.Namespace) -> None:
-    """``--thp-compare`` / ``--malloc-compare``: the baseline in child processes under both settings, alternating."""
+    """``--thp-compare`` / ``--malloc-compare`` / ``--omp-wait-compare``: the baseline in child processes under
+    both settings, alternating (``unset``: the variable removed from the child's environment)."""
     cmd = [sys.executable, __file__, "--config", args.config, "--data", args.data, "--threads", str(args.threads),
            "--batches", str(args.batches), "--rounds", "1", "--only-baseline"]
-    var, settings = ("THP_MEM_ALLOC_ENABLE", ("0", "1")) if args.thp_compare else ("STRUCTNMT_MALLOC", ("system", "retain"))
+    if args.thp_compare:
+        var, settings = "THP_MEM_ALLOC_ENABLE", ("0", "1")
+    elif args.omp_wait_compare:
+        var, settings = "OMP_WAIT_POLICY", ("unset", "PASSIVE")
+    else:
+        var, settings = "STRUCTNMT_MALLOC", ("system", "retain")
     res: dict[str, list[float]] = {v: [] for v in settings}
-    for r in range(args.rounds):
-        for v in (settings if r % 2 == 0 else settings[::-1]):
-            env = {**os.environ, var: v}
-            line = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout.strip()
-            res[v].append(float(line.split()[-1]))
-            print(f"{var}={v}: {res[v][-1]:.0f} tok/s", flush=True)
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        for r in range(args.rounds):
+            for v in (settings if r % 2 == 0 else settings[::-1]):
+                env = {k: x for k, x in os.environ.items() if k != var}
+                if v != "unset":
+                    env[var] = v
+                line = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout.strip()
+                res[v].append(float(line.split()[-1]))
+                print(f"{var}={v}: {res[v][-1]:.0f} tok/s", flush=True)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
     a, b = statistics.median(res[settings[0]]), statistics.median(res[settings[1]])
     print(f"| {var}={settings[0]} | {a:.0f} tok/s | 1.00 |\n| {var}={settings[1]} | {b:.0f} tok/s | {b / a:.2f} |")
 
@@ -218,7 +239,7 @@ def main() -> None:
     ap = _build_parser()
     args = ap.parse_args()
 
-    if args.thp_compare or args.malloc_compare:
+    if args.thp_compare or args.malloc_compare or args.omp_wait_compare:
         _compare_settings(args)
         return
 

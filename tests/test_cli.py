@@ -233,3 +233,28 @@ def test_overrides_may_follow_options_and_unknown_flags_are_refused(monkeypatch,
     with pytest.raises(SystemExit):
         cli.main(["experiment", "g.yaml", "--jobs", "2", "--jbos", "3"])
     assert "unrecognized arguments: --jbos" in capsys.readouterr().err
+
+
+_OMP_PROBE = """
+import os, sys
+seen = []
+class Spy:  # records the wait policy at the moment torch (and with it the OpenMP runtime) is first imported
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and not seen:
+            seen.append(os.environ.get("OMP_WAIT_POLICY"))
+        return None
+sys.meta_path.insert(0, Spy())
+from structnmt.cli import main
+rc = main(["translate", "--checkpoint", "no-such.pt", "--input", "no-such.txt"])
+print(rc, "torch" in sys.modules, seen)
+"""
+
+
+@pytest.mark.parametrize("user", [None, "ACTIVE"])
+def test_the_command_line_sets_a_passive_openmp_wait_policy_before_torch_loads_unless_the_user_set_one(user, tmp_path):
+    """OpenMP reads OMP_WAIT_POLICY once, when torch loads its runtime: set later, it would change nothing."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if user is not None:
+        env["OMP_WAIT_POLICY"] = user
+    out = subprocess.run([sys.executable, "-c", _OMP_PROBE], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.stdout.split("\n")[-2] == f"2 True ['{user or 'PASSIVE'}']", out.stdout + out.stderr

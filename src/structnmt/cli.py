@@ -825,7 +825,18 @@ def main(argv: list[str] | None = None) -> int:
         return _err("interrupted")
 
 
+def _passive_openmp_waits() -> None:
+    """OMP_WAIT_POLICY=PASSIVE unless the user set a policy: an OpenMP thread that finishes its share of a
+    parallel region sleeps at once instead of spinning on a core (libgomp's default). On a machine busy
+    with other jobs the spinning threads take turns with the ones that have work: training at 2 threads
+    beside 2 busy processes ran 1.6-2.2x faster with PASSIVE, and level (1.04x) on an idle machine
+    (benchmarks/README.md, ``bench_train.py --omp-wait-compare``). The OpenMP runtime reads the variable
+    when torch is loaded, so this runs before anything imports torch; child processes inherit it."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def _main(argv: list[str] | None) -> int:
+    _passive_openmp_waits()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # anywhere on the line: show tracebacks of user errors too
     argv = [a for a in argv if a != "--debug"]

@@ -197,12 +197,11 @@ def _reorder_state(
 ):
     """Reorder the cache and the encoder output to the new hypotheses ``rows``; -> the encoder output."""
     # the sentences that stay, given: after the first step rows and sentences are not K to one
-    cache.reorder(rows, sentences=None if kept_all else keep.nonzero().squeeze(1))
+    stay = None if kept_all else keep.nonzero().squeeze(1)  # one host sync, shared by both reorders
+    cache.reorder(rows, sentences=stay)
     if not shared:
         return enc.reorder(rows)
-    if not kept_all:
-        return enc.reorder(keep.nonzero().squeeze(1))
-    return enc
+    return enc if stay is None else enc.reorder(stay)
 
 
 def _nbest(finished: list[list[Hypothesis]], nbest: int) -> list[list[Hypothesis]]:

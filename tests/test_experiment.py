@@ -643,3 +643,28 @@ def test_a_run_that_reads_parses_is_refused_before_training_when_its_parser_is_m
     with pytest.raises(Launched):
         run_grid(grid(f"  - name: + DEA\n    overrides: [{dea}]\n", str(tmp_path / "all.jsonl")), tmp_path / "out4",
                  log=lambda *_: None)
+
+
+def test_the_report_says_which_runs_ran_on_which_machine_when_they_differ():
+    """Runs of one grid trained on two GPUs: the hardware bullet names which systems and seeds ran on each
+    and that the speed columns compare only within a machine; runs on one machine get no such note."""
+    from structnmt.config import Config
+    from structnmt.experiment.report import _hardware_line, hardware
+
+    h200 = {**hardware(), "gpu": "NVIDIA H200"}
+    h100 = {**h200, "gpu": "NVIDIA H100 80GB HBM3"}
+    same = {("Transformer", 1): {"hardware": h200, "train_device": "cuda"},
+            ("Transformer", 2): {"hardware": h200, "train_device": "cuda"}}
+    configs = {k: Config() for k in same}
+    line = _hardware_line(same, configs)
+    assert "(recorded by the runs)" in line and "different machines" not in line
+    mixed = {**same, ("+ DEA", 1): {"hardware": h100, "train_device": "cuda"},
+             ("+ DEA", 3): {"hardware": h100, "train_device": "cuda"}}
+    configs.update({k: Config() for k in mixed})
+    line = _hardware_line(mixed, configs)
+    assert "NVIDIA H200: Transformer (seeds 1, 2)" in line
+    assert "NVIDIA H100 80GB HBM3: + DEA (seeds 1, 3)" in line
+    assert "compare only rows measured on the same machine" in line and line.endswith(".")
+    versions = {**same, ("+ DEA", 1): {"hardware": {**h200, "torch": "0.0"}, "train_device": "cuda"}}
+    configs.update({k: Config() for k in versions})
+    assert "different platforms or library versions" in _hardware_line(versions, configs)

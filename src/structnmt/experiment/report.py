@@ -380,7 +380,7 @@ def _hardware_line(results: dict, configs: dict[tuple[str, int], Config]) -> str
     recorded = [r["hardware"] for r in results.values() if r.get("hardware")]
     hw = recorded[0] if recorded else hardware()
     where = ("recorded by the runs" if recorded and all(h == hw for h in recorded) else
-             "runs recorded different machines: see result.json" if recorded else
+             _machines_note(results) if recorded else
              "this machine (the runs recorded none)")
     threads = sorted({c.train.threads for c in configs.values()})
     devices = sorted({r["train_device"] for r in results.values()})
@@ -389,6 +389,29 @@ def _hardware_line(results: dict, configs: dict[tuple[str, int], Config]) -> str
             f"Python {hw['python']}; train.threads {', '.join(str(t) for t in threads)}"
             + (f"; OMP_NUM_THREADS={hw['omp_num_threads']}" if hw["omp_num_threads"] else "") + f" ({where})"
             + _decode_workers_note(results) + ".")
+
+
+def _machine_name(hw: dict) -> str:
+    """A recorded machine in a few words: its GPU, else its CPU and core count."""
+    return hw["gpu"] or f"{hw['cpu'] or 'unknown CPU'} ({hw['cpu_count']} logical CPUs)"
+
+
+def _machines_note(results: dict) -> str:
+    """When the runs recorded different machines: which systems (and seeds) ran on which, and that the
+    speed and memory columns compare only rows measured on the same one."""
+    by_machine: dict[str, dict[str, list[int]]] = {}
+    for (name, seed), r in results.items():
+        if r.get("hardware"):
+            by_machine.setdefault(_machine_name(r["hardware"]), {}).setdefault(name, []).append(seed)
+    if len(by_machine) == 1:  # same GPU or CPU, another platform or library version
+        return "runs recorded different platforms or library versions: see result.json"
+    parts = []
+    for machine, systems in by_machine.items():
+        rows = ", ".join(f"{name} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, sorted(seeds)))})"
+                         for name, seeds in systems.items())
+        parts.append(f"{machine}: {rows}")
+    return ("the runs recorded different machines, the line above is the first's; " + "; ".join(parts)
+            + "; Speed, Decode and Peak mem compare only rows measured on the same machine")
 
 
 def _decode_workers_note(results: dict) -> str:

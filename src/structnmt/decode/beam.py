@@ -153,14 +153,15 @@ def _finalise(
     n = active.numel()
     done = torch.zeros(n, dtype=torch.bool, device=active.device)
     if fin.any():
-        for r, col in fin.nonzero().tolist():
-            sid = int(active[r])
-            if len(finished[sid]) >= K:
-                continue
-            row = r * width + int(beam_idx[r, col])
-            lp = float(top_scores[r, col])
-            finished[sid].append(Hypothesis(tokens[row, 1:].tolist(), lp / (length**lenpen), lp))
-        done = torch.tensor([len(finished[int(s)]) >= K for s in active.tolist()], device=active.device)
+        # Everything the loop reads comes to the host in one transfer per tensor (on a GPU, reading
+        # element by element would wait on the device once per element).
+        r, col = fin.nonzero().unbind(1)
+        rows = r * width + beam_idx[r, col]
+        active_ids = active.tolist()
+        for sid, lp, hyp in zip(active[r].tolist(), top_scores[r, col].tolist(), tokens[rows, 1:].tolist()):
+            if len(finished[sid]) < K:
+                finished[sid].append(Hypothesis(hyp, lp / (length**lenpen), lp))
+        done = torch.tensor([len(finished[s]) >= K for s in active_ids], device=active.device)
     return done
 
 

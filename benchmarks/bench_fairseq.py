@@ -30,7 +30,8 @@ What it does, in one run:
    sentences per batch: fairseq-generate's own "sentences/s" against structnmt's
    sentences/s measured the same way (generation only, the model already loaded), the
    same with ``--threads`` worker processes of one thread each (``structnmt translate
-   --workers``; workers started before the clock), structnmt's ``--dtype bfloat16`` and
+   --workers``; workers started before the clock; with ``--threads 1`` that is the one-process
+   row, so it is left out), structnmt's ``--dtype bfloat16`` and
    ``--dtype int8``, plus structnmt's CTranslate2 export (float32 and int8) when
    ``ctranslate2`` is installed.
 5. **On a GPU** (``--device cuda``): both train and decode on the GPU in mixed precision,
@@ -332,10 +333,11 @@ def _decode_modes(threads: int, device: str) -> dict[str, tuple[int, str, int]]:
     # on a GPU float32 and bfloat16 only. mode label -> (threads, dtype, workers)
     modes = {"": (threads, "float32", 1), " --dtype bfloat16": (threads, "bfloat16", 1)}
     if device == "cpu":
-        modes.update({" translate's default (workers chosen by itself)": (threads, "float32", 0),
-                      f" --workers {threads} (1 thread each)": (1, "float32", threads),
-                      f" --workers {threads} --dtype int8": (1, "int8", threads),
-                      " --dtype int8": (threads, "int8", 1)})
+        modes[" translate's default (workers chosen by itself)"] = (threads, "float32", 0)
+        if threads > 1:  # with one thread, "--workers 1 (1 thread each)" is the one-process row again
+            modes.update({f" --workers {threads} (1 thread each)": (1, "float32", threads),
+                          f" --workers {threads} --dtype int8": (1, "int8", threads)})
+        modes[" --dtype int8"] = (threads, "int8", 1)
     return modes
 
 

@@ -67,3 +67,18 @@ def test_the_report_of_a_decoding_only_run_has_no_training_rows():
     lines = bench.report_lines(measured(bench, fs_rates=[], sn_rates=[], fs_mp=[], sn_mp=[], ct2_dec={}))
     assert not any("training" in line or line.startswith("(per round") for line in lines)
     assert "| decoding sentences/s, structnmt --dtype int8 | 100.0 | 180.0 | 1.80 |" in lines
+
+
+def test_decoding_modes_leave_out_the_worker_rows_that_one_thread_would_repeat():
+    """With --threads 1, '--workers 1 (1 thread each)' is the one-process row again: no such rows then;
+    with 2 threads every CPU mode is measured once; on a GPU float32 and bfloat16 only."""
+    bench = load_bench()
+    two = bench._decode_modes(2, "cpu")
+    assert two == {"": (2, "float32", 1), " --dtype bfloat16": (2, "bfloat16", 1),
+                   " translate's default (workers chosen by itself)": (2, "float32", 0),
+                   " --workers 2 (1 thread each)": (1, "float32", 2), " --workers 2 --dtype int8": (1, "int8", 2),
+                   " --dtype int8": (2, "int8", 1)}
+    one = bench._decode_modes(1, "cpu")
+    assert not [label for label in one if "--workers" in label]
+    assert set(one) == set(two) - {" --workers 2 (1 thread each)", " --workers 2 --dtype int8"}
+    assert bench._decode_modes(2, "cuda") == {"": (2, "float32", 1), " --dtype bfloat16": (2, "bfloat16", 1)}

@@ -271,3 +271,24 @@ def test_paired_bootstrap_validation():
     with pytest.raises(ValueError):
         paired_bootstrap(BASE, {"x": BASE}, REFS, n_samples=0)
     assert paired_bootstrap(BASE, {}, REFS) == {}
+
+
+def test_bleu_lc_tok_scores_tokenized_text_without_sacrebleus_detokenize_warning(caplog):
+    """BLEU (lc,tok) scores Moses-tokenized text on purpose: sacreBLEU's "forgot to detokenize" warning
+    (over 100 lines ending in " .") is not logged for it, and its signature is sacreBLEU's usual one."""
+    import logging
+
+    from structnmt.evaluate.seeds import _metric
+
+    refs = [f"the cat number {i} sat on the mat." for i in range(120)]
+    hyps = [f"the cat number {i} sat on a mat." for i in range(120)]
+    with caplog.at_level(logging.WARNING, logger="sacrebleu"):
+        scores = corpus_scores(hyps, refs, metrics=("bleu",), lowercase_tokenized=True)
+        paired_bootstrap(hyps, {"x": refs}, refs, metric="bleu_lc_tok", n_samples=10)
+        _metric("bleu_lc_tok").corpus_score([h.replace(".", " .") for h in hyps], [refs])
+    assert not [r for r in caplog.records if "detokenize" in r.getMessage()]
+    lc_tok = next(s for s in scores if s.name == "BLEU (lc,tok)")
+    assert lc_tok.signature.startswith(f"nrefs:1|case:mixed|eff:no|tok:none|smooth:exp|version:{sacrebleu.__version__}|")
+    with caplog.at_level(logging.WARNING, logger="sacrebleu"):  # the warning this is about, still there unforced
+        sacrebleu.metrics.BLEU(tokenize="none").corpus_score([h.replace(".", " .") for h in hyps], [refs])
+    assert [r for r in caplog.records if "detokenize" in r.getMessage()]

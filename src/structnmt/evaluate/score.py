@@ -133,6 +133,15 @@ def _lc_tok_convention(lang: str) -> str:
     return f"conv:lc+moses-tok({lang})"
 
 
+def lc_tok_bleu() -> Any:
+    """sacreBLEU's BLEU for text already lowercased and Moses-tokenized (BLEU (lc,tok)): no tokenizer
+    of its own, and ``force`` because tokenized input is the point here (sacreBLEU would otherwise warn
+    that the text looks tokenized; ``force`` is not part of the signature)."""
+    from sacrebleu.metrics import BLEU
+
+    return BLEU(tokenize="none", lowercase=False, force=True)
+
+
 # --------------------------------------------------------------------------
 # Scoring
 # --------------------------------------------------------------------------
@@ -194,11 +203,9 @@ def _chrf_score(hyps: Sequence[str], refs: Sequence[str]) -> Score:
 
 
 def _bleu_lc_tok_score(hyps: Sequence[str], refs: Sequence[str], lang: str) -> Score:
-    from sacrebleu.metrics import BLEU
-
     tok_hyps = moses_lc_tokenize(hyps, lang)
     tok_refs = moses_lc_tokenize(refs, lang)
-    metric = BLEU(tokenize="none", lowercase=False)
+    metric = lc_tok_bleu()
     res = metric.corpus_score(tok_hyps, [tok_refs])
     return Score(
         name="BLEU (lc,tok)",
@@ -228,7 +235,7 @@ def corpus_scores(
             accepted and is equivalent to ``lowercase_tokenized=True``.
         lowercase_tokenized: Also report ``"BLEU (lc,tok)"``: both sides are
             lowercased and Moses-tokenized (``sacremoses``, ``escape=False``)
-            and scored with ``BLEU(tokenize="none", lowercase=False)``, i.e.
+            and scored with ``BLEU(tokenize="none", lowercase=False, force=True)``, i.e.
             the ``multi-bleu.perl``-on-tokenized-text convention of the
             fairseq Multi30k results. Its signature ends with
             ``|conv:lc+moses-tok(<lang>)``.
@@ -405,7 +412,7 @@ def paired_bootstrap(
     elif key == "chrf":
         metric_obj = CHRF()
     else:
-        metric_obj = BLEU(tokenize="none", lowercase=False)
+        metric_obj = lc_tok_bleu()
         base = moses_lc_tokenize(base, lang)
         systems = [moses_lc_tokenize(s, lang) for s in systems]
         references = moses_lc_tokenize(references, lang)

@@ -88,7 +88,9 @@ def _metric(metric: str) -> Any:
     if metric == "chrf":
         return CHRF()
     if metric == "bleu_lc_tok":
-        return BLEU(tokenize="none", lowercase=False)
+        from .score import lc_tok_bleu
+
+        return lc_tok_bleu()
     if metric == "bleu":
         return BLEU()
     raise ValueError(f"unknown metric {metric!r}; one of bleu, bleu_lc_tok, chrf")

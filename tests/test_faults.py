@@ -158,6 +158,40 @@ def test_a_report_file_is_recorded_only_once_written():
         assert json.loads((Path(d) / MANIFEST).read_text())["files"] == ["y.md"]
 
 
+def test_a_command_does_not_replace_another_commands_report_file(capsys, tmp_path):
+    """An experiment's results.md is a structnmt file but not sweep-plot's (nor delta-plot's): their tables of
+    `--out RUN/results.png` would be RUN/results.md, so both are refused before drawing and the report stays;
+    the experiment itself replaces its own; a manifest without commands (older) lets any command replace."""
+    from structnmt.errors import UserError
+    from structnmt.files import MANIFEST, OutputDir
+
+    OutputDir(tmp_path, "experiment").write_text("results.md", "the experiment's report\n")
+    assert json.loads((tmp_path / MANIFEST).read_text())["commands"] == {"results.md": "experiment"}
+    (tmp_path / "r.csv").write_text("System,bleu\nk = 1,10\nk = 2,12\n")
+    code, _, err = cli(capsys, "sweep-plot", tmp_path / "r.csv", "--pattern", r"k = (?P<x>\d+)", "--out",
+                       tmp_path / "results.png")
+    assert_one_sentence(code, err, "results.md", "structnmt experiment")
+    assert (tmp_path / "results.md").read_text() == "the experiment's report\n"
+    assert not (tmp_path / "results.png").exists()
+    with pytest.raises(UserError, match="was written by `structnmt experiment`, so `structnmt delta-plot`"):
+        OutputDir(tmp_path, "delta-plot", expect=("results.png", "results.md"))
+    OutputDir(tmp_path, "experiment", expect=("results.md",)).write_text("results.md", "the report, again\n")
+    assert (tmp_path / "results.md").read_text() == "the report, again\n"
+    (tmp_path / MANIFEST).write_text('{"files": ["results.md"]}')  # written before commands were recorded
+    OutputDir(tmp_path, "sweep-plot", expect=("results.md",)).write_text("results.md", "a table\n")
+    assert json.loads((tmp_path / MANIFEST).read_text())["commands"] == {"results.md": "sweep-plot"}
+
+
+def test_an_earlier_output_of_another_command_is_not_removed_as_stale(tmp_path):
+    from structnmt.files import OutputDir
+
+    OutputDir(tmp_path, "induce").write_text("sent1_tree.png", "induce's picture\n")
+    mine = OutputDir(tmp_path, "analyze")
+    mine.write_text("sent2_tree.png", "analyze's picture\n")
+    assert OutputDir(tmp_path, "analyze").remove_earlier(("sent*_tree.png",), keep=[]) == ["sent2_tree.png"]
+    assert (tmp_path / "sent1_tree.png").exists() and not (tmp_path / "sent2_tree.png").exists()
+
+
 def test_sweep_plot_refuses_an_out_name_without_a_picture_format(capsys, tmp_path):
     (tmp_path / "r.csv").write_text("System,bleu\nk = 1,10\nk = 2,12\n")
     code, _, err = cli(capsys, "sweep-plot", tmp_path / "r.csv", "--pattern", r"k = (?P<x>\d+)", "--out",

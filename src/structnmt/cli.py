@@ -17,6 +17,7 @@ Each command's function (``cmd_<name>``) has its parser beside it (``_parser_<na
     induce-table  Tables 3 and 4 of several induce outputs
     head-roles    redundant encoder heads (RHE) over training, compared across runs
     sweep-plot    a score against a swept setting, from an experiment's results.csv
+    delta-plot    each row's difference from the baseline in several experiments' results.csv (PNG)
     analyze       attention heatmaps (PNG) and statistics of a checkpoint
     gate          SA-NMT's syntactic gate per target token and POS (Fig. 6)
     demo          the embedded default: synth -> prepare -> train on CPU -> BLEU
@@ -752,6 +753,32 @@ def _parser_sweep_plot(sub) -> None:
     s.set_defaults(func=cmd_sweep_plot)
 
 
+def cmd_delta_plot(args) -> int:
+    from .analysis.deltas import plot_deltas
+
+    names = {}
+    for item in args.split_name or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            return _err(f"--split-name {item}: use SPLIT=NAME, e.g. --split-name test1=test_2017_flickr.")
+        names[key] = value
+    written = plot_deltas(args.results, args.out, title=args.title, split_names=names)
+    print(f"delta-plot: wrote {', '.join(str(p) for p in written)}")
+    return 0
+
+
+def _parser_delta_plot(sub) -> None:
+    s = sub.add_parser("delta-plot", help="each row's difference from the baseline, with the seed-aware test's "
+                                          "95 % interval, in several experiments' results.csv (e.g. two budgets)")
+    s.add_argument("results", nargs="+", help="[LABEL=]results.csv of a grid with at least 2 seeds per row, e.g. "
+                                              "'2,000 updates=runs/a/results.csv'")
+    s.add_argument("--split-name", action="append", help="SPLIT=NAME: a split's name in the picture (repeatable), "
+                                                          "e.g. test1=test_2017_flickr")
+    s.add_argument("--title", default="")
+    s.add_argument("--out", required=True, help="PNG path; the numbers go to the same path with .md")
+    s.set_defaults(func=cmd_delta_plot)
+
+
 def cmd_head_roles(args) -> int:
     from .analysis.head_roles import compare_runs
 
@@ -798,7 +825,7 @@ def _parser_demo(sub) -> None:
 PARSERS = (
     _parser_synth, _parser_prepare, _parser_train, _parser_parse, _parser_translate, _parser_export,
     _parser_average, _parser_score, _parser_experiment, _parser_probe, _parser_tag, _parser_induce,
-    _parser_induce_table, _parser_head_roles, _parser_sweep_plot, _parser_analyze, _parser_gate,
+    _parser_induce_table, _parser_head_roles, _parser_sweep_plot, _parser_delta_plot, _parser_analyze, _parser_gate,
     _parser_demo,
 )
 

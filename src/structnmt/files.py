@@ -208,9 +208,12 @@ MANIFEST = ".structnmt-written.json"
 
 
 class OutputDir:
-    """A directory a command writes its report files into, under one rule: a file there that no structnmt
-    command wrote is never replaced (refused in one sentence, before the work where the names are known),
-    a file a command wrote is replaced atomically. What was written is recorded in :data:`MANIFEST`.
+    """A directory a command writes its report files into, under one rule: a file there that this command
+    did not write is never replaced (refused in one sentence, before the work where the names are known):
+    not a user's file, nor another command's (an experiment's ``results.md`` is not replaced by
+    ``sweep-plot --out results.png``'s table); a file this command wrote is replaced atomically. What was
+    written, and by which command, is recorded in :data:`MANIFEST` (a name recorded without its command, by
+    an older version, may be replaced by any structnmt command).
 
     ``expect``: the names the command will write, checked at once (the others when they are written). The
     directory is made when the first file is written, so a command refused before that leaves nothing."""
@@ -229,12 +232,17 @@ class OutputDir:
         self.path, self.command = Path(path), command
         if self.path.exists() and not self.path.is_dir():
             raise UserError(f"--out {self.path}: is a file; give a directory for the report.")
+        #: name -> the command that wrote it (names recorded without one are in ``written`` only)
+        self.owners: dict[str, str] = {}
         try:
-            self.written = set(json.loads((self.path / MANIFEST).read_text(encoding="utf-8")).get("files", []))
+            manifest = json.loads((self.path / MANIFEST).read_text(encoding="utf-8"))
+            self.written = set(manifest.get("files", []))
+            self.owners = {k: v for k, v in manifest.get("commands", {}).items() if isinstance(v, str)}
         except (OSError, ValueError, AttributeError):
             self.written = set()
             if any(_begins(self.path / name, pattern) for name, pattern in marker) and not (self.path / MANIFEST).exists():
                 self.written = set(expect)
+                self.owners = dict.fromkeys(expect, command)
         for name in expect:
             self._check(name)
 
@@ -245,6 +253,10 @@ class OutputDir:
         if p.exists() and name not in self.written:
             raise UserError(f"{p}: exists and was not written by a structnmt command, so `structnmt {self.command}` "
                             "does not replace it; give another output directory or move the file away.")
+        owner = self.owners.get(name, self.command)
+        if p.exists() and owner != self.command:
+            raise UserError(f"{p}: was written by `structnmt {owner}`, so `structnmt {self.command}` does not replace "
+                            "it; give another output name or directory.")
         return p
 
     def claim(self, name: str) -> Path:
@@ -257,25 +269,30 @@ class OutputDir:
         """``names`` were written (completely) by this command: recorded in the manifest. Recorded only after
         the write, so a write that failed (a full disk) leaves no claim on a name a user may use later."""
         self.written.update(names)
+        self.owners.update(dict.fromkeys(names, self.command))
         self._save_manifest()
 
     def _save_manifest(self) -> None:
         import json
 
-        atomic_write_text(self.path / MANIFEST, json.dumps({"files": sorted(self.written)}, indent=1) + "\n")
+        record = {"files": sorted(self.written), "commands": {n: self.owners[n] for n in sorted(self.owners)}}
+        atomic_write_text(self.path / MANIFEST, json.dumps(record, indent=1) + "\n")
 
     def remove_earlier(self, patterns: tuple[str, ...], keep: list[Path]) -> list[str]:
-        """Remove the files matching ``patterns`` (glob, ``sent*_tree.png``) that a structnmt command wrote here
+        """Remove the files matching ``patterns`` (glob, ``sent*_tree.png``) that this command wrote here
         earlier (the manifest says so) and this run did not (``keep``), so that a report directory never mixes
         two runs' outputs; a user's file is never touched. Returns the removed names."""
         import fnmatch
 
         kept = {Path(k).name for k in keep}
-        gone = sorted(n for n in self.written if n not in kept and any(fnmatch.fnmatch(n, p) for p in patterns))
+        gone = sorted(n for n in self.written if n not in kept and self.owners.get(n, self.command) == self.command
+                      and any(fnmatch.fnmatch(n, p) for p in patterns))
         for name in gone:
             (self.path / name).unlink(missing_ok=True)
         if gone:
             self.written.difference_update(gone)
+            for name in gone:
+                self.owners.pop(name, None)
             self._save_manifest()
         return gone
 

@@ -1,0 +1,148 @@
+"""Each row's difference from the baseline in several experiment reports, side by side: the same grid
+at two budgets (does what 2,000 updates show hold at 8,000?), on two machines, or two data sets.
+
+``structnmt delta-plot "2,000 updates=runs/a/results.csv" "8,000 updates=runs/b/results.csv"
+--out deltas.png``
+
+Every ``results.csv`` must come from a grid with at least 2 seeds per row: the points are the
+difference of the seed means (``delta``) and the bars the 95 % interval of the runner's seed-aware test,
+``delta ± t(0.975, df) · sqrt(seed_se² + sentence_se²)`` (:mod:`structnmt.evaluate.seeds`): a bar
+that does not cross zero is a row the report marks better or worse at p < 0.05. One panel per split of
+the reports; a row missing from a report has no point there. Writes the PNG and a Markdown table of
+the same numbers next to it (``.md``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UserError
+from .sweep import PICTURE_SUFFIXES, read_rows
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One row of one report on one split: its difference of seed means from the baseline and the
+    seed-aware test's 95 % interval and p-value."""
+
+    delta: float
+    low: float
+    high: float
+    p_value: float
+
+
+def _number(row: dict[str, str], column: str, path: Path) -> float:
+    try:
+        return float(row[column])
+    except (KeyError, ValueError):
+        raise UserError(f"{path}: row '{row['System']}' ({row.get('split', '')}) has no number in column "
+                        f"'{column}'; delta-plot reads the results.csv of a grid with at least 2 seeds per row "
+                        "(the seed-aware test's parts).") from None
+
+
+#: how the runner's results.csv names its test's metric, in words
+METRIC_NAMES = {"bleu_lc_tok": "BLEU (lc,tok)", "bleu": "BLEU", "chrf": "chrF"}
+
+
+def read_deltas(path: str | Path) -> tuple[str, str, dict[str, dict[str, Delta]]]:
+    """(the baseline's name, the metric tested, split -> row name -> :class:`Delta`) of one runner's
+    ``results.csv``."""
+    from scipy import stats
+
+    path = Path(path)
+    rows = read_rows(path)
+    if "seed_se" not in rows[0] or "baseline" not in rows[0]:
+        raise UserError(f"{path}: not the runner's results.csv (no 'seed_se' or 'baseline' column).")
+    baselines = {r["System"] for r in rows if r["baseline"] == "True"}
+    if len(baselines) != 1:
+        raise UserError(f"{path}: {len(baselines)} baseline rows ({', '.join(sorted(baselines)) or 'none'}); "
+                        "delta-plot reads a grid with one baseline.")
+    out: dict[str, dict[str, Delta]] = {}
+    for r in rows:
+        if r["baseline"] == "True":
+            continue
+        se = math.hypot(_number(r, "seed_se", path), _number(r, "sentence_se", path))
+        delta, df = _number(r, "delta", path), _number(r, "df", path)
+        half = float(stats.t.ppf(0.975, df) if math.isfinite(df) else stats.norm.ppf(0.975)) * se
+        out.setdefault(r.get("split", ""), {})[r["System"]] = Delta(delta, delta - half, delta + half,
+                                                                    _number(r, "p_value", path))
+    metric = rows[0].get("metric", "")
+    return baselines.pop(), METRIC_NAMES.get(metric, metric), out
+
+
+def _labelled(item: str) -> tuple[str, Path]:
+    """``LABEL=PATH`` or ``PATH`` (labelled with its folder's name)."""
+    label, sep, path = item.partition("=")
+    return (label, Path(path)) if sep and label else (Path(item).parent.name or item, Path(item))
+
+
+def plot_deltas(reports: list[str], out: str | Path, title: str = "",
+                split_names: dict[str, str] | None = None) -> list[Path]:
+    """Write ``out`` (a picture) and ``out`` with ``.md``; ``reports``: ``[LABEL=]results.csv`` each;
+    ``split_names``: the runner's split names in words (``{"test1": "test_2017_flickr"}``)."""
+    from ..files import OutputDir
+
+    out = Path(out)
+    if out.suffix.lower() not in PICTURE_SUFFIXES:
+        raise UserError(f"--out {out}: the picture's name must end in {', '.join(PICTURE_SUFFIXES)} (its format), "
+                        f"e.g. {out.with_suffix('.png')}.")
+    read, metrics = [], set()
+    for label, path in map(_labelled, reports):
+        baseline, metric, by_split = read_deltas(path)
+        read.append((label, path, baseline, {(split_names or {}).get(k, k): v for k, v in by_split.items()}))
+        metrics.add(metric)
+    if len(metrics) > 1:
+        raise UserError(f"delta-plot: the reports tested different metrics ({', '.join(metrics)}); give reports of "
+                        "one metric (a grid's evaluate.lc_tok chooses BLEU (lc,tok) or BLEU).")
+    table = out.with_suffix(".md")
+    target = OutputDir(out.parent, "delta-plot", expect=(out.name, table.name))  # checked before drawing
+    splits = list(dict.fromkeys(s for *_, by_split in read for s in by_split))
+    systems = list(dict.fromkeys(n for *_, by_split in read for s in splits for n in by_split.get(s, {})))
+    fig = _figure(read, splits, systems, title, metrics.pop())
+    target.write_with(out.name, lambda p: fig.savefig(p, dpi=130))
+    target.write_text(table.name, _table(read, splits, systems))
+    return [out, table]
+
+
+def _figure(read, splits: list[str], systems: list[str], title: str, metric: str):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4.2 * len(splits) + 2.4, 0.42 * len(systems) * max(1, len(read)) ** 0.5 + 1.6))
+    axes = fig.subplots(1, len(splits), sharey=True, squeeze=False)[0]
+    step = 0.7 / max(1, len(read))
+    for ax, split in zip(axes, splits):
+        for k, (label, _, baseline, by_split) in enumerate(read):
+            rows = by_split.get(split, {})
+            ys = [i + (k - (len(read) - 1) / 2) * step for i, n in enumerate(systems) if n in rows]
+            ds = [rows[n] for n in systems if n in rows]
+            ax.errorbar([d.delta for d in ds], ys, xerr=[[d.delta - d.low for d in ds], [d.high - d.delta for d in ds]],
+                        fmt="o", ms=4, capsize=2, color=f"C{k % 10}", label=f"{label} (against {baseline})")
+        ax.axvline(0.0, color="0.3", lw=0.8)
+        ax.set_title(split, fontsize=9)
+        ax.set_xlabel(f"Δ {metric} against the baseline (95 % interval, seed-aware)", fontsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(range(len(systems)), systems, fontsize=8)
+    axes[0].invert_yaxis()
+    fig.legend(*axes[0].get_legend_handles_labels(), fontsize=7, loc="lower center", ncol=min(3, len(read)))
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.04 + 0.03 * ((len(read) - 1) // 3), 1, 1))
+    return fig
+
+
+def _table(read, splits: list[str], systems: list[str]) -> str:
+    head = "| split | system | " + " | ".join(f"{label}: Δ [95 % interval], p" for label, *_ in read) + " |"
+    lines = [head, "|---|---|" + "---:|" * len(read)]
+    for split in splits:
+        for name in systems:
+            cells = []
+            for *_, by_split in read:
+                d = by_split.get(split, {}).get(name)
+                p = "p < 0.001" if d and d.p_value < 0.001 else f"p = {d.p_value:.3f}" if d else ""
+                cells.append(f"{d.delta:+.2f} [{d.low:+.2f}, {d.high:+.2f}], {p}" if d else "—")
+            lines.append(f"| {split} | {name} | " + " | ".join(cells) + " |")
+    sources = "; ".join(f"{label}: `{path}` (baseline {baseline})" for label, path, baseline, _ in read)
+    return (f"Δ of the seed means against each report's baseline, the seed-aware test's 95 % interval and p. "
+            f"From {sources}.\n\n" + "\n".join(lines) + "\n")

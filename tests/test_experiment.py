@@ -104,6 +104,7 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path, corpus, monkeypatch):
     assert "| System | # Params | Speed (train tok/s) | Decode (sent/s) | Peak mem (MB) | BLEU | Δ | p | chrF |" in md
     assert "6 updates per run" in md and "paired bootstrap resampling (50 samples" in md
     assert "nrefs:1" in md and "Command" in md
+    assert not (out / "deltas.png").exists() and "deltas.png" not in md  # one seed: no interval to draw
     first_hyps = (out / "runs" / "post-norm-2-layers" / "seed1" / "test.hyp").read_text()
     first_avg = torch.load(out / "runs" / "post-norm-2-layers" / "seed1" / "average.pt", weights_only=False)["model"]
 
@@ -416,6 +417,7 @@ def test_seeds_extra_splits_and_grid_overrides(tmp_path, corpus, monkeypatch):
     md = (out / "results.md").read_text(encoding="utf-8")
     assert "seed-aware test" in md and "**Noise floor**: the baseline's BLEU over its 2 seeds spans" in md
     assert "| p (seed-aware) | ASO ε |" in md and "## Split" not in md
+    assert (out / "deltas.png").read_bytes()[:4] == b"\x89PNG" and "](deltas.png)" in md  # the seed-aware intervals
 
     # a second test split, added once the runs are finished: decoded and scored, nothing trained
     grid.write_text(text.replace("evaluate: {split: test,", "evaluate: {split: test, extra_splits: [test1],"))

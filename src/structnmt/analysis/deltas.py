@@ -46,9 +46,10 @@ def _number(row: dict[str, str], column: str, path: Path) -> float:
 METRIC_NAMES = {"bleu_lc_tok": "BLEU (lc,tok)", "bleu": "BLEU", "chrf": "chrF"}
 
 
-def read_deltas(path: str | Path) -> tuple[str, str, dict[str, dict[str, Delta]]]:
+def read_deltas(path: str | Path, *, skip_untested: bool = False) -> tuple[str, str, dict[str, dict[str, Delta]]]:
     """(the baseline's name, the metric tested, split -> row name -> :class:`Delta`) of one runner's
-    ``results.csv``."""
+    ``results.csv``. A row without the seed-aware test's parts (one seed) is an error, or left out with
+    ``skip_untested`` (an unfinished grid's report)."""
     from scipy import stats
 
     path = Path(path)
@@ -61,7 +62,7 @@ def read_deltas(path: str | Path) -> tuple[str, str, dict[str, dict[str, Delta]]
                         "delta-plot reads a grid with one baseline.")
     out: dict[str, dict[str, Delta]] = {}
     for r in rows:
-        if r["baseline"] == "True":
+        if r["baseline"] == "True" or (skip_untested and not r.get("seed_se")):
             continue
         se = math.hypot(_number(r, "seed_se", path), _number(r, "sentence_se", path))
         delta, df = _number(r, "delta", path), _number(r, "df", path)
@@ -70,6 +71,16 @@ def read_deltas(path: str | Path) -> tuple[str, str, dict[str, dict[str, Delta]]
                                                                     _number(r, "p_value", path))
     metric = rows[0].get("metric", "")
     return baselines.pop(), METRIC_NAMES.get(metric, metric), out
+
+
+def draw_report_deltas(results_csv: str | Path, path: str | Path, split_names: dict[str, str], title: str) -> None:
+    """The experiment report's ``deltas.png``: its tested rows' Δ with their 95 % intervals, one panel per
+    split (``split_names``: the runner's split names in words)."""
+    baseline, metric, by_split = read_deltas(results_csv, skip_untested=True)
+    named = {split_names.get(k, k): v for k, v in by_split.items()}
+    systems = list(dict.fromkeys(n for rows in named.values() for n in rows))
+    read = [("Δ of the seed means, 95 % interval", Path(results_csv), baseline, named)]
+    _figure(read, list(named), systems, title, metric).savefig(path, dpi=130)
 
 
 def _labelled(item: str) -> tuple[str, Path]:

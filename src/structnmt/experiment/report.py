@@ -268,6 +268,21 @@ def plot_ngram_gain(grid: GridConfig, results: dict, path: Path) -> None:
     fig.savefig(path)
 
 
+def _write_deltas_picture(grid: GridConfig, report, configs: dict, splits: list[str]) -> bool:
+    """``deltas.png`` (:func:`structnmt.analysis.deltas.draw_report_deltas`) from the results.csv just written,
+    when some row has the seed-aware test (2 seeds or more); else an earlier report's picture is removed."""
+    from ..analysis.deltas import draw_report_deltas, read_deltas
+
+    csv_path = report.path / "results.csv"
+    if not read_deltas(csv_path, skip_untested=True)[2]:
+        report.remove_earlier(("deltas.png",), keep=[])
+        return False
+    names = {x: _split_label(configs, x) for x in splits}
+    title = f"{grid.name}: each row against {grid.baseline}"
+    report.write_with("deltas.png", lambda tmp: draw_report_deltas(csv_path, tmp, names, title))
+    return True
+
+
 def _split_label(configs: dict, split: str) -> str:
     """"test (test_2016_flickr)": a split with the corpus file it was prepared from, where known."""
     from .grid import split_prefix
@@ -315,6 +330,7 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
                                                            grid.seeds))
     report.write_with("learning_curves.png", lambda tmp: plot_learning_curves(grid, results, tmp))
     report.write_with("ngram_gain.png", lambda tmp: plot_ngram_gain(grid, results, tmp))
+    deltas = _write_deltas_picture(grid, report, configs, splits)
     seed0 = grid.seeds[0]
     first = results[(grid.baseline, seed0)]
     bleu_name = "BLEU (lc,tok)" if ev.lc_tok else "BLEU"
@@ -360,6 +376,8 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
         lines += [f"## Split {_split_label(configs, x)}", "",
                   markdown_table(rows, seeds=n_seeds, bleu_name=bleu_name, measurements=False, lc_tok=ev.lc_tok), "",
                   *_significance_lines(grid, info, n_seeds), noise_floor(rows, bleu_name), ""]
+    if deltas:
+        lines += ["![each row's difference from the baseline, 95 % intervals](deltas.png)", ""]
     lines += ["![learning curves](learning_curves.png)", "", "![n-gram precision gain](ngram_gain.png)", ""]
     if missing:
         lines[3:3] = ["", "**Unfinished grid** (written with `--report-only`): no results yet for "
@@ -425,7 +443,7 @@ def _decode_workers_note(results: dict) -> str:
 
 
 #: the report files of an experiment's output directory (the runs live in its runs/ folder)
-REPORT_FILES = ("results.md", "results.csv", "learning_curves.png", "ngram_gain.png")
+REPORT_FILES = ("results.md", "results.csv", "learning_curves.png", "ngram_gain.png", "deltas.png")
 
 
 def report_dir(grid: GridConfig, out: Path):

@@ -124,12 +124,15 @@ def _figure(read, splits: list[str], systems: list[str], title: str, metric: str
     axes = fig.subplots(1, len(splits), sharey=True, squeeze=False)[0]
     step = 0.7 / max(1, len(read))
     for ax, split in zip(axes, splits):
+        drawn = []
         for k, (label, _, baseline, by_split) in enumerate(read):
             rows = by_split.get(split, {})
             ys = [i + (k - (len(read) - 1) / 2) * step for i, n in enumerate(systems) if n in rows]
             ds = [rows[n] for n in systems if n in rows]
             ax.errorbar([d.delta for d in ds], ys, xerr=[[d.delta - d.low for d in ds], [d.high - d.delta for d in ds]],
                         fmt="o", ms=4, capsize=2, color=f"C{k % 10}", label=f"{label} (against {baseline})")
+            drawn += zip(ds, ys)
+        _clip_wide_intervals(ax, drawn)
         ax.axvline(0.0, color="0.3", lw=0.8)
         ax.set_title(split, fontsize=9)
         ax.set_xlabel(f"Δ {metric} against the baseline (95 % interval, seed-aware)", fontsize=8)
@@ -141,6 +144,33 @@ def _figure(read, splits: list[str], systems: list[str], title: str, metric: str
         fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.04 + 0.03 * ((len(read) - 1) // 3), 1, 1))
     return fig
+
+
+def _clip_wide_intervals(ax, drawn: list[tuple[Delta, float]], factor: float = 5.0) -> None:
+    """Scale the panel to the intervals of ordinary width: one ``factor`` times wider than the median (a row
+    whose seeds disagree wildly: 2 seeds, one degree of freedom) would flatten every other row, so the axis
+    stops short of it; its Δ and interval are written at its place, with an arrow at the edge where its
+    point lies beyond."""
+    import statistics
+
+    if len(drawn) < 3:
+        return
+    typical = statistics.median(d.high - d.low for d, _ in drawn)
+    wide = [(d, y) for d, y in drawn if d.high - d.low > factor * typical]
+    narrow = [d for d, _ in drawn if d.high - d.low <= factor * typical]
+    if not wide:
+        return
+    low, high = min([d.low for d in narrow] + [0.0]), max([d.high for d in narrow] + [0.0])
+    pad = 0.08 * (high - low)
+    low, high = low - pad, high + pad
+    ax.set_xlim(low, high)
+    for d, y in wide:
+        x = min(max(d.delta, low), high)
+        if x != d.delta:
+            ax.plot([x], [y], marker="<" if x == low else ">", ms=6, color="0.25", clip_on=False)
+        ax.annotate(f"Δ {d.delta:+.1f} [{d.low:+.1f}, {d.high:+.1f}], off the scale", (x, y), xytext=(0, 5),
+                    textcoords="offset points", ha="left" if x == low else "right" if x == high else "center",
+                    fontsize=6, color="0.25")
 
 
 def _table(read, splits: list[str], systems: list[str]) -> str:

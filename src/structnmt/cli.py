@@ -722,15 +722,21 @@ def _parser_gate(sub) -> None:
     s.set_defaults(func=cmd_gate)
 
 
+def _pairs(items: list[str] | None, option: str, form: str, example: str) -> dict[str, str]:
+    """``KEY=VALUE`` options given several times -> a dict; a malformed one is a :class:`UserError`."""
+    pairs = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UserError(f"{option} {item}: use {form}, e.g. {option} {example}.")
+        pairs[key] = value
+    return pairs
+
+
 def cmd_sweep_plot(args) -> int:
     from .analysis.sweep import plot_sweep
 
-    where = {}
-    for item in args.where or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            return _err(f"--where {item}: use COLUMN=VALUE, e.g. --where split=attraction4.")
-        where[key] = value
+    where = _pairs(args.where, "--where", "COLUMN=VALUE", "split=attraction4")
     written = plot_sweep(args.results, args.pattern, args.out, references=args.reference or [], column=args.column,
                          xlabel=args.xlabel, title=args.title, where=where)
     print(f"sweep-plot: wrote {', '.join(str(p) for p in written)}")
@@ -756,12 +762,7 @@ def _parser_sweep_plot(sub) -> None:
 def cmd_delta_plot(args) -> int:
     from .analysis.deltas import plot_deltas
 
-    names = {}
-    for item in args.split_name or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            return _err(f"--split-name {item}: use SPLIT=NAME, e.g. --split-name test1=test_2017_flickr.")
-        names[key] = value
+    names = _pairs(args.split_name, "--split-name", "SPLIT=NAME", "test1=test_2017_flickr")
     written = plot_deltas(args.results, args.out, title=args.title, split_names=names)
     print(f"delta-plot: wrote {', '.join(str(p) for p in written)}")
     return 0

@@ -73,14 +73,15 @@ def read_deltas(path: str | Path, *, skip_untested: bool = False) -> tuple[str, 
     return baselines.pop(), METRIC_NAMES.get(metric, metric), out
 
 
-def draw_report_deltas(results_csv: str | Path, path: str | Path, split_names: dict[str, str], title: str) -> None:
-    """The experiment report's ``deltas.png``: its tested rows' Δ with their 95 % intervals, one panel per
-    split (``split_names``: the runner's split names in words)."""
-    baseline, metric, by_split = read_deltas(results_csv, skip_untested=True)
+def draw_report_deltas(read: tuple[str, str, dict[str, dict[str, Delta]]], path: str | Path,
+                       split_names: dict[str, str], title: str) -> None:
+    """The experiment report's ``deltas.png``: the tested rows of one report (``read``, what :func:`read_deltas`
+    returns) with their 95 % intervals, one panel per split (``split_names``: the runner's split names in words)."""
+    baseline, metric, by_split = read
     named = {split_names.get(k, k): v for k, v in by_split.items()}
     systems = list(dict.fromkeys(n for rows in named.values() for n in rows))
-    read = [("Δ of the seed means, 95 % interval", Path(results_csv), baseline, named)]
-    _figure(read, list(named), systems, title, metric).savefig(path, dpi=130)
+    series = [("Δ of the seed means, 95 % interval", Path(path), baseline, named)]
+    _figure(series, list(named), systems, title, metric).savefig(path, dpi=130)
 
 
 def _labelled(item: str) -> tuple[str, Path]:

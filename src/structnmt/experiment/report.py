@@ -273,13 +273,13 @@ def _write_deltas_picture(grid: GridConfig, report, configs: dict, splits: list[
     when some row has the seed-aware test (2 seeds or more); else an earlier report's picture is removed."""
     from ..analysis.deltas import draw_report_deltas, read_deltas
 
-    csv_path = report.path / "results.csv"
-    if not read_deltas(csv_path, skip_untested=True)[2]:
+    read = read_deltas(report.path / "results.csv", skip_untested=True)
+    if not read[2]:
         report.remove_earlier(("deltas.png",), keep=[])
         return False
     names = {x: _split_label(configs, x) for x in splits}
     title = f"{grid.name}: each row against {grid.baseline}"
-    report.write_with("deltas.png", lambda tmp: draw_report_deltas(csv_path, tmp, names, title))
+    report.write_with("deltas.png", lambda tmp: draw_report_deltas(read, tmp, names, title))
     return True
 
 
@@ -428,7 +428,7 @@ def _machines_note(results: dict) -> str:
         rows = ", ".join(f"{name} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, sorted(seeds)))})"
                          for name, seeds in systems.items())
         parts.append(f"{machine}: {rows}")
-    return ("the runs recorded different machines, the line above is the first's; " + "; ".join(parts)
+    return ("the runs recorded different machines, the fields above are the first run's; " + "; ".join(parts)
             + "; Speed, Decode and Peak mem compare only rows measured on the same machine")
 
 

@@ -115,13 +115,14 @@ def test_a_row_whose_interval_is_far_wider_than_the_others_does_not_flatten_the_
     rows = [("test", "T", 0.0, None, None, None), ("test", "A", 1.0, 0.2, 0.2, 8.0), ("test", "B", -0.5, 0.2, 0.2, 8.0),
             ("test", "C", 0.3, 0.2, 0.2, 8.0), ("test", "Wild", -20.0, 11.0, 0.5, 1.0)]
     baseline, metric, by_split = read_deltas(write_report(tmp_path / "r.csv", rows))
-    fig = mod._figure([("one", tmp_path / "r.csv", baseline, by_split)], ["test"], ["A", "B", "C", "Wild"], "", metric)
+    fig = mod._figure([mod.Series("one", tmp_path / "r.csv", baseline, by_split)], ["test"], ["A", "B", "C", "Wild"],
+                      "", metric)
     ax = fig.axes[0]
     low, high = ax.get_xlim()
     assert by_split["test"]["Wild"].low < -100 and -3 < low < by_split["test"]["B"].low and 0 < high < 3
     notes = [t.get_text() for t in ax.texts]
     assert notes == ["Δ -20.0 [-159.9, +119.9], off the scale"]  # ± t(0.975, 1) · hypot(11, 0.5) = ± 139.9
-    ordinary = mod._figure([("one", tmp_path / "r.csv", baseline, {"test": {k: v for k, v in by_split["test"].items()
+    ordinary = mod._figure([mod.Series("one", tmp_path / "r.csv", baseline, {"test": {k: v for k, v in by_split["test"].items()
                                                                            if k != "Wild"}})],
                            ["test"], ["A", "B", "C"], "", metric)
     assert not ordinary.axes[0].texts  # nothing clipped when every interval is of ordinary width

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
-from .sweep import PICTURE_SUFFIXES, read_rows
+from .sweep import PICTURE_SUFFIXES, csv_number, read_rows
 
 
 @dataclass(frozen=True)
@@ -33,13 +33,22 @@ class Delta:
     p_value: float
 
 
+_SEED_AWARE = "delta-plot reads the results.csv of a grid with at least 2 seeds per row (the seed-aware test's parts)."
+
+
 def _number(row: dict[str, str], column: str, path: Path) -> float:
-    try:
-        return float(row[column])
-    except (KeyError, ValueError):
-        raise UserError(f"{path}: row '{row['System']}' ({row.get('split', '')}) has no number in column "
-                        f"'{column}'; delta-plot reads the results.csv of a grid with at least 2 seeds per row "
-                        "(the seed-aware test's parts).") from None
+    return csv_number(row, column, path, _SEED_AWARE)
+
+
+@dataclass(frozen=True)
+class Series:
+    """One report drawn: its label, the results.csv it came from (``None`` for the runner's own picture), its
+    baseline and split -> row name -> :class:`Delta`."""
+
+    label: str
+    source: Path | None
+    baseline: str
+    by_split: dict[str, dict[str, Delta]]
 
 
 #: how the runner's results.csv names its test's metric, in words
@@ -80,7 +89,7 @@ def draw_report_deltas(read: tuple[str, str, dict[str, dict[str, Delta]]], path:
     baseline, metric, by_split = read
     named = {split_names.get(k, k): v for k, v in by_split.items()}
     systems = list(dict.fromkeys(n for rows in named.values() for n in rows))
-    series = [("Δ of the seed means, 95 % interval", Path(path), baseline, named)]
+    series = [Series("Δ of the seed means, 95 % interval", None, baseline, named)]
     _figure(series, list(named), systems, title, metric).savefig(path, dpi=130)
 
 
@@ -103,22 +112,22 @@ def plot_deltas(reports: list[str], out: str | Path, title: str = "",
     read, metrics = [], set()
     for label, path in map(_labelled, reports):
         baseline, metric, by_split = read_deltas(path)
-        read.append((label, path, baseline, {(split_names or {}).get(k, k): v for k, v in by_split.items()}))
+        read.append(Series(label, path, baseline, {(split_names or {}).get(k, k): v for k, v in by_split.items()}))
         metrics.add(metric)
     if len(metrics) > 1:
         raise UserError(f"delta-plot: the reports tested different metrics ({', '.join(metrics)}); give reports of "
                         "one metric (a grid's evaluate.lc_tok chooses BLEU (lc,tok) or BLEU).")
     table = out.with_suffix(".md")
     target = OutputDir(out.parent, "delta-plot", expect=(out.name, table.name))  # checked before drawing
-    splits = list(dict.fromkeys(s for *_, by_split in read for s in by_split))
-    systems = list(dict.fromkeys(n for *_, by_split in read for s in splits for n in by_split.get(s, {})))
+    splits = list(dict.fromkeys(s for series in read for s in series.by_split))
+    systems = list(dict.fromkeys(n for series in read for s in splits for n in series.by_split.get(s, {})))
     fig = _figure(read, splits, systems, title, metrics.pop())
     target.write_with(out.name, lambda p: fig.savefig(p, dpi=130))
     target.write_text(table.name, _table(read, splits, systems))
     return [out, table]
 
 
-def _figure(read, splits: list[str], systems: list[str], title: str, metric: str):
+def _figure(read: list[Series], splits: list[str], systems: list[str], title: str, metric: str):
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(4.2 * len(splits) + 2.4, 0.42 * len(systems) * max(1, len(read)) ** 0.5 + 1.6))
@@ -126,12 +135,13 @@ def _figure(read, splits: list[str], systems: list[str], title: str, metric: str
     step = 0.7 / max(1, len(read))
     for ax, split in zip(axes, splits):
         drawn = []
-        for k, (label, _, baseline, by_split) in enumerate(read):
-            rows = by_split.get(split, {})
+        for k, series in enumerate(read):
+            rows = series.by_split.get(split, {})
             ys = [i + (k - (len(read) - 1) / 2) * step for i, n in enumerate(systems) if n in rows]
             ds = [rows[n] for n in systems if n in rows]
             ax.errorbar([d.delta for d in ds], ys, xerr=[[d.delta - d.low for d in ds], [d.high - d.delta for d in ds]],
-                        fmt="o", ms=4, capsize=2, color=f"C{k % 10}", label=f"{label} (against {baseline})")
+                        fmt="o", ms=4, capsize=2, color=f"C{k % 10}",
+                        label=f"{series.label} (against {series.baseline})")
             drawn += zip(ds, ys)
         _clip_wide_intervals(ax, drawn)
         ax.axvline(0.0, color="0.3", lw=0.8)
@@ -174,17 +184,17 @@ def _clip_wide_intervals(ax, drawn: list[tuple[Delta, float]], factor: float = 5
                     fontsize=6, color="0.25")
 
 
-def _table(read, splits: list[str], systems: list[str]) -> str:
-    head = "| split | system | " + " | ".join(f"{label}: Δ [95 % interval], p" for label, *_ in read) + " |"
+def _table(read: list[Series], splits: list[str], systems: list[str]) -> str:
+    head = "| split | system | " + " | ".join(f"{series.label}: Δ [95 % interval], p" for series in read) + " |"
     lines = [head, "|---|---|" + "---:|" * len(read)]
     for split in splits:
         for name in systems:
             cells = []
-            for *_, by_split in read:
-                d = by_split.get(split, {}).get(name)
+            for series in read:
+                d = series.by_split.get(split, {}).get(name)
                 p = "p < 0.001" if d and d.p_value < 0.001 else f"p = {d.p_value:.3f}" if d else ""
                 cells.append(f"{d.delta:+.2f} [{d.low:+.2f}, {d.high:+.2f}], {p}" if d else "—")
             lines.append(f"| {split} | {name} | " + " | ".join(cells) + " |")
-    sources = "; ".join(f"{label}: `{path}` (baseline {baseline})" for label, path, baseline, _ in read)
+    sources = "; ".join(f"{series.label}: `{series.source}` (baseline {series.baseline})" for series in read)
     return (f"Δ of the seed means against each report's baseline, the seed-aware test's 95 % interval and p. "
             f"From {sources}.\n\n" + "\n".join(lines) + "\n")

@@ -47,13 +47,17 @@ def path_is_results(rows: list[dict[str, str]]) -> bool:
     return bool(rows) and "seed" in rows[0] and "bleu_mean" in rows[0]
 
 
-def _value(row: dict[str, str], column: str, path) -> float:
+def csv_number(row: dict[str, str], column: str, path, hint: str = "") -> float:
+    """The number in ``column`` of one results.csv row, or one sentence naming the file, the row (and its split)
+    and the column; ``hint`` (a sentence) says which csv the command reads."""
     if column not in row:
-        raise UserError(f"{path}: no column '{column}'; columns: {', '.join(row)}.")
+        raise UserError(f"{path}: no column '{column}'; columns: {', '.join(row)}.{hint and ' ' + hint}")
     try:
         return float(row[column])
     except ValueError:
-        raise UserError(f"{path}: row '{row['System']}' has no number in column '{column}' ({row[column]!r}).") from None
+        split = f" ({row['split']})" if row.get("split") else ""
+        raise UserError(f"{path}: row '{row['System']}'{split} has no number in column '{column}' "
+                        f"({row[column]!r}).{hint and ' ' + hint}") from None
 
 
 def sweep_points(rows: list[dict[str, str]], pattern: str, references: list[str], column: str = "bleu",
@@ -91,16 +95,16 @@ def sweep_points(rows: list[dict[str, str]], pattern: str, references: list[str]
                 x = float(m.group("x"))
             except ValueError:
                 raise UserError(f"--pattern: row '{name}' matched but its x {m.group('x')!r} is not a number.") from None
-            err = _value(r, err_col, path) if err_col and r.get(err_col) else 0.0
-            points.append((x, _value(r, column, path), err, name))
+            err = csv_number(r, err_col, path) if err_col and r.get(err_col) else 0.0
+            points.append((x, csv_number(r, column, path), err, name))
     if not points:
         raise UserError(f"{path}: no row matches --pattern {pattern!r}; the rows are: {', '.join(seen)}.")
     refs = []
     for name in references:
         if name not in seen:
             raise UserError(f"{path}: no row '{name}' for --reference; the rows are: {', '.join(seen)}.")
-        err = _value(seen[name], err_col, path) if err_col and seen[name].get(err_col) else 0.0
-        refs.append((name, _value(seen[name], column, path), err))
+        err = csv_number(seen[name], err_col, path) if err_col and seen[name].get(err_col) else 0.0
+        refs.append((name, csv_number(seen[name], column, path), err))
     return sorted(points), refs
 
 

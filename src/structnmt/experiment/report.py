@@ -309,6 +309,21 @@ def _significance_lines(grid: GridConfig, info: dict, seeds: int) -> list[str]:
             + (f" Test `{info['signature']}`." if info.get("signature") else "")]
 
 
+def _columns_line(results: dict, seed0: int, n_seeds: int) -> str:
+    """The paragraph under the main table that says what each column measures."""
+    mem_kind = ("peak GPU memory allocated by the training process"
+                if any(r["train_device"] == "cuda" for r in results.values())
+                else "peak resident memory (RSS) of the training process")
+    return ("Columns: **# Params** trainable parameters (shared embeddings counted once); **Speed** "
+            "training target tokens per second of training wall-clock (validation and checkpoint "
+            "writing excluded); **Decode** sentences per second translating the split (beam search, "
+            f"in the runner process); **Peak mem** {mem_kind} (these four measured on seed {seed0}); "
+            + ("**p** the bootstrap p-value; **chrF** sacreBLEU chrF2." if n_seeds <= 1 else
+               "scores are means ± sample standard deviations over the seeds; **ASO ε** deepsig's ε_min "
+               "that the row's seeds dominate the baseline's; per-seed scores, s_sel (test-set spread of one run) "
+               "and the test's parts in `results.csv`."))
+
+
 def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple[str, int], Config],
                  split_data: dict[str, tuple[list[str], list[str]]], *, dirs: dict[str, str], command: str,
                  data_path: Path, log=print, missing: list[tuple[str, int]] | None = None) -> Path:
@@ -335,9 +350,6 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
     first = results[(grid.baseline, seed0)]
     bleu_name = "BLEU (lc,tok)" if ev.lc_tok else "BLEU"
     sig_key = "bleu_lc_tok_signature" if ev.lc_tok else "bleu_signature"
-    mem_kind = ("peak GPU memory allocated by the training process" if any(r["train_device"] == "cuda" for r in
-                                                                           results.values())
-                else "peak resident memory (RSS) of the training process")
     n_seeds = max(len(seeds_of(grid, results, r.name)) for r in grid.runs)
     main_rows, main_info = tables[ev.split]
     lines = [
@@ -361,14 +373,7 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
         f"- **Command**: `{command}`",
         f"- **Date**: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
         "",
-        "Columns: **# Params** trainable parameters (shared embeddings counted once); **Speed** "
-        "training target tokens per second of training wall-clock (validation and checkpoint "
-        "writing excluded); **Decode** sentences per second translating the split (beam search, "
-        f"in the runner process); **Peak mem** {mem_kind} (these four measured on seed {seed0}); "
-        + ("**p** the bootstrap p-value; **chrF** sacreBLEU chrF2." if n_seeds <= 1 else
-           "scores are means ± sample standard deviations over the seeds; **ASO ε** deepsig's ε_min "
-           "that the row's seeds dominate the baseline's; per-seed scores, s_sel (test-set spread of one run) "
-           "and the test's parts in `results.csv`."),
+        _columns_line(results, seed0, n_seeds),
         "",
     ]
     for x in splits[1:]:

@@ -93,3 +93,15 @@ def test_where_selects_one_split_and_std_columns_give_error_bars(tmp_path):
                  "--where", "split=attraction4", "--out", str(out)]) == 0
     assert "| 0.1 | fixed gate 0.1 | 45.00 ± 2.00 |" in out.with_suffix(".md").read_text()
     assert main(["sweep-plot", str(path), "--pattern", "x(?P<x>1)", "--where", "split", "--out", str(out)]) != 0
+
+
+def test_a_cell_without_a_number_is_one_sentence_naming_file_row_split_and_column(tmp_path):
+    from structnmt.analysis.sweep import csv_number
+
+    row = {"System": "LPEA", "split": "attraction4", "bleu": "n/a"}
+    assert csv_number({"System": "T", "bleu": "36.5"}, "bleu", "r.csv") == 36.5
+    with pytest.raises(UserError, match=r"^r\.csv: row 'LPEA' \(attraction4\) has no number in column 'bleu' "
+                                        r"\('n/a'\)\. Give a grid's csv\.$"):
+        csv_number(row, "bleu", "r.csv", "Give a grid's csv.")
+    with pytest.raises(UserError, match=r"^r\.csv: no column 'chrf'; columns: System, split, bleu\.$"):
+        csv_number(row, "chrf", "r.csv")

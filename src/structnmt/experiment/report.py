@@ -274,7 +274,8 @@ def _write_deltas_picture(grid: GridConfig, report, configs: dict, splits: list[
     from ..analysis.deltas import draw_report_deltas, read_deltas
 
     read = read_deltas(report.path / "results.csv", skip_untested=True)
-    if not read[2]:
+    _, _, tested = read
+    if not tested:
         report.remove_earlier(("deltas.png",), keep=[])
         return False
     names = {x: _split_label(configs, x) for x in splits}

@@ -68,3 +68,24 @@ def test_shipped_recipes_load():
         load_grid(path, [])
     text = resources.files("structnmt").joinpath("recipes/demo.yaml").read_text()
     assert "model:" in text
+
+
+def test_a_retired_key_loads_from_saved_configs_and_is_refused_with_another_value(tmp_path):
+    """data.bucket_width was never read: saved configs (which all hold 0) still load, and a config that sets
+    it to something else is told that it does nothing rather than silently ignored."""
+    from pathlib import Path
+
+    import yaml
+
+    run = Path(__file__).resolve().parents[1] / "docs/outputs/cross_paper_multi30k_8k_gpu/runs/localness/seed1"
+    saved = yaml.safe_load((run / "resolved.yaml").read_text(encoding="utf-8"))
+    assert saved["data"]["bucket_width"] == 0
+    from structnmt.config import from_dict
+
+    assert from_dict(saved).data.max_tokens == saved["data"]["max_tokens"]
+    path = tmp_path / "c.yaml"
+    path.write_text("data:\n  bucket_width: 64\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml\.data\.bucket_width=64: the option was removed \(it never had "
+                                          r"an effect.*\); delete it\."):
+        load_config(path)
+    assert "bucket_width" not in to_dict(Config())["data"]

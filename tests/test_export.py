@@ -192,3 +192,26 @@ def test_a_structure_aware_model_is_not_exported(synth_data, tmp_path, capsys):
     assert not (tmp_path / "ct2").exists()
     with pytest.raises(ExportError, match="cannot be exported to CTranslate2"):
         export_ctranslate2(ckpt, tmp_path / "ct2")
+
+
+def test_an_export_of_a_moses_model_tokenizes_and_detokenizes_like_structnmt(tmp_path):
+    """`prepare --moses`: the export keeps each side's language, so CTranslate2 reads the same pieces and
+    writes the same detokenized text (greedy search: no choice in which the two searches could differ)."""
+    from structnmt.data.prepare import PrepareConfig, prepare
+
+    words = "alpha beta gamma delta red cat dog sees the a big small".split()
+    lines = [" ".join(words[(i * k) % len(words)] for k in range(1, 2 + i % 6)).capitalize() + ", ok." for i in range(120)]
+    for side in ("en", "de"):
+        (tmp_path / f"train.{side}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    prepare(PrepareConfig(source_lang="en", target_lang="de", trainpref=str(tmp_path / "train"), vocab_size=60,
+                          moses=True), tmp_path / "data", progress=False, log=lambda *_: None)
+    ckpt = _with_likely_eos(_train(tmp_path / "data", tmp_path, share_all_embeddings=True), tmp_path / "m.pt")
+    theirs = CT2Translator(export_ctranslate2(ckpt, tmp_path / "ct2"))
+    ours = Translator(ckpt, device="cpu")
+    assert (theirs.src_vocab.moses, theirs.tgt_vocab.moses) == ("en", "de") == (ours.src_vocab.moses,
+                                                                                 ours.tgt_vocab.moses)
+    greedy = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=4, batch_size=1)
+    sources = ["Alpha, beta.", 'The cat "sees" a dog.']
+    mine = [h[0].text for h in ours.translate(sources, greedy)]
+    assert [h[0].text for h in theirs.translate(sources, greedy)] == mine
+    assert not any(" ," in t or " ." in t for t in mine)  # detokenized

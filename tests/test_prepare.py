@@ -465,3 +465,119 @@ def test_a_model_trained_on_lowercased_data_lowercases_what_it_translates(lowerc
     assert a == b  # the same pieces in, so the same search and scores
     tr.src_vocab.lowercase = False  # a reader of the cased text would see other pieces: other scores
     assert [(h[0].text, h[0].score) for h in tr.translate(cased)] != a
+
+
+# ---------------------------------------------------------------------------- --moses
+
+
+def _punctuated(n: int, seed: int) -> list[str]:
+    """Sentences with commas, a closing full stop and a quoted word glued to their neighbours."""
+    rng = random.Random(seed)
+    out = []
+    for s in _sentences(n, seed, lo=3):
+        words = s.split()
+        words[0] = words[0].capitalize()
+        words[1] = words[1] + ","
+        if rng.random() < 0.5:
+            words[-1] = f'"{words[-1]}"'
+        out.append(" ".join(words) + ".")
+    return out
+
+
+@pytest.fixture(scope="module")
+def mosesed(tmp_path_factory):
+    """A punctuated corpus prepared with ``moses=True`` and ``lowercase=True`` (joint vocabulary)."""
+    root = tmp_path_factory.mktemp("moses")
+    src, tgt = _punctuated(250, 21), _punctuated(250, 22)
+    vsrc, vtgt = _punctuated(20, 23), _punctuated(20, 24)
+    cfg = _cfg(_corpus(root, "train", src, tgt), validpref=_corpus(root, "valid", vsrc, vtgt), lowercase=True,
+               moses=True)
+    manifest, _ = _run(cfg, root / "data")
+    return {"out": root / "data", "manifest": manifest, "train": (src, tgt), "valid": (vsrc, vtgt)}
+
+
+def test_moses_tokenizes_each_side_in_its_language_before_sentencepiece(mosesed):
+    from structnmt.data.moses import moses_pretokenize
+
+    out, m = mosesed["out"], mosesed["manifest"]
+    assert m["config"]["moses"] is True
+    assert m["vocab"]["src"]["moses"] == "en" and m["vocab"]["tgt"]["moses"] == "de"
+    ds = PreparedDataset(out)
+    # one SentencePiece model, two readers of it: one per language
+    assert ds.src_vocab is not ds.tgt_vocab and ds.src_vocab.proto == ds.tgt_vocab.proto
+    assert (ds.src_vocab.moses, ds.tgt_vocab.moses) == ("en", "de")
+    src, tgt = mosesed["train"]
+    # SentencePiece saw the punctuation split off: ',' and '.' begin pieces of their own
+    pieces = ds.src_vocab.encode_pieces([src[0]])[0]
+    assert "▁," in pieces and "▁." in pieces
+    train = ds.split("train")
+    assert train.get("src", 0).tolist() == ds.src_vocab.sp.encode(moses_pretokenize(src[0], "en").lower())
+    # decoding detokenizes: the lowercased sentence comes back whole, glued punctuation included
+    assert ds.tgt_vocab.decode(train.get("tgt", 0).tolist()) == tgt[0].lower()
+    assert ds.src_vocab.decode(train.get("src", 5).tolist()) == src[5].lower()
+    # the raw text stays raw, for BLEU and for decoding
+    vsrc, vtgt = mosesed["valid"]
+    assert (out / "valid.ref.txt").read_text(encoding="utf-8").splitlines() == vtgt
+    assert (out / "valid.src.txt").read_text(encoding="utf-8").splitlines() == vsrc
+
+
+def test_moses_is_part_of_the_vocabulary_identity_and_travels_with_checkpoints(mosesed):
+    from structnmt.checkpoint import (
+        check_same_vocab,
+        checkpoint_vocabs,
+        dataset_vocabs,
+        vocab_entry,
+    )
+    from structnmt.data.prepare import _manifest_key
+    from structnmt.data.vocab import Vocab
+    from structnmt.errors import CheckpointError
+
+    ds = PreparedDataset(mosesed["out"])
+    raw = Vocab(proto=ds.src_vocab.proto, lowercase=True)
+    assert raw.sha256 != ds.src_vocab.sha256 != ds.tgt_vocab.sha256
+    assert raw.encode(["alpha, beta."]) != ds.src_vocab.encode(["alpha, beta."])
+    state = {"vocab_models": vocab_entry(ds.src_vocab, ds.tgt_vocab), "vocab": {"src": "spm.model", "tgt": "spm.model"},
+             "config": {}}
+    for src, tgt in (checkpoint_vocabs(state, "ckpt.pt"),
+                     dataset_vocabs(mosesed["out"], {"src": "spm.model", "tgt": "spm.model"})):
+        assert (src.moses, tgt.moses) == ("en", "de") and src.lowercase and tgt.lowercase
+        assert (src.sha256, tgt.sha256) == (ds.src_vocab.sha256, ds.tgt_vocab.sha256)
+    with pytest.raises(CheckpointError, match="not the one"):  # the same pieces without Moses: refused
+        check_same_vocab(state, raw, raw, checkpoint="ckpt.pt", data="raw-data")
+    assert "moses" not in _manifest_key(_cfg("train"), {})["config"]  # older datasets are not rebuilt
+    assert _manifest_key(_cfg("train", moses=True), {})["config"]["moses"] is True
+
+
+def test_moses_with_a_parser_is_refused_with_the_fix(tmp_path):
+    from structnmt.syntax.parsers import ParserConfig
+
+    pref = _corpus(tmp_path, "train", _sentences(50, 1), _sentences(50, 2))
+    with pytest.raises(CorpusError, match="--moses.*--parser none"):
+        _run(_cfg(pref, moses=True, parser=ParserConfig(name="synthetic")), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_model_trained_on_moses_data_tokenizes_its_input_and_detokenizes_its_output(mosesed, tmp_path):
+    from structnmt.config import Config, DataConfig, ModelConfig, TrainConfig
+    from structnmt.data.moses import moses_detokenize
+    from structnmt.decode.translate import Translator
+    from structnmt.training import train
+
+    save = tmp_path / "model"
+    cfg = Config(data=DataConfig(path=str(mosesed["out"]), max_tokens=600),
+                 model=ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=1,
+                                   share_all_embeddings=True),
+                 train=TrainConfig(seed=1, save_dir=str(save), warmup_updates=1, max_updates=3,
+                                   save_interval_updates=3, validate_interval_updates=3, tensorboard=False,
+                                   progress=False))
+    train(cfg, log=lambda *_a, **_k: None)
+    tr = Translator(save / "checkpoint_last.pt", device="cpu")
+    assert (tr.src_vocab.moses, tr.tgt_vocab.moses) == ("en", "de")
+    # English normalisation moves the full stop inside the quotes, as normalize-punctuation.perl -l en does
+    glued, spaced = ['Alpha, beta "gamma".', "Red cat."], ['alpha , beta " gamma . "', "red cat ."]
+    a = [(h[0].text, h[0].score) for h in tr.translate(glued)]
+    assert a == [(h[0].text, h[0].score) for h in tr.translate(spaced)]  # the same pieces in
+    for (text, _), hyps in zip(a, tr.translate(glued)):  # the output is Moses-detokenized
+        assert text == moses_detokenize(tr.tgt_vocab.sp.decode(hyps[0].tokens), "de")
+    tr.src_vocab.moses = None  # a reader of the untokenized text would see other pieces: other scores
+    assert [(h[0].text, h[0].score) for h in tr.translate(glued)] != a

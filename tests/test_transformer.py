@@ -176,3 +176,41 @@ def test_contract_hosts_aux_losses():
         assert "toy" in out.aux_losses and out.aux_losses["toy"].requires_grad
     finally:
         ATTENTION_REGISTRY.pop(name, None)
+
+
+def test_xavier_attention_init_is_fairseqs_and_linear_stays_the_default():
+    """model.attention_init=xavier: fairseq's MultiheadAttention.reset_parameters. At d=128 the standard
+    deviations tell the rules apart: Glorot with gain 1/sqrt(2) on each d x d matrix 0.0625 (W_K and W_V
+    each on its own: Glorot over the fused 2d x d kv_proj would give 0.051), Glorot on W_O 0.088,
+    nn.Linear's default 0.051."""
+    import math
+
+    d = 128
+    xavier = build_model(ModelConfig(d_model=d, ffn_dim=256, heads=4, encoder_layers=1, decoder_layers=1,
+                                     attention_init="xavier"), V, V)
+    attns = [m for m in xavier.modules() if isinstance(m, MultiHeadAttention)]
+    assert len(attns) == 3  # encoder self, decoder self, cross
+    qkv_std, out_std, linear_std = (2 ** -0.5) * math.sqrt(2 / (2 * d)), math.sqrt(2 / (2 * d)), 1 / math.sqrt(3 * d)
+    for a in attns:
+        for w in (a.q_proj.weight, *a.kv_proj.weight.chunk(2, dim=0)):
+            assert abs(w.std().item() - qkv_std) < 0.03 * qkv_std
+            assert w.abs().max().item() <= math.sqrt(3) * qkv_std + 1e-6  # uniform on [-bound, bound]
+        assert abs(a.out_proj.weight.std().item() - out_std) < 0.03 * out_std
+        assert torch.count_nonzero(a.out_proj.bias) == 0
+        assert torch.count_nonzero(a.q_proj.bias) > 0  # the input biases keep nn.Linear's
+    default = build_model(ModelConfig(d_model=d, ffn_dim=256, heads=4, encoder_layers=1, decoder_layers=1), V, V)
+    assert ModelConfig().attention_init == "linear"
+    for a in (m for m in default.modules() if isinstance(m, MultiHeadAttention)):
+        assert abs(a.out_proj.weight.std().item() - linear_std) < 0.03 * linear_std
+        assert torch.count_nonzero(a.out_proj.bias) > 0
+
+
+@pytest.mark.parametrize(("model", "named"), [({"family": "rnn"}, "model.family is rnn"),
+                                              ({"attention": {"encoder_self": {"name": "localness"}}}, "localness")])
+def test_xavier_attention_init_is_refused_where_a_mechanism_has_projections_of_its_own(model, named):
+    from structnmt.config import from_dict
+
+    with pytest.raises(ConfigError, match=f"model.attention_init='xavier' is for plain Transformers.*{named}"):
+        from_dict({"model": {"attention_init": "xavier", **model}})
+    with pytest.raises(ConfigError, match="model.attention_init='glorot' must be linear or xavier"):
+        from_dict({"model": {"attention_init": "glorot"}})

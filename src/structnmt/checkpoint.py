@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .data.vocab import Vocab
+from .data.vocab import Vocab, entry_options
 from .errors import CheckpointError
 
 
@@ -58,7 +58,7 @@ def load_checkpoint(path: str | Path) -> dict:
 
 def vocab_entry(src: Vocab, tgt: Vocab) -> dict:
     """The ``vocab_models`` entry of a checkpoint (see the module docstring)."""
-    return {side: {"sha256": v.sha256, "size": len(v), "proto": v.proto, "lowercase": v.lowercase}
+    return {side: {"sha256": v.sha256, "size": len(v), "proto": v.proto, "lowercase": v.lowercase, "moses": v.moses}
             for side, v in (("src", src), ("tgt", tgt))}
 
 
@@ -103,9 +103,9 @@ def checkpoint_vocabs(state: dict, checkpoint: str | Path, data_dir: str | Path 
         return src, tgt
     saved = state.get("vocab_models")
     if saved:
-        src = Vocab(proto=saved["src"]["proto"], lowercase=saved["src"].get("lowercase", False))
+        src = Vocab(proto=saved["src"]["proto"], **entry_options(saved["src"]))
         same = saved["src"]["sha256"] == saved["tgt"]["sha256"]
-        return src, (src if same else Vocab(proto=saved["tgt"]["proto"], lowercase=saved["tgt"].get("lowercase", False)))
+        return src, (src if same else Vocab(proto=saved["tgt"]["proto"], **entry_options(saved["tgt"])))
     data_path = Path(state["config"].get("data", {}).get("path", "") or ".")
     ckpt_dir = Path(checkpoint).resolve().parent
     for root in (data_path, ckpt_dir / data_path, ckpt_dir):
@@ -122,12 +122,13 @@ def dataset_vocabs(root: Path, files: dict) -> tuple[Vocab, Vocab]:
         if not (root / files[side]).is_file():
             raise CheckpointError(f"{root}: has no {files[side]}; give the prepared dataset directory "
                                   "(the --destdir of `structnmt prepare`).")
-    lowercase = {"src": False, "tgt": False}  # `prepare --lowercase` datasets say so in their manifest
+    entries: dict = {}  # `prepare --lowercase` / `--moses` datasets say so in their manifest
     if (root / "manifest.json").is_file():
         entries = json.loads((root / "manifest.json").read_text()).get("vocab", {})
-        lowercase = {side: bool(entries.get(side, {}).get("lowercase", False)) for side in lowercase}
-    src = Vocab(root / files["src"], lowercase=lowercase["src"])
-    return src, (src if files["src"] == files["tgt"] else Vocab(root / files["tgt"], lowercase=lowercase["tgt"]))
+    options = {side: entry_options(entries.get(side, {})) for side in ("src", "tgt")}
+    src = Vocab(root / files["src"], **options["src"])
+    same = files["src"] == files["tgt"] and options["src"] == options["tgt"]
+    return src, (src if same else Vocab(root / files["tgt"], **options["tgt"]))
 
 
 def load_model_state(model: torch.nn.Module, state: dict, checkpoint: str | Path) -> None:

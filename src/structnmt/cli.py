@@ -112,6 +112,7 @@ def cmd_prepare(args) -> int:
         validpref=args.validpref, testprefs=args.testpref or [], joint_vocab=not args.separate_vocab,
         vocab_size=args.vocab_size, tgt_vocab_size=args.tgt_vocab_size, model_type=args.model_type,
         max_len=args.max_len, eval_too_long=args.eval_too_long, parser=parser, lowercase=args.lowercase,
+        moses=args.moses,
     )
     manifest = prepare(cfg, args.destdir, progress=not args.no_progress)
     for split, c in manifest["counts"].items():
@@ -139,6 +140,10 @@ def _parser_prepare(sub) -> None:
     s.add_argument("--lowercase", action="store_true",
                    help="lowercase both sides before SentencePiece (as fairseq's Multi30k recipe); models trained on it "
                         "lowercase what they translate; the references stay raw (score with --lc-tok)")
+    s.add_argument("--moses", action="store_true",
+                   help="normalise and Moses-tokenize each side in its language (-s/-t) before SentencePiece, as "
+                        "fairseq's recipes do (sacremoses, no escaping); models trained on it tokenize what they "
+                        "translate and detokenize their output; the references stay raw")
     s.add_argument("--max-len", type=int, default=256,
                    help="pairs with more pieces are dropped (train) or handled by --eval-too-long (valid/test), "
                         "and counted")

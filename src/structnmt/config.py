@@ -96,6 +96,9 @@ class ModelConfig:
     activation_dropout: float = 0.0
     activation: str = "relu"  # relu | gelu
     pre_norm: bool = True  # False = post-norm (Vaswani et al. 2017)
+    # attention projections' initialisation: linear (PyTorch's nn.Linear default) | xavier (fairseq's: Glorot-
+    # uniform q, k, v with gain 1/sqrt(2), Glorot output projection, zero output bias; plain Transformers only)
+    attention_init: str = "linear"
     share_all_embeddings: bool = False  # source, target and output (needs a joint vocabulary)
     tie_output: bool = True  # decoder input embedding == output projection
     max_positions: int = 1024
@@ -109,7 +112,6 @@ class DataConfig:
     max_tokens: int = 4096  # target+source tokens per batch (the larger side, padded)
     max_sentences: int = 0  # 0 = no limit
     max_len: int = 256  # pairs longer than this (in pieces, either side) are filtered, and counted
-    bucket_width: int = 0  # 0: sort by length within a shuffled window (fairseq-like)
     # structure tensors the collator builds: key -> {feature, params} (structnmt.syntax.batching)
     structures: dict[str, StructureSpec] = field(default_factory=dict)
     # per-sentence structure features are computed once and kept up to this size (per split, per process)
@@ -192,6 +194,12 @@ def _nearest(name: str, options: list[str]) -> str:
     return f"did you mean '{close[0]}'?" if close else f"valid keys: {', '.join(options)}"
 
 
+# keys the toolkit no longer has: (class, key) -> (the value every saved config holds, why it went). A saved
+# config (a checkpoint's, a run's resolved.yaml) with that value still loads; any other value is refused.
+_RETIRED = {("DataConfig", "bucket_width"): (0, "it never had an effect: batches are always cut from sentences "
+                                                "sorted by length (structnmt.data.dataset.make_batches)")}
+
+
 def _build(cls: type, data: Any, where: str) -> Any:
     """Build dataclass ``cls`` from nested plain data, rejecting unknown keys."""
     if dataclasses.is_dataclass(cls):
@@ -203,6 +211,11 @@ def _build(cls: type, data: Any, where: str) -> Any:
         names = [f.name for f in dataclasses.fields(cls)]
         kwargs = {}
         for key, value in data.items():
+            retired = _RETIRED.get((cls.__name__, key))
+            if key not in names and retired is not None:
+                if value != retired[0]:
+                    raise ConfigError(f"{where}.{key}={value!r}: the option was removed ({retired[1]}); delete it.")
+                continue
             if key not in names:
                 raise ConfigError(f"{where}: unknown key '{key}'; {_nearest(str(key), names)}")
             kwargs[key] = _build(hints[key], value, f"{where}.{key}")
@@ -288,6 +301,16 @@ def first_mechanism(plan: AttentionPlan) -> tuple[str, str] | None:
     return None
 
 
+def not_plain_transformer(m: ModelConfig) -> str | None:
+    """Why a model with this config is not a plain Transformer (multi-head attention in every layer), or
+    None when it is: what ``model.attention_init=xavier`` (fairseq's initialisation of that attention's
+    projections) needs."""
+    if m.family != "transformer":
+        return f"model.family is {m.family}, not transformer"
+    other = first_mechanism(m.attention)
+    return f"model.attention {other[0]} is {other[1]}, not plain multi-head attention (mha)" if other else None
+
+
 def low_precision_refusal(m: ModelConfig) -> str | None:
     """Why a model with this config cannot decode in bfloat16 or int8 (``decode.dtype``), or None when it can.
 
@@ -296,10 +319,7 @@ def low_precision_refusal(m: ModelConfig) -> str | None:
     arithmetic (matrix-tree marginals, phrase compositions, learned biases) is not, nor are the RNN
     family's recurrences.
     """
-    if m.family != "transformer":
-        return f"model.family is {m.family}, not transformer"
-    other = first_mechanism(m.attention)
-    return f"model.attention {other[0]} is {other[1]}, not plain multi-head attention (mha)" if other else None
+    return not_plain_transformer(m)
 
 
 def validate_decode(d: DecodeConfig, where: str = "config") -> None:
@@ -336,6 +356,12 @@ def validate(cfg: Config, where: str = "config") -> None:
         value = getattr(m, key)
         _need(_finite(value) and 0 <= value < 1, where, f"model.{key}", value, "must be in [0, 1)")
     _need(m.activation in ("relu", "gelu"), where, "model.activation", m.activation, "must be relu or gelu")
+    _need(m.attention_init in ("linear", "xavier"), where, "model.attention_init", m.attention_init,
+          "must be linear or xavier")
+    if m.attention_init != "linear":  # the mechanisms' own projections have no fairseq initialisation to copy
+        why = not_plain_transformer(m)
+        _need(why is None, where, "model.attention_init", m.attention_init,
+              f"is for plain Transformers ({why}); set model.attention_init=linear")
     _need(m.max_positions >= 2, where, "model.max_positions", m.max_positions, "must be at least 2")
     _need(d.max_tokens >= 1, where, "data.max_tokens", d.max_tokens, "must be at least 1")
     _need(d.max_sentences >= 0, where, "data.max_sentences", d.max_sentences, "must be >= 0 (0 = no limit)")

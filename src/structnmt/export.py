@@ -173,6 +173,7 @@ def export_ctranslate2(checkpoint: str | Path, out_dir: str | Path, *, quantizat
     meta = {"checkpoint": str(Path(checkpoint).resolve()), "quantization": quantization or "none",
             "source_sha256": src_vocab.sha256, "target_sha256": tgt_vocab.sha256,
             "lowercase": {"source": src_vocab.lowercase, "target": tgt_vocab.lowercase},
+            "moses": {"source": src_vocab.moses, "target": tgt_vocab.moses},
             "decode": {k: getattr(cfg.decode, k) for k in ("beam", "lenpen", "max_len_a", "max_len_b", "nbest",
                                                             "batch_size")},
             "max_positions": cfg.model.max_positions, "vocab_files": state["vocab"]}
@@ -262,9 +263,10 @@ class CT2Translator:
         if not isinstance(self.meta, dict) or any(k not in self.meta for k in needed):
             raise ExportError(f"{d / MARKER}: not a readable structnmt export description (truncated or edited); "
                               "export the checkpoint again with structnmt export.")
-        lowercase = self.meta.get("lowercase", {})  # exports of `prepare --lowercase` models
-        self.src_vocab = Vocab(d / "source.spm.model", lowercase=lowercase.get("source", False))
-        self.tgt_vocab = Vocab(d / "target.spm.model", lowercase=lowercase.get("target", False))
+        lowercase = self.meta.get("lowercase", {})  # exports of `prepare --lowercase` / `--moses` models
+        moses = self.meta.get("moses", {})
+        self.src_vocab = Vocab(d / "source.spm.model", lowercase=lowercase.get("source", False), moses=moses.get("source"))
+        self.tgt_vocab = Vocab(d / "target.spm.model", lowercase=lowercase.get("target", False), moses=moses.get("target"))
         for side, vocab in (("source", self.src_vocab), ("target", self.tgt_vocab)):
             if vocab.sha256 != self.meta[f"{side}_sha256"]:
                 raise ExportError(f"{d / (side + '.spm.model')}: not the SentencePiece model {d} was exported with "

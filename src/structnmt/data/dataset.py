@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ..syntax.trees import trees_from_json
-from .vocab import BOS, EOS, PAD, Vocab
+from .vocab import BOS, EOS, PAD, Vocab, entry_options
 
 
 @dataclass
@@ -204,9 +204,11 @@ class PreparedDataset:
             raise FileNotFoundError(f"{mpath}: no prepared dataset here; run `structnmt prepare` first.")
         self.manifest = json.loads(mpath.read_text())
         files = self.manifest["vocab"]
-        self.src_vocab = Vocab(self.root / files["src"]["file"], lowercase=files["src"].get("lowercase", False))
-        self.tgt_vocab = self.src_vocab if self.manifest["joint_vocab"] else Vocab(
-            self.root / files["tgt"]["file"], lowercase=files["tgt"].get("lowercase", False))
+        options = {side: entry_options(files[side]) for side in ("src", "tgt")}
+        self.src_vocab = Vocab(self.root / files["src"]["file"], **options["src"])
+        # a joint model is one Vocab, unless its sides differ in form (prepare --moses: one language each)
+        same = self.manifest["joint_vocab"] and options["src"] == options["tgt"]
+        self.tgt_vocab = self.src_vocab if same else Vocab(self.root / files["tgt"]["file"], **options["tgt"])
 
     def split(self, name: str, *, structure_cache_mb: float = 1024) -> PreparedSplit:
         return PreparedSplit(self.root, name, self.src_vocab, structure_cache_mb=structure_cache_mb)

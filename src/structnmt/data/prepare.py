@@ -57,6 +57,7 @@ from ..syntax.align import AlignmentError, align_trees
 from ..syntax.parsers import Parsed, ParserConfig, build_parser
 from ..syntax.trees import node_to_list
 from .corpus import CorpusError, PairStats, file_digest, read_lines, read_pairs, resolve
+from .moses import moses_pretokenize
 from .vocab import Vocab, train_sentencepiece
 
 FORMAT_VERSION = 2
@@ -81,6 +82,10 @@ class PrepareConfig:
     # both sides lowercased (str.lower) before SentencePiece; the vocabularies keep the flag, so
     # translation lowercases its input too. The raw references stay as they are (for BLEU).
     lowercase: bool = False
+    # each side normalised and Moses-tokenized (its own language) before SentencePiece, as
+    # fairseq's recipes do (structnmt.data.moses); the vocabularies keep each side's language, so
+    # translation pre-tokenizes its input and detokenizes its output. Raw references stay raw.
+    moses: bool = False
 
 
 def _split_files(cfg: PrepareConfig) -> dict[str, tuple[Path, Path]]:
@@ -112,8 +117,9 @@ def _parser_version(cfg: ParserConfig) -> str:
 
 def _manifest_key(cfg: PrepareConfig, digests: dict) -> dict:
     config = asdict(cfg)
-    if not cfg.lowercase:  # datasets prepared before the option existed stay up to date
-        del config["lowercase"]
+    for option in ("lowercase", "moses"):  # datasets prepared before an option existed stay up to date
+        if not config[option]:
+            del config[option]
     return {"version": FORMAT_VERSION, "config": config, "inputs": digests,
             "parser_version": _parser_version(cfg.parser)}
 
@@ -156,6 +162,9 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
     if cfg.lowercase and cfg.parser.name != "none":
         raise CorpusError(f"--lowercase with the parser {cfg.parser.name!r}: lowercasing is for unparsed data only "
                           "(a parser reads the cased text); drop --lowercase or use --parser none.")
+    if cfg.moses and cfg.parser.name != "none":
+        raise CorpusError(f"--moses with the parser {cfg.parser.name!r}: Moses tokenization is for unparsed data only "
+                          "(the parser's words are aligned to the raw text); drop --moses or use --parser none.")
     old = existing_manifest(out)  # refuses a destination that is not ours before any work
     splits = _split_files(cfg)
     backend = build_parser(cfg.parser)  # fails early on an unknown parser or a missing pipeline
@@ -209,7 +218,7 @@ def _build(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, p
         **key,
         "counts": counts,
         "vocab": {side: {"file": vocab_files[side], "size": len(vocabs[side]),
-                         **({"lowercase": True} if cfg.lowercase else {})} for side in ("src", "tgt")},
+                         **vocabs[side].options()} for side in ("src", "tgt")},
         "joint_vocab": cfg.joint_vocab,
         "syntax": {"parser": cfg.parser.name, "labels": sorted(labels)} if parsing else None,
         "seconds": round(time.time() - t0, 2),
@@ -228,13 +237,18 @@ class _SpmSample:
 
     src: Path
     tgt: Path
+    moses: tuple[str, str] | None = None  # (source, target) languages to Moses-tokenize with (prepare --moses)
     stats: PairStats = field(default_factory=PairStats)
     errors: list[CorpusError] = field(default_factory=list)
 
     def pairs(self) -> Iterator[tuple[int, str, str]]:
-        """The training pairs; a CorpusError ends the stream and is kept in ``errors``."""
+        """The training pairs (Moses-tokenized with ``moses``); a CorpusError ends the stream and is
+        kept in ``errors``."""
         try:
-            yield from read_pairs(self.src, self.tgt, self.stats)
+            for lineno, s, t in read_pairs(self.src, self.tgt, self.stats):
+                if self.moses:
+                    s, t = moses_pretokenize(s, self.moses[0]), moses_pretokenize(t, self.moses[1])
+                yield lineno, s, t
         except CorpusError as err:
             self.errors.append(err)
 
@@ -252,8 +266,12 @@ class _SpmSample:
 
 def _train_vocabs(cfg: PrepareConfig, train: tuple[Path, Path], tmp: Path,
                   log) -> tuple[dict[str, Vocab], dict[str, str]]:
-    """The SentencePiece vocabularies (side -> Vocab) trained into ``tmp``, and their model file names."""
-    sample = _SpmSample(*train)
+    """The SentencePiece vocabularies (side -> Vocab) trained into ``tmp``, and their model file names.
+
+    With ``--moses`` each side's ``Vocab`` carries its language (a joint model is then two
+    ``Vocab`` objects over one ``spm.model``)."""
+    langs = {"src": cfg.source_lang, "tgt": cfg.target_lang}
+    sample = _SpmSample(*train, moses=(langs["src"], langs["tgt"]) if cfg.moses else None)
     if cfg.joint_vocab:
         v = _train_spm(cfg, sample, sample.joint(), tmp / "spm", cfg.vocab_size, log)
         vocabs = {"src": v, "tgt": v}
@@ -263,6 +281,8 @@ def _train_vocabs(cfg: PrepareConfig, train: tuple[Path, Path], tmp: Path,
         vt = _train_spm(cfg, sample, sample.side(1), tmp / "spm.tgt", cfg.tgt_vocab_size or cfg.vocab_size, log)
         vocabs = {"src": vs, "tgt": vt}
         vocab_files = {"src": "spm.src.model", "tgt": "spm.tgt.model"}
+    if cfg.moses:
+        vocabs = {side: Vocab(tmp / vocab_files[side], lowercase=cfg.lowercase, moses=langs[side]) for side in vocabs}
     return vocabs, vocab_files
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from .moses import moses_detokenize, moses_pretokenize
+
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
 
@@ -19,14 +21,21 @@ class Vocab:
     """A trained SentencePiece model: text <-> piece ids.
 
     ``lowercase``: the model was trained on lowercased text (``structnmt prepare
-    --lowercase``), so every text is lowercased (``str.lower``) before it is encoded. The
-    flag is part of the vocabulary's identity (:attr:`sha256`) and travels with it in the
-    manifest and the checkpoint, so a model never reads cased text it was not trained on.
+    --lowercase``), so every text is lowercased (``str.lower``) before it is encoded.
+    ``moses``: the language of a side pre-tokenized with Moses (``structnmt prepare
+    --moses``, :mod:`structnmt.data.moses`): every text is normalised and tokenized before
+    it is encoded (then lowercased, fairseq's order), and :meth:`decode` detokenizes. Both
+    are part of the vocabulary's identity (:attr:`sha256`) and travel with it in the
+    manifest and the checkpoint (:meth:`options`), so a model never reads text in a form it
+    was not trained on. A joint vocabulary of a ``--moses`` dataset is two ``Vocab``
+    objects over one model, one per language.
     """
 
-    def __init__(self, model_path: str | Path | None = None, *, proto: bytes | None = None, lowercase: bool = False):
+    def __init__(self, model_path: str | Path | None = None, *, proto: bytes | None = None, lowercase: bool = False,
+                 moses: str | None = None):
         """From a ``.model`` file, or from the bytes of one (``proto``, as a checkpoint keeps it)."""
         self.lowercase = bool(lowercase)
+        self.moses = moses or None
         self.path = Path(model_path) if model_path is not None else None
         if proto is not None:
             self.sp = spm.SentencePieceProcessor(model_proto=proto)
@@ -41,14 +50,22 @@ class Vocab:
 
     @property
     def sha256(self) -> str:
-        """Identity of the pieces: SHA-256 of the serialized model (and of the lowercasing, when set)."""
-        return hashlib.sha256(self.proto + (b"\0lowercase" if self.lowercase else b"")).hexdigest()
+        """Identity of the pieces: SHA-256 of the serialized model (and of the text's form, when set)."""
+        form = (b"\0lowercase" if self.lowercase else b"") + (f"\0moses:{self.moses}".encode() if self.moses else b"")
+        return hashlib.sha256(self.proto + form).hexdigest()
+
+    def options(self) -> dict:
+        """The text's form as a manifest or checkpoint entry keeps it: ``Vocab(path, **entry_options(entry))``."""
+        return {**({"lowercase": True} if self.lowercase else {}), **({"moses": self.moses} if self.moses else {})}
 
     def __len__(self) -> int:
         return self.sp.get_piece_size()
 
     def normalize(self, lines: list[str]) -> list[str]:
-        """The texts as the model reads them (lowercased for a ``lowercase`` vocabulary)."""
+        """The texts as the model reads them: Moses-tokenized for a ``moses`` vocabulary, then
+        lowercased for a ``lowercase`` one; otherwise as given."""
+        if self.moses:
+            lines = [moses_pretokenize(line, self.moses) for line in lines]
         return [line.lower() for line in lines] if self.lowercase else lines
 
     def encode(self, lines: list[str]) -> list[list[int]]:
@@ -58,7 +75,8 @@ class Vocab:
         return self.sp.encode(self.normalize(lines), out_type=str)
 
     def decode(self, ids: list[int]) -> str:
-        """Detokenised text; stops at the first EOS and skips BOS/PAD."""
+        """Detokenised text (Moses-detokenized too for a ``moses`` vocabulary); stops at the first
+        EOS and skips BOS/PAD."""
         out = []
         for i in ids:
             if i == EOS:
@@ -66,7 +84,14 @@ class Vocab:
             if i in (PAD, BOS):
                 continue
             out.append(int(i))
-        return self.sp.decode(out)
+        text = self.sp.decode(out)
+        return moses_detokenize(text, self.moses) if self.moses else text
+
+
+def entry_options(entry: dict) -> dict:
+    """The ``Vocab`` keyword arguments (``lowercase``, ``moses``) of a manifest's or checkpoint's
+    vocabulary entry; an entry written before an option existed has it off."""
+    return {"lowercase": bool(entry.get("lowercase", False)), "moses": entry.get("moses") or None}
 
 
 def train_sentencepiece(

@@ -25,7 +25,6 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -94,25 +93,15 @@ def read_lines(path: str | Path) -> list[str]:
 # --------------------------------------------------------------------------
 
 
-@cache
-def _moses_tokenizer(lang: str) -> Any:
-    try:
-        from sacremoses import MosesTokenizer
-    except ImportError as exc:  # pragma: no cover - depends on environment
-        raise ImportError(
-            "lowercased/tokenized BLEU needs the 'sacremoses' package "
-            "(pip install 'sacremoses>=0.1')"
-        ) from exc
-    return MosesTokenizer(lang=lang)
-
-
 def moses_lc_tokenize(lines: Iterable[str], lang: str = "en") -> list[str]:
     """Lowercase and Moses-tokenize lines (no XML escaping).
 
     Mirrors ``lowercase.perl | tokenizer.perl -l <lang> -no-escape`` as used
     before ``multi-bleu.perl``. Lowercasing happens first.
     """
-    tok = _moses_tokenizer(lang)
+    from ..data.moses import moses_tokenizer
+
+    tok = moses_tokenizer(lang)
     return [tok.tokenize(line.lower(), escape=False, return_str=True) for line in lines]
 
 

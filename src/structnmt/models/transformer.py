@@ -36,6 +36,7 @@ from ..nn.attention import (
     AttentionDims,
     AttentionOutput,
     IncrementalCache,
+    MultiHeadAttention,
     build_attention,
     collect_structures,
 )
@@ -287,6 +288,10 @@ class TransformerModel(nn.Module):
         else:
             nn.init.normal_(self.output_proj.weight, mean=0.0, std=d**-0.5)
         self.embed_scale = math.sqrt(d)
+        if cfg.attention_init == "xavier":
+            for module in self.modules():
+                if isinstance(module, MultiHeadAttention):
+                    module.xavier_init()
 
     @property
     def encoder_layers(self) -> nn.ModuleList:

@@ -497,6 +497,19 @@ class MultiHeadAttention(Mechanism):
         self.out_proj = nn.Linear(dims.d_model, dims.d_model)
         self.static_kv = dims.role == "cross"
 
+    def xavier_init(self) -> None:
+        """fairseq's initialisation of the projections (``MultiheadAttention.reset_parameters``):
+        Glorot-uniform W_Q, W_K, W_V with gain 1/sqrt(2) (each its own d x d matrix, here W_K and
+        W_V are the two halves of ``kv_proj``), Glorot-uniform W_O and a zero output bias; the input
+        biases keep nn.Linear's. ``model.attention_init=xavier``; the default is nn.Linear's."""
+        gain = 2 ** -0.5
+        nn.init.xavier_uniform_(self.q_proj.weight, gain=gain)
+        with torch.no_grad():
+            for half in self.kv_proj.weight.chunk(2, dim=0):
+                half.copy_(nn.init.xavier_uniform_(torch.empty_like(half), gain=gain))
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        nn.init.zeros_(self.out_proj.bias)
+
     def project_kv(self, memory: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
         """Keys and values (B, H, S, d), using and updating the cache when decoding."""
         cache = ctx.cache

@@ -210,8 +210,12 @@ def test_an_export_of_a_moses_model_tokenizes_and_detokenizes_like_structnmt(tmp
     ours = Translator(ckpt, device="cpu")
     assert (theirs.src_vocab.moses, theirs.tgt_vocab.moses) == ("en", "de") == (ours.src_vocab.moses,
                                                                                  ours.tgt_vocab.moses)
-    greedy = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=4, batch_size=1)
     sources = ["Alpha, beta.", 'The cat "sees" a dog.']
-    mine = [h[0].text for h in ours.translate(sources, greedy)]
-    assert [h[0].text for h in theirs.translate(sources, greedy)] == mine
-    assert not any(" ," in t or " ." in t for t in mine)  # detokenized
+    # the same pieces in (tokenized), the same text out (detokenized)
+    assert encode_sources(theirs.src_vocab, sources) == encode_sources(ours.src_vocab, sources)
+    assert ours.src_vocab.encode_pieces(["Alpha, beta."])[0][-1] == "▁."
+    pieces = ours.tgt_vocab.encode(["alpha, beta dog."])[0]
+    assert ours.tgt_vocab.sp.decode(pieces) == "alpha , beta dog ."  # what the model writes, tokenized
+    assert theirs.tgt_vocab.decode(pieces) == ours.tgt_vocab.decode(pieces) == "alpha, beta dog."
+    greedy = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=4, batch_size=1)
+    assert [h[0].text for h in theirs.translate(sources, greedy)] == [h[0].text for h in ours.translate(sources, greedy)]

@@ -548,6 +548,17 @@ def test_moses_is_part_of_the_vocabulary_identity_and_travels_with_checkpoints(m
     assert _manifest_key(_cfg("train", moses=True), {})["config"]["moses"] is True
 
 
+def test_moses_names_a_language_it_has_no_rules_for(tmp_path):
+    _write(tmp_path / "train.src", _punctuated(60, 31))
+    _write(tmp_path / "train.de", _punctuated(60, 32))
+    cfg = PrepareConfig(source_lang="src", target_lang="de", trainpref=str(tmp_path / "train"), vocab_size=80,
+                        moses=True)
+    _, log = _run(cfg, tmp_path / "out")
+    said = [m for m in log if "no Moses rules" in m]
+    assert len(said) == 1 and "'src'" in said[0] and "'de'" not in said[0]
+    assert PreparedDataset(tmp_path / "out").src_vocab.moses == "src"
+
+
 def test_moses_with_a_parser_is_refused_with_the_fix(tmp_path):
     from structnmt.syntax.parsers import ParserConfig
 
@@ -581,3 +592,14 @@ def test_a_model_trained_on_moses_data_tokenizes_its_input_and_detokenizes_its_o
         assert text == moses_detokenize(tr.tgt_vocab.sp.decode(hyps[0].tokens), "de")
     tr.src_vocab.moses = None  # a reader of the untokenized text would see other pieces: other scores
     assert [(h[0].text, h[0].score) for h in tr.translate(glued)] != a
+    # the commands that align raw text (a treebank's words) to the model's pieces refuse it with the fix
+    from structnmt.analysis.probe import load_frozen
+    from structnmt.errors import UserError
+    from structnmt.induce import run_induce
+
+    conllu = tmp_path / "t.conllu"
+    conllu.write_text("1\tAlpha\t_\t_\t_\t_\t0\troot\t_\t_\n2\t,\t_\t_\t_\t_\t1\tpunct\t_\t_\n\n", encoding="utf-8")
+    with pytest.raises(UserError, match="Moses-tokenized text.*without --moses"):
+        run_induce(checkpoint=save / "checkpoint_last.pt", conllu=conllu, out_dir=tmp_path / "induced")
+    with pytest.raises(UserError, match="trained on Moses-tokenized text.*without --lowercase and --moses"):
+        load_frozen(str(save / "checkpoint_last.pt"))

@@ -197,7 +197,7 @@ def test_xavier_attention_init_is_fairseqs_and_linear_stays_the_default():
             assert w.abs().max().item() <= math.sqrt(3) * qkv_std + 1e-6  # uniform on [-bound, bound]
         assert abs(a.out_proj.weight.std().item() - out_std) < 0.03 * out_std
         assert torch.count_nonzero(a.out_proj.bias) == 0
-        assert torch.count_nonzero(a.q_proj.bias) > 0  # the input biases keep nn.Linear's
+        assert torch.count_nonzero(a.q_proj.bias) > 0 and torch.count_nonzero(a.kv_proj.bias) > 0  # nn.Linear's
     default = build_model(ModelConfig(d_model=d, ffn_dim=256, heads=4, encoder_layers=1, decoder_layers=1), V, V)
     assert ModelConfig().attention_init == "linear"
     for a in (m for m in default.modules() if isinstance(m, MultiHeadAttention)):

@@ -159,7 +159,7 @@ def model_from_checkpoint(state: dict, checkpoint: str | Path, data_dir: str | P
     from .models import build_model
     from .nn.attention import UnknownMechanismError
 
-    cfg = from_dict(state["config"], where=f"{checkpoint} (saved config)")
+    cfg = from_dict(state["config"], where=f"{checkpoint} (saved config)", saved=True)
     src_vocab, tgt_vocab = checkpoint_vocabs(state, checkpoint, data_dir)
     try:
         model = build_model(cfg.model, len(src_vocab), len(tgt_vocab))

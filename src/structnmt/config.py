@@ -194,14 +194,15 @@ def _nearest(name: str, options: list[str]) -> str:
     return f"did you mean '{close[0]}'?" if close else f"valid keys: {', '.join(options)}"
 
 
-# keys the toolkit no longer has: (class, key) -> (the value every saved config holds, why it went). A saved
-# config (a checkpoint's, a run's resolved.yaml) with that value still loads; any other value is refused.
+# keys the toolkit no longer has: (class, key) -> (their default, why they went). A saved config (a
+# checkpoint's, a run's resolved.yaml: ``saved=True``) loads whatever it holds there (the key had no effect);
+# a config being written is refused any value but the default, so that nobody sets it expecting an effect.
 _RETIRED = {("DataConfig", "bucket_width"): (0, "it never had an effect: batches are always cut from sentences "
                                                 "sorted by length (structnmt.data.dataset.make_batches)")}
 
 
-def _build(cls: type, data: Any, where: str) -> Any:
-    """Build dataclass ``cls`` from nested plain data, rejecting unknown keys."""
+def _build(cls: type, data: Any, where: str, saved: bool = False) -> Any:
+    """Build dataclass ``cls`` from nested plain data, rejecting unknown keys (retired ones: see ``_RETIRED``)."""
     if dataclasses.is_dataclass(cls):
         if data is None:
             return cls()
@@ -213,12 +214,12 @@ def _build(cls: type, data: Any, where: str) -> Any:
         for key, value in data.items():
             retired = _RETIRED.get((cls.__name__, key))
             if key not in names and retired is not None:
-                if value != retired[0]:
+                if value != retired[0] and not saved:
                     raise ConfigError(f"{where}.{key}={value!r}: the option was removed ({retired[1]}); delete it.")
                 continue
             if key not in names:
                 raise ConfigError(f"{where}: unknown key '{key}'; {_nearest(str(key), names)}")
-            kwargs[key] = _build(hints[key], value, f"{where}.{key}")
+            kwargs[key] = _build(hints[key], value, f"{where}.{key}", saved)
         return cls(**kwargs)
     origin = typing.get_origin(cls)
     args = typing.get_args(cls)
@@ -227,15 +228,15 @@ def _build(cls: type, data: Any, where: str) -> Any:
             return {}
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: expected a mapping, got {data!r}.")
-        return {k: _build(args[1], v, f"{where}.{k}") for k, v in data.items()}
+        return {k: _build(args[1], v, f"{where}.{k}", saved) for k, v in data.items()}
     if origin is list:
         if not isinstance(data, (list, tuple)):
             raise ConfigError(f"{where}: expected a list, got {data!r}.")
-        return [_build(args[0], v, f"{where}[{i}]") for i, v in enumerate(data)]
+        return [_build(args[0], v, f"{where}[{i}]", saved) for i, v in enumerate(data)]
     if origin is tuple:
         if not isinstance(data, (list, tuple)) or len(data) != len(args):
             raise ConfigError(f"{where}: expected a list of {len(args)} values, got {data!r}.")
-        return tuple(_build(a, v, where) for a, v in zip(args, data))
+        return tuple(_build(a, v, where, saved) for a, v in zip(args, data))
     if cls is Any:
         return data
     if cls is float and isinstance(data, int) and not isinstance(data, bool):
@@ -263,8 +264,10 @@ def to_dict(cfg: Any) -> Any:
     return cfg
 
 
-def from_dict(data: dict, where: str = "config") -> Config:
-    cfg = _build(Config, data, where)
+def from_dict(data: dict, where: str = "config", *, saved: bool = False) -> Config:
+    """A validated :class:`Config` from plain data; ``saved``: a config the toolkit wrote (a checkpoint's, a
+    run's resolved.yaml), which may hold keys it has retired since (``_RETIRED``)."""
+    cfg = _build(Config, data, where, saved)
     validate(cfg, where)
     return cfg
 
@@ -275,7 +278,7 @@ def with_defaults(data: dict) -> dict:
     with its default — what that run had — instead of as missing. Returned unchanged where
     it cannot be read (an option the toolkit no longer has), so that a comparison reports it."""
     try:
-        return to_dict(_build(Config, data, "saved config"))
+        return to_dict(_build(Config, data, "saved config", saved=True))
     except (ConfigError, TypeError, ValueError):
         return data
 

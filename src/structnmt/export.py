@@ -160,7 +160,7 @@ def export_ctranslate2(checkpoint: str | Path, out_dir: str | Path, *, quantizat
         raise ExportError(f"{out}: exists and is not an earlier structnmt export (no {MARKER}); "
                           "choose a new directory for --out.")
     state = load_checkpoint(checkpoint)
-    cfg = from_dict(state["config"], where=f"{checkpoint} (saved config)")
+    cfg = from_dict(state["config"], where=f"{checkpoint} (saved config)", saved=True)
     why = exportable(cfg)
     if why:
         raise ExportError(f"{checkpoint}: cannot be exported to CTranslate2: {why}.")

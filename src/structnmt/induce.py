@@ -371,6 +371,10 @@ def _load_translator(checkpoint: str | Path, layer: int, head: int) -> Translato
     from .decode.translate import Translator
 
     tr = Translator(checkpoint)
+    if tr.src_vocab.moses:
+        raise UserError(f"{checkpoint}: trained on Moses-tokenized text (prepare --moses), whose pieces cannot be "
+                        "aligned to the treebank's words by their characters; induce trees with a model trained "
+                        "without --moses.")
     if tr.cfg.model.family == "rnn" and (layer or head):
         raise UserError(f"--layer {layer} --head {head}: {checkpoint} is an RNN, whose one arc scorer gives the trees; "
                         "--layer and --head select a Transformer layer's attention, drop them.")
@@ -427,7 +431,12 @@ def _word_of_piece(tr, s: Sentence, text: str, ids: list[int], limit: int) -> np
 
     if len(ids) > limit:
         raise AlignmentError(f"{len(ids)} pieces, over model.max_positions={limit}")
-    proto = tr.src_vocab.sp.encode(text, return_type="proto")
+    read = tr.src_vocab.normalize([text])[0]  # what the model read (lowercased for a --lowercase model)
+    if len(read) != len(text):
+        raise AlignmentError("lowercasing changes its length, so its pieces cannot be placed in its words")
+    proto = tr.src_vocab.sp.encode(read, return_type="proto")
+    if len(proto.pieces) != len(ids) - 1:  # ids end with EOS
+        raise AlignmentError(f"{len(proto.pieces)} pieces aligned but {len(ids) - 1} encoded")
     al = align(find_word_spans(text, s.words), piece_char_spans(text, [(p.begin, p.end) for p in proto.pieces]))
     if al.merged:
         raise AlignmentError("a piece spans two words")

@@ -60,6 +60,7 @@ from ..config import (
     read_yaml_mapping,
     to_dict,
 )
+from ..errors import UserError
 from ..nn.attention import collect_structures
 from ..syntax.parsers import ParserConfig
 
@@ -354,8 +355,13 @@ def load_frozen(checkpoint: str, data_dir: str = ""):
     saved = copy.deepcopy(state["config"])
     if saved.get("data", {}).get("structures") == []:  # older checkpoints saved an empty list
         saved["data"]["structures"] = {}
-    cfg = from_dict(saved, where=f"{checkpoint} (saved config)")
+    cfg = from_dict(saved, where=f"{checkpoint} (saved config)", saved=True)
     vocab, tgt_vocab = checkpoint_vocabs(state, checkpoint, data_dir or None)
+    if vocab.lowercase or vocab.moses:  # the probe encodes the treebank's raw text (align_items)
+        raise UserError(f"{checkpoint}: trained on {'Moses-tokenized' if vocab.moses else 'lowercased'} text "
+                        f"(prepare --{'moses' if vocab.moses else 'lowercase'}), but probing reads the treebank's raw "
+                        "text, so its encoder would see text in a form it was never trained on; probe a model "
+                        "trained without --lowercase and --moses.")
     model = build_model(cfg.model, len(vocab), len(tgt_vocab))
     load_model_state(model, state, checkpoint)
     specs = {**cfg.data.structures, **model.required_structures()}

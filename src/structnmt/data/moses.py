@@ -1,19 +1,21 @@
-"""Moses pre-tokenization: fairseq's text pipeline before subwords, and its inverse after decoding.
+"""Moses pre-tokenization: the text pipeline of fairseq's examples before subwords, and its inverse.
 
-fairseq's Multi30k and WMT recipes run every side through Moses before learning BPE::
+fairseq's example data scripts run every side through the Moses scripts before learning BPE
+(``prepare-wmt14en2de.sh``: ``normalize-punctuation.perl -l LANG | remove-non-printing-char.perl |
+tokenizer.perl -a -l LANG``; ``prepare-iwslt14.sh``: ``tokenizer.perl -l LANG | lowercase.perl``), and
+the fairseq Multi30k translations in ``../shared/data/anchors`` were trained on normalised,
+tokenized, lowercased text. ``structnmt prepare --moses`` runs ``normalize-punctuation.perl`` and
+``tokenizer.perl`` (``sacremoses``, the maintained Python port of those scripts) on each side in
+its language before SentencePiece (and ``--lowercase`` after them, fairseq's order); the
+vocabulary keeps the language of each side (:class:`structnmt.data.vocab.Vocab`'s ``moses``), so
+translation tokenizes its input and detokenizes its output (``detokenizer.perl``'s port) with no
+step left to the user.
 
-    normalize-punctuation.perl -l LANG | tokenizer.perl -l LANG [| lowercase.perl]
-
-and ``detokenizer.perl -l LANG`` on the output. ``structnmt prepare --moses`` does the same
-with ``sacremoses`` (the maintained Python port of those scripts) before SentencePiece, so
-a dataset can be prepared the way fairseq's are; the vocabulary keeps the language of each
-side (:class:`structnmt.data.vocab.Vocab`'s ``moses``), so translation pre-tokenizes its
-input and detokenizes its output with no step left to the user.
-
-Two choices, both the readable form of fairseq's: no XML escaping (``tokenizer.perl
--no-escape``: SentencePiece reads ``'`` and ``&`` as they are, and a detokenized output
-carries no ``&apos;``), and no aggressive hyphen splitting (``-a`` writes ``@-@``, which
-SentencePiece would learn as pieces of their own).
+Two choices, both the readable form of those scripts: no XML escaping (``tokenizer.perl
+-no-escape``: SentencePiece reads ``'`` and ``&`` as they are, and a detokenized output carries
+no ``&apos;``), and no aggressive hyphen splitting (``-a`` writes ``@-@``, which SentencePiece
+would learn as pieces of their own). A language sacremoses has no rules for (its nonbreaking
+prefixes) gets its generic ones: :func:`has_rules` says which, and ``prepare`` says so.
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ def _normalizer(lang: str) -> Any:
 @cache
 def _detokenizer(lang: str) -> Any:
     return _sacremoses().MosesDetokenizer(lang=lang)
+
+
+def has_rules(lang: str) -> bool:
+    """Whether sacremoses has rules of its own (nonbreaking prefixes) for the language code ``lang``."""
+    return lang in _sacremoses().corpus.NonbreakingPrefixes().available_langs.values()
 
 
 def moses_pretokenize(line: str, lang: str) -> str:

@@ -57,7 +57,7 @@ from ..syntax.align import AlignmentError, align_trees
 from ..syntax.parsers import Parsed, ParserConfig, build_parser
 from ..syntax.trees import node_to_list
 from .corpus import CorpusError, PairStats, file_digest, read_lines, read_pairs, resolve
-from .moses import moses_pretokenize
+from .moses import has_rules, moses_pretokenize
 from .vocab import Vocab, train_sentencepiece
 
 FORMAT_VERSION = 2
@@ -271,6 +271,10 @@ def _train_vocabs(cfg: PrepareConfig, train: tuple[Path, Path], tmp: Path,
     With ``--moses`` each side's ``Vocab`` carries its language (a joint model is then two
     ``Vocab`` objects over one ``spm.model``)."""
     langs = {"src": cfg.source_lang, "tgt": cfg.target_lang}
+    for lang in sorted(set(langs.values())) if cfg.moses else ():
+        if not has_rules(lang):
+            log(f"prepare: sacremoses has no Moses rules of its own for the language code {lang!r}: its generic "
+                "ones tokenize that side (use the language's ISO 639-1 code, e.g. en, de, where it has rules).")
     sample = _SpmSample(*train, moses=(langs["src"], langs["tgt"]) if cfg.moses else None)
     if cfg.joint_vocab:
         v = _train_spm(cfg, sample, sample.joint(), tmp / "spm", cfg.vocab_size, log)

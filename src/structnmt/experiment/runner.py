@@ -625,7 +625,7 @@ def _plan_run(plan: GridPlan, item: tuple[str, int, Path, str], cfg: Config, fin
                 "output directory.")
         if resolved.exists():  # the report describes the config the run had (threads may differ)
             plan.configs[(name, seed)] = from_dict(yaml.safe_load(resolved.read_text(encoding="utf-8")),
-                                                   where=str(resolved))
+                                                   where=str(resolved), saved=True)
         if not report_only:  # decoded with the current config: its data.path is where the data is now
             # before any training of this command: the machine is free for translate's default workers
             added = _complete_run(g, cfg, run_dir, res, plan.split_data, workers=None)

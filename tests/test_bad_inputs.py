@@ -9,6 +9,7 @@ status 2 without a traceback, and that no file of the user's was lost or changed
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import shutil
 import subprocess
@@ -101,6 +102,27 @@ def test_prepare_rebuild_replaces_only_its_own_files(tmp_path, capsys):
     assert code == 0 and "31 pairs kept" in out
     assert (dest / "NOTES.md").read_text() == "my notes"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".bin.prepare-")]  # no temporary left
+
+
+def test_prepare_moses_through_the_cli_and_its_refusals(tmp_path, capsys):
+    """--moses: a dataset whose vocabularies keep each side's language; with a parser, or a model option
+    that needs a plain Transformer, one sentence with the fix."""
+    corpus_files(tmp_path / "corpus")
+    args = ["prepare", "-s", "en", "-t", "de", "--trainpref", tmp_path / "corpus" / "train", "--vocab-size", "40",
+            "--no-progress", "--moses"]
+    code, out, _ = cli(capsys, *args, "--destdir", tmp_path / "bin")
+    assert code == 0 and "30 pairs kept" in out
+    vocab = json.loads((tmp_path / "bin" / "manifest.json").read_text())["vocab"]
+    assert (vocab["src"]["moses"], vocab["tgt"]["moses"]) == ("en", "de")
+    code, _, err = cli(capsys, *args, "--destdir", tmp_path / "parsed", "--parser", "synthetic")
+    assert_user_error(code, err, "--moses with the parser 'synthetic'", "--parser none")
+    assert not (tmp_path / "parsed").exists()
+    (tmp_path / "c.yaml").write_text(f"data: {{path: {tmp_path / 'bin'}}}\nmodel: {{family: rnn}}\n"
+                                     f"train: {{max_updates: 1, save_dir: {tmp_path / 'run'}}}\n")
+    code, _, err = cli(capsys, "train", tmp_path / "c.yaml", "model.attention_init=xavier", "--no-progress")
+    assert_user_error(code, err, "model.attention_init='xavier' is for plain Transformers", "model.family is rnn",
+                      "set model.attention_init=linear")
+    assert not (tmp_path / "run").exists()
 
 
 def test_prepare_refuses_a_destdir_that_is_a_file(tmp_path, capsys):

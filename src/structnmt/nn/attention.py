@@ -406,8 +406,7 @@ def scaled_attention(
     ``return_dropped=True`` (explicit path) returns ``(weights, dropped weights)`` as the
     second element, for mechanisms that also read the weights that met the values.
     """
-    B, H, T, _ = q.shape
-    S = k.shape[-2]
+    T, S = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     allowed: Tensor | None = None
     if key_mask is not None:
@@ -424,41 +423,54 @@ def scaled_attention(
     explicit = need_weights or return_dropped or (bias is not None and bias.requires_grad)
     if (not explicit and T <= _FEW_QUERIES and dropout_p == 0.0 and q.device.type == "cpu"
             and not torch.is_grad_enabled()):
-        # decoding on the CPU (one new step per hypothesis, or a sentence's hypotheses over its source):
-        # two batched matmuls beat SDPA's blocked kernel for so few queries (benchmarks/README.md)
-        # scores in float32 whatever q's dtype (a bfloat16 model's logits rounded to bfloat16 would be ~10x
-        # less exact than SDPA's, which accumulates them in float32); for float32 the casts are no-ops
-        scores = torch.matmul(q.float() * scale, k.float().transpose(-1, -2))
-        if bias is not None:
-            scores = scores + bias
-        if use_is_causal:
-            allowed = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()
-        weights = masked_softmax(scores, allowed)
-        if bias is not None:  # a bias of -inf on every allowed key: zeros, as SDPA gives, not NaN
-            weights = weights.nan_to_num(nan=0.0)
-        return torch.matmul(weights.to(v.dtype), v), None
+        return _few_queries(q, k, v, scale, bias, _causal(T, S, q.device) if use_is_causal else allowed), None
     if not explicit:
-        live = None
-        if allowed is not None:  # a query with no allowed key gets a zero output (not NaN) on every torch
-            live = allowed.any(dim=-1, keepdim=True)
-            allowed = allowed | ~live
-        attn_mask: Tensor | None = allowed
-        if bias is not None:
-            attn_mask = bias.to(q.dtype)
-            if allowed is not None:
-                attn_mask = attn_mask.masked_fill(~allowed, float("-inf"))
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=use_is_causal, scale=scale
-        )
-        return (out if live is None else out.masked_fill(~live, 0.0)), None
+        return _sdpa(q, k, v, scale, bias, allowed, dropout_p, use_is_causal), None
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
     if bias is not None:
         scores = scores + bias
-    if use_is_causal:
-        allowed = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()
-    weights = masked_softmax(scores, allowed).to(q.dtype)
+    weights = masked_softmax(scores, _causal(T, S, q.device) if use_is_causal else allowed).to(q.dtype)
     dropped = F.dropout(weights, p=dropout_p, training=dropout_p > 0)
     return torch.matmul(dropped, v), ((weights, dropped) if return_dropped else weights)
+
+
+def _causal(T: int, S: int, device: torch.device) -> Tensor:
+    """(T, S) bool: query i may attend keys 0..i (what SDPA's ``is_causal`` means, for the other paths)."""
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril()
+
+
+def _few_queries(q: Tensor, k: Tensor, v: Tensor, scale: float, bias: Tensor | None,
+                 allowed: Tensor | None) -> Tensor:
+    """:func:`scaled_attention`'s path for decoding on the CPU (one new step per hypothesis, or a sentence's
+    hypotheses over its source): two batched matmuls beat SDPA's blocked kernel for so few queries
+    (benchmarks/README.md). Scores in float32 whatever q's dtype (a bfloat16 model's logits rounded to
+    bfloat16 would be ~10x less exact than SDPA's, which accumulates them in float32); for float32 the
+    casts are no-ops."""
+    scores = torch.matmul(q.float() * scale, k.float().transpose(-1, -2))
+    if bias is not None:
+        scores = scores + bias
+    weights = masked_softmax(scores, allowed)
+    if bias is not None:  # a bias of -inf on every allowed key: zeros, as SDPA gives, not NaN
+        weights = weights.nan_to_num(nan=0.0)
+    return torch.matmul(weights.to(v.dtype), v)
+
+
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, scale: float, bias: Tensor | None, allowed: Tensor | None,
+          dropout_p: float, is_causal: bool) -> Tensor:
+    """:func:`scaled_attention`'s fast path, ``F.scaled_dot_product_attention``: a query with no allowed
+    key gets a zero output (not NaN) on every torch."""
+    live = None
+    if allowed is not None:
+        live = allowed.any(dim=-1, keepdim=True)
+        allowed = allowed | ~live
+    attn_mask: Tensor | None = allowed
+    if bias is not None:
+        attn_mask = bias.to(q.dtype)
+        if allowed is not None:
+            attn_mask = attn_mask.masked_fill(~allowed, float("-inf"))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                                         scale=scale)
+    return out if live is None else out.masked_fill(~live, 0.0)
 
 
 # --------------------------------------------------------------------------- plain MHA

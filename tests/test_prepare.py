@@ -432,32 +432,39 @@ def test_lowercase_is_part_of_the_vocabulary_identity_and_of_the_manifest_key(lo
     assert _manifest_key(_cfg("train", lowercase=True), {})["config"]["lowercase"] is True
 
 
-def test_lowercase_with_a_parser_is_refused_with_the_fix(tmp_path):
+@pytest.mark.parametrize("option", ["lowercase", "moses"])
+def test_a_text_form_with_a_parser_is_refused_with_the_fix(tmp_path, option):
     from structnmt.syntax.parsers import ParserConfig
 
     pref = _corpus(tmp_path, "train", _sentences(50, 1), _sentences(50, 2))
-    with pytest.raises(CorpusError, match="--lowercase.*--parser none"):
-        _run(_cfg(pref, lowercase=True, parser=ParserConfig(name="synthetic")), tmp_path / "out")
+    with pytest.raises(CorpusError, match=f"--{option}.*--parser none"):
+        _run(_cfg(pref, **{option: True}, parser=ParserConfig(name="synthetic")), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
-def test_a_model_trained_on_lowercased_data_lowercases_what_it_translates(lowercased, tmp_path):
-    from structnmt.checkpoint import load_checkpoint
+def _tiny_model(data: Path, save: Path) -> Path:
+    """A 1+1-layer Transformer trained 3 updates on ``data``; its last checkpoint."""
     from structnmt.config import Config, DataConfig, ModelConfig, TrainConfig
-    from structnmt.decode.translate import Translator
     from structnmt.training import train
 
-    save = tmp_path / "model"
-    cfg = Config(data=DataConfig(path=str(lowercased["out"]), max_tokens=600),
+    cfg = Config(data=DataConfig(path=str(data), max_tokens=600),
                  model=ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=1,
                                    share_all_embeddings=True),
                  train=TrainConfig(seed=1, save_dir=str(save), warmup_updates=1, max_updates=3,
                                    save_interval_updates=3, validate_interval_updates=3, tensorboard=False,
                                    progress=False))
     train(cfg, log=lambda *_a, **_k: None)
-    state = load_checkpoint(save / "checkpoint_last.pt")
+    return save / "checkpoint_last.pt"
+
+
+def test_a_model_trained_on_lowercased_data_lowercases_what_it_translates(lowercased, tmp_path):
+    from structnmt.checkpoint import load_checkpoint
+    from structnmt.decode.translate import Translator
+
+    ckpt = _tiny_model(lowercased["out"], tmp_path / "model")
+    state = load_checkpoint(ckpt)
     assert state["vocab_models"]["src"]["lowercase"] is True
-    tr = Translator(save / "checkpoint_last.pt", device="cpu")
+    tr = Translator(ckpt, device="cpu")
     assert tr.src_vocab.lowercase
     cased, lower = ["ALPHA Beta Gamma dog", "Red CAT"], ["alpha beta gamma dog", "red cat"]
     a = [(h[0].text, h[0].score) for h in tr.translate(cased)]
@@ -559,30 +566,12 @@ def test_moses_names_a_language_it_has_no_rules_for(tmp_path):
     assert PreparedDataset(tmp_path / "out").src_vocab.moses == "src"
 
 
-def test_moses_with_a_parser_is_refused_with_the_fix(tmp_path):
-    from structnmt.syntax.parsers import ParserConfig
-
-    pref = _corpus(tmp_path, "train", _sentences(50, 1), _sentences(50, 2))
-    with pytest.raises(CorpusError, match="--moses.*--parser none"):
-        _run(_cfg(pref, moses=True, parser=ParserConfig(name="synthetic")), tmp_path / "out")
-    assert not (tmp_path / "out").exists()
-
-
 def test_a_model_trained_on_moses_data_tokenizes_its_input_and_detokenizes_its_output(mosesed, tmp_path):
-    from structnmt.config import Config, DataConfig, ModelConfig, TrainConfig
     from structnmt.data.moses import moses_detokenize
     from structnmt.decode.translate import Translator
-    from structnmt.training import train
 
-    save = tmp_path / "model"
-    cfg = Config(data=DataConfig(path=str(mosesed["out"]), max_tokens=600),
-                 model=ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=1,
-                                   share_all_embeddings=True),
-                 train=TrainConfig(seed=1, save_dir=str(save), warmup_updates=1, max_updates=3,
-                                   save_interval_updates=3, validate_interval_updates=3, tensorboard=False,
-                                   progress=False))
-    train(cfg, log=lambda *_a, **_k: None)
-    tr = Translator(save / "checkpoint_last.pt", device="cpu")
+    ckpt = _tiny_model(mosesed["out"], tmp_path / "model")
+    tr = Translator(ckpt, device="cpu")
     assert (tr.src_vocab.moses, tr.tgt_vocab.moses) == ("en", "de")
     # English normalisation moves the full stop inside the quotes, as normalize-punctuation.perl -l en does
     glued, spaced = ['Alpha, beta "gamma".', "Red cat."], ['alpha , beta " gamma . "', "red cat ."]
@@ -600,6 +589,6 @@ def test_a_model_trained_on_moses_data_tokenizes_its_input_and_detokenizes_its_o
     conllu = tmp_path / "t.conllu"
     conllu.write_text("1\tAlpha\t_\t_\t_\t_\t0\troot\t_\t_\n2\t,\t_\t_\t_\t_\t1\tpunct\t_\t_\n\n", encoding="utf-8")
     with pytest.raises(UserError, match="Moses-tokenized text.*without --moses"):
-        run_induce(checkpoint=save / "checkpoint_last.pt", conllu=conllu, out_dir=tmp_path / "induced")
+        run_induce(checkpoint=ckpt, conllu=conllu, out_dir=tmp_path / "induced")
     with pytest.raises(UserError, match="trained on Moses-tokenized text.*without --lowercase and --moses"):
-        load_frozen(str(save / "checkpoint_last.pt"))
+        load_frozen(str(ckpt))

@@ -142,7 +142,7 @@ def _parser_prepare(sub) -> None:
                         "lowercase what they translate; the references stay raw (score with --lc-tok)")
     s.add_argument("--moses", action="store_true",
                    help="normalise and Moses-tokenize each side in its language (-s/-t) before SentencePiece, as "
-                        "fairseq's recipes do (sacremoses, no escaping); models trained on it tokenize what they "
+                        "fairseq's example scripts do (sacremoses, no escaping); models trained on it tokenize what they "
                         "translate and detokenize their output; the references stay raw")
     s.add_argument("--max-len", type=int, default=256,
                    help="pairs with more pieces are dropped (train) or handled by --eval-too-long (valid/test), "

@@ -83,7 +83,7 @@ class PrepareConfig:
     # translation lowercases its input too. The raw references stay as they are (for BLEU).
     lowercase: bool = False
     # each side normalised and Moses-tokenized (its own language) before SentencePiece, as
-    # fairseq's recipes do (structnmt.data.moses); the vocabularies keep each side's language, so
+    # fairseq's example scripts do (structnmt.data.moses); the vocabularies keep each side's language, so
     # translation pre-tokenizes its input and detokenizes its output. Raw references stay raw.
     moses: bool = False
 

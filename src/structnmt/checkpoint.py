@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .data.vocab import Vocab, entry_options
+from .data.vocab import Vocab, entry_options, vocab_pair
 from .errors import CheckpointError
 
 
@@ -125,10 +125,7 @@ def dataset_vocabs(root: Path, files: dict) -> tuple[Vocab, Vocab]:
     entries: dict = {}  # `prepare --lowercase` / `--moses` datasets say so in their manifest
     if (root / "manifest.json").is_file():
         entries = json.loads((root / "manifest.json").read_text()).get("vocab", {})
-    options = {side: entry_options(entries.get(side, {})) for side in ("src", "tgt")}
-    src = Vocab(root / files["src"], **options["src"])
-    same = files["src"] == files["tgt"] and options["src"] == options["tgt"]
-    return src, (src if same else Vocab(root / files["tgt"], **options["tgt"]))
+    return vocab_pair(root, files, entries)
 
 
 def load_model_state(model: torch.nn.Module, state: dict, checkpoint: str | Path) -> None:

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ..syntax.trees import trees_from_json
-from .vocab import BOS, EOS, PAD, Vocab, entry_options
+from .vocab import BOS, EOS, PAD, Vocab, vocab_pair
 
 
 @dataclass
@@ -203,12 +203,9 @@ class PreparedDataset:
         if not mpath.exists():
             raise FileNotFoundError(f"{mpath}: no prepared dataset here; run `structnmt prepare` first.")
         self.manifest = json.loads(mpath.read_text())
-        files = self.manifest["vocab"]
-        options = {side: entry_options(files[side]) for side in ("src", "tgt")}
-        self.src_vocab = Vocab(self.root / files["src"]["file"], **options["src"])
-        # a joint model is one Vocab, unless its sides differ in form (prepare --moses: one language each)
-        same = self.manifest["joint_vocab"] and options["src"] == options["tgt"]
-        self.tgt_vocab = self.src_vocab if same else Vocab(self.root / files["tgt"]["file"], **options["tgt"])
+        entries = self.manifest["vocab"]
+        self.src_vocab, self.tgt_vocab = vocab_pair(self.root, {side: entries[side]["file"] for side in ("src", "tgt")},
+                                                    entries)
 
     def split(self, name: str, *, structure_cache_mb: float = 1024) -> PreparedSplit:
         return PreparedSplit(self.root, name, self.src_vocab, structure_cache_mb=structure_cache_mb)

@@ -88,6 +88,16 @@ class Vocab:
         return moses_detokenize(text, self.moses) if self.moses else text
 
 
+def vocab_pair(root: Path, files: dict[str, str], entries: dict) -> tuple[Vocab, Vocab]:
+    """(source, target) vocabularies of the model files ``files`` (side -> file name) in ``root``, with the
+    text forms of a manifest's ``entries`` (side -> entry): one object where both sides share the file and
+    the form, two otherwise (a ``--moses`` joint model: one per language)."""
+    options = {side: entry_options(entries.get(side, {})) for side in ("src", "tgt")}
+    src = Vocab(root / files["src"], **options["src"])
+    same = files["src"] == files["tgt"] and options["src"] == options["tgt"]
+    return src, (src if same else Vocab(root / files["tgt"], **options["tgt"]))
+
+
 def entry_options(entry: dict) -> dict:
     """The ``Vocab`` keyword arguments (``lowercase``, ``moses``) of a manifest's or checkpoint's
     vocabulary entry; an entry written before an option existed has it off."""

@@ -670,3 +670,12 @@ def test_the_report_says_which_runs_ran_on_which_machine_when_they_differ():
     versions = {**same, ("+ DEA", 1): {"hardware": {**h200, "torch": "0.0"}, "train_device": "cuda"}}
     configs.update({k: Config() for k in versions})
     assert "different platforms or library versions" in _hardware_line(versions, configs)
+
+
+def test_progress_line_names_the_score_the_report_ranks_on():
+    """A grid scored in BLEU (lc,tok) says that score on its progress lines, not the cased BLEU of a
+    lowercased model (8 where the report says 40); a grid without it says BLEU."""
+    res = {"bleu": 8.06, "bleu_lc_tok": 40.87, "chrf": 51.2}
+    assert runner_mod.headline_score(res) == "BLEU (lc,tok) 40.87"
+    assert runner_mod.headline_score({"bleu": 27.5, "bleu_lc_tok": None}) == "BLEU 27.50"
+    assert runner_mod.headline_score({"bleu": 27.5}) == "BLEU 27.50"

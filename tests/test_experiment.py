@@ -673,9 +673,11 @@ def test_the_report_says_which_runs_ran_on_which_machine_when_they_differ():
 
 
 def test_progress_line_names_the_score_the_report_ranks_on():
-    """A grid scored in BLEU (lc,tok) says that score on its progress lines, not the cased BLEU of a
-    lowercased model (8 where the report says 40); a grid without it says BLEU."""
+    """A grid scored in BLEU (lc,tok) says that score on its progress lines, as its report ranks on it, not
+    the cased BLEU of a lowercased model (8 where the report says 40); a grid without it says BLEU."""
+    from structnmt.experiment.grid import EvaluateSpec, GridConfig
+    from structnmt.experiment.report import headline_score
+
     res = {"bleu": 8.06, "bleu_lc_tok": 40.87, "chrf": 51.2}
-    assert runner_mod.headline_score(res) == "BLEU (lc,tok) 40.87"
-    assert runner_mod.headline_score({"bleu": 27.5, "bleu_lc_tok": None}) == "BLEU 27.50"
-    assert runner_mod.headline_score({"bleu": 27.5}) == "BLEU 27.50"
+    assert headline_score(GridConfig(evaluate=EvaluateSpec(lc_tok=True)), res) == "BLEU (lc,tok) 40.87"
+    assert headline_score(GridConfig(), res) == "BLEU 8.06"

@@ -78,6 +78,13 @@ def _metric_key(grid: GridConfig) -> str:
     return "bleu_lc_tok" if grid.evaluate.lc_tok else "bleu"
 
 
+def headline_score(grid: GridConfig, res: dict) -> str:
+    """The score a run's progress line shows: the one the report ranks on (BLEU (lc,tok) where the grid
+    scores it: a lowercased model's cased BLEU against cased references says little), else BLEU."""
+    key = _metric_key(grid)
+    return f"{'BLEU (lc,tok)' if key == 'bleu_lc_tok' else 'BLEU'} {res[key]:.2f}"
+
+
 def split_result(grid: GridConfig, res: dict, split: str) -> dict | None:
     """A run's scores on ``split``: the evaluation split's are the result's own keys, an extra split's
     are under ``splits`` (None where the run has not been scored on it)."""

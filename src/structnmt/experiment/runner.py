@@ -50,6 +50,7 @@ from .grid import (
     slug,
     split_prefix,
 )
+from .report import headline_score
 
 #: Config keys that change speed, logging or hardware only: a finished or started run may be reported and
 #: resumed with other values. The trainer's resumable keys, less the budget (a run trained for another
@@ -190,14 +191,6 @@ def _write_text(path: Path, text: str) -> None:
     from ..files import atomic_write_text
 
     atomic_write_text(path, text)
-
-
-def headline_score(res: dict) -> str:
-    """The score a run's progress line shows: the one its report ranks on, BLEU (lc,tok) where the grid
-    scores it (a lowercased model's cased BLEU against cased references says little), else BLEU."""
-    if res.get("bleu_lc_tok") is not None:
-        return f"BLEU (lc,tok) {res['bleu_lc_tok']:.2f}"
-    return f"BLEU {res['bleu']:.2f}"
 
 
 def _tail(path: Path, n: int = 5) -> str:
@@ -640,7 +633,7 @@ def _plan_run(plan: GridPlan, item: tuple[str, int, Path, str], cfg: Config, fin
             if added:
                 say(f"{tag}: finished earlier; decoded and scored the split(s) it lacked: {', '.join(added)}.")
         plan.results[(name, seed)] = res
-        say(f"{tag}: finished earlier, skipped ({headline_score(res)}).")
+        say(f"{tag}: finished earlier, skipped ({headline_score(g, res)}).")
     elif report_only:
         plan.missing.append((name, seed))
         say(f"{tag}: no results yet (--report-only: not trained).")
@@ -706,7 +699,7 @@ class _Runs:
         _write_json(run_dir / "result.json", res)
         self.plan.results[(name, seed)] = res
         n = len(self.plan.split_data[self.plan.grid.evaluate.split][0])
-        self.say(f"{tag}: {headline_score(res)}, chrF {res['chrf']:.2f} after {res['num_updates']} updates "
+        self.say(f"{tag}: {headline_score(self.plan.grid, res)}, chrF {res['chrf']:.2f} after {res['num_updates']} updates "
                  f"(decoded {n} sentences in {time.time() - t0:.0f} s).")
 
 

@@ -26,7 +26,7 @@ occur on objects only) and at most ``train_max_len`` words. The held-out splits
 
 The training distribution is the corpus's grammar; the held-out splits are drawn with
 more nesting (PPs and relative clauses on NPs more likely, :data:`GEN_NESTING`) so that
-rare structures (4 attractors: about 0.2 % of the plain grammar's sentences) cost few
+rare structures (4 attractors: about 0.3 % of the plain grammar's sentences) cost few
 draws; they are then filtered by their predicate. Sentences are unique across all splits.
 :func:`check_benchmark` verifies at generation time (and in the tests) that every split
 satisfies its predicate and that no training or validation sentence has a held-out

@@ -258,3 +258,22 @@ def test_the_command_line_sets_a_passive_openmp_wait_policy_before_torch_loads_u
         env["OMP_WAIT_POLICY"] = user
     out = subprocess.run([sys.executable, "-c", _OMP_PROBE], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert out.stdout.split("\n")[-2] == f"2 True ['{user or 'PASSIVE'}']", out.stdout + out.stderr
+
+
+def test_every_help_page_renders(capsys):
+    """`structnmt --help` and each command's --help format every help string (a bare '%' in one
+    is read as a format specifier by argparse and fails the whole page)."""
+    import argparse
+
+    import structnmt.cli as cli
+
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert len(commands) > 10
+    for argv in [["--help"]] + [[name, "--help"] for name in commands]:
+        with pytest.raises(SystemExit) as done:
+            cli.main(argv)
+        assert done.value.code == 0, argv
+        out = capsys.readouterr().out
+        assert out.startswith("usage:"), argv
+    assert "delta-plot" in cli.build_parser().format_help()

@@ -775,7 +775,7 @@ def cmd_delta_plot(args) -> int:
 
 def _parser_delta_plot(sub) -> None:
     s = sub.add_parser("delta-plot", help="each row's difference from the baseline, with the seed-aware test's "
-                                          "95 % interval, in several experiments' results.csv (e.g. two budgets)")
+                                          "95 %% interval, in several experiments' results.csv (e.g. two budgets)")
     s.add_argument("results", nargs="+", help="[LABEL=]results.csv of a grid with at least 2 seeds per row, e.g. "
                                               "'2,000 updates=runs/a/results.csv'")
     s.add_argument("--split-name", action="append", help="SPLIT=NAME: a split's name in the picture (repeatable), "

@@ -277,3 +277,15 @@ def test_every_help_page_renders(capsys):
         out = capsys.readouterr().out
         assert out.startswith("usage:"), argv
     assert "delta-plot" in cli.build_parser().format_help()
+
+
+@pytest.mark.parametrize("command, required", [("train", "config"), ("experiment", "grid"), ("probe", "config"),
+                                               ("tag", "config")])
+def test_a_missing_config_names_only_what_is_required(command, required, capsys):
+    import structnmt.cli as cli
+
+    with pytest.raises(SystemExit) as done:
+        cli.main([command])
+    assert done.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.endswith(f"the following arguments are required: {required}"), last

@@ -176,7 +176,7 @@ def cmd_train(args) -> int:
 def _parser_train(sub) -> None:
     s = sub.add_parser("train", help="train a model (use torchrun for several processes)")
     s.add_argument("config")
-    s.add_argument("overrides", nargs="*", help="section.key=value, e.g. train.max_updates=1000")
+    s.add_argument("overrides", nargs="*", default=[], help="section.key=value, e.g. train.max_updates=1000")
     s.add_argument("--no-progress", action="store_true")
     s.add_argument("--allow-config-change", action="store_true",
                    help="resume even though the config differs from the saved one in more than budget, logging, "
@@ -559,7 +559,7 @@ def _parser_experiment(sub) -> None:
     s.add_argument("--report-only", action="store_true",
                    help="train and decode nothing: write the report from the runs that have results (a grid still "
                         "running, or runs trained on another machine and copied into the output directory)")
-    s.add_argument("overrides", nargs="*",
+    s.add_argument("overrides", nargs="*", default=[],
                    help="grid keys (budget.max_updates=N, seeds=[1,2], evaluate.beam=4, grid.<key>=...) change the "
                         "grid; other section.key=value items apply to every run's config")
     s.set_defaults(func=cmd_experiment)
@@ -576,7 +576,7 @@ def cmd_probe(args) -> int:
 def _parser_probe(sub) -> None:
     s = sub.add_parser("probe", help="probing tasks (MG-SA sec. 4.2): Voice, Tense, TSS, SPC, POS")
     s.add_argument("config", help="probe YAML (see configs/probe/)")
-    s.add_argument("overrides", nargs="*", help="section.key=value overrides")
+    s.add_argument("overrides", nargs="*", default=[], help="section.key=value overrides")
     s.set_defaults(func=cmd_probe)
 
 
@@ -598,7 +598,7 @@ def _parser_tag(sub) -> None:
                    help="train only the row of this name (repeatable); the report lists every finished row")
     s.add_argument("--jobs", type=int, default=1,
                    help="train this many rows at once, each in its own process (with train.threads=1 on 2 cores)")
-    s.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. train.epochs=5")
+    s.add_argument("overrides", nargs="*", default=[], help="section.key=value overrides, e.g. train.epochs=5")
     s.set_defaults(func=cmd_tag)
 
 
@@ -823,7 +823,7 @@ def _parser_demo(sub) -> None:
                    help="also stop training after this many minutes, whichever comes first (the numbers then "
                         "depend on the machine's speed)")
     s.add_argument("--seed", type=int, default=1)
-    s.add_argument("overrides", nargs="*", help="config overrides, e.g. model.encoder_layers=2")
+    s.add_argument("overrides", nargs="*", default=[], help="config overrides, e.g. model.encoder_layers=2")
     s.set_defaults(func=cmd_demo)
 
 

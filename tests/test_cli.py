@@ -289,3 +289,16 @@ def test_a_missing_config_names_only_what_is_required(command, required, capsys)
     assert done.value.code == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.endswith(f"the following arguments are required: {required}"), last
+
+
+def test_every_option_says_what_it_does():
+    """A fairseq-like CLI documents each option in --help: no option of any command has an empty help."""
+    import argparse
+
+    import structnmt.cli as cli
+
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    silent = [f"{name} {a.option_strings[-1]}" for name, sub in commands.items() for a in sub._actions
+              if a.option_strings and not a.help]
+    assert silent == []

@@ -86,11 +86,11 @@ def cmd_synth(args) -> int:
 
 def _parser_synth(sub) -> None:
     s = sub.add_parser("synth", help="write the synthetic syntactic-transduction corpus")
-    s.add_argument("--out", default="data/synth")
-    s.add_argument("--seed", type=int, default=1)
-    s.add_argument("--n-train", type=int, default=20000)
-    s.add_argument("--n-valid", type=int, default=500)
-    s.add_argument("--n-test", type=int, default=500)
+    s.add_argument("--out", default="data/synth", help="output directory (default data/synth)")
+    s.add_argument("--seed", type=int, default=1, help="the grammar's random seed (default 1)")
+    s.add_argument("--n-train", type=int, default=20000, help="training sentence pairs (default 20,000)")
+    s.add_argument("--n-valid", type=int, default=500, help="validation sentence pairs (default 500)")
+    s.add_argument("--n-test", type=int, default=500, help="i.i.d. test sentence pairs (default 500)")
     s.add_argument("--generalization", action="store_true",
                    help="the structural generalization benchmark: training without the held-out structures, "
                         "plus attraction2-4, depth2-3, length and recombination test splits (docs/generalization.md)")
@@ -127,16 +127,16 @@ def cmd_prepare(args) -> int:
 
 def _parser_prepare(sub) -> None:
     s = sub.add_parser("prepare", help="encode parallel text into a dataset directory")
-    s.add_argument("-s", "--source-lang", required=True)
-    s.add_argument("-t", "--target-lang", required=True)
+    s.add_argument("-s", "--source-lang", required=True, help="source language suffix of the files, e.g. en")
+    s.add_argument("-t", "--target-lang", required=True, help="target language suffix of the files, e.g. de")
     s.add_argument("--trainpref", required=True, help="files {trainpref}.{lang}[.gz]")
-    s.add_argument("--validpref")
+    s.add_argument("--validpref", help="files {validpref}.{lang}[.gz] (validation during training)")
     s.add_argument("--testpref", action="append", help="repeatable")
-    s.add_argument("--destdir", required=True)
-    s.add_argument("--vocab-size", type=_at_least(8), default=10000)
+    s.add_argument("--destdir", required=True, help="the dataset directory to write")
+    s.add_argument("--vocab-size", type=_at_least(8), default=10000, help="SentencePiece pieces (default 10,000)")
     s.add_argument("--separate-vocab", action="store_true", help="one SentencePiece model per side")
     s.add_argument("--tgt-vocab-size", type=_at_least(0), default=0, help="with --separate-vocab (0: --vocab-size)")
-    s.add_argument("--model-type", default="bpe", choices=["bpe", "unigram"])
+    s.add_argument("--model-type", default="bpe", choices=["bpe", "unigram"], help="SentencePiece model (default bpe)")
     s.add_argument("--lowercase", action="store_true",
                    help="lowercase both sides before SentencePiece (as fairseq's Multi30k recipe); models trained on it "
                         "lowercase what they translate; the references stay raw (score with --lc-tok)")
@@ -158,7 +158,7 @@ def _parser_prepare(sub) -> None:
     s.add_argument("--conversion-style", choices=["hybrid", "flat", "xbar"], default="hybrid",
                    help="constituency trees converted from dependency trees (spacy, or file without a PTB file): "
                         "the conversion style (bracket F1 on the PTB sample in docs/syntax.md; default hybrid)")
-    s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_prepare)
 
 
@@ -177,7 +177,7 @@ def _parser_train(sub) -> None:
     s = sub.add_parser("train", help="train a model (use torchrun for several processes)")
     s.add_argument("config")
     s.add_argument("overrides", nargs="*", default=[], help="section.key=value, e.g. train.max_updates=1000")
-    s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument("--allow-config-change", action="store_true",
                    help="resume even though the config differs from the saved one in more than budget, logging, "
                         "threads and device (the differing keys are printed)")
@@ -264,13 +264,14 @@ def _parser_translate(sub) -> None:
     s.add_argument("--input", help="file (.gz ok) or - for standard input (default)")
     s.add_argument("--output", help="default: standard output")
     s.add_argument("--data", help="prepared dataset dir holding the vocabularies (default: the one in the checkpoint)")
-    s.add_argument("--beam", type=int)
-    s.add_argument("--lenpen", type=float)
-    s.add_argument("--max-len-a", type=float)
-    s.add_argument("--max-len-b", type=int)
-    s.add_argument("--nbest", type=int)
-    s.add_argument("--batch-size", type=int)
-    s.add_argument("--greedy", action="store_true")
+    s.add_argument("--beam", type=int, help="beam size (default: the checkpoint's decode.beam)")
+    s.add_argument("--lenpen", type=float, help="length penalty (default: the checkpoint's decode.lenpen)")
+    s.add_argument("--max-len-a", type=float,
+                   help="longest output = a * source length + b (default: the checkpoint's decode.max_len_a)")
+    s.add_argument("--max-len-b", type=int, help="b of --max-len-a (default: the checkpoint's decode.max_len_b)")
+    s.add_argument("--nbest", type=int, help="hypotheses per sentence, at most the beam (default 1)")
+    s.add_argument("--batch-size", type=int, help="sentences per batch (default: the checkpoint's decode.batch_size)")
+    s.add_argument("--greedy", action="store_true", help="greedy search instead of beam search")
     s.add_argument("--dtype", choices=["float32", "bfloat16", "int8"],
                    help="number format of the decoder (default: the checkpoint's decode.dtype, float32); bfloat16 "
                         "and int8 (linear layers in 8-bit integers, CPU only) are for plain Transformers and not "
@@ -286,13 +287,13 @@ def _parser_translate(sub) -> None:
     s.add_argument("--parse-cache", metavar="FILE",
                    help="the input's parses made beforehand by `structnmt parse` (spaCy-parsed datasets): read "
                         "instead of running spaCy here")
-    s.add_argument("--device", default="auto")
+    s.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu or cuda[:N]")
     s.add_argument("--workers", type=int, default=None,
                    help="CPU decoding processes, one thread each, never more than the input has batches "
                         "(--batch-size sentences each); 1: this process on torch's threads. Default: one per core "
                         "on a CPU with several cores when the input has at least 8 batches and the model reads "
                         "no parses, else 1 (said in one line when it uses several)")
-    s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_translate)
 
 
@@ -394,8 +395,8 @@ def cmd_export(args) -> int:
 
 def _parser_export(sub) -> None:
     s = sub.add_parser("export", help="export a plain Transformer checkpoint to CTranslate2 (fast CPU/GPU decoding)")
-    s.add_argument("--format", choices=["ctranslate2"], default="ctranslate2")
-    s.add_argument("--checkpoint", required=True)
+    s.add_argument("--format", choices=["ctranslate2"], default="ctranslate2", help="the export format")
+    s.add_argument("--checkpoint", required=True, help="the checkpoint to export (e.g. <run>/average.pt)")
     s.add_argument("--out", required=True, help="a new directory (or an earlier export) for the CTranslate2 model")
     s.add_argument("--quantization", choices=["int8", "int8_float32", "int16", "float16", "bfloat16"],
                    help="store the weights quantized (default: float32, whose translations equal structnmt's)")
@@ -424,9 +425,9 @@ def cmd_average(args) -> int:
 def _parser_average(sub) -> None:
     s = sub.add_parser("average", help="average checkpoints")
     s.add_argument("--inputs", help="a save_dir: average its last --num numbered checkpoints")
-    s.add_argument("--num", type=int, default=10)
+    s.add_argument("--num", type=int, default=10, help="how many of the last checkpoints (default 10)")
     s.add_argument("--checkpoints", nargs="*", help="explicit checkpoint files instead of --inputs")
-    s.add_argument("--output", required=True)
+    s.add_argument("--output", required=True, help="the averaged checkpoint to write")
     s.set_defaults(func=cmd_average)
 
 
@@ -501,7 +502,7 @@ def _parser_score(sub) -> None:
     s.add_argument("--hyp", action="append", nargs="+", required=True,
                    help="a system's translations: one file, or one file per seed (--hyp A1 A2 A3); repeatable, the "
                         "first system is the baseline")
-    s.add_argument("--ref", required=True)
+    s.add_argument("--ref", required=True, help="the reference translations, one per line (.gz ok)")
     s.add_argument("--lc-tok", action="store_true", help="also BLEU lowercased on Moses-tokenized text (fairseq Multi30k anchor); with --bootstrap "
                         "the paired test runs on it too")
     s.add_argument("--lang", default="en", help="target language for the Moses tokenizer")
@@ -614,7 +615,7 @@ def cmd_induce(args) -> int:
 
 def _parser_induce(sub) -> None:
     s = sub.add_parser("induce", help="induce dependency trees from a trained encoder and score them (SA-NMT sec. 6)")
-    s.add_argument("--checkpoint", required=True)
+    s.add_argument("--checkpoint", required=True, help="an SA-NMT or structured-attention checkpoint")
     s.add_argument("--conllu", required=True, help="CoNLL-U sentences (.gz ok); scored when it has gold heads")
     s.add_argument("--out", required=True, help="output directory (<stem>.induced.conllu, induce.md/json)")
     s.add_argument("--scores", default="phi", choices=["phi", "beta", "log_beta"],
@@ -628,7 +629,7 @@ def _parser_induce(sub) -> None:
     s.add_argument("--draw", type=_at_least(0), default=0,
                    help="draw the first N sentences (Fig. 4: beta over head words; Fig. 5: the tree over the gold one)")
     s.add_argument("--draw-max-words", type=_at_least(1), default=25, help="only sentences of at most this many words are drawn")
-    s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_induce)
 
 
@@ -666,7 +667,7 @@ def _parser_induce_table(sub) -> None:
     s = sub.add_parser("induce-table", help="Tables 3 and 4 (DA/UA, productions) of several induce outputs")
     s.add_argument("runs", nargs="+", help="LABEL=DIR, DIR an `induce --out` directory (same gold file each)")
     s.add_argument("--out", required=True, help="the Markdown file to write")
-    s.add_argument("--title", default="")
+    s.add_argument("--title", default="", help="title above the table and picture")
     s.add_argument("--bleu", action="append", metavar="LABEL=NUMBER",
                    help="a model's BLEU (repeatable): adds a BLEU column and the rank correlation of DA/UA with BLEU")
     s.set_defaults(func=cmd_induce_table)
@@ -685,7 +686,7 @@ def cmd_analyze(args) -> int:
 
 def _parser_analyze(sub) -> None:
     s = sub.add_parser("analyze", help="attention maps (PNG) and attention statistics of a checkpoint")
-    s.add_argument("--checkpoint", required=True)
+    s.add_argument("--checkpoint", required=True, help="the checkpoint whose attention is drawn")
     s.add_argument("--input", required=True, help="source sentences, one per line")
     s.add_argument("--out", required=True, help="output directory for the PNGs and statistics")
     s.add_argument("--sentences", type=_at_least(0), default=3, help="how many sentences to draw")
@@ -715,7 +716,7 @@ def _parser_gate(sub) -> None:
     s.add_argument("--input", required=True, help="source sentences, one per line (.gz ok)")
     s.add_argument("--reference", help="their reference translations: also forced-decoded and analysed")
     s.add_argument("--out", required=True, help="output directory (gate.md/json, gate_tokens.tsv, PNGs)")
-    s.add_argument("--beam", type=_at_least(1), default=5)
+    s.add_argument("--beam", type=_at_least(1), default=5, help="beam size of the translations analysed (default 5)")
     s.add_argument("--pos", default="hanta",
                    help="target POS: hanta (German, STTS mapped to UPOS; pip install hanta), spacy:<pipeline>, none")
     s.add_argument("--word-rule", default="max", choices=["max", "first"],
@@ -723,7 +724,7 @@ def _parser_gate(sub) -> None:
     s.add_argument("--max-sentences", type=_at_least(0), default=0, help="only the first N input lines (0: all)")
     s.add_argument("--draw", type=_at_least(0), default=6, help="sentences drawn in gate_sentences.png (Fig. 6)")
     s.add_argument("--batch-size", type=_at_least(1), default=64, help="sentences per forced-decoding batch")
-    s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_gate)
 
 
@@ -758,8 +759,8 @@ def _parser_sweep_plot(sub) -> None:
     s.add_argument("--column", default="bleu", help="the csv column plotted (bleu_mean: with bleu_std error bars)")
     s.add_argument("--where", action="append", help="COLUMN=VALUE: keep only such rows (repeatable), e.g. "
                                                      "split=attraction4 in a generalization.csv")
-    s.add_argument("--xlabel", default="x")
-    s.add_argument("--title", default="")
+    s.add_argument("--xlabel", default="x", help="the x axis' label")
+    s.add_argument("--title", default="", help="title above the table and picture")
     s.add_argument("--out", required=True, help="PNG path; the numbers go to the same path with .md")
     s.set_defaults(func=cmd_sweep_plot)
 
@@ -780,7 +781,7 @@ def _parser_delta_plot(sub) -> None:
                                               "'2,000 updates=runs/a/results.csv'")
     s.add_argument("--split-name", action="append", help="SPLIT=NAME: a split's name in the picture (repeatable), "
                                                           "e.g. test1=test_2017_flickr")
-    s.add_argument("--title", default="")
+    s.add_argument("--title", default="", help="title above the table and picture")
     s.add_argument("--out", required=True, help="PNG path; the numbers go to the same path with .md")
     s.set_defaults(func=cmd_delta_plot)
 
@@ -815,14 +816,14 @@ def cmd_demo(args) -> int:
 
 def _parser_demo(sub) -> None:
     s = sub.add_parser("demo", help="train a small model on the synthetic task and report BLEU")
-    s.add_argument("--workdir", default="runs/demo")
+    s.add_argument("--workdir", default="runs/demo", help="where the corpus, dataset and model go (default runs/demo)")
     s.add_argument("--updates", type=_at_least(1), default=None,
                    help="training updates (default: the demo recipe's train.max_updates, about 3 minutes on 2 "
                         "cores; the same model on every machine, however busy)")
     s.add_argument("--minutes", type=float, default=None,
                    help="also stop training after this many minutes, whichever comes first (the numbers then "
                         "depend on the machine's speed)")
-    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--seed", type=int, default=1, help="seed of the corpus and the training (default 1)")
     s.add_argument("overrides", nargs="*", default=[], help="config overrides, e.g. model.encoder_layers=2")
     s.set_defaults(func=cmd_demo)
 

@@ -269,7 +269,7 @@ def _parser_translate(sub) -> None:
     s.add_argument("--max-len-a", type=float,
                    help="longest output = a * source length + b (default: the checkpoint's decode.max_len_a)")
     s.add_argument("--max-len-b", type=int, help="b of --max-len-a (default: the checkpoint's decode.max_len_b)")
-    s.add_argument("--nbest", type=int, help="hypotheses per sentence, at most the beam (default 1)")
+    s.add_argument("--nbest", type=int, help="hypotheses per sentence, at most the beam (default: the checkpoint's decode.nbest, 1)")
     s.add_argument("--batch-size", type=int, help="sentences per batch (default: the checkpoint's decode.batch_size)")
     s.add_argument("--greedy", action="store_true", help="greedy search instead of beam search")
     s.add_argument("--dtype", choices=["float32", "bfloat16", "int8"],

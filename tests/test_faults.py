@@ -106,6 +106,32 @@ def test_a_parent_that_is_a_file_is_named_as_such(capsys, tmp_path):
     assert (tmp_path / "a_file").read_text() == "x\n"
 
 
+def test_a_directory_that_takes_no_new_files_is_named_as_such_not_as_a_missing_parent(capsys, tmp_path, monkeypatch):
+    """/proc and /sys exist but refuse new files with ENOENT: the sentence must not send the user looking for a
+    missing parent directory; a parent that is really missing keeps saying so."""
+    import errno
+    import tempfile
+
+    from structnmt import files
+
+    (tmp_path / "r.csv").write_text("System,bleu\nk = 1,10\nk = 2,12\n")
+
+    def refuse(*args, **kwargs):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(Path(kwargs["dir"]) / ".tmpname"))
+
+    with monkeypatch.context() as m:
+        m.setattr(files.tempfile, "mkstemp", refuse)
+        code, _, err = cli(capsys, "sweep-plot", tmp_path / "r.csv", "--pattern", r"k = (?P<x>\d+)", "--out",
+                           tmp_path / "x.png")
+    assert_one_sentence(code, err, str(tmp_path / "x.png"))
+    assert "takes no new files" in err and "parent directory must exist" not in err
+    assert not (tmp_path / "x.png").exists()
+    with pytest.raises(FileNotFoundError) as missing:  # the real mkstemp in a parent that does not exist
+        files.check_writable(tmp_path / "no_such_dir" / "x.txt")
+    assert not isinstance(missing.value, files.NoNewFilesError)
+    assert tempfile.mkstemp is not refuse
+
+
 def test_a_directory_built_beside_its_destination_is_never_named_in_an_error(tmp_path):
     """prepare and export build in a hidden directory beside their destination: a read-only parent or a full
     disk names the destination the user gave, not the hidden name."""

@@ -26,6 +26,11 @@ class TrainingError(UserError, RuntimeError):
     """A training run cannot start or continue (a config it cannot resume, repeated non-finite losses)."""
 
 
+class NoNewFilesError(FileNotFoundError):
+    """Creating a file failed with ENOENT in a directory that exists: one that takes no new files
+    (``/proc``, ``/sys``). ``filename`` is the output the user gave."""
+
+
 def os_error_sentence(err: OSError) -> str:
     """One sentence for a file-system fault a user can cause or fix: the path, what is wrong, the fix.
 
@@ -57,5 +62,8 @@ def os_error_sentence(err: OSError) -> str:
         # mkdir of a directory whose name a file already has (a parent of an output, or --out itself)
         fixes[errno.EEXIST] = ("this is a file where a directory is needed; give a path whose parents are directories, "
                                "or move the file away")
+    if isinstance(err, NoNewFilesError):
+        fixes[errno.ENOENT] = ("its directory exists but takes no new files (like /proc or /sys); write the output "
+                               "somewhere else")
     what = fixes.get(err.errno or 0, (err.strerror or str(err)).rstrip(".").lower() if err.strerror else str(err))
     return f"{path}: {what}." if path else f"{what[0].upper()}{what[1:]}."

@@ -22,6 +22,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from .errors import NoNewFilesError
+
 #: names the trainer writes and resumes from (``checkpoint_last.pt``, ``checkpoint_best.pt``, ``checkpoint_<N>.pt``)
 TRAINING_OWNED = re.compile(r"^checkpoint_(last|best|\d+)\.pt$")
 
@@ -39,6 +41,15 @@ def _special(path: Path) -> bool:
 def _naming(err: OSError, path: Path) -> OSError:
     """``err`` (same kind and errno) naming ``path``, the output the user gave."""
     return type(err)(err.errno, err.strerror, str(path))
+
+
+def _creating(err: OSError, path: Path) -> OSError:
+    """``err``, raised making a file or directory beside ``path``, naming ``path``; a missing-file error in a
+    parent that exists (a directory that takes no new files, such as /proc) says so."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if err.errno == errno.ENOENT and parent.is_dir():
+        return NoNewFilesError(err.errno, err.strerror, str(path))
+    return _naming(err, path)
 
 
 def _named(err: OSError, path: Path, tmp: Path | None = None) -> OSError:
@@ -78,7 +89,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{path.suffix}",
                                    dir=path.parent if str(path.parent) else ".")
     except OSError as err:  # a read-only or missing parent: name the output, not a temporary name in it
-        raise _naming(err, path) from err
+        raise _creating(err, path) from err
     os.close(fd)
     tmp_path = Path(tmp)
     _plain_mode(tmp_path, 0o666)
@@ -99,7 +110,7 @@ def temp_dir_beside(out: Path, prefix: str, suffix: str = "") -> Path:
     try:
         made = Path(tempfile.mkdtemp(prefix=f".{out.name}{prefix}", suffix=suffix, dir=out.parent))
     except OSError as err:
-        raise _naming(err, out) from err
+        raise _creating(err, out) from err
     _plain_mode(made, 0o777)  # it may be swapped in whole (export)
     return made
 
@@ -179,7 +190,7 @@ def check_writable(path: str | Path) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".check", dir=parent)
     except OSError as err:
-        raise _naming(err, path) from err
+        raise _creating(err, path) from err
     try:
         os.write(fd, b"\n")
     except OSError as err:

@@ -357,6 +357,9 @@ def test_score_errors_name_the_file(tmp_path, capsys):
     ("train.save_interval_updates=0", "train.save_interval_updates=0 must be at least 1"),
     ("model.heads=3", "model.heads=3 must divide model.d_model=32"),
     ("train.max_updates", "override 'train.max_updates' has no '='"),
+    ("train.lr=[0.1", "override 'train.lr=[0.1' is not valid YAML"),
+    ("train.lr=abc", "set on the command line by 'train.lr=abc'"),
+    ("model.d_model=-32", "model.d_model=-32 must be positive (set on the command line by 'model.d_model=-32')"),
 ])
 def test_bad_config_values_are_one_sentence(synth_data, tmp_path, capsys, override, fragment):
     cfg = write_config(tmp_path / "cfg.yaml", synth_data, tmp_path / "run")

@@ -349,7 +349,8 @@ def validate(cfg: Config, where: str = "config") -> None:
     ``translate`` needs none).
     """
     m, t, d = cfg.model, cfg.train, cfg.data
-    _need(m.d_model >= 1 and m.heads >= 1, where, "model.heads", m.heads, "and model.d_model must be positive")
+    _need(m.d_model >= 1, where, "model.d_model", m.d_model, "must be positive")
+    _need(m.heads >= 1, where, "model.heads", m.heads, "must be positive")
     _need(m.d_model % m.heads == 0, where, "model.heads", m.heads,
           f"must divide model.d_model={m.d_model} (each head gets d_model / heads dimensions)")
     _need(m.ffn_dim >= 1, where, "model.ffn_dim", m.ffn_dim, "must be at least 1")
@@ -416,7 +417,11 @@ def apply_overrides(data: dict, overrides: list[str], where: str = "command line
                 "e.g. train.max_updates=1000."
             )
         path, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw != "" else ""
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{where}: the value of override '{item}' is not valid YAML ({err.__class__.__name__}); "
+                              "close its brackets or quotes, e.g. 'seeds=[1, 2]' or 'name=\"a: b\"'.") from None
         node = data
         keys = path.split(".")
         for key in keys[:-1]:
@@ -450,7 +455,21 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     """Load a YAML config (or the defaults when ``path`` is None) plus overrides."""
     data = {} if path is None else read_yaml_mapping(path, expect="a mapping with data/model/train/decode sections")
     data = apply_overrides(data, overrides or [])
-    return from_dict(data, where=str(path) if path else "config")
+    try:
+        return from_dict(data, where=str(path) if path else "config")
+    except ConfigError as err:
+        raise naming_override(err, overrides or []) from None
+
+
+def naming_override(err: ConfigError, overrides: list[str]) -> ConfigError:
+    """``err`` saying which command-line override set the value it names, where one did (the message
+    names the file the rest of the config came from)."""
+    text = str(err)
+    for item in reversed(overrides):
+        key = item.split("=", 1)[0]
+        if f".{key}" in text or f" {key}=" in text or f"'{key.rsplit('.', 1)[-1]}'" in text:
+            return ConfigError(f"{text.rstrip('.')} (set on the command line by '{item}').")
+    return err
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

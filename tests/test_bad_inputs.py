@@ -590,6 +590,38 @@ def test_translate_refuses_an_output_that_is_its_input_through_a_hard_link(train
     assert src.read_bytes() == before
 
 
+def test_single_file_outputs_never_replace_a_file_they_did_not_write(trained, synth_data, tmp_path, capsys):
+    """translate, average and induce-table refuse, before any work, an output that is a training's checkpoint
+    name, another command's recorded file, a file of a prepared dataset, or (average, induce-table) an
+    existing file that is not their own kind of output; their own earlier output is replaced."""
+    import shutil
+
+    run, data = tmp_path / "run", tmp_path / "data"
+    shutil.copytree(trained / "run", run)
+    shutil.copytree(synth_data, data)
+    (tmp_path / "in.txt").write_text("\n".join((synth_data.parent / "corpus" / "test.src").read_text().splitlines()[:2])
+                                     + "\n")
+    before_run, before_data = tree_snapshot(run), tree_snapshot(data)
+    translate = ["translate", "--checkpoint", run / "checkpoint_last.pt", "--input", tmp_path / "in.txt", "--no-progress"]
+    for out, fragment in ((run / "checkpoint_best.pt", "a name a training writes and resumes from"),
+                          (run / "config.yaml", "was written by `structnmt train`"),
+                          (data / "spm.model", "is a file of the prepared dataset")):
+        code, _, err = cli(capsys, *translate, "--output", out)
+        assert_user_error(code, err, str(out), fragment)
+    code, _, err = cli(capsys, *translate, "--data", data, "--output", data / "spm.model")
+    assert_user_error(code, err, "is a file of the prepared dataset")
+    assert tree_snapshot(run) == before_run and tree_snapshot(data) == before_data
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    code, _, err = cli(capsys, "average", "--inputs", run, "--num", "2", "--output", notes)
+    assert_user_error(code, err, "notes.txt", "not a file `structnmt average` wrote")
+    assert notes.read_text() == "my notes\n"
+    for _ in range(2):  # its own earlier average is replaced
+        code, _, err = cli(capsys, "average", "--inputs", run, "--num", "2", "--output", tmp_path / "avg.pt")
+        assert code == 0, err
+
+
 def test_translate_checks_its_output_before_decoding(tmp_path, capsys):
     (tmp_path / "a_file").write_text("x\n")
     (tmp_path / "in.txt").write_text("a b\n")
@@ -617,11 +649,11 @@ def test_average_refuses_a_training_owned_name_and_leaves_nothing_partial_on_a_f
     import structnmt.files
 
     monkeypatch.setattr(structnmt.files, "write_torch", full_disk)
-    (tmp_path / "avg.pt").write_bytes(b"an older average")
+    (tmp_path / "avg.pt").write_bytes(b"PK\x03\x04 an older average")  # begins as a torch checkpoint does
     code, _, err = cli(capsys, "average", "--inputs", run, "--num", "2", "--output", tmp_path / "avg.pt")
     assert_user_error(code, err, f"{tmp_path / 'avg.pt'}: no space left on the device")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["avg.pt"]  # no temporary file left
-    assert (tmp_path / "avg.pt").read_bytes() == b"an older average"  # the old output stays whole
+    assert (tmp_path / "avg.pt").read_bytes() == b"PK\x03\x04 an older average"  # the old output stays whole
 
 
 def test_translate_refuses_parses_a_plain_model_would_ignore(trained, tmp_path, capsys):

@@ -367,6 +367,11 @@ def test_induce_table_refuses_its_own_input_as_output_and_a_hand_edited_report(t
     assert_one_sentence(code, err, "b/induce.json: its field model.DA")
     assert cli(capsys, "induce-table", f"A={tmp_path / 'a'}", "--out", tmp_path / "t.md")[0] == 0
     assert "| A | 30.0 | 40.0 |" in (tmp_path / "t.md").read_text()
+    assert cli(capsys, "induce-table", f"A={tmp_path / 'a'}", "--out", tmp_path / "t.md")[0] == 0  # its own table
+    (tmp_path / "notes.md").write_text("# my notes\n")  # but not a user's file
+    code, _, err = cli(capsys, "induce-table", f"A={tmp_path / 'a'}", "--out", tmp_path / "notes.md")
+    assert_one_sentence(code, err, "notes.md: exists and is not a file `structnmt induce-table` wrote")
+    assert (tmp_path / "notes.md").read_text() == "# my notes\n"
 
 
 @pytest.mark.parametrize("content,fragment", [

@@ -100,6 +100,22 @@ def test_translation_from_the_cache_equals_translation_with_spacy_also_without_s
     assert (tmp_path / "out.de").read_text().splitlines() == live
 
 
+def test_parse_never_writes_over_its_input_or_a_file_it_did_not_write(model, tmp_path, capsys):
+    inp, notes, cache = tmp_path / "in.en", tmp_path / "notes.jsonl", tmp_path / "p.jsonl"
+    inp.write_text("Two dogs play.\n")
+    notes.write_text("my notes\n")
+    (tmp_path / "link.jsonl").symlink_to(inp)
+    parse = ["parse", "--data", str(model / "bin"), "--input", str(inp), "--no-progress", "--out"]
+    for out, fragment in ((inp, "is an input file"), (tmp_path / "link.jsonl", "is an input file"),
+                          (notes, "is not a file `structnmt parse` wrote")):
+        assert main([*parse, str(out)]) == 2
+        err = capsys.readouterr().err
+        assert fragment in err and "Traceback" not in err
+    assert inp.read_text() == "Two dogs play.\n" and notes.read_text() == "my notes\n"
+    assert main([*parse, str(cache)]) == 0 and main([*parse, str(cache)]) == 0  # its own cache is replaced
+    assert len(read_parse_cache(cache)) == 1
+
+
 def test_parse_refuses_a_dataset_whose_parses_come_from_files(tmp_path, capsys):
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "manifest.json").write_text(json.dumps({"config": {"parser": {"name": "synthetic"}}}))

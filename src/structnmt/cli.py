@@ -198,15 +198,13 @@ def cmd_translate(args) -> int:
     overrides = {k: v for k, v in (("dependency_file", args.parse_dependency),
                                    ("constituency_file", args.parse_constituency)) if v}
 
-    if args.output:
-        from .files import check_writable, same_file
+    if args.output:  # refused or unwritable now, not after decoding
+        from .files import check_output_file
 
-        for what, path in (("the input file", args.input), ("the checkpoint", args.checkpoint)):
-            if path not in (None, "-") and (Path(args.output).resolve() == Path(path).resolve()
-                                            or same_file(args.output, path)):
-                return _err(f"--output {args.output} is {what} (the same file, perhaps through a link); write the "
-                            "translations to another file.")
-        check_writable(args.output)  # a read-only directory or a full disk says so now, not after decoding
+        check_output_file(args.output, "--output", "translate", [
+            ("the input file", args.input), ("the checkpoint", args.checkpoint), ("the parse cache", args.parse_cache),
+            ("the dependency parse file", args.parse_dependency),
+            ("the constituency parse file", args.parse_constituency)])
     from .export import is_export
 
     if is_export(args.checkpoint):
@@ -238,6 +236,10 @@ def cmd_parse(args) -> int:
     if parser.name != "spacy":
         return _err(f"--data {args.data}: its parser is '{parser.name}', not spacy: its models read "
                     "parses from files (or none), so there is nothing to parse beforehand.")
+    from .files import check_output_file
+
+    check_output_file(args.out, "--out", "parse", [("an input file", path) for path in args.input],
+                      own=r"\x1f\x8b" if args.out.endswith(".gz") else r'\{"key": "[0-9a-f]{40}"|$')
     texts = [line for path in args.input for line in read_lines(path)]
     n = write_parse_cache(dataclasses.replace(parser, n_process=args.spacy_processes), texts, args.out,
                           progress=not args.no_progress)
@@ -410,13 +412,14 @@ def cmd_average(args) -> int:
         return _err("average needs checkpoints: --inputs SAVE_DIR (its last --num) or --checkpoints FILE [FILE ...].")
     if args.num < 1:
         return _err(f"--num {args.num}: average at least 1 checkpoint.")
-    from .files import TRAINING_OWNED, check_writable
+    from .files import TORCH_FILE, TRAINING_OWNED, check_output_file
 
     if TRAINING_OWNED.match(Path(args.output).name):
         return _err(f"--output {args.output}: {Path(args.output).name} is a name a training writes and resumes from; "
                     "write the average to another name, e.g. average.pt.")
     paths = [Path(p) for p in args.checkpoints] if args.checkpoints else last_checkpoints(args.inputs, args.num)
-    check_writable(args.output)
+    check_output_file(args.output, "--output", "average", [("one of the checkpoints being averaged", p) for p in paths],
+                      own=TORCH_FILE)
     average_checkpoints(paths, args.output)
     print(f"average: {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) -> {args.output}")
     return 0

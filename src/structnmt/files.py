@@ -200,6 +200,56 @@ def check_writable(path: str | Path) -> None:
         os.unlink(tmp)
 
 
+def _recorded_owner(path: Path) -> str | None:
+    """The structnmt command that :data:`MANIFEST` beside ``path`` says wrote it, or None."""
+    import json
+
+    try:
+        return json.loads((path.parent / MANIFEST).read_text(encoding="utf-8")).get("commands", {}).get(path.name)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _dataset_file(path: Path) -> bool:
+    """Whether ``path`` is one of the files of the prepared dataset in its directory (its manifest lists it)."""
+    import json
+
+    try:
+        return path.name in json.loads((path.parent / "manifest.json").read_text(encoding="utf-8")).get("files", [])
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def check_output_file(out: str | Path, option: str, command: str, inputs=(), *, own: str | None = None) -> None:
+    """Refuse, in one sentence and before any work, a single output file ``command`` must not write: one of
+    its ``inputs`` ((what, path) pairs; the same file through a link too), a name a training writes and
+    resumes from, a file another structnmt command recorded as its own there, a file of a prepared dataset,
+    or, with ``own`` (a pattern over the first bytes, as :class:`OutputDir`'s markers), an existing file that
+    does not begin as this command's output does. Then :func:`check_writable`."""
+    from .errors import UserError
+
+    out = Path(out)
+    for what, path in inputs:
+        if path not in (None, "-") and (out.resolve() == Path(path).resolve() or same_file(out, path)):
+            raise UserError(f"{option} {out} is {what} (the same file, perhaps through a link); write the output "
+                            "to another file.")
+    if TRAINING_OWNED.match(out.name):
+        raise UserError(f"{option} {out}: {out.name} is a name a training writes and resumes from; give the "
+                        "output another name.")
+    if out.is_file():
+        owner = _recorded_owner(out)
+        if owner is not None and owner != command:
+            raise UserError(f"{option} {out}: was written by `structnmt {owner}`, so `structnmt {command}` does not "
+                            "replace it; give the output another name.")
+        if _dataset_file(out):
+            raise UserError(f"{option} {out}: is a file of the prepared dataset in {out.parent}; write the output "
+                            "somewhere else.")
+        if own is not None and not _begins(out, own):
+            raise UserError(f"{option} {out}: exists and is not a file `structnmt {command}` wrote, so it is not "
+                            "replaced; give another name or move the file away.")
+    check_writable(out)
+
+
 def _begins(path: Path, pattern: str) -> bool:
     """Whether ``path`` is a file whose first 4 KB match ``pattern`` (bytes, latin-1 read) at its start."""
     try:

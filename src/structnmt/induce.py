@@ -586,14 +586,14 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
     if not runs:
         raise UserError(f"--out {out}: no induce output to tabulate; give at least one LABEL=DIR.")
     reports = [_read_report(label, d) for label, d in runs]
-    from .files import OutputDir, check_writable, same_file
+    from .files import OutputDir, check_output_file, same_file
 
     for _, path, _ in reports:  # the table is never written over one of its inputs, nor over what induce wrote
         written = OutputDir(path.parent, "induce").written | {"induce.json"}
         if any(same_file(out, path.parent / name) for name in written):
             raise UserError(f"--out {out}: is a file `structnmt induce` wrote in {path.parent}, an input of the "
                             "table; write the table to another file.")
-    check_writable(out)
+    check_output_file(out, "--out", "induce-table", own=r"# .*\n\nGold file `")
     bleu = dict(bleu or {})
     unknown = sorted(set(bleu) - {label for label, _, _ in reports})
     if unknown:

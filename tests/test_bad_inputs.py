@@ -368,6 +368,33 @@ def test_bad_config_values_are_one_sentence(synth_data, tmp_path, capsys, overri
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("damage,fragment", [
+    ("cut:train.tgt.bin", "train.tgt.bin: holds"),
+    ("empty:train.src.idx", "train.src.idx: not an index of sentence offsets"),
+    ("cut:manifest.json", "manifest.json: not a dataset manifest"),
+    ("remove:valid.tgt.bin", "valid.tgt.bin: missing"),
+    ("cut:spm.model", "spm.model: not a readable SentencePiece model"),
+])
+def test_a_damaged_dataset_is_one_sentence_not_a_silent_truncation(synth_data, tmp_path, capsys, damage, fragment):
+    """A cut .bin would otherwise train on empty targets without a word; the others were tracebacks."""
+    import shutil
+
+    how, name = damage.split(":")
+    data = tmp_path / "data"
+    shutil.copytree(synth_data, data)
+    target = data / name
+    if how == "cut":
+        target.write_bytes(target.read_bytes()[: target.stat().st_size // 2])
+    elif how == "empty":
+        target.write_bytes(b"")
+    else:
+        target.unlink()
+    cfg = write_config(tmp_path / "cfg.yaml", data, tmp_path / "run")
+    code, _, err = cli(capsys, "train", cfg)
+    assert_user_error(code, err, fragment, "prepare")
+    assert not (tmp_path / "run" / "checkpoint_last.pt").exists()
+
+
 @pytest.mark.parametrize("options,fragment", [
     (["--beam", "0"], "decode.beam=0 must be at least 1"),
     (["--batch-size", "0"], "decode.batch_size=0 must be at least 1"),

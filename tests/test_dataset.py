@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from structnmt.data.dataset import (
+    DatasetError,
     EpochBatchIterator,
     PreparedDataset,
     collate,
@@ -190,7 +191,7 @@ def test_prepared_split_is_memory_mapped(prepared):
 
 
 def test_missing_dataset_is_reported(tmp_path):
-    with pytest.raises(FileNotFoundError, match="prepare"):
+    with pytest.raises(DatasetError, match=r"manifest.json: no prepared dataset here; run `structnmt prepare` first"):
         PreparedDataset(tmp_path)
 
 

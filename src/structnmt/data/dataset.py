@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..errors import UserError
 from ..syntax.trees import trees_from_json
 from .vocab import BOS, EOS, PAD, Vocab, vocab_pair
 
@@ -71,11 +72,11 @@ class PreparedSplit:
         self.data = {}
         self.offsets = {}
         for side in ("src", "tgt"):
-            idx = np.fromfile(self.root / f"{split}.{side}.idx", dtype=np.int64)
-            self.offsets[side] = idx
-            path = self.root / f"{split}.{side}.bin"
-            self.data[side] = (np.memmap(path, dtype=np.int32, mode="r") if path.stat().st_size
-                               else np.zeros(0, dtype=np.int32))
+            self.offsets[side], self.data[side] = _read_side(self.root, f"{split}.{side}")
+        if len(self.offsets["src"]) != len(self.offsets["tgt"]):
+            raise DatasetError(f"{self.root / f'{split}.tgt.idx'}: {len(self.offsets['tgt']) - 1:,} sentences, but "
+                               f"{split}.src.idx has {len(self.offsets['src']) - 1:,}: the dataset is damaged; "
+                               f"prepare it again (structnmt prepare ... --destdir {self.root}).")
         self.src_lens = np.diff(self.offsets["src"])
         self.tgt_lens = np.diff(self.offsets["tgt"])
         # word-level trees and the piece->word alignment, when prepared with a parser
@@ -194,6 +195,34 @@ class PreparedSplit:
         return lines[:-1] if lines and lines[-1] == "" else lines
 
 
+class DatasetError(UserError, ValueError):
+    """A prepared dataset directory that is missing, incomplete or damaged: prepare it again."""
+
+
+def _damaged(path: Path, what: str) -> DatasetError:
+    return DatasetError(f"{path}: {what}: the dataset is damaged; prepare it again (structnmt prepare ... "
+                        f"--destdir {path.parent}).")
+
+
+def _read_side(root: Path, stem: str) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, pieces) of ``<stem>.idx`` and ``<stem>.bin``, checked against each other: the offsets start at
+    0, never decrease and end at the number of pieces the .bin holds (a cut or swapped file is refused)."""
+    idx_path, bin_path = root / f"{stem}.idx", root / f"{stem}.bin"
+    for p in (idx_path, bin_path):
+        if not p.is_file():
+            raise _damaged(p, "missing")
+    if idx_path.stat().st_size % 8 or bin_path.stat().st_size % 4:
+        raise _damaged(idx_path if idx_path.stat().st_size % 8 else bin_path, "its size is not a whole number of entries")
+    idx = np.fromfile(idx_path, dtype=np.int64)
+    n_pieces = bin_path.stat().st_size // 4
+    if len(idx) == 0 or idx[0] != 0 or (np.diff(idx) < 0).any():
+        raise _damaged(idx_path, "not an index of sentence offsets")
+    if idx[-1] != n_pieces:
+        raise _damaged(bin_path, f"holds {n_pieces:,} pieces, but {idx_path.name} points to {int(idx[-1]):,}")
+    data = np.memmap(bin_path, dtype=np.int32, mode="r") if n_pieces else np.zeros(0, dtype=np.int32)
+    return idx, data
+
+
 class PreparedDataset:
     """The manifest, the vocabularies and the splits of a prepared directory."""
 
@@ -201,11 +230,15 @@ class PreparedDataset:
         self.root = Path(root)
         mpath = self.root / "manifest.json"
         if not mpath.exists():
-            raise FileNotFoundError(f"{mpath}: no prepared dataset here; run `structnmt prepare` first.")
-        self.manifest = json.loads(mpath.read_text())
-        entries = self.manifest["vocab"]
-        self.src_vocab, self.tgt_vocab = vocab_pair(self.root, {side: entries[side]["file"] for side in ("src", "tgt")},
-                                                    entries)
+            raise DatasetError(f"{mpath}: no prepared dataset here; run `structnmt prepare` first, or set data.path "
+                               "to the directory it wrote.")
+        try:
+            self.manifest = json.loads(mpath.read_text(encoding="utf-8"))
+            entries = self.manifest["vocab"]
+            files = {side: entries[side]["file"] for side in ("src", "tgt")}
+        except (ValueError, KeyError, TypeError) as err:
+            raise _damaged(mpath, f"not a dataset manifest ({err.__class__.__name__})") from None
+        self.src_vocab, self.tgt_vocab = vocab_pair(self.root, files, entries)
 
     def split(self, name: str, *, structure_cache_mb: float = 1024) -> PreparedSplit:
         return PreparedSplit(self.root, name, self.src_vocab, structure_cache_mb=structure_cache_mb)

@@ -12,9 +12,14 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from ..errors import UserError
 from .moses import moses_detokenize, moses_pretokenize
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+
+class VocabError(UserError, ValueError):
+    """A vocabulary file that is missing or not a SentencePiece model."""
 
 
 class Vocab:
@@ -40,7 +45,14 @@ class Vocab:
         if proto is not None:
             self.sp = spm.SentencePieceProcessor(model_proto=proto)
         else:
-            self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+            if not self.path.is_file():
+                raise VocabError(f"{self.path}: no such SentencePiece model; give the directory `structnmt prepare` "
+                                 "wrote (prepare it again if the file was removed).")
+            try:
+                self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+            except (RuntimeError, OSError) as err:
+                raise VocabError(f"{self.path}: not a readable SentencePiece model ({str(err).splitlines()[0]}); "
+                                 "prepare the dataset again.") from None
         assert self.sp.pad_id() == PAD and self.sp.eos_id() == EOS, "vocabulary built with other special ids"
 
     @property

@@ -74,6 +74,28 @@ def test_trainer_records_the_redundant_fraction_of_every_head_at_every_validatio
         assert png[:8] == PNG_MAGIC
 
 
+def test_validation_pairs_longer_than_the_model_reads_are_left_out_of_the_head_roles_too(runs, tmp_path):
+    """One long validation pair used to stop the whole training in the head-roles hook (a ValueError from
+    the position table); it is left out, as the validation loss leaves it out."""
+    import numpy as np
+
+    from structnmt.data.dataset import PreparedDataset
+
+    valid = PreparedDataset(runs / "bin-synthetic").split("valid")
+    size = np.maximum(valid.src_lens, valid.tgt_lens) + 1
+    limit = int(np.sort(size)[len(size) // 2])  # about half the validation pairs are longer
+    fits = int((size <= limit).sum())
+    assert 0 < fits < len(size)
+    model = ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=2, decoder_layers=1, max_positions=limit)
+    cfg = Config(data=DataConfig(path=str(runs / "bin-synthetic"), max_tokens=800), model=model,
+                 train=TrainConfig(save_dir=str(tmp_path / "short"), max_updates=3, validate_interval_updates=3,
+                                   tensorboard=False, progress=False, head_roles=True, head_roles_sentences=50),
+                 decode=DecodeConfig(beam=1, max_len_b=5))
+    train(cfg, log=lambda *_: None)
+    assert (tmp_path / "short" / "checkpoint_last.pt").exists()
+    assert [r["sentences"] for r in read_head_roles(tmp_path / "short" / "head_roles.jsonl")] == [fits]
+
+
 def test_recorded_fractions_equal_a_recount_with_the_checkpoint(runs):
     """The RHE layer's own identification (pre-enhancement) and the plain layer's recount agree with the log."""
     from structnmt.config import from_dict

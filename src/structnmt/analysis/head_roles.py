@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -227,7 +228,10 @@ class HeadRolesHook(TrainingHook):
         trainer.model.eval()
         split = trainer.valid_split
         counter = HeadRoleCounter()
-        first = list(range(min(trainer.cfg.train.head_roles_sentences, len(split))))  # the first sentences
+        # the first sentences among those the validation loss reads (a pair longer than the model's positions
+        # or data.max_len is left out of both, as the trainer has logged)
+        fits = np.flatnonzero(np.maximum(split.src_lens, split.tgt_lens) + 1 <= trainer.max_len)
+        first = fits[: trainer.cfg.train.head_roles_sentences].tolist()
         for start in range(0, len(first), 32):
             b = collate(split, first[start : start + 32], trainer.structures, trainer.label_ids).to(trainer.device)
             counter.add(encoder_head_roles(trainer.model, b.src, b.src_mask, b.structures))

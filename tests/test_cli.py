@@ -134,6 +134,12 @@ def test_translate_from_stdin_greedy_and_nbest(trained):
     assert [line.split(" ||| ")[0] for line in nbest] == ["0", "0", "0", "1", "1", "1"]
     scores = [float(line.split(" ||| ")[2]) for line in nbest[:3]]
     assert scores == sorted(scores, reverse=True)
+    # standard input is read as a file is: invalid UTF-8 is the sentence naming its line, not a traceback
+    latin1 = subprocess.run([sys.executable, "-m", "structnmt.cli", "translate", "--checkpoint", str(work / "avg.pt")],
+                            capture_output=True, input=b"a b\nc \xff d\n")
+    err = latin1.stderr.decode()
+    assert latin1.returncode == 2 and "<stdin> line 2 column 3: invalid UTF-8 (byte 0xff)" in err, err
+    assert "Traceback" not in err
 
 
 def test_score_bootstrap_between_systems(trained):

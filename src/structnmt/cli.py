@@ -185,10 +185,10 @@ def _parser_train(sub) -> None:
 
 
 def _read_input(path: str | None) -> list[str]:
-    from .data.corpus import read_lines
+    from .data.corpus import decode_lines, read_lines
 
-    if path in (None, "-"):
-        return [line.rstrip("\r\n") for line in sys.stdin]
+    if path in (None, "-"):  # bytes, decoded as a file's are: invalid UTF-8 is a sentence naming the line
+        return list(decode_lines(sys.stdin.buffer, "<stdin>"))
     return list(read_lines(path))
 
 

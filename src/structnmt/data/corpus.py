@@ -112,21 +112,27 @@ def read_lines(path: str | Path) -> Iterator[str]:
     ``.gz`` that is not gzip.
     """
     path = Path(path)
-    lineno = 0
     with _open_binary(path) as f:
-        try:
-            for raw in f:
-                lineno += 1
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    raise _utf8_error(path, lineno, raw, err) from None
-                yield text.rstrip("\r\n")
-        except (EOFError, OSError, zlib.error) as err:
-            raise CorpusError(
-                f"{path} after line {lineno}: the gzip data is truncated or corrupt ({err}); re-download or "
-                "re-compress the file."
-            ) from None
+        yield from decode_lines(f, path)
+
+
+def decode_lines(f, path: str | Path) -> Iterator[str]:
+    """The lines of the binary stream ``f`` (a file, gzip data, standard input's ``sys.stdin.buffer``) as
+    :func:`read_lines` yields them; errors name ``path`` (``<stdin>`` for standard input)."""
+    lineno = 0
+    try:
+        for raw in f:
+            lineno += 1
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise _utf8_error(path, lineno, raw, err) from None
+            yield text.rstrip("\r\n")
+    except (EOFError, OSError, zlib.error) as err:
+        raise CorpusError(
+            f"{path} after line {lineno}: the gzip data is truncated or corrupt ({err}); re-download or "
+            "re-compress the file."
+        ) from None
 
 
 def count_lines(path: str | Path) -> int:

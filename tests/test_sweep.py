@@ -52,6 +52,16 @@ def test_errors_name_what_the_csv_has(tmp_path):
         sweep_points(rows, r"fixed gate (?P<x>[0-9.]+)", [], column="chrf")
     with pytest.raises(UserError, match="no such results file"):
         read_rows(tmp_path / "missing.csv")
+    with pytest.raises(UserError, match=r"is a directory; give the results file in it \(.*results\.csv\)"):
+        read_rows(tmp_path)
+    # a file cut short in its last row: the line and the field count, not a row of None values
+    lines = (tmp_path / "r.csv").read_text().splitlines()
+    (tmp_path / "cut.csv").write_text("\n".join(lines[:-1] + [",".join(lines[-1].split(",")[:2])]))
+    with pytest.raises(UserError, match=r"cut\.csv line 6: 2 fields where the header has 5; the file is cut short"):
+        read_rows(tmp_path / "cut.csv")
+    # --where names the column as the file does ('system'), though it is read as 'System'
+    pts, _ = sweep_points(rows, r"fixed gate (?P<x>[0-9.]+)", [], where={"system": "fixed gate 0.3"})
+    assert [(x, y) for x, y, _, _ in pts] == [(0.3, 26.0)]
 
 
 def test_cli_writes_the_png_and_its_numbers(tmp_path):

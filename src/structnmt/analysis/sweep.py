@@ -27,11 +27,21 @@ from ..errors import UserError
 
 def read_rows(path: str | Path) -> list[dict[str, str]]:
     p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{p}: is a directory; give the results file in it ({p / 'results.csv'}).")
     if not p.is_file():
         raise UserError(f"{p}: no such results file; the experiment runner writes <out>/results.csv.")
     try:
         with p.open(encoding="utf-8", newline="") as f:
-            rows = list(csv.DictReader(f))
+            reader = csv.DictReader(f)
+            rows = []
+            for row in reader:
+                if None in row or None in row.values():  # fewer or more fields than the header names
+                    fields = sum(v is not None for k, v in row.items() if k is not None) + len(row.get(None, []))
+                    raise UserError(f"{p} line {reader.line_num}: {fields} fields where the header has "
+                                    f"{len(reader.fieldnames)}; the file is cut short or edited: write it again "
+                                    "(`structnmt experiment GRID --out DIR --report-only`).")
+                rows.append(row)
     except (UnicodeDecodeError, csv.Error) as err:
         raise UserError(f"{p}: not a CSV text file ({err.__class__.__name__}); give the results.csv or "
                         "generalization.csv an experiment wrote.") from None
@@ -74,6 +84,7 @@ def sweep_points(rows: list[dict[str, str]], pattern: str, references: list[str]
     if "x" not in rx.groupindex:
         raise UserError(f"--pattern {pattern!r} needs a named group (?P<x>...) holding the swept number.")
     for key, value in (where or {}).items():
+        key = "System" if key == "system" else key  # as the file names it (read_rows reads it as System)
         if rows and key not in rows[0]:
             raise UserError(f"{path}: no column '{key}' for --where; columns: {', '.join(rows[0])}.")
         kept = [r for r in rows if r[key] == value]

@@ -308,3 +308,14 @@ def test_ctrl_c_of_tag_jobs_starts_no_queued_row_and_stops_the_running_ones(tmp_
     started, procs = ctrl_c.started, ctrl_c.procs
     assert sorted(started) == ["a", "b"] and all(p.poll() is not None for p in procs)
     assert any("interrupted: stopping 2 running row(s)" in x for x in lines)
+
+
+def test_tag_says_its_out_dir_cannot_be_written_before_training(tmp_path, capsys):
+    """An out_dir under a file used to be found only after every row had trained."""
+    from conftest import assert_user_error, cli
+
+    cfg = tag_config(tmp_path, epochs=1)
+    (tmp_path / "a_file").write_text("x\n")
+    code, out, err = cli(capsys, "tag", cfg, f"out_dir={tmp_path / 'a_file' / 'tg'}")
+    assert_user_error(code, err, str(tmp_path / "a_file"), "is a file, not a directory")
+    assert "training" not in out + err and (tmp_path / "a_file").read_text() == "x\n"

@@ -28,7 +28,14 @@ class TrainingError(UserError, RuntimeError):
 
 class NoNewFilesError(FileNotFoundError):
     """Creating a file failed with ENOENT in a directory that exists: one that takes no new files
-    (``/proc``, ``/sys``). ``filename`` is the output the user gave."""
+    (``/proc``, ``/sys``). ``filename`` is the output the user gave, ``directory`` the one refusing."""
+
+    def __init__(self, output: str, directory: str):
+        import errno
+        import os
+
+        super().__init__(errno.ENOENT, os.strerror(errno.ENOENT), output)
+        self.directory = directory
 
 
 def os_error_sentence(err: OSError) -> str:
@@ -63,7 +70,7 @@ def os_error_sentence(err: OSError) -> str:
         fixes[errno.EEXIST] = ("this is a file where a directory is needed; give a path whose parents are directories, "
                                "or move the file away")
     if isinstance(err, NoNewFilesError):
-        fixes[errno.ENOENT] = ("its directory exists but takes no new files (like /proc or /sys); write the output "
-                               "somewhere else")
+        fixes[errno.ENOENT] = (f"no file can be made in {err.directory}, a directory that takes no new files (like "
+                               "/proc or /sys); write the output somewhere else")
     what = fixes.get(err.errno or 0, (err.strerror or str(err)).rstrip(".").lower() if err.strerror else str(err))
     return f"{path}: {what}." if path else f"{what[0].upper()}{what[1:]}."

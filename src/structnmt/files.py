@@ -40,6 +40,8 @@ def _special(path: Path) -> bool:
 
 def _naming(err: OSError, path: Path) -> OSError:
     """``err`` (same kind and errno) naming ``path``, the output the user gave."""
+    if isinstance(err, NoNewFilesError):
+        return NoNewFilesError(str(path), err.directory)
     return type(err)(err.errno, err.strerror, str(path))
 
 
@@ -48,7 +50,7 @@ def _creating(err: OSError, path: Path) -> OSError:
     parent that exists (a directory that takes no new files, such as /proc) says so."""
     parent = path.parent if str(path.parent) else Path(".")
     if err.errno == errno.ENOENT and parent.is_dir():
-        return NoNewFilesError(err.errno, err.strerror, str(path))
+        return NoNewFilesError(str(path), str(parent))
     return _naming(err, path)
 
 
@@ -200,6 +202,22 @@ def check_writable(path: str | Path) -> None:
         os.unlink(tmp)
 
 
+def check_dir_writable(path: str | Path) -> None:
+    """Raise the ``OSError`` that making a file in the directory ``path`` would raise (a parent that is a file, a
+    read-only or full disk, a directory that takes no new files such as /proc), naming ``path``, without making
+    ``path`` itself: the nearest existing ancestor is tried."""
+    path = Path(path)
+    probe = path
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(probe))
+    try:
+        check_writable(probe / ".structnmt-check")
+    except OSError as err:
+        raise _naming(err, path) from err
+
+
 def _recorded_owner(path: Path) -> str | None:
     """The structnmt command that :data:`MANIFEST` beside ``path`` says wrote it, or None."""
     import json
@@ -280,19 +298,22 @@ class OutputDir:
     directory is made when the first file is written, so a command refused before that leaves nothing."""
 
     def __init__(self, path: str | Path, command: str, expect: tuple[str, ...] = (), *,
-                 marker: tuple[tuple[str, str], ...] = ()):
+                 marker: tuple[tuple[str, str], ...] = (), check: bool = True):
         """``marker``: ``(name, pattern)`` pairs, files only this command writes there with a beginning it writes
         (a regular expression over the file's first bytes: ``experiment.log`` starting with a time stamp and
         ``experiment``); a directory that holds such a file but no manifest is this command's output from
         before manifests, and its ``expect`` files are its own. A file of the user's under the marker's name
-        but not with its content does not count."""
+        but not with its content does not count. ``check``: say now (:func:`check_dir_writable`) if files
+        cannot be made there; off where the directory is only read (what another command wrote)."""
         import json
 
         from .errors import UserError
 
         self.path, self.command = Path(path), command
         if self.path.exists() and not self.path.is_dir():
-            raise UserError(f"--out {self.path}: is a file; give a directory for the report.")
+            raise UserError(f"{self.path}: is a file; give a directory for the {command} output.")
+        if check:
+            check_dir_writable(self.path)
         #: name -> the command that wrote it (names recorded without one are in ``written`` only)
         self.owners: dict[str, str] = {}
         try:

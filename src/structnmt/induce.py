@@ -589,7 +589,7 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
     from .files import OutputDir, check_output_file, same_file
 
     for _, path, _ in reports:  # the table is never written over one of its inputs, nor over what induce wrote
-        written = OutputDir(path.parent, "induce").written | {"induce.json"}
+        written = OutputDir(path.parent, "induce", check=False).written | {"induce.json"}
         if any(same_file(out, path.parent / name) for name in written):
             raise UserError(f"--out {out}: is a file `structnmt induce` wrote in {path.parent}, an input of the "
                             "table; write the table to another file.")

@@ -430,3 +430,20 @@ def test_probe_names_a_corpus_with_too_few_sentences(tmp_path, capsys):
         assert_one_sentence(code, err, f"corpus.path={tmp_path / name}", "at least 3", "larger file")
         assert ("gave 0 usable" if name == "empty.conllu" else "gave 2 usable") in err
     assert not (tmp_path / "out" / "probe.md").exists()
+
+
+def test_induce_table_knows_one_gold_file_by_its_bytes_or_the_file_its_paths_name(tmp_path, capsys, monkeypatch):
+    """'g.conllu' and '/abs/g.conllu' are one file; a file whose bytes differ under one name is not."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gold.conllu").write_text("x\n")
+    cases = {"rel": {}, "abs": {"input": str(tmp_path / "gold.conllu")},
+             "sha1": {"input": "a/gold.conllu", "input_sha256": "1" * 64},
+             "sha1b": {"input": "b/elsewhere.conllu", "input_sha256": "1" * 64},
+             "sha2": {"input": "a/gold.conllu", "input_sha256": "2" * 64}}
+    for name, fields in cases.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "induce.json").write_text(json.dumps({**_induce_report(), **fields}))
+    assert cli(capsys, "induce-table", "A=rel", "B=abs", "--out", tmp_path / "t1.md")[0] == 0
+    assert cli(capsys, "induce-table", "A=sha1", "B=sha1b", "--out", tmp_path / "t2.md")[0] == 0
+    code, _, err = cli(capsys, "induce-table", "A=sha1", "B=sha2", "--out", tmp_path / "t3.md")
+    assert_one_sentence(code, err, "must score the same file")

@@ -340,8 +340,8 @@ def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Pat
     pred, word_scores = ind.pred, ind.word_scores
     written = [_write_conllu(out, f"{stem}.induced.conllu", sents, pred)]
     written += _draw_pictures(out, sents, pred, ind.drawn)
-    report = {"checkpoint": str(checkpoint), "input": str(conllu), "scores": scores, "punct": punct,
-              "sentences": len(sents), "not_encoded": [{"line": ln, "why": why} for ln, why in ind.failed],
+    report = {"checkpoint": str(checkpoint), "input": str(conllu), "input_sha256": _sha256(conllu),
+              "scores": scores, "punct": punct, "sentences": len(sents), "not_encoded": [{"line": ln, "why": why} for ln, why in ind.failed],
               "shape": tree_shape([p for p, ws in zip(pred, word_scores) if ws is not None])}
     if all(s.heads is not None for s in sents):
         report.update(_gold_scores(sents, pred, word_scores, punct))
@@ -602,7 +602,7 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
     first = reports[0][2]
     for _, path, r in reports[1:]:
         for key in ("input", "punct"):
-            if r[key] != first[key]:
+            if not (_same_gold(r, first) if key == "input" else r[key] == first[key]):
                 raise UserError(f"{path}: {key} {r[key]!r}, but {reports[0][1]} has {first[key]!r}; every report "
                                 "of one table must score the same file with the same --punct protocol.")
     md = _table3_lines(reports, title, bleu)
@@ -614,6 +614,27 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
 
     atomic_write_text(out, "\n".join(md) + "\n")
     return Path(out)
+
+
+def _sha256(path: str | Path) -> str:
+    """SHA-256 of the file's bytes (a gold file's identity, whatever path named it)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _same_gold(a: dict, b: dict) -> bool:
+    """Whether two induce reports scored the same gold file: by its bytes where both recorded them, else by
+    the path as given or as the file it names from here (``g.conllu`` and ``/abs/g.conllu``)."""
+    if a.get("input_sha256") and b.get("input_sha256"):
+        return a["input_sha256"] == b["input_sha256"]
+    from .files import same_file
+
+    return a["input"] == b["input"] or same_file(a["input"], b["input"])
 
 
 def _read_report(label: str, d: str | Path) -> tuple[str, Path, dict]:

@@ -484,6 +484,9 @@ def test_synth_and_demo_refuse_empty_sizes_before_writing(tmp_path, capsys):
     assert_user_error(code, err, "--n-train 0")
     code, _, err = cli(capsys, "demo", "--workdir", tmp_path / "d", "--minutes", "0")
     assert_user_error(code, err, "--minutes 0")
+    # a bad override is said before the corpus is written, and named as the command line's
+    code, _, err = cli(capsys, "demo", "--workdir", tmp_path / "d", "--updates", "1", "bogus.x=1")
+    assert_user_error(code, err, "unknown key 'bogus'", "set on the command line by 'bogus.x=1'")
     assert not (tmp_path / "s").exists() and not (tmp_path / "d").exists()
 
 

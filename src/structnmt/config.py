@@ -467,7 +467,7 @@ def naming_override(err: ConfigError, overrides: list[str]) -> ConfigError:
     text = str(err)
     for item in reversed(overrides):
         key = item.split("=", 1)[0]
-        if f".{key}" in text or f" {key}=" in text or f"'{key.rsplit('.', 1)[-1]}'" in text:
+        if f".{key}" in text or f" {key}=" in text or any(f"'{part}'" in text for part in key.split(".")):
             return ConfigError(f"{text.rstrip('.')} (set on the command line by '{item}').")
     return err
 

@@ -23,7 +23,7 @@ from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 
-from .config import apply_overrides, from_dict
+from .config import ConfigError, apply_overrides, from_dict, naming_override
 
 
 def demo_config(workdir: Path, updates: int | None, minutes: float, seed: int, overrides: list[str] | None = None):
@@ -36,7 +36,10 @@ def demo_config(workdir: Path, updates: int | None, minutes: float, seed: int, o
                                   f"train.seed={seed}", f"train.max_time_minutes={minutes}",
                                   *([f"train.max_updates={updates}"] if updates is not None else []),
                                   *(overrides or [])])
-    return from_dict(data, where="recipes/demo.yaml")
+    try:
+        return from_dict(data, where="recipes/demo.yaml")
+    except ConfigError as err:
+        raise naming_override(err, overrides or []) from None
 
 
 def run_demo(workdir: str | Path, *, updates: int | None = None, minutes: float = 0.0, seed: int = 1,
@@ -56,6 +59,7 @@ def run_demo(workdir: str | Path, *, updates: int | None = None, minutes: float 
     # workdir with a demo's model but no manifest is an earlier demo's)
     outputs = OutputDir(work, "demo", expect=("test.hyp", "attraction4.hyp"),
                         marker=(("model/checkpoint_last.pt", TORCH_FILE),))
+    cfg = demo_config(work, updates, minutes, seed, overrides)  # a bad override is said before any work
     t0 = time.time()
     bcfg = BenchmarkConfig(seed=seed, n_train=n_train, n_valid=min(500, n_test), n_test=n_test, n_gen=n_test)
     corpus = work / "corpus"
@@ -68,7 +72,6 @@ def run_demo(workdir: str | Path, *, updates: int | None = None, minutes: float 
                          validpref=str(corpus / "valid"), testprefs=[str(corpus / "test")],
                          vocab_size=1500, max_len=128)
     prepare(pcfg, work / "data-bin", progress=False, log=log)
-    cfg = demo_config(work, updates, minutes, seed, overrides)
     train(cfg, log=log)
     ckpts = last_checkpoints(cfg.train.save_dir, 3)
     avg = Path(cfg.train.save_dir) / "checkpoint_avg.pt"

@@ -324,6 +324,9 @@ def test_gzip_problems_name_the_file(tmp_path, capsys):
     (tmp_path / "c" / "train.en.gz").write_bytes(src)  # plain text named .gz
     code, _, err = cli(capsys, *args)
     assert_user_error(code, err, "train.en.gz", "not gzip-compressed")
+    (tmp_path / "c" / "train.en.gz").write_bytes(packed[:30])  # cut inside its first line: no 'line 0'
+    code, _, err = cli(capsys, *args)
+    assert_user_error(code, err, "train.en.gz in its first line: the gzip data is truncated or corrupt")
     (tmp_path / "c" / "train.en").write_bytes(src)  # and both names present
     code, _, err = cli(capsys, *args)
     assert_user_error(code, err, "train.en and train.en.gz both exist")

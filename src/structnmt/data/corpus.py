@@ -129,9 +129,9 @@ def decode_lines(f, path: str | Path) -> Iterator[str]:
                 raise _utf8_error(path, lineno, raw, err) from None
             yield text.rstrip("\r\n")
     except (EOFError, OSError, zlib.error) as err:
+        where = f"after line {lineno}" if lineno else "in its first line"
         raise CorpusError(
-            f"{path} after line {lineno}: the gzip data is truncated or corrupt ({err}); re-download or "
-            "re-compress the file."
+            f"{path} {where}: the gzip data is truncated or corrupt ({err}); re-download or re-compress the file."
         ) from None
 
 

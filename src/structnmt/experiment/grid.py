@@ -30,6 +30,7 @@ from ..config import (
     apply_overrides,
     deep_merge,
     from_dict,
+    naming_override,
     read_yaml_mapping,
 )
 
@@ -149,7 +150,7 @@ class GridConfig:
 
 
 def _yaml_file(path: Path, what: str) -> dict:
-    return read_yaml_mapping(path, f"{what} (relative to the grid file)")
+    return read_yaml_mapping(path, what)
 
 
 def split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
@@ -259,7 +260,7 @@ def base_data(grid: GridConfig) -> dict:
         return {}
     if isinstance(grid.base, dict):
         return copy.deepcopy(grid.base)
-    return _yaml_file(Path(grid.source).parent / grid.base, "base config")
+    return _yaml_file(Path(grid.source).parent / grid.base, "base config (relative to the grid file)")
 
 
 def resolve_run_config(grid: GridConfig, run: RunSpec, seed: int, *, data_path: Path, run_dir: Path,
@@ -269,7 +270,8 @@ def resolve_run_config(grid: GridConfig, run: RunSpec, seed: int, *, data_path: 
     where = f"{grid.source}: run '{run.name}'"
     data = base_data(grid)
     if run.config:
-        data = deep_merge(data, _yaml_file(Path(grid.source).parent / run.config, f"config of run '{run.name}'"))
+        data = deep_merge(data, _yaml_file(Path(grid.source).parent / run.config,
+                                           f"config of run '{run.name}' (relative to the grid file)"))
     data = apply_overrides(data, list(grid.overrides), where=f"{grid.source}: overrides")
     data = apply_overrides(data, list(run.overrides), where=where)
     data = apply_overrides(data, list(overrides), where="command line")
@@ -282,7 +284,10 @@ def resolve_run_config(grid: GridConfig, run: RunSpec, seed: int, *, data_path: 
     data["train"].update({"save_dir": str(run_dir), "seed": seed, "max_epochs": 0,
                           "patience": grid.budget.patience, "progress": False})
     data["train"].update({k: (budget_value if k == budget_key else 0) for k in BUDGET_KEYS})
-    return from_dict(data, where=where)
+    try:
+        return from_dict(data, where=where)
+    except ConfigError as err:
+        raise naming_override(err, list(overrides)) from None
 
 
 def seeds_of(grid: GridConfig, results: dict, name: str) -> list[int]:

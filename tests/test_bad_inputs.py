@@ -482,6 +482,21 @@ def test_the_lock_file_names_its_holder_and_goes_with_the_run():
         assert not (Path(d) / "train.lock").exists()
 
 
+def test_a_users_file_named_train_lock_is_neither_replaced_nor_removed(tmp_path):
+    """A dead run's lock (its line) is taken over; a file of other text under the name is the user's."""
+    from structnmt.errors import UserError
+    from structnmt.train.lock import SaveDirLock
+
+    (tmp_path / "train.lock").write_text("pid 999999 on elsewhere, since 2026-01-01 10:00:00")
+    said = []
+    SaveDirLock(tmp_path, log=said.append).release()
+    assert "replaced the stale lock" in said[0] and not (tmp_path / "train.lock").exists()
+    (tmp_path / "train.lock").write_text("my notes on locks\n")
+    with pytest.raises(UserError, match="train.lock: exists and is not a training's lock file"):
+        SaveDirLock(tmp_path, log=said.append)
+    assert (tmp_path / "train.lock").read_text() == "my notes on locks\n"
+
+
 def test_synth_and_demo_refuse_empty_sizes_before_writing(tmp_path, capsys):
     code, _, err = cli(capsys, "synth", "--out", tmp_path / "s", "--n-train", "0")
     assert_user_error(code, err, "--n-train 0")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -52,6 +53,11 @@ class SaveDirLock:
                               "finish or stop it, or give this run another train.save_dir.") from None
         self._file.seek(0)
         previous = self._file.read().strip()
+        if previous and not re.fullmatch(r"pid \d+ on .*, since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", previous):
+            fcntl.flock(self._file, fcntl.LOCK_UN)
+            self._file.close()
+            raise UserError(f"{self.path}: exists and is not a training's lock file (it holds other text), so "
+                            "`structnmt train` does not replace it; move it away or give another train.save_dir.")
         if previous:
             log(f"{save_dir}: replaced the stale lock of a training process that is no longer running ({previous}).")
         self._file.seek(0)

@@ -89,3 +89,32 @@ def test_a_retired_key_loads_from_saved_configs_and_is_refused_with_another_valu
                                           r"an effect.*\); delete it\."):
         load_config(path)
     assert "bucket_width" not in to_dict(Config())["data"]
+
+
+@pytest.mark.parametrize("overrides, named", [
+    # the error is on model.lr; train.lr, applied after it, shares the last key component only
+    (["model.lr=3", "train.lr=0.1"], "model.lr=3"),
+    # the rule is on model.heads, the value that broke it is model.d_model
+    (["train.lr=0.1", "model.d_model=30"], "model.d_model=30"),
+    # a whole section set at once
+    (["model={heads: 0}"], "model={heads: 0}"),
+    # a key inside the one the error names
+    (["model.attention.cross={name: mha, options: 3}"], "model.attention.cross={name: mha, options: 3}"),
+    # the last override of a key wins, as when applied
+    (["decode.beam=0", "train.lr=0.1", "decode.beam=-1"], "decode.beam=-1"),
+])
+def test_a_bad_value_names_the_override_that_set_it(overrides, named):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    assert str(err.value).endswith(f"(set on the command line by '{named}').")
+    assert str(err.value).count("set on the command line") == 1
+
+
+def test_an_override_of_another_key_is_not_named():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["data.max_tokens=10", "train.threads=-2"])
+    assert str(err.value).endswith("(set on the command line by 'train.threads=-2').")
+    assert "data.max_tokens=10" not in str(err.value)
+    with pytest.raises(ConfigError) as err:  # the error is about a key none of the overrides touch
+        load_config(None, ["train.lr=0.1", "model.attention_init=xavier", "model.family=rnn"])
+    assert "set on the command line by 'train.lr=0.1'" not in str(err.value)

@@ -33,7 +33,15 @@ from .syntax.batching import StructureSpec
 
 
 class ConfigError(UserError, ValueError):
-    """A user-facing configuration error (one sentence naming the place and the fix)."""
+    """A user-facing configuration error (one sentence naming the place and the fix).
+
+    ``keys``: the dotted config keys the error is about (``("model.heads",)``; empty when it is
+    about no one key), so that :func:`naming_override` can name the override that set one.
+    """
+
+    def __init__(self, message: str, keys: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.keys = keys
 
 
 @dataclass
@@ -201,13 +209,21 @@ _RETIRED = {("DataConfig", "bucket_width"): (0, "it never had an effect: batches
                                                 "sorted by length (structnmt.data.dataset.make_batches)")}
 
 
-def _build(cls: type, data: Any, where: str, saved: bool = False) -> Any:
-    """Build dataclass ``cls`` from nested plain data, rejecting unknown keys (retired ones: see ``_RETIRED``)."""
+def _build(cls: type, data: Any, where: str, saved: bool = False, path: str = "") -> Any:
+    """Build dataclass ``cls`` from nested plain data, rejecting unknown keys (retired ones: see ``_RETIRED``).
+
+    ``where`` names the place in messages (a file, then the keys); ``path`` is the dotted key of
+    ``data`` in the whole config (``"model.attention"``), carried by the errors (``ConfigError.keys``).
+    """
+    def sub(key: str) -> str:
+        return f"{path}.{key}" if path else key
+
+    keys = (path,) if path else ()
     if dataclasses.is_dataclass(cls):
         if data is None:
             return cls()
         if not isinstance(data, dict):
-            raise ConfigError(f"{where}: expected a mapping for {cls.__name__}, got {data!r}.")
+            raise ConfigError(f"{where}: expected a mapping for {cls.__name__}, got {data!r}.", keys)
         hints = typing.get_type_hints(cls)
         names = [f.name for f in dataclasses.fields(cls)]
         kwargs = {}
@@ -215,11 +231,12 @@ def _build(cls: type, data: Any, where: str, saved: bool = False) -> Any:
             retired = _RETIRED.get((cls.__name__, key))
             if key not in names and retired is not None:
                 if value != retired[0] and not saved:
-                    raise ConfigError(f"{where}.{key}={value!r}: the option was removed ({retired[1]}); delete it.")
+                    raise ConfigError(f"{where}.{key}={value!r}: the option was removed ({retired[1]}); delete it.",
+                                      (sub(key),))
                 continue
             if key not in names:
-                raise ConfigError(f"{where}: unknown key '{key}'; {_nearest(str(key), names)}")
-            kwargs[key] = _build(hints[key], value, f"{where}.{key}", saved)
+                raise ConfigError(f"{where}: unknown key '{key}'; {_nearest(str(key), names)}", (sub(str(key)),))
+            kwargs[key] = _build(hints[key], value, f"{where}.{key}", saved, sub(key))
         return cls(**kwargs)
     origin = typing.get_origin(cls)
     args = typing.get_args(cls)
@@ -227,16 +244,16 @@ def _build(cls: type, data: Any, where: str, saved: bool = False) -> Any:
         if data == [] or data is None:  # an empty list for an empty mapping (configs saved by version 0.1.0)
             return {}
         if not isinstance(data, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {data!r}.")
-        return {k: _build(args[1], v, f"{where}.{k}", saved) for k, v in data.items()}
+            raise ConfigError(f"{where}: expected a mapping, got {data!r}.", keys)
+        return {k: _build(args[1], v, f"{where}.{k}", saved, sub(str(k))) for k, v in data.items()}
     if origin is list:
         if not isinstance(data, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {data!r}.")
-        return [_build(args[0], v, f"{where}[{i}]", saved) for i, v in enumerate(data)]
+            raise ConfigError(f"{where}: expected a list, got {data!r}.", keys)
+        return [_build(args[0], v, f"{where}[{i}]", saved, f"{path}[{i}]") for i, v in enumerate(data)]
     if origin is tuple:
         if not isinstance(data, (list, tuple)) or len(data) != len(args):
-            raise ConfigError(f"{where}: expected a list of {len(args)} values, got {data!r}.")
-        return tuple(_build(a, v, where, saved) for a, v in zip(args, data))
+            raise ConfigError(f"{where}: expected a list of {len(args)} values, got {data!r}.", keys)
+        return tuple(_build(a, v, where, saved, path) for a, v in zip(args, data))
     if cls is Any:
         return data
     if cls is float and isinstance(data, int) and not isinstance(data, bool):
@@ -247,9 +264,9 @@ def _build(cls: type, data: Any, where: str, saved: bool = False) -> Any:
         except ValueError:
             pass
     if cls in (int, float, str, bool) and not isinstance(data, cls):
-        raise ConfigError(f"{where}: expected {cls.__name__}, got {data!r}.")
+        raise ConfigError(f"{where}: expected {cls.__name__}, got {data!r}.", keys)
     if cls is int and isinstance(data, bool):
-        raise ConfigError(f"{where}: expected int, got {data!r}.")
+        raise ConfigError(f"{where}: expected int, got {data!r}.", keys)
     return data
 
 
@@ -286,9 +303,10 @@ def with_defaults(data: dict) -> dict:
 # --------------------------------------------------------------------------- values
 
 
-def _need(ok: bool, where: str, key: str, value: Any, rule: str) -> None:
+def _need(ok: bool, where: str, key: str, value: Any, rule: str, also: tuple[str, ...] = ()) -> None:
+    """Raise a :class:`ConfigError` on ``key`` unless ``ok``; ``also``: other keys the rule relates it to."""
     if not ok:
-        raise ConfigError(f"{where}: {key}={value!r} {rule}.")
+        raise ConfigError(f"{where}: {key}={value!r} {rule}.", (key, *also))
 
 
 def _finite(x: float) -> bool:
@@ -330,12 +348,13 @@ def validate_decode(d: DecodeConfig, where: str = "config") -> None:
     _need(d.beam >= 1, where, "decode.beam", d.beam, "must be at least 1 (1 = greedy)")
     _need(d.nbest >= 1, where, "decode.nbest", d.nbest, "must be at least 1")
     _need(d.nbest <= d.beam, where, "decode.nbest", d.nbest,
-          f"cannot exceed decode.beam={d.beam} (a beam of {d.beam} keeps {d.beam} hypotheses); raise the beam")
+          f"cannot exceed decode.beam={d.beam} (a beam of {d.beam} keeps {d.beam} hypotheses); raise the beam",
+          ("decode.beam",))
     _need(d.batch_size >= 1, where, "decode.batch_size", d.batch_size, "must be at least 1")
     _need(_finite(d.lenpen), where, "decode.lenpen", d.lenpen, "must be a finite number")
     _need(_finite(d.max_len_a) and d.max_len_a >= 0, where, "decode.max_len_a", d.max_len_a, "must be >= 0")
     _need(d.max_len_a > 0 or d.max_len_b >= 1, where, "decode.max_len_b", d.max_len_b,
-          "must be at least 1 when decode.max_len_a is 0 (no output could be produced)")
+          "must be at least 1 when decode.max_len_a is 0 (no output could be produced)", ("decode.max_len_a",))
     _need(d.dtype in ("float32", "bfloat16", "int8"), where, "decode.dtype", d.dtype,
           "must be float32, bfloat16 or int8")
 
@@ -352,7 +371,7 @@ def validate(cfg: Config, where: str = "config") -> None:
     _need(m.d_model >= 1, where, "model.d_model", m.d_model, "must be positive")
     _need(m.heads >= 1, where, "model.heads", m.heads, "must be positive")
     _need(m.d_model % m.heads == 0, where, "model.heads", m.heads,
-          f"must divide model.d_model={m.d_model} (each head gets d_model / heads dimensions)")
+          f"must divide model.d_model={m.d_model} (each head gets d_model / heads dimensions)", ("model.d_model",))
     _need(m.ffn_dim >= 1, where, "model.ffn_dim", m.ffn_dim, "must be at least 1")
     _need(m.encoder_layers >= 1, where, "model.encoder_layers", m.encoder_layers, "must be at least 1")
     _need(m.decoder_layers >= 1, where, "model.decoder_layers", m.decoder_layers, "must be at least 1")
@@ -365,7 +384,7 @@ def validate(cfg: Config, where: str = "config") -> None:
     if m.attention_init != "linear":  # the mechanisms' own projections have no fairseq initialisation to copy
         why = not_plain_transformer(m)
         _need(why is None, where, "model.attention_init", m.attention_init,
-              f"is for plain Transformers ({why}); set model.attention_init=linear")
+              f"is for plain Transformers ({why}); set model.attention_init=linear", ("model.family", "model.attention"))
     _need(m.max_positions >= 2, where, "model.max_positions", m.max_positions, "must be at least 2")
     _need(d.max_tokens >= 1, where, "data.max_tokens", d.max_tokens, "must be at least 1")
     _need(d.max_sentences >= 0, where, "data.max_sentences", d.max_sentences, "must be >= 0 (0 = no limit)")
@@ -394,7 +413,7 @@ def validate(cfg: Config, where: str = "config") -> None:
     if cfg.decode.dtype != "float32":  # refused before training, not at its first BLEU validation
         why = low_precision_refusal(m)
         _need(why is None, where, "decode.dtype", cfg.decode.dtype,
-              f"is for plain Transformers ({why}); set decode.dtype=float32")
+              f"is for plain Transformers ({why}); set decode.dtype=float32", ("model.family", "model.attention"))
 
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -463,12 +482,19 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
 
 def naming_override(err: ConfigError, overrides: list[str]) -> ConfigError:
     """``err`` saying which command-line override set the value it names, where one did (the message
-    names the file the rest of the config came from)."""
-    text = str(err)
+    names the file the rest of the config came from).
+
+    An override matches when its key is one of ``err.keys``, a section holding it (``model={...}``
+    for ``model.heads``) or a key inside it (``model.attention.cross.name=x`` for
+    ``model.attention.cross``); the last such override wins, as it does when applied.
+    """
+    def sets(key: str, target: str) -> bool:
+        return key == target or target.startswith((f"{key}.", f"{key}[")) or key.startswith(f"{target}.")
+
     for item in reversed(overrides):
-        key = item.split("=", 1)[0]
-        if f".{key}" in text or f" {key}=" in text or any(f"'{part}'" in text for part in key.split(".")):
-            return ConfigError(f"{text.rstrip('.')} (set on the command line by '{item}').")
+        key = item.split("=", 1)[0].strip()
+        if any(sets(key, target) for target in err.keys):
+            return ConfigError(f"{str(err).rstrip('.')} (set on the command line by '{item}').", err.keys)
     return err
 
 

@@ -412,14 +412,11 @@ def cmd_average(args) -> int:
         return _err("average needs checkpoints: --inputs SAVE_DIR (its last --num) or --checkpoints FILE [FILE ...].")
     if args.num < 1:
         return _err(f"--num {args.num}: average at least 1 checkpoint.")
-    from .files import TORCH_FILE, TRAINING_OWNED, check_output_file
+    from .files import TORCH_FILE, check_output_file
 
-    if TRAINING_OWNED.match(Path(args.output).name):
-        return _err(f"--output {args.output}: {Path(args.output).name} is a name a training writes and resumes from; "
-                    "write the average to another name, e.g. average.pt.")
     paths = [Path(p) for p in args.checkpoints] if args.checkpoints else last_checkpoints(args.inputs, args.num)
     check_output_file(args.output, "--output", "average", [("one of the checkpoints being averaged", p) for p in paths],
-                      own=TORCH_FILE)
+                      own=TORCH_FILE, example="average.pt")
     average_checkpoints(paths, args.output)
     print(f"average: {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) -> {args.output}")
     return 0

@@ -238,22 +238,25 @@ def _dataset_file(path: Path) -> bool:
         return False
 
 
-def check_output_file(out: str | Path, option: str, command: str, inputs=(), *, own: str | None = None) -> None:
+def check_output_file(out: str | Path, option: str, command: str, inputs=(), *, own: str | None = None,
+                      example: str = "") -> None:
     """Refuse, in one sentence and before any work, a single output file ``command`` must not write: one of
     its ``inputs`` ((what, path) pairs; the same file through a link too), a name a training writes and
     resumes from, a file another structnmt command recorded as its own there, a file of a prepared dataset,
     or, with ``own`` (a pattern over the first bytes, as :class:`OutputDir`'s markers), an existing file that
-    does not begin as this command's output does. Then :func:`check_writable`."""
+    does not begin as this command's output does. Then :func:`check_writable`. ``example``: a name the
+    refusals of a taken name suggest instead (``average.pt``)."""
     from .errors import UserError
 
     out = Path(out)
+    another = f"another name, e.g. {example}" if example else "another name"
     for what, path in inputs:
         if path not in (None, "-") and (out.resolve() == Path(path).resolve() or same_file(out, path)):
             raise UserError(f"{option} {out} is {what} (the same file, perhaps through a link); write the output "
                             "to another file.")
     if TRAINING_OWNED.match(out.name):
         raise UserError(f"{option} {out}: {out.name} is a name a training writes and resumes from; give the "
-                        "output another name.")
+                        f"output {another}.")
     if out.is_file():
         owner = _recorded_owner(out)
         if owner is not None and owner != command:

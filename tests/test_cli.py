@@ -239,6 +239,11 @@ def test_overrides_may_follow_options_and_unknown_flags_are_refused(monkeypatch,
     with pytest.raises(SystemExit):
         cli.main(["experiment", "g.yaml", "--jobs", "2", "--jbos", "3"])
     assert "unrecognized arguments: --jbos" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a word after an option: neither an option nor an override
+        cli.main(["experiment", "g.yaml", "--jobs", "2", "a.b=1", "noequals"])
+    err = capsys.readouterr().err
+    assert "'noequals' is neither an option nor an override" in err and "section.key=value" in err
+    assert seen["overrides"] == ["a.b=1", "c.d=2"]  # nothing ran
 
 
 _OMP_PROBE = """

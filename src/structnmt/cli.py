@@ -879,8 +879,13 @@ def _main(argv: list[str] | None) -> int:
     # argparse cannot put `key=value` overrides after an option that follows the positional
     # argument (`experiment GRID --jobs 2 budget.max_updates=800`); take them here
     if extra:
-        if hasattr(args, "overrides") and all("=" in x and not x.startswith("-") for x in extra):
+        takes_overrides = hasattr(args, "overrides")
+        if takes_overrides and all("=" in x and not x.startswith("-") for x in extra):
             args.overrides = list(args.overrides or []) + extra
+        elif takes_overrides and not any(x.startswith("-") for x in extra):
+            word = next(x for x in extra if "=" not in x)
+            parser.error(f"'{word}' is neither an option nor an override; write an override as section.key=value, "
+                         "e.g. train.max_updates=1000.")
         else:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     restore = _no_restore

@@ -7,6 +7,10 @@ paths still resolve; same row name, so same run directory), all started at once,
 Start CUDA MPS first (``nvidia-cuda-mps-control -d``) so their kernels share the GPU rather than take
 turns. Runs still going at the deadline get SIGTERM (the runner stops them like Ctrl-C); the runner
 resumes them from their last checkpoint when the same command is run again on the same machine.
+``--at-once N`` runs at most N at a time and starts the others as runs end (while ``--min-left``
+seconds remain): fewer runs sharing the GPU each finish sooner, and a run that cannot finish before the
+machine goes back is wasted, since checkpoints do not come back. ``ended.json`` (also printed) says how
+each run ended: its exit code, the update it reached when stopped at the deadline, or "not started".
 At the end everything the runs wrote except checkpoints goes into one ``.tar.gz`` to bring back
 (copy it into the grid's output directory elsewhere and run ``--report-only`` there).
 
@@ -31,10 +35,13 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+
+from structnmt.experiment.grid import slug
 
 
 @dataclass(frozen=True)
@@ -68,40 +75,81 @@ def one_row_grid(grid: str | Path, row: str) -> Path:
     return path
 
 
-def commands(jobs: list[Job], overrides: list[str]) -> list[tuple[str, list[str]]]:
-    """(label, argv) of every (grid, row, seed)."""
+@dataclass(frozen=True)
+class Run:
+    label: str  # one log per run: logs/<label>.log
+    argv: list[str]
+    run_dir: Path  # where the runner trains it (its metrics.jsonl tells how far it came)
+
+
+def commands(jobs: list[Job], overrides: list[str]) -> list[Run]:
+    """One :class:`Run` per (grid, row, seed), in the order given (the order a queue starts them)."""
     out = []
     for job in jobs:
         for row in job.rows:
             grid = one_row_grid(job.grid, row)
             for seed in job.seeds:
-                out.append((f"{grid.stem}_s{seed}",
-                            [sys.executable, "-m", "structnmt.cli", "experiment", str(grid), "--out", job.out,
-                             f"seeds=[{seed}]", "train.threads=1", *overrides]))
+                out.append(Run(f"{grid.stem}_s{seed}",
+                               [sys.executable, "-m", "structnmt.cli", "experiment", str(grid), "--out", job.out,
+                                f"seeds=[{seed}]", "train.threads=1", *overrides],
+                               Path(job.out) / "runs" / slug(row) / f"seed{seed}"))
     return out
 
 
-def run_all(cmds: list[tuple[str, list[str]]], deadline_s: float, log_dir: Path) -> dict[str, str]:
-    """Start every command at once; SIGTERM what still runs at the deadline; label -> how it ended."""
-    t0, env = time.time(), dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+def last_update(run_dir: Path) -> int | None:
+    """The last training update the run logged (its metrics.jsonl), or None before its first."""
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    steps = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:  # a line cut short when the run was stopped
+            continue
+        if isinstance(rec, dict) and rec.get("kind") == "train" and isinstance(rec.get("step"), int):
+            steps.append(rec["step"])
+    return max(steps, default=None)
+
+
+def run_all(runs: list[Run], deadline_s: float, log_dir: Path, at_once: int | None = None,
+            min_left_s: float = 0.0, poll_s: float = 5.0,
+            clock: Callable[[], float] = time.monotonic) -> dict[str, str]:
+    """Run ``runs``, at most ``at_once`` at a time (all when None), each queued one started as another ends
+    while at least ``min_left_s`` remain before the deadline; SIGTERM what still runs at the deadline.
+    Returns label -> how it ended: "exit N", "stopped at the deadline at update U" or "not started"."""
+    t0, env = clock(), dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     log_dir.mkdir(parents=True, exist_ok=True)
-    procs = {}
-    for label, argv in cmds:
-        with open(log_dir / f"{label}.log", "w", encoding="utf-8") as fh:
-            procs[label] = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                            start_new_session=True)
-    while time.time() - t0 < deadline_s and any(p.poll() is None for p in procs.values()):
-        time.sleep(5)
-    ended = {}
-    for label, p in procs.items():
-        ended[label] = f"exit {p.returncode}" if p.poll() is not None else "stopped at the deadline"
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
+    queue, procs = list(runs), {}
+    limit = len(runs) if at_once is None else at_once
+    while True:
+        left = deadline_s - (clock() - t0)
+        while queue and sum(p.poll() is None for p in procs.values()) < limit and left >= min_left_s:
+            run = queue.pop(0)
+            with open(log_dir / f"{run.label}.log", "w", encoding="utf-8") as fh:
+                procs[run.label] = subprocess.Popen(run.argv, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                                    start_new_session=True)
+        running = any(p.poll() is None for p in procs.values())
+        if left <= 0 or not (running or (queue and left >= min_left_s)):
+            break
+        time.sleep(min(poll_s, max(left, 0.01)))
+    stopped = [label for label, p in procs.items() if p.poll() is None]
+    for label in stopped:
+        os.killpg(procs[label].pid, signal.SIGTERM)
     for p in procs.values():
         try:
             p.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
+    ended = {}
+    for run in runs:
+        if run.label not in procs:
+            ended[run.label] = "not started"
+        elif run.label in stopped:
+            ended[run.label] = f"stopped at the deadline at update {last_update(run.run_dir)}"
+        else:
+            ended[run.label] = f"exit {procs[run.label].returncode}"
     return ended
 
 
@@ -111,10 +159,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deadline", type=float, required=True, help="seconds after which running runs are stopped")
     ap.add_argument("--tar", required=True, help="the .tar.gz to write (run directories without checkpoints, logs)")
     ap.add_argument("--logs", default="logs_pack", help="one log per run")
+    ap.add_argument("--at-once", type=int, default=None,
+                    help="at most this many runs at a time, the rest queued in --job order (default: all at once)")
+    ap.add_argument("--min-left", type=float, default=120.0,
+                    help="start a queued run only while at least this many seconds remain before the deadline")
     ap.add_argument("overrides", nargs="*", help="key=value items for every run (after --)")
     args = ap.parse_args(argv)
     jobs = [parse_job(j) for j in args.job]
-    ended = run_all(commands(jobs, args.overrides), args.deadline, Path(args.logs))
+    if args.at_once is not None and args.at_once < 1:
+        raise SystemExit(f"gpu_pack: --at-once {args.at_once} starts nothing; give 1 or more.")
+    ended = run_all(commands(jobs, args.overrides), args.deadline, Path(args.logs), args.at_once, args.min_left)
     print(json.dumps(ended, indent=1))
     (Path(args.logs) / "ended.json").write_text(json.dumps(ended, indent=1), encoding="utf-8")
     with tarfile.open(args.tar, "w:gz") as tar:

@@ -54,7 +54,55 @@ def test_commands_give_every_row_and_seed_its_own_experiment(tmp_path):
     shutil.copytree(ROOT / "configs", tmp_path / "configs")
     grid = str(tmp_path / "configs" / "grids" / "cross_paper_multi30k.yaml")
     cmds = pack.commands([pack.Job(grid, "o", (1, 2), ("Transformer", "+ Localness"))], ["train.device=cuda"])
-    assert len(cmds) == 4 and len({label for label, _ in cmds}) == 4
-    for _, argv in cmds:
+    assert len(cmds) == 4 and len({run.label for run in cmds}) == 4
+    for run in cmds:
+        argv = run.argv
         assert argv[argv.index("--out") + 1] == "o" and argv[-1] == "train.device=cuda"
         assert any(a in ("seeds=[1]", "seeds=[2]") for a in argv)
+
+
+def _fake(tmp_path, label: str, code: str):
+    """A Run whose process is ``code`` (Python) and whose run directory is tmp_path/label."""
+    return _pack().Run(label, [sys.executable, "-c", code], tmp_path / label)
+
+
+def test_at_once_one_runs_the_queue_one_after_another(tmp_path):
+    trace = tmp_path / "trace.txt"
+    code = ("import sys; f = open({t!r}, 'a'); f.write('start {l}\\n'); f.flush(); "
+            "f.write('end {l}\\n'); f.close(); sys.exit({rc})")
+    runs = [_fake(tmp_path, lab, code.format(t=str(trace), l=lab, rc=rc)) for lab, rc in [("a", 0), ("b", 3), ("c", 0)]]
+    ended = _pack().run_all(runs, deadline_s=60, log_dir=tmp_path / "logs", at_once=1, poll_s=0.05,
+                            clock=lambda: 0.0)  # the deadline never comes: the queue alone ends the loop
+    assert ended == {"a": "exit 0", "b": "exit 3", "c": "exit 0"}
+    assert trace.read_text().split("\n")[:-1] == ["start a", "end a", "start b", "end b", "start c", "end c"]
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["a.log", "b.log", "c.log"]
+
+
+def test_a_run_stopped_at_the_deadline_says_its_last_update_and_the_queue_says_not_started(tmp_path):
+    pack = _pack()
+    forever = "import time\nwhile True: time.sleep(0.05)"
+    runs = [_fake(tmp_path, "slow", forever), _fake(tmp_path, "queued", "pass")]
+    runs[0].run_dir.mkdir()
+    (runs[0].run_dir / "metrics.jsonl").write_text(
+        '{"kind": "train", "step": 6050}\n{"kind": "valid", "step": 6100}\n{"kind": "train", "step": 6100}\n'
+        '{"kind": "train", "st', encoding="utf-8")  # the last line cut short by the stop
+    ticks = iter([0.0, 0.0, 0.0])  # t0, the first start, one poll; then the deadline has passed
+    ended = pack.run_all(runs, deadline_s=60, log_dir=tmp_path / "logs", at_once=1, poll_s=0.05,
+                         clock=lambda: next(ticks, 61.0))
+    assert ended == {"slow": "stopped at the deadline at update 6100", "queued": "not started"}
+    assert pack.last_update(tmp_path / "nowhere") is None
+
+
+def test_min_left_beyond_the_deadline_starts_nothing(tmp_path):
+    runs = [_fake(tmp_path, "a", "raise SystemExit(1)")]
+    ended = _pack().run_all(runs, deadline_s=10, log_dir=tmp_path / "logs", min_left_s=11, poll_s=0.05,
+                            clock=lambda: 0.0)
+    assert ended == {"a": "not started"}
+
+
+def test_commands_point_at_the_runners_run_directory(tmp_path):
+    pack = _pack()
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    grid = str(tmp_path / "configs" / "grids" / "cross_paper_multi30k.yaml")
+    (run,) = pack.commands([pack.Job(grid, "o", (3,), ("+ MG-SA (syntactic + ON-LSTM)",))], [])
+    assert run.run_dir == Path("o") / "runs" / "mg-sa-syntactic-on-lstm" / "seed3"

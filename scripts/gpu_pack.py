@@ -168,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [parse_job(j) for j in args.job]
     if args.at_once is not None and args.at_once < 1:
         raise SystemExit(f"gpu_pack: --at-once {args.at_once} starts nothing; give 1 or more.")
+    if args.min_left < 0:
+        raise SystemExit(f"gpu_pack: --min-left {args.min_left:g} is negative; give the seconds a queued run needs "
+                         "at least (0 starts one whenever another ends).")
     ended = run_all(commands(jobs, args.overrides), args.deadline, Path(args.logs), args.at_once, args.min_left)
     print(json.dumps(ended, indent=1))
     (Path(args.logs) / "ended.json").write_text(json.dumps(ended, indent=1), encoding="utf-8")

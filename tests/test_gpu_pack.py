@@ -106,3 +106,13 @@ def test_commands_point_at_the_runners_run_directory(tmp_path):
     grid = str(tmp_path / "configs" / "grids" / "cross_paper_multi30k.yaml")
     (run,) = pack.commands([pack.Job(grid, "o", (3,), ("+ MG-SA (syntactic + ON-LSTM)",))], [])
     assert run.run_dir == Path("o") / "runs" / "mg-sa-syntactic-on-lstm" / "seed3"
+
+
+@pytest.mark.parametrize("option, message", [(["--at-once", "0"], "--at-once 0 starts nothing"),
+                                             (["--min-left", "-5"], "--min-left -5 is negative")])
+def test_bad_queue_options_are_one_sentence_before_anything_runs(tmp_path, option, message):
+    tar = tmp_path / "runs.tar.gz"
+    with pytest.raises(SystemExit, match=message):
+        _pack().main(["--job", "g.yaml:o:1:Transformer", "--deadline", "10", "--tar", str(tar),
+                      "--logs", str(tmp_path / "logs"), *option])
+    assert not tar.exists() and not (tmp_path / "logs").exists()

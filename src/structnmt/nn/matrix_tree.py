@@ -219,7 +219,8 @@ def _gth_marginals(shifted: Tensor, valid: Tensor, pair: Tensor) -> tuple[Tensor
     roots summing to 1 within 1e-6 (non-finite scores are what fails it). The elimination runs on the
     batch cut to its longest sentence (beyond it is padding, whose marginals are 0)."""
     need_graph = shifted.requires_grad and torch.is_grad_enabled()
-    m = max(int(valid.sum(dim=1).max()), 1) if valid.numel() else 1  # the longest sentence: the rest is padding
+    # valid is a prefix mask (built from lengths): past the longest sentence everything is padding
+    m = max(int(valid.sum(dim=1).max()), 1) if valid.numel() else 1
     if need_graph:
         logz = _gth_log_partition(shifted[:, :m, :m].masked_fill(~pair[:, :m, :m], 0.0), valid[:, :m])
         (beta,) = torch.autograd.grad(logz.sum(), shifted, create_graph=True)

@@ -116,20 +116,26 @@ def last_update(run_dir: Path) -> int | None:
 def run_all(runs: list[Run], deadline_s: float, log_dir: Path, at_once: int | None = None,
             min_left_s: float = 0.0, poll_s: float = 5.0,
             clock: Callable[[], float] = time.monotonic) -> dict[str, str]:
-    """Run ``runs``, at most ``at_once`` at a time (all when None), each queued one started as another ends
-    while at least ``min_left_s`` remain before the deadline; SIGTERM what still runs at the deadline.
-    Returns label -> how it ended: "exit N", "stopped at the deadline at update U" or "not started"."""
+    """Run ``runs``, at most ``at_once`` at a time (all when None): the first ``at_once`` at once, each queued
+    one as another ends while at least ``min_left_s`` remain before the deadline; SIGTERM what still runs at
+    the deadline. Returns label -> how it ended: "exit N", "stopped at the deadline at update U" or
+    "not started"."""
     t0, env = clock(), dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     log_dir.mkdir(parents=True, exist_ok=True)
-    queue, procs = list(runs), {}
     limit = len(runs) if at_once is None else at_once
+    queue, procs = list(runs[limit:]), {}
+
+    def start(run: Run) -> None:
+        with open(log_dir / f"{run.label}.log", "w", encoding="utf-8") as fh:
+            procs[run.label] = subprocess.Popen(run.argv, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                                start_new_session=True)
+
+    for run in runs[:limit]:
+        start(run)
     while True:
         left = deadline_s - (clock() - t0)
         while queue and sum(p.poll() is None for p in procs.values()) < limit and left >= min_left_s:
-            run = queue.pop(0)
-            with open(log_dir / f"{run.label}.log", "w", encoding="utf-8") as fh:
-                procs[run.label] = subprocess.Popen(run.argv, stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                                    start_new_session=True)
+            start(queue.pop(0))
         running = any(p.poll() is None for p in procs.values())
         if left <= 0 or not (running or (queue and left >= min_left_s)):
             break
@@ -162,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--at-once", type=int, default=None,
                     help="at most this many runs at a time, the rest queued in --job order (default: all at once)")
     ap.add_argument("--min-left", type=float, default=120.0,
-                    help="start a queued run only while at least this many seconds remain before the deadline")
+                    help="start a queued run (one past the first --at-once) only while at least this many seconds "
+                         "remain before the deadline")
     ap.add_argument("overrides", nargs="*", help="key=value items for every run (after --)")
     args = ap.parse_args(argv)
     jobs = [parse_job(j) for j in args.job]

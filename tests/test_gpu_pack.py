@@ -93,11 +93,15 @@ def test_a_run_stopped_at_the_deadline_says_its_last_update_and_the_queue_says_n
     assert pack.last_update(tmp_path / "nowhere") is None
 
 
-def test_min_left_beyond_the_deadline_starts_nothing(tmp_path):
-    runs = [_fake(tmp_path, "a", "raise SystemExit(1)")]
-    ended = _pack().run_all(runs, deadline_s=10, log_dir=tmp_path / "logs", min_left_s=11, poll_s=0.05,
+def test_min_left_holds_back_the_queue_but_never_the_first_runs(tmp_path):
+    runs = [_fake(tmp_path, "a", "raise SystemExit(1)"), _fake(tmp_path, "b", "pass")]
+    ended = _pack().run_all(runs, deadline_s=10, log_dir=tmp_path / "logs", at_once=1, min_left_s=11, poll_s=0.05,
                             clock=lambda: 0.0)
-    assert ended == {"a": "not started"}
+    assert ended == {"a": "exit 1", "b": "not started"}
+    # all at once (no --at-once), a deadline under --min-left still starts every run: a short resume call
+    ended = _pack().run_all(runs, deadline_s=10, log_dir=tmp_path / "logs", min_left_s=120, poll_s=0.05,
+                            clock=lambda: 0.0)
+    assert ended == {"a": "exit 1", "b": "exit 0"}
 
 
 def test_commands_point_at_the_runners_run_directory(tmp_path):

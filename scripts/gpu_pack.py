@@ -41,6 +41,7 @@ from pathlib import Path
 
 import yaml
 
+from structnmt.analysis.curves import read_curves
 from structnmt.experiment.grid import slug
 
 
@@ -98,19 +99,7 @@ def commands(jobs: list[Job], overrides: list[str]) -> list[Run]:
 
 def last_update(run_dir: Path) -> int | None:
     """The last training update the run logged (its metrics.jsonl), or None before its first."""
-    try:
-        lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
-    steps = []
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:  # a line cut short when the run was stopped
-            continue
-        if isinstance(rec, dict) and rec.get("kind") == "train" and isinstance(rec.get("step"), int):
-            steps.append(rec["step"])
-    return max(steps, default=None)
+    return max(read_curves(run_dir / "metrics.jsonl")[0], default=None)
 
 
 def run_all(runs: list[Run], deadline_s: float, log_dir: Path, at_once: int | None = None,

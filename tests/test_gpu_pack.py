@@ -84,8 +84,8 @@ def test_a_run_stopped_at_the_deadline_says_its_last_update_and_the_queue_says_n
     runs = [_fake(tmp_path, "slow", forever), _fake(tmp_path, "queued", "pass")]
     runs[0].run_dir.mkdir()
     (runs[0].run_dir / "metrics.jsonl").write_text(
-        '{"kind": "train", "step": 6050}\n{"kind": "valid", "step": 6100}\n{"kind": "train", "step": 6100}\n'
-        '{"kind": "train", "st', encoding="utf-8")  # the last line cut short by the stop
+        '{"kind": "train", "step": 6050, "loss": 3.3}\n{"kind": "valid", "step": 6150, "loss": 4.1}\n'
+        '{"kind": "train", "step": 6100, "loss": 3.2}\n{"kind": "train", "st', encoding="utf-8")  # cut short
     ticks = iter([0.0, 0.0, 0.0])  # t0, the first start, one poll; then the deadline has passed
     ended = pack.run_all(runs, deadline_s=60, log_dir=tmp_path / "logs", at_once=1, poll_s=0.05,
                          clock=lambda: next(ticks, 61.0))

@@ -41,8 +41,8 @@ from pathlib import Path
 
 import yaml
 
-from structnmt.analysis.curves import read_curves
 from structnmt.experiment.grid import slug
+from structnmt.experiment.runner import run_progress
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def one_row_grid(grid: str | Path, row: str) -> Path:
 class Run:
     label: str  # one log per run: logs/<label>.log
     argv: list[str]
-    run_dir: Path  # where the runner trains it (its metrics.jsonl tells how far it came)
+    run_dir: Path  # where the runner trains it (its metrics.jsonl tells how far it came: runner.run_progress)
 
 
 def commands(jobs: list[Job], overrides: list[str]) -> list[Run]:
@@ -97,17 +97,12 @@ def commands(jobs: list[Job], overrides: list[str]) -> list[Run]:
     return out
 
 
-def last_update(run_dir: Path) -> int | None:
-    """The last training update the run logged (its metrics.jsonl), or None before its first."""
-    return max(read_curves(run_dir / "metrics.jsonl")[0], default=None)
-
-
 def run_all(runs: list[Run], deadline_s: float, log_dir: Path, at_once: int | None = None,
             min_left_s: float = 0.0, poll_s: float = 5.0,
             clock: Callable[[], float] = time.monotonic) -> dict[str, str]:
     """Run ``runs``, at most ``at_once`` at a time (all when None): the first ``at_once`` at once, each queued
     one as another ends while at least ``min_left_s`` remain before the deadline; SIGTERM what still runs at
-    the deadline. Returns label -> how it ended: "exit N", "stopped at the deadline at update U" or
+    the deadline. Returns label -> how it ended: "exit N", "stopped at the deadline (trained to update U)" or
     "not started"."""
     t0, env = clock(), dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -142,7 +137,7 @@ def run_all(runs: list[Run], deadline_s: float, log_dir: Path, at_once: int | No
         if run.label not in procs:
             ended[run.label] = "not started"
         elif run.label in stopped:
-            ended[run.label] = f"stopped at the deadline at update {last_update(run.run_dir)}"
+            ended[run.label] = f"stopped at the deadline ({run_progress(run.run_dir)})"
         else:
             ended[run.label] = f"exit {procs[run.label].returncode}"
     return ended

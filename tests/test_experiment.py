@@ -328,7 +328,8 @@ evaluate: {{split: test, average_last: 2, beam: 2, bootstrap_samples: 20, benchm
         md = run_grid(grid, out_dir=moved, report_only=True, log=lines.append).read_text()
     finally:
         monkeypatch.undo()
-    assert any("+ MG-SA (syntactic) (seed 2): no results yet" in x for x in lines)
+    assert any("+ MG-SA (syntactic) (seed 2): no results yet (trained, not yet decoded and scored;" in x
+               for x in lines)
     assert "**Unfinished grid**" in md and "+ MG-SA (syntactic) (seed 2)" in md
     assert "(1 of 2)" in md  # its mean is over the one seed it has
     assert "agreement by distance (words)" in md and "(recorded by the runs)" in md
@@ -681,3 +682,16 @@ def test_progress_line_names_the_score_the_report_ranks_on():
     res = {"bleu": 8.06, "bleu_lc_tok": 40.87, "chrf": 51.2}
     assert headline_score(GridConfig(evaluate=EvaluateSpec(lc_tok=True)), res) == "BLEU (lc,tok) 40.87"
     assert headline_score(GridConfig(), res) == "BLEU 8.06"
+
+
+def test_run_progress_says_how_far_an_unfinished_run_came(tmp_path):
+    from structnmt.experiment.runner import run_progress
+
+    assert run_progress(tmp_path / "never", 8000) == "not started"
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"kind": "train", "step": 4650, "loss": 3.6}\n{"kind": "valid", "step": 4700, "loss": 4.2}\n'
+        '{"kind": "train", "step": 4700, "loss": 3.5}\n{"kind": "tr', encoding="utf-8")  # cut short by a stop
+    assert run_progress(tmp_path, 8000) == "trained to update 4,700 of 8,000"
+    assert run_progress(tmp_path) == "trained to update 4,700"
+    (tmp_path / "train_done.json").write_text("{}", encoding="utf-8")
+    assert run_progress(tmp_path, 8000) == "trained, not yet decoded and scored"

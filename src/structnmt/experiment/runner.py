@@ -597,6 +597,19 @@ def _reads_parses(cfg: Config, vocab_sizes: tuple[int, int]) -> bool:
     return bool(build_model(cfg.model, *vocab_sizes).required_structures())
 
 
+def run_progress(run_dir: Path, max_updates: int = 0) -> str:
+    """How far an unfinished run came, for ``--report-only``: trained to its budget, stopped at an update
+    (its metrics.jsonl; ``max_updates`` > 0 gives the budget beside it), or not started."""
+    from ..analysis.curves import read_curves
+
+    if (run_dir / "train_done.json").exists():
+        return "trained, not yet decoded and scored"
+    last = max(read_curves(run_dir / "metrics.jsonl")[0], default=None)
+    if last is None:
+        return "not started"
+    return f"trained to update {last:,}" + (f" of {max_updates:,}" if max_updates > 0 else "")
+
+
 def _plan_run(plan: GridPlan, item: tuple[str, int, Path, str], cfg: Config, fingerprint: str,
               report_only: bool, say) -> None:
     """Sort one (row, seed) into ``plan`` (see :func:`plan_grid`), after checking that a started run
@@ -636,7 +649,7 @@ def _plan_run(plan: GridPlan, item: tuple[str, int, Path, str], cfg: Config, fin
         say(f"{tag}: finished earlier, skipped ({headline_score(g, res)}).")
     elif report_only:
         plan.missing.append((name, seed))
-        say(f"{tag}: no results yet (--report-only: not trained).")
+        say(f"{tag}: no results yet ({run_progress(run_dir, cfg.train.max_updates)}; --report-only trains nothing).")
     else:
         from ..decode.translate import check_dtype_speed
         from ..device import get_device

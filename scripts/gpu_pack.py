@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -70,8 +69,7 @@ def one_row_grid(grid: str | Path, row: str) -> Path:
         raise SystemExit(f"gpu_pack: {grid} has no row named {row!r}; rows: "
                          f"{', '.join(r['name'] for r in data['runs'])}.")
     data["runs"], data["baseline"] = runs, row
-    slug = re.sub(r"[^a-z0-9]+", "-", row.lower()).strip("-")
-    path = Path(grid).with_name(f"_pack_{Path(grid).stem}_{slug}.yaml")
+    path = Path(grid).with_name(f"_pack_{Path(grid).stem}_{slug(row)}.yaml")  # the runner's directory name
     path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return path
 

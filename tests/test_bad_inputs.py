@@ -376,7 +376,7 @@ def test_bad_config_values_are_one_sentence(synth_data, tmp_path, capsys, overri
     ("empty:train.src.idx", "train.src.idx: not an index of sentence offsets"),
     ("cut:manifest.json", "manifest.json: not a dataset manifest"),
     ("remove:valid.tgt.bin", "valid.tgt.bin: missing"),
-    ("cut:spm.model", "spm.model: not a readable SentencePiece model"),
+    ("cut:spm.model", "spm.model: not a readable SentencePiece or subword-nmt model"),
 ])
 def test_a_damaged_dataset_is_one_sentence_not_a_silent_truncation(synth_data, tmp_path, capsys, damage, fragment):
     """A cut .bin would otherwise train on empty targets without a word; the others were tracebacks."""
@@ -615,6 +615,7 @@ def test_a_closed_pipe_ends_quietly(tmp_path, capsys, monkeypatch):
     (["prepare", "-s", "a", "-t", "b", "--trainpref", "x", "--destdir", "d", "--vocab-size", "0"], "--vocab-size: 0"),
     (["prepare", "-s", "a", "-t", "b", "--trainpref", "x", "--destdir", "d", "--spacy-processes", "0"],
      "--spacy-processes: 0"),
+    (["prepare", "-s", "a", "-t", "b", "--trainpref", "x", "--destdir", "d", "--merges", "-3"], "--merges: -3"),
     (["experiment", "grid.yaml", "--jobs", "0"], "--jobs: 0: give a whole number of at least 1"),
 ])
 def test_option_values_out_of_range_are_refused_before_any_work(tmp_path, capsys, argv, fragment):

@@ -160,7 +160,7 @@ def test_translate_command_uses_an_export_and_export_refuses_what_it_cannot_do(s
     (ct2 / MARKER).write_text(json.dumps(swapped))
     assert main(["translate", "--checkpoint", str(ct2), "--input", str(inp), "--output", str(tmp_path / "e.txt")]) == 2
     err = capsys.readouterr().err
-    assert "source.spm.model: not the SentencePiece model" in err and "Traceback" not in err
+    assert "source.spm.model: not the vocabulary model" in err and "Traceback" not in err
     assert not (tmp_path / "e.txt").exists()
     (ct2 / MARKER).write_text(meta_text)
     # the shortest limit (EOS forced at the first step) gives empty translations on both, not an error

@@ -112,7 +112,7 @@ def cmd_prepare(args) -> int:
         validpref=args.validpref, testprefs=args.testpref or [], joint_vocab=not args.separate_vocab,
         vocab_size=args.vocab_size, tgt_vocab_size=args.tgt_vocab_size, model_type=args.model_type,
         max_len=args.max_len, eval_too_long=args.eval_too_long, parser=parser, lowercase=args.lowercase,
-        moses=args.moses,
+        moses=args.moses, subword=args.subword, merges=args.merges,
     )
     manifest = prepare(cfg, args.destdir, progress=not args.no_progress)
     for split, c in manifest["counts"].items():
@@ -137,6 +137,11 @@ def _parser_prepare(sub) -> None:
     s.add_argument("--separate-vocab", action="store_true", help="one SentencePiece model per side")
     s.add_argument("--tgt-vocab-size", type=_at_least(0), default=0, help="with --separate-vocab (0: --vocab-size)")
     s.add_argument("--model-type", default="bpe", choices=["bpe", "unigram"], help="SentencePiece model (default bpe)")
+    s.add_argument("--subword", choices=["sentencepiece", "subword-nmt"], default="sentencepiece",
+                   help="the subword segmentation: SentencePiece (--vocab-size, --model-type; default) or subword-nmt "
+                        "BPE (--merges), the papers' and fairseq's: its pieces are every piece of the BPE'd training text")
+    s.add_argument("--merges", type=_at_least(0), default=10000,
+                   help="subword-nmt merge operations (--subword subword-nmt; default 10,000, fairseq's Multi30k)")
     s.add_argument("--lowercase", action="store_true",
                    help="lowercase both sides before SentencePiece (as fairseq's Multi30k recipe); models trained on it "
                         "lowercase what they translate; the references stay raw (score with --lc-tok)")

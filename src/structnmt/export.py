@@ -3,7 +3,9 @@
 ``structnmt export --format ctranslate2 --checkpoint run/average.pt --out run/ct2`` writes
 a CTranslate2 model directory (``model.bin``, ``config.json``, the vocabularies as
 CTranslate2 reads them) plus what structnmt needs to translate raw text with it: the
-SentencePiece models of the checkpoint (``source.spm.model``, ``target.spm.model``) and
+vocabulary models of the checkpoint (``source.spm.model``, ``target.spm.model``: SentencePiece's, or
+for a ``prepare --subword subword-nmt`` dataset structnmt's subword-nmt model, which
+:class:`structnmt.data.vocab.Vocab` reads alike) and
 ``structnmt_export.json`` (the checkpoint it came from, the vocabularies' SHA-256, the
 model's decode settings). ``structnmt translate --checkpoint run/ct2`` then translates
 with CTranslate2 instead of PyTorch, with the same options.
@@ -269,7 +271,7 @@ class CT2Translator:
         self.tgt_vocab = Vocab(d / "target.spm.model", lowercase=lowercase.get("target", False), moses=moses.get("target"))
         for side, vocab in (("source", self.src_vocab), ("target", self.tgt_vocab)):
             if vocab.sha256 != self.meta[f"{side}_sha256"]:
-                raise ExportError(f"{d / (side + '.spm.model')}: not the SentencePiece model {d} was exported with "
+                raise ExportError(f"{d / (side + '.spm.model')}: not the vocabulary model {d} was exported with "
                                   "(its SHA-256 differs from the one recorded); the translations would be wrong. "
                                   "Restore the file or export the checkpoint again.")
         if data_dir is not None:

@@ -434,10 +434,10 @@ def _word_of_piece(tr, s: Sentence, text: str, ids: list[int], limit: int) -> np
     read = tr.src_vocab.normalize([text])[0]  # what the model read (lowercased for a --lowercase model)
     if len(read) != len(text):
         raise AlignmentError("lowercasing changes its length, so its pieces cannot be placed in its words")
-    proto = tr.src_vocab.sp.encode(read, return_type="proto")
-    if len(proto.pieces) != len(ids) - 1:  # ids end with EOS
-        raise AlignmentError(f"{len(proto.pieces)} pieces aligned but {len(ids) - 1} encoded")
-    al = align(find_word_spans(text, s.words), piece_char_spans(text, [(p.begin, p.end) for p in proto.pieces]))
+    spans = tr.src_vocab.encode_spans([read])[0]
+    if len(spans) != len(ids) - 1:  # ids end with EOS
+        raise AlignmentError(f"{len(spans)} pieces aligned but {len(ids) - 1} encoded")
+    al = align(find_word_spans(text, s.words), piece_char_spans(text, [(b, e) for _, b, e in spans]))
     if al.merged:
         raise AlignmentError("a piece spans two words")
     return al.word_of_piece

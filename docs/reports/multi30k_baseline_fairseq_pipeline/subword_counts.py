@@ -31,7 +31,7 @@ def main() -> None:
     text = {}
     for lang in ("en", "de"):
         with gzip.open(f"{args.data}.{lang}.gz", "rt", encoding="utf-8") as f:
-            text[lang] = [moses_pretokenize(line.strip().lower(), lang) for line in f]
+            text[lang] = [moses_pretokenize(line.strip(), lang).lower() for line in f]  # fairseq's order
     codes = io.StringIO()
     learn_bpe(io.StringIO("\n".join(text["en"] + text["de"]) + "\n"), codes, args.merges)
     codes.seek(0)

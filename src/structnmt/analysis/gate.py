@@ -461,7 +461,7 @@ def _side_gates(tr, tagger: _Tagger, side: str, items: list[tuple[int, list[int]
                       batch_size=batch_size, progress=progress, desc=f"gate ({side})")
     sents = []
     for (k, ids), z in zip(items, zs):
-        pieces = [tr.tgt_vocab.sp.id_to_piece(int(t)) for t in ids]
+        pieces = tr.tgt_vocab.pieces(ids)
         groups = piece_tokens(pieces)
         tz = token_gates(z[:-1], groups, word_rule)
         toks = [g[0] for g in groups]

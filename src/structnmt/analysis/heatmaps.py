@@ -389,10 +389,10 @@ def _forward(run: _Run, n: int, src_ids: list[int], structures: dict | None, cap
     with torch.no_grad():
         res = model(src, mask, tgt_in, structures, need_weights=True)
     enc_outs = list(captured)
-    src_pieces = [tr.src_vocab.sp.id_to_piece(int(t)) for t in src_ids[:-1]] + ["</s>"]
+    src_pieces = tr.src_vocab.pieces(src_ids[:-1]) + ["</s>"]
     src_labels = [_display(p) for p in src_pieces]
     node_labels = src_labels + _hypernode_labels(getattr(model, "encoder", None), structures, src_labels)
-    tgt_labels = [_display(tr.tgt_vocab.sp.id_to_piece(int(t))) for t in hyp.tokens] + ["</s>"]
+    tgt_labels = [_display(p) for p in tr.tgt_vocab.pieces(hyp.tokens)] + ["</s>"]
     return _Sentence(n=n, structures=structures, hyp=hyp, res=res, enc_outs=enc_outs, src_pieces=src_pieces,
                      src_labels=src_labels, node_labels=node_labels, tgt_labels=tgt_labels, S=len(src_labels))
 
@@ -591,7 +591,7 @@ def _draw_rhe(run: _Run, s: _Sentence) -> None:
 def _draw_quadrants(run: _Run, s: _Sentence) -> None:
     """Token/phrase quadrants of every phrase-based attention layer (Figs. 4-6), one picture per role."""
     n, src_labels = s.n, s.src_labels
-    tgt_in_labels = ["<s>"] + [_display(run.tr.tgt_vocab.sp.id_to_piece(int(t))) for t in s.hyp.tokens]
+    tgt_in_labels = ["<s>"] + [_display(p) for p in run.tr.tgt_vocab.pieces(s.hyp.tokens)]
     for role, qlab, klab in (("encoder_self", src_labels, src_labels), ("decoder_self", tgt_in_labels, tgt_in_labels),
                              ("cross", tgt_in_labels, src_labels)):
         maps = s.res.attentions.get(role) or []

@@ -273,15 +273,13 @@ def sentence_labels(trees: list, train_idx: list[int], n_tss: int = 19) -> dict[
     }
 
 
-def align_items(raw: list, labels: dict[str, list], sp, max_len: int, skipped: Counter) -> list[Item | None]:
-    """Encode each text with ``sp`` and align its words to pieces; None for a skipped sentence."""
+def align_items(raw: list, labels: dict[str, list], vocab, max_len: int, skipped: Counter) -> list[Item | None]:
+    """Encode each text with ``vocab`` (a :class:`Vocab`) and align its words to pieces; None for a skipped sentence."""
     from ..data.vocab import EOS
     from ..syntax.align import AlignmentError, align_trees
 
     out: list[Item | None] = []
-    for i, (text, dep, const, spans) in enumerate(raw):
-        proto = sp.encode(text, return_type="proto")
-        pieces = list(proto.pieces)
+    for i, ((text, dep, const, spans), pieces) in enumerate(zip(raw, vocab.encode_spans([r[0] for r in raw]))):
         if not pieces:
             skipped["no pieces"] += 1
             out.append(None)
@@ -291,17 +289,17 @@ def align_items(raw: list, labels: dict[str, list], sp, max_len: int, skipped: C
             out.append(None)
             continue
         try:
-            dep, const, al = align_trees(text, [(x.begin, x.end) for x in pieces], dep, const, spans)
+            dep, const, al = align_trees(text, [(b, e) for _, b, e in pieces], dep, const, spans)
         except AlignmentError:
             skipped["unalignable"] += 1
             out.append(None)
             continue
         if al.merged:
-            skipped["(words merged by SentencePiece, kept)"] += al.merged
+            skipped["(words merged by the subword pieces, kept)"] += al.merged
         lab: dict[str, Any] = {t: labels[t][i] for t in SENTENCE_TASKS}
         for t in WORD_TASKS:
             lab[t] = [labels[t][i][g[0]] for g in al.groups]
-        out.append(Item(text=text, trees=(dep, const), ids=[x.id for x in pieces] + [EOS], wop=al.word_of_piece,
+        out.append(Item(text=text, trees=(dep, const), ids=[x for x, _, _ in pieces] + [EOS], wop=al.word_of_piece,
                         labels=lab, words=[const.words[k] for k in range(len(const.words))]))
     return out
 
@@ -347,7 +345,7 @@ def _mlp(d: int, mc: MLPConfig, n_out: int) -> nn.Module:
 
 
 def load_frozen(checkpoint: str, data_dir: str = ""):
-    """(model, sp, label_ids, structure specs, model config dict) of an NMT checkpoint."""
+    """(model, source vocabulary, label_ids, structure specs, model config dict) of an NMT checkpoint."""
     from ..checkpoint import checkpoint_vocabs, load_checkpoint, load_model_state
     from ..models import build_model
 
@@ -372,7 +370,7 @@ def load_frozen(checkpoint: str, data_dir: str = ""):
     elif specs and (root / "manifest.json").exists():
         manifest = json.loads((root / "manifest.json").read_text())
         label_ids = {x: i for i, x in enumerate((manifest.get("syntax") or {}).get("labels", []))}
-    return model, vocab.sp, label_ids, specs, to_dict(cfg.model)
+    return model, vocab, label_ids, specs, to_dict(cfg.model)
 
 
 # --------------------------------------------------------------------------- batching
@@ -602,9 +600,9 @@ def _device(name: str) -> torch.device:
 
 @dataclass
 class _Encoder:
-    """What the probe's pieces come from: the SentencePiece model, and in frozen mode the NMT model."""
+    """What the probe's pieces come from: the vocabulary, and in frozen mode the NMT model."""
 
-    sp: Any
+    vocab: Any  # structnmt.data.vocab.Vocab
     vocab_desc: str  # the report's "vocabulary" line
     model: Any = None  # frozen: the checkpoint's model
     label_ids: dict[str, int] = field(default_factory=dict)  # frozen: syntax label ids of the checkpoint
@@ -626,20 +624,20 @@ def _read_usable_corpus(cfg: ProbeConfig) -> tuple[list, Counter, int]:
 def _load_encoder(cfg: ProbeConfig, outdir, raw: list, train_idx: list[int]) -> _Encoder:
     """The checkpoint (frozen), or the scratch vocabulary: ``model.vocab`` or one trained on the training split."""
     if cfg.mode == "frozen":
-        model, sp, label_ids, specs, mcfg = load_frozen(cfg.checkpoint, cfg.data_dir)
-        return _Encoder(sp, f"the checkpoint's ({sp.get_piece_size()} pieces)", model, label_ids, specs, mcfg)
+        model, vocab, label_ids, specs, mcfg = load_frozen(cfg.checkpoint, cfg.data_dir)
+        return _Encoder(vocab, f"the checkpoint's ({len(vocab)} pieces)", model, label_ids, specs, mcfg)
     from ..data.vocab import Vocab, train_sentencepiece
 
     if cfg.model.vocab:
-        sp = Vocab(cfg.model.vocab).sp
-        return _Encoder(sp, f"`{cfg.model.vocab}` ({sp.get_piece_size()} pieces)")
+        vocab = Vocab(cfg.model.vocab)
+        return _Encoder(vocab, f"`{cfg.model.vocab}` ({len(vocab)} pieces)")
     out = outdir.path
     outdir.claim("spm.model")
     outdir.claim("spm.vocab")
-    sp = train_sentencepiece((raw[i][0] for i in train_idx), out / "spm",  # atomic files
-                             vocab_size=cfg.model.vocab_size, num_threads=1).sp
+    vocab = train_sentencepiece((raw[i][0] for i in train_idx), out / "spm",  # atomic files
+                                vocab_size=cfg.model.vocab_size, num_threads=1)
     outdir.record("spm.model", "spm.vocab")
-    return _Encoder(sp, f"SentencePiece BPE trained on the training split, {sp.get_piece_size()} pieces "
+    return _Encoder(vocab, f"SentencePiece BPE trained on the training split, {len(vocab)} pieces "
                         f"(`{out / 'spm.model'}`)")
 
 
@@ -675,7 +673,8 @@ def _frozen_features(enc: _Encoder, splits: dict[str, list[Item]], cfg: ProbeCon
     return feats
 
 
-def _probe_task(task: str, splits: dict[str, list[Item]], feats, sp, cfg: ProbeConfig, device, log) -> dict:
+def _probe_task(task: str, splits: dict[str, list[Item]], feats, vocab_size: int, cfg: ProbeConfig, device,
+                log) -> dict:
     """Train and score one task (on frozen features or with a scratch encoder); its entry of ``tasks``."""
     train_labels = _labels_of(splits["train"], task)
     classes = {y: i for i, y in enumerate(sorted(set(train_labels)))}
@@ -691,7 +690,7 @@ def _probe_task(task: str, splits: dict[str, list[Item]], feats, sp, cfg: ProbeC
         va, te, ep = _train_frozen_task(task, X, Y, len(classes), cfg, device, log, cfg.train.batch_size * per_sent)
         n_params = None
     else:
-        va, te, ep, n_params = _train_scratch_task(task, splits, classes, sp.get_piece_size(), cfg, device, log)
+        va, te, ep, n_params = _train_scratch_task(task, splits, classes, vocab_size, cfg, device, log)
     result = {"test_acc": te, "valid_acc": va, "best_epoch": ep, "classes": len(classes),
               "test_items": len(_labels_of(splits["test"], task)), "trained_params": n_params,
               "unseen_test_labels": sum(y not in classes for y in _labels_of(splits["test"], task)),
@@ -730,7 +729,7 @@ def run_probe(cfg: ProbeConfig, log=print) -> Path:
     labels = sentence_labels([r[2] for r in raw], split_idx["train"])
 
     enc = _load_encoder(cfg, outdir, raw, split_idx["train"])
-    items = align_items(raw, labels, enc.sp, cfg.corpus.max_len, skipped)
+    items = align_items(raw, labels, enc.vocab, cfg.corpus.max_len, skipped)
     splits = {k: [items[i] for i in v if items[i] is not None] for k, v in split_idx.items()}
     if not splits["train"] or not splits["valid"] or not splits["test"]:
         raise ConfigError("a split is empty after alignment; use more sentences (corpus.limit).")
@@ -744,7 +743,7 @@ def run_probe(cfg: ProbeConfig, log=print) -> Path:
         extra["encoder"] = {"d_model": enc.mcfg["d_model"], "layers": enc.mcfg["encoder_layers"],
                             "attention": enc.mcfg["attention"]["encoder_self"]}
     for task in cfg.tasks:
-        results[task] = _probe_task(task, splits, feats, enc.sp, cfg, device, log)
+        results[task] = _probe_task(task, splits, feats, len(enc.vocab), cfg, device, log)
 
     name = cfg.name or (f"frozen {Path(cfg.checkpoint).parent.name}/{Path(cfg.checkpoint).name}" if cfg.mode == "frozen"
                         else f"scratch {cfg.model.attention.name}")

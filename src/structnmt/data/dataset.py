@@ -174,17 +174,14 @@ class PreparedSplit:
 
     def word_of_piece(self, i: int) -> np.ndarray:
         """Word index of every source piece: the parser's words when the split was
-        prepared with a parser, else SentencePiece's words (a piece starting with ▁
-        starts a word)."""
+        prepared with a parser, else the vocabulary's words (:meth:`Vocab.word_of_piece`: a
+        SentencePiece piece starting with ▁ starts a word, a subword-nmt piece ending in @@ is continued)."""
         if self.has_trees:
             o = self.offsets["src"]
             return np.asarray(self.wop_data[o[i]:o[i + 1]], dtype=np.int64)
         if self.src_vocab is None:
             raise ValueError(f"{self.root}: word boundaries of the {self.split} split need its vocabulary.")
-        from ..syntax.features import word_of_piece_from_pieces
-
-        sp = self.src_vocab.sp
-        return word_of_piece_from_pieces([sp.id_to_piece(int(t)) for t in self.get("src", i)])
+        return self.src_vocab.word_of_piece(self.get("src", i))
 
     def text(self, kind: str) -> list[str]:
         """Raw kept text of a valid/test split: ``kind`` = 'src' or 'ref'."""

@@ -1,9 +1,11 @@
-"""``structnmt prepare``: parallel text -> validated, SentencePiece-encoded, memory-mapped dataset.
+"""``structnmt prepare``: parallel text -> validated, subword-encoded, memory-mapped dataset.
 
 Layout of a prepared directory::
 
     manifest.json            config, input hashes, counts per split, vocabulary sizes
-    spm.model | spm.src.model + spm.tgt.model     SentencePiece model(s)
+    spm.model | spm.src.model + spm.tgt.model     SentencePiece model(s) (with .vocab listings)
+    bpe.model | bpe.src.model + bpe.tgt.model     or subword-nmt model(s) (``subword="subword-nmt"``),
+                             with subword-nmt's .codes files and fairseq-style .vocab listings
     {split}.{side}.bin       int32 piece ids of all sentences, concatenated (side = src | tgt)
     {split}.{side}.idx       int64 offsets, n+1 entries: sentence i is bin[idx[i]:idx[i+1]]
     {split}.lines            int64 1-based line number in the input of every kept pair
@@ -15,13 +17,13 @@ Layout of a prepared directory::
 
 Parsing (``parser.name`` other than ``none``) happens here and only here: the source
 side is parsed by the configured backend (:mod:`structnmt.syntax.parsers`), aligned to
-the SentencePiece pieces through character offsets (:mod:`structnmt.syntax.align`), and
+the pieces through character offsets (:mod:`structnmt.syntax.align`), and
 stored at word level with the alignment. A source line whose parser words cannot be
 found in its text is dropped with its target, counted (``dropped_unaligned``) and its
 first line numbers reported; never silently misaligned.
 
-Everything streams: files are read twice (once for the SentencePiece sample, once to
-encode), encoded in chunks and appended to the ``.bin`` files, so a corpus of millions
+Everything streams: files are read twice (once for the SentencePiece sample or subword-nmt's
+token counts, once to encode), encoded in chunks and appended to the ``.bin`` files, so a corpus of millions
 of pairs never sits in memory. Re-running with the same config on inputs with the same
 SHA-256 reuses the directory; a changed input or config is detected and the dataset
 is rebuilt (and the reason printed).
@@ -58,7 +60,7 @@ from ..syntax.parsers import Parsed, ParserConfig, build_parser
 from ..syntax.trees import node_to_list
 from .corpus import CorpusError, PairStats, file_digest, read_lines, read_pairs, resolve
 from .moses import has_rules, moses_pretokenize
-from .vocab import Vocab, train_sentencepiece
+from .vocab import Vocab, train_sentencepiece, train_subword_nmt
 
 FORMAT_VERSION = 2
 
@@ -86,6 +88,13 @@ class PrepareConfig:
     # fairseq's example scripts do (structnmt.data.moses); the vocabularies keep each side's language, so
     # translation pre-tokenizes its input and detokenizes its output. Raw references stay raw.
     moses: bool = False
+    # the subword segmentation: SentencePiece (vocab_size, model_type) or subword-nmt BPE (merges), the
+    # papers' and fairseq's (structnmt.data.subword_nmt); its inventory is every piece of the BPE'd training text
+    subword: str = "sentencepiece"  # sentencepiece | subword-nmt
+    merges: int = 10000  # subword-nmt merge operations (joint, or per side when joint_vocab is False)
+
+
+SUBWORDS = ("sentencepiece", "subword-nmt")
 
 
 def _split_files(cfg: PrepareConfig) -> dict[str, tuple[Path, Path]]:
@@ -120,6 +129,8 @@ def _manifest_key(cfg: PrepareConfig, digests: dict) -> dict:
     for option in ("lowercase", "moses"):  # datasets prepared before an option existed stay up to date
         if not config[option]:
             del config[option]
+    if config["subword"] == "sentencepiece":
+        del config["subword"], config["merges"]
     return {"version": FORMAT_VERSION, "config": config, "inputs": digests,
             "parser_version": _parser_version(cfg.parser)}
 
@@ -159,6 +170,10 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
     out = Path(out_dir)
     if cfg.eval_too_long not in ("truncate", "drop"):
         raise CorpusError(f"eval_too_long={cfg.eval_too_long!r}: choose truncate or drop.")
+    if cfg.subword not in SUBWORDS:
+        raise CorpusError(f"subword={cfg.subword!r}: choose {' or '.join(SUBWORDS)}.")
+    if cfg.subword == "subword-nmt" and cfg.merges < 0:
+        raise CorpusError(f"merges={cfg.merges}: the number of subword-nmt merge operations is 0 or more.")
     if cfg.lowercase and cfg.parser.name != "none":
         raise CorpusError(f"--lowercase with the parser {cfg.parser.name!r}: lowercasing is for unparsed data only "
                           "(a parser reads the cased text); drop --lowercase or use --parser none.")
@@ -200,7 +215,7 @@ def _build(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, p
     """Train the vocabularies and encode every split into the empty directory ``tmp``."""
     t0 = time.time()
 
-    # 1. SentencePiece on a bounded sample of the training stream
+    # 1. the subword vocabularies (SentencePiece on a bounded sample of the training stream, or subword-nmt)
     vocabs, vocab_files = _train_vocabs(cfg, splits["train"], tmp, log)
 
     # 2. encode every split, streaming to memory-mappable files
@@ -266,36 +281,49 @@ class _SpmSample:
 
 def _train_vocabs(cfg: PrepareConfig, train: tuple[Path, Path], tmp: Path,
                   log) -> tuple[dict[str, Vocab], dict[str, str]]:
-    """The SentencePiece vocabularies (side -> Vocab) trained into ``tmp``, and their model file names.
+    """The vocabularies (side -> Vocab) trained into ``tmp`` (SentencePiece, or subword-nmt with
+    ``subword``), and their model file names.
 
     With ``--moses`` each side's ``Vocab`` carries its language (a joint model is then two
-    ``Vocab`` objects over one ``spm.model``)."""
+    ``Vocab`` objects over one model file)."""
     langs = {"src": cfg.source_lang, "tgt": cfg.target_lang}
     for lang in sorted(set(langs.values())) if cfg.moses else ():
         if not has_rules(lang):
             log(f"prepare: sacremoses has no Moses rules of its own for the language code {lang!r}: its generic "
                 "ones tokenize that side (use the language's ISO 639-1 code, e.g. en, de, where it has rules).")
     sample = _SpmSample(*train, moses=(langs["src"], langs["tgt"]) if cfg.moses else None)
+    stem = "bpe" if cfg.subword == "subword-nmt" else "spm"
     if cfg.joint_vocab:
-        v = _train_spm(cfg, sample, sample.joint(), tmp / "spm", cfg.vocab_size, log)
+        v = _train_one(cfg, sample, sample.joint(), tmp / stem, cfg.vocab_size, log)
         vocabs = {"src": v, "tgt": v}
-        vocab_files = {"src": "spm.model", "tgt": "spm.model"}
+        vocab_files = {"src": f"{stem}.model", "tgt": f"{stem}.model"}
     else:
-        vs = _train_spm(cfg, sample, sample.side(0), tmp / "spm.src", cfg.vocab_size, log)
-        vt = _train_spm(cfg, sample, sample.side(1), tmp / "spm.tgt", cfg.tgt_vocab_size or cfg.vocab_size, log)
+        vs = _train_one(cfg, sample, sample.side(0), tmp / f"{stem}.src", cfg.vocab_size, log)
+        vt = _train_one(cfg, sample, sample.side(1), tmp / f"{stem}.tgt", cfg.tgt_vocab_size or cfg.vocab_size, log)
         vocabs = {"src": vs, "tgt": vt}
-        vocab_files = {"src": "spm.src.model", "tgt": "spm.tgt.model"}
+        vocab_files = {"src": f"{stem}.src.model", "tgt": f"{stem}.tgt.model"}
     if cfg.moses:
         vocabs = {side: Vocab(tmp / vocab_files[side], lowercase=cfg.lowercase, moses=langs[side]) for side in vocabs}
     return vocabs, vocab_files
 
 
-def _train_spm(cfg: PrepareConfig, sample: _SpmSample, lines: Iterator[str], prefix: Path, size: int,
+def _train_one(cfg: PrepareConfig, sample: _SpmSample, lines: Iterator[str], prefix: Path, size: int,
                log) -> Vocab:
-    """One SentencePiece model ``{prefix}.model`` of ``size`` pieces from ``lines`` (a stream of ``sample``)."""
+    """One vocabulary ``{prefix}.model`` from ``lines`` (a stream of ``sample``): SentencePiece of ``size``
+    pieces, or subword-nmt BPE of ``cfg.merges`` merges."""
     stats = sample.stats
     stats.lines = stats.empty = 0
     stats.empty_examples.clear()
+    if cfg.subword == "subword-nmt":
+        vocab, learned = train_subword_nmt(lines, prefix, merges=cfg.merges, lowercase=cfg.lowercase)
+        if sample.errors:
+            raise sample.errors[0]
+        if stats.lines <= stats.empty:
+            raise _no_pairs(sample)
+        if learned < cfg.merges:
+            log(f"prepare: subword-nmt learned {learned:,} merges for {prefix.name}.model, fewer than the "
+                f"{cfg.merges:,} asked: no pair of pieces occurs twice any more; the dataset uses {len(vocab):,} pieces.")
+        return vocab
     try:
         vocab = train_sentencepiece(lines, prefix, vocab_size=size, model_type=cfg.model_type,
                                     max_sentences=cfg.spm_max_sentences, lowercase=cfg.lowercase)
@@ -304,16 +332,19 @@ def _train_spm(cfg: PrepareConfig, sample: _SpmSample, lines: Iterator[str], pre
             raise sample.errors[0] from None
         if stats.lines > stats.empty:
             raise
-        raise CorpusError(
-            f"{sample.src} / {sample.tgt}: no usable sentence pairs ({stats.lines} lines, "
-            f"{stats.empty} empty); check the files."
-        ) from None
+        raise _no_pairs(sample) from None
     if sample.errors:
         raise sample.errors[0]
     if len(vocab) < size:  # SentencePiece stops where the text has no more pieces (hard_vocab_limit off)
         log(f"prepare: the SentencePiece model {prefix.name}.model has {len(vocab):,} pieces, fewer than the "
             f"{size:,} asked: the training text yields no more; the dataset uses {len(vocab):,}.")
     return vocab
+
+
+def _no_pairs(sample: _SpmSample) -> CorpusError:
+    stats = sample.stats
+    return CorpusError(f"{sample.src} / {sample.tgt}: no usable sentence pairs ({stats.lines} lines, "
+                       f"{stats.empty} empty); check the files.")
 
 
 @dataclass
@@ -412,9 +443,9 @@ def _encode_split(cfg: PrepareConfig, split: str, sp: Path, tp: Path, vocabs: di
         bar = tqdm(desc=f"prepare {split}", unit=" pairs", mininterval=1.0)
     try:
         for chunk in _chunks(read_pairs(sp, tp, tally.stats), cfg.chunk):
-            enc, protos, keep = _encode_chunk(cfg, split, chunk, vocabs, parsing, tally)
+            enc, spans, keep = _encode_chunk(cfg, split, chunk, vocabs, parsing, tally)
             if parsing:
-                keep = _align_kept(chunk, keep, protos, parsed_stream, out, tally, labels)
+                keep = _align_kept(chunk, keep, spans, parsed_stream, out, tally, labels)
             out.write_pairs(chunk, enc, keep)
             tally.stats.kept += len(keep)
             if bar is not None:
@@ -437,13 +468,13 @@ def _encode_split(cfg: PrepareConfig, split: str, sp: Path, tp: Path, vocabs: di
 
 def _encode_chunk(cfg: PrepareConfig, split: str, chunk: list[tuple[int, str, str]], vocabs: dict[str, Vocab],
                   parsing: bool, tally: _SplitTally) -> tuple[dict[str, list[list[int]]], list | None, list[int]]:
-    """Piece ids of both sides of ``chunk`` (side -> ids per pair), the source protos (with a parser, for
-    the pieces' character offsets) and the indices of the pairs kept; over-long pairs are dropped or cut."""
+    """Piece ids of both sides of ``chunk`` (side -> ids per pair), the source pieces' ``(id, begin, end)``
+    (with a parser, for the pieces' character offsets) and the indices of the pairs kept; over-long pairs are dropped or cut."""
     stats = tally.stats
-    protos = None
+    spans = None
     if parsing:
-        protos = vocabs["src"].sp.encode([c[1] for c in chunk], return_type="proto")
-        src_ids = [[p.id for p in proto.pieces] for proto in protos]
+        spans = vocabs["src"].encode_spans([c[1] for c in chunk])
+        src_ids = [[i for i, _, _ in pieces] for pieces in spans]
     else:
         src_ids = vocabs["src"].encode([c[1] for c in chunk])
     enc = {"src": src_ids, "tgt": vocabs["tgt"].encode([c[2] for c in chunk])}
@@ -463,10 +494,10 @@ def _encode_chunk(cfg: PrepareConfig, split: str, chunk: list[tuple[int, str, st
             enc["src"][i], enc["tgt"][i] = enc["src"][i][: cfg.max_len], enc["tgt"][i][: cfg.max_len]
             tally.truncated += 1
             keep.append(i)
-    return enc, protos, keep
+    return enc, spans, keep
 
 
-def _align_kept(chunk: list[tuple[int, str, str]], keep: list[int], protos: list, parsed_stream,
+def _align_kept(chunk: list[tuple[int, str, str]], keep: list[int], spans: list, parsed_stream,
                 out: _SplitFiles, tally: _SplitTally, labels: set[str]) -> list[int]:
     """Align the parse of every kept pair's source with its pieces and write its trees; the pairs
     that aligned (the others are counted in ``tally.unaligned``)."""
@@ -475,7 +506,7 @@ def _align_kept(chunk: list[tuple[int, str, str]], keep: list[int], protos: list
         lineno, text = chunk[i][0], chunk[i][1]
         parsed = _parsed_for_line(parsed_stream, lineno)
         try:
-            dep, const, al = align_trees(text, [(p.begin, p.end) for p in protos[i].pieces],
+            dep, const, al = align_trees(text, [(b, e) for _, b, e in spans[i]],
                                          parsed.dependency, parsed.constituency, parsed.spans)
         except AlignmentError:
             tally.unaligned.append(lineno)

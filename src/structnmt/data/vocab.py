@@ -1,4 +1,4 @@
-"""SentencePiece vocabularies with fixed special ids.
+"""Vocabularies (SentencePiece, or subword-nmt BPE: :mod:`structnmt.data.subword_nmt`) with fixed special ids.
 
 Every vocabulary uses ``pad=0, unk=1, bos=2, eos=3`` so that models, collators and
 beam search never need to ask which id is which.
@@ -10,20 +10,26 @@ import hashlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import numpy as np
 import sentencepiece as spm
 
 from ..errors import UserError
 from .moses import moses_detokenize, moses_pretokenize
+from .subword_nmt import MAGIC, SubwordNmtError, SubwordNmtModel, learn_codes
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
 
 class VocabError(UserError, ValueError):
-    """A vocabulary file that is missing or not a SentencePiece model."""
+    """A vocabulary file that is missing or not a SentencePiece or subword-nmt model."""
 
 
 class Vocab:
-    """A trained SentencePiece model: text <-> piece ids.
+    """A trained SentencePiece or subword-nmt model: text <-> piece ids.
+
+    ``sp``: the SentencePiece processor, or for subword-nmt the model (:class:`SubwordNmtModel`), which
+    has the same id/piece lookups and no encoder: text is encoded through this class (:meth:`encode`,
+    :meth:`encode_spans`), so both backends read text the same way; ``bpe`` is that model, or None.
 
     ``lowercase``: the model was trained on lowercased text (``structnmt prepare
     --lowercase``), so every text is lowercased (``str.lower``) before it is encoded.
@@ -38,27 +44,35 @@ class Vocab:
 
     def __init__(self, model_path: str | Path | None = None, *, proto: bytes | None = None, lowercase: bool = False,
                  moses: str | None = None):
-        """From a ``.model`` file, or from the bytes of one (``proto``, as a checkpoint keeps it)."""
+        """From a model file (a SentencePiece ``.model`` or a subword-nmt ``bpe.model``), or from the
+        bytes of one (``proto``, as a checkpoint keeps it)."""
         self.lowercase = bool(lowercase)
         self.moses = moses or None
         self.path = Path(model_path) if model_path is not None else None
-        if proto is not None:
-            self.sp = spm.SentencePieceProcessor(model_proto=proto)
-        else:
+        if proto is None:
             if not self.path.is_file():
-                raise VocabError(f"{self.path}: no such SentencePiece model; give the directory `structnmt prepare` "
+                raise VocabError(f"{self.path}: no such vocabulary model; give the directory `structnmt prepare` "
                                  "wrote (prepare it again if the file was removed).")
-            try:
-                self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
-            except (RuntimeError, OSError) as err:
-                raise VocabError(f"{self.path}: not a readable SentencePiece model ({str(err).splitlines()[0]}); "
-                                 "prepare the dataset again.") from None
-        assert self.sp.pad_id() == PAD and self.sp.eos_id() == EOS, "vocabulary built with other special ids"
+            proto = self.path.read_bytes()
+        self.bpe: SubwordNmtModel | None = None
+        try:
+            if proto.startswith(MAGIC):
+                self.bpe = SubwordNmtModel.from_bytes(proto)
+                self.sp = self.bpe
+            else:
+                self.sp = spm.SentencePieceProcessor(model_proto=proto)
+        except (RuntimeError, OSError, SubwordNmtError) as err:
+            where = self.path if self.path is not None else "the checkpoint's vocabulary"
+            raise VocabError(f"{where}: not a readable SentencePiece or subword-nmt model "
+                             f"({str(err).splitlines()[0] if str(err) else type(err).__name__}); "
+                             "prepare the dataset again.") from None
+        if self.bpe is None:  # a subword-nmt model's specials are checked when it is read
+            assert self.sp.pad_id() == PAD and self.sp.eos_id() == EOS, "vocabulary built with other special ids"
 
     @property
     def proto(self) -> bytes:
-        """The serialized SentencePiece model (the bytes of its ``.model`` file)."""
-        return self.sp.serialized_model_proto()
+        """The serialized model: the bytes of its ``.model`` file (SentencePiece or subword-nmt)."""
+        return self.bpe.to_bytes() if self.bpe is not None else self.sp.serialized_model_proto()
 
     @property
     def sha256(self) -> str:
@@ -81,10 +95,37 @@ class Vocab:
         return [line.lower() for line in lines] if self.lowercase else lines
 
     def encode(self, lines: list[str]) -> list[list[int]]:
-        return self.sp.encode(self.normalize(lines), out_type=int)
+        lines = self.normalize(lines)
+        if self.bpe is not None:
+            return [self.bpe.encode(line) for line in lines]
+        return self.sp.encode(lines, out_type=int)
 
     def encode_pieces(self, lines: list[str]) -> list[list[str]]:
-        return self.sp.encode(self.normalize(lines), out_type=str)
+        """The pieces of each text (their surface, also where the id is ``<unk>``) in SentencePiece's
+        convention (a word's first piece starts with ``▁``), whatever the backend (:meth:`pieces`)."""
+        lines = self.normalize(lines)
+        if self.bpe is not None:
+            return [self.bpe.marked(self.bpe.segment(line)) for line in lines]
+        return self.sp.encode(lines, out_type=str)
+
+    def encode_spans(self, lines: list[str]) -> list[list[tuple[int, int, int]]]:
+        """``(id, begin, end)`` of every piece of each text as given (not normalized: the caller aligns
+        pieces to the characters of that text), with its characters' offsets in the text."""
+        if self.bpe is not None:
+            return [self.bpe.spans(line) for line in lines]
+        return [[(p.id, p.begin, p.end) for p in proto.pieces] for proto in self.sp.encode(lines, return_type="proto")]
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        """The pieces of ``ids`` in SentencePiece's convention, the one the word-finding code reads (a word's
+        first piece starts with ``▁``): a subword-nmt vocabulary's ``Stra@@ ße`` reads ``▁Stra ße``."""
+        raw = [self.sp.id_to_piece(int(i)) for i in ids]
+        return self.bpe.marked(raw) if self.bpe is not None else raw
+
+    def word_of_piece(self, ids: Iterable[int]) -> np.ndarray:
+        """``(P,)`` int64 word index of each piece of ``ids`` (:func:`structnmt.syntax.features.word_of_piece_from_pieces`)."""
+        from ..syntax.features import word_of_piece_from_pieces
+
+        return word_of_piece_from_pieces(self.pieces(ids))
 
     def decode(self, ids: list[int]) -> str:
         """Detokenised text (Moses-detokenized too for a ``moses`` vocabulary); stops at the first
@@ -96,7 +137,7 @@ class Vocab:
             if i in (PAD, BOS):
                 continue
             out.append(int(i))
-        text = self.sp.decode(out)
+        text = self.bpe.decode(out) if self.bpe is not None else self.sp.decode(out)
         return moses_detokenize(text, self.moses) if self.moses else text
 
 
@@ -164,3 +205,23 @@ def train_sentencepiece(
     atomic_write_text(f"{model_prefix}.vocab",
                       "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size())))
     return Vocab(f"{model_prefix}.model", lowercase=lowercase)
+
+
+def train_subword_nmt(lines: Iterable[str], model_prefix: str | Path, *, merges: int, lowercase: bool = False,
+                      progress: bool = False) -> tuple[Vocab, int]:
+    """Learn ``merges`` subword-nmt BPE merges from a stream of lines (:mod:`structnmt.data.subword_nmt`) and
+    write ``{prefix}.model`` (what :class:`Vocab` reads), ``{prefix}.codes`` (subword-nmt's codes file, for
+    ``subword-nmt apply-bpe -c``) and ``{prefix}.vocab`` (each piece and its count in the BPE'd training text,
+    fairseq's dictionary format). ``lowercase`` as in :func:`train_sentencepiece`. Returns the vocabulary and
+    the number of merges learned."""
+    from ..files import atomic_path, atomic_write_text
+    from .subword_nmt import word_counts
+
+    words = word_counts(line.lower() for line in lines) if lowercase else word_counts(lines)
+    codes, learned = learn_codes(words, merges, progress=progress)
+    model, counts = SubwordNmtModel.build(codes, words)
+    with atomic_path(f"{model_prefix}.model") as tmp:
+        tmp.write_bytes(model.to_bytes())
+    atomic_write_text(f"{model_prefix}.codes", codes)
+    atomic_write_text(f"{model_prefix}.vocab", "".join(f"{p} {counts[p]}\n" for p in model.pieces[4:]))
+    return Vocab(f"{model_prefix}.model", lowercase=lowercase), learned

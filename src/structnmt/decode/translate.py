@@ -462,10 +462,9 @@ class Translator:
             # exhausted: pre-parsed files get their count check; {prefix}/{lang} in their paths are filled in
             parsed = list(backend.parse(iter(texts), prefix=prefix, lang=lang))
         out = []
-        for text, p in zip(texts, parsed):
-            proto = self.src_vocab.sp.encode(text, return_type="proto")
+        for text, p, spans in zip(texts, parsed, self.src_vocab.encode_spans(texts)):
             try:
-                dep, const, al = align_trees(text, [(x.begin, x.end) for x in proto.pieces],
+                dep, const, al = align_trees(text, [(b, e) for _, b, e in spans],
                                              p.dependency, p.constituency, p.spans)
             except AlignmentError:
                 out.append(None)  # one bad parse does not stop the others: the caller reports it

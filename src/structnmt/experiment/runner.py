@@ -157,6 +157,10 @@ def _sentencepiece_content(data: bytes) -> bytes:
     """A SentencePiece model's bytes without its training path (pieces, scores and normalizer kept)."""
     from sentencepiece import sentencepiece_model_pb2
 
+    from ..data.subword_nmt import MAGIC
+
+    if data.startswith(MAGIC):  # a subword-nmt model holds no path
+        return data
     proto = sentencepiece_model_pb2.ModelProto()
     try:
         proto.ParseFromString(data)

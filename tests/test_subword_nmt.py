@@ -161,6 +161,11 @@ def test_prepare_through_the_command_line(tmp_path, capsys):
     ds = PreparedDataset(tmp_path / "d")
     assert ds.src_vocab.bpe is not None and ds.src_vocab.sha256 != ds.tgt_vocab.sha256
     assert (tmp_path / "d" / "bpe.src.codes").is_file() and (tmp_path / "d" / "bpe.tgt.codes").is_file()
+    # a SentencePiece size with subword-nmt: one sentence, nothing written
+    code, _, err = cli(capsys, "prepare", "-s", "en", "-t", "de", "--trainpref", pref, "--destdir", tmp_path / "e",
+                       "--subword", "subword-nmt", "--vocab-size", "8000")
+    assert_user_error(code, err, "--vocab-size", "give --merges N instead")
+    assert not (tmp_path / "e").exists()
 
 
 def test_a_subword_nmt_model_translates_and_its_checkpoint_carries_the_codes(bpe_data, tmp_path):

@@ -107,10 +107,14 @@ def cmd_prepare(args) -> int:
     parser = ParserConfig(name=args.parser, pipeline=args.spacy_pipeline, n_process=args.spacy_processes,
                           dependency_file=args.parse_dependency or "", constituency_file=args.parse_constituency or "",
                           conversion_style=args.conversion_style)
+    if args.subword == "subword-nmt" and (args.vocab_size is not None or args.tgt_vocab_size):
+        raise UserError("--vocab-size / --tgt-vocab-size size a SentencePiece model; subword-nmt's vocabulary is every "
+                        "piece its merges leave in the training text: give --merges N instead.")
     cfg = PrepareConfig(
         source_lang=args.source_lang, target_lang=args.target_lang, trainpref=args.trainpref,
         validpref=args.validpref, testprefs=args.testpref or [], joint_vocab=not args.separate_vocab,
-        vocab_size=args.vocab_size, tgt_vocab_size=args.tgt_vocab_size, model_type=args.model_type,
+        vocab_size=10000 if args.vocab_size is None else args.vocab_size, tgt_vocab_size=args.tgt_vocab_size,
+        model_type=args.model_type,
         max_len=args.max_len, eval_too_long=args.eval_too_long, parser=parser, lowercase=args.lowercase,
         moses=args.moses, subword=args.subword, merges=args.merges,
     )
@@ -133,7 +137,7 @@ def _parser_prepare(sub) -> None:
     s.add_argument("--validpref", help="files {validpref}.{lang}[.gz] (validation during training)")
     s.add_argument("--testpref", action="append", help="repeatable")
     s.add_argument("--destdir", required=True, help="the dataset directory to write")
-    s.add_argument("--vocab-size", type=_at_least(8), default=10000, help="SentencePiece pieces (default 10,000)")
+    s.add_argument("--vocab-size", type=_at_least(8), default=None, help="SentencePiece pieces (default 10,000)")
     s.add_argument("--separate-vocab", action="store_true", help="one SentencePiece model per side")
     s.add_argument("--tgt-vocab-size", type=_at_least(0), default=0, help="with --separate-vocab (0: --vocab-size)")
     s.add_argument("--model-type", default="bpe", choices=["bpe", "unigram"], help="SentencePiece model (default bpe)")

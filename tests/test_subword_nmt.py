@@ -78,12 +78,40 @@ def test_encode_decode_spans_and_words(tmp_path):
     wop = vocab.word_of_piece(ids).tolist()
     assert wop == (np.cumsum([p.startswith("▁") for p in marked]) - 1).tolist() and wop[0] == 0 and wop[-1] == 2
     assert vocab.encode_pieces([line])[0] == marked
-    # character offsets into the text as given (two spaces included)
+    # byte offsets into the text as given (two spaces included), as SentencePiece gives them
     spans = vocab.encode_spans([line])[0]
     assert [i for i, _, _ in spans] == ids
     assert "".join(line[b:e] for _, b, e in spans) == line.replace(" ", "")
     assert spans[0][1] == 0 and spans[-1][2] == len(line)
     assert all(line[b:e] == p.removesuffix("@@") for (_, b, e), p in zip(spans, raw))
+
+
+@pytest.mark.parametrize("line", ["über die  Straße .", "see @@ here x@@ now", "naïve\tcafé"])
+def test_spans_are_utf8_byte_offsets_covering_every_character(tmp_path, line):
+    from structnmt.syntax.align import piece_char_spans
+
+    vocab, _ = train_subword_nmt(["über die Straße .", "die Straße über die Brücke", "naïve café", "see x now"] * 3,
+                                 tmp_path / "bpe", merges=25)
+    spans = vocab.encode_spans([line])[0]
+    data = line.encode("utf-8")
+    assert "".join(data[b:e].decode("utf-8") for _, b, e in spans) == "".join(line.split())
+    chars = piece_char_spans(line, [(b, e) for _, b, e in spans])
+    assert all(e > b for b, e in chars)  # no piece without a character, "@@" ending a word included
+    assert "".join(line[b:e] for b, e in chars) == "".join(line.split())
+
+
+def test_a_literal_special_in_the_text_reads_as_unk(tmp_path):
+    vocab, _ = train_subword_nmt(["a <s> b </s> c <pad> d", "x </s> y <pad>"] * 10, tmp_path / "bpe", merges=50)
+    ids = vocab.encode(["a <s> b </s> c <pad> d"])[0]
+    assert ids[1::2] == [1, 1, 1] and 0 not in ids and 2 not in ids and 3 not in ids
+    assert vocab.decode(ids) == "a <unk> b <unk> c <unk> d"
+
+
+@pytest.mark.parametrize("content", [b"", b"structnmt subword-nmt 1\n{\"codes\": 1}", b"\x00\x01garbage"])
+def test_an_empty_or_damaged_model_file_is_a_vocab_error(tmp_path, content):
+    (tmp_path / "x.model").write_bytes(content)
+    with pytest.raises(VocabError, match=r"x\.model: not a readable SentencePiece or subword-nmt model"):
+        Vocab(tmp_path / "x.model")
 
 
 def test_the_files_travel_and_identify_the_model(tmp_path):
@@ -161,11 +189,14 @@ def test_prepare_through_the_command_line(tmp_path, capsys):
     ds = PreparedDataset(tmp_path / "d")
     assert ds.src_vocab.bpe is not None and ds.src_vocab.sha256 != ds.tgt_vocab.sha256
     assert (tmp_path / "d" / "bpe.src.codes").is_file() and (tmp_path / "d" / "bpe.tgt.codes").is_file()
-    # a SentencePiece size with subword-nmt: one sentence, nothing written
-    code, _, err = cli(capsys, "prepare", "-s", "en", "-t", "de", "--trainpref", pref, "--destdir", tmp_path / "e",
-                       "--subword", "subword-nmt", "--vocab-size", "8000")
-    assert_user_error(code, err, "--vocab-size", "give --merges N instead")
-    assert not (tmp_path / "e").exists()
+    # a SentencePiece option with subword-nmt, or --merges without it: one sentence, nothing written
+    for extra, fragment in ((["--subword", "subword-nmt", "--vocab-size", "8000"], "give --merges N instead"),
+                            (["--subword", "subword-nmt", "--model-type", "unigram"], "give --merges N instead"),
+                            (["--merges", "500"], "add --subword subword-nmt")):
+        code, _, err = cli(capsys, "prepare", "-s", "en", "-t", "de", "--trainpref", pref, "--destdir",
+                           tmp_path / "e", *extra)
+        assert_user_error(code, err, fragment)
+        assert not (tmp_path / "e").exists()
 
 
 def test_a_subword_nmt_model_translates_and_its_checkpoint_carries_the_codes(bpe_data, tmp_path):
@@ -182,6 +213,35 @@ def test_a_subword_nmt_model_translates_and_its_checkpoint_carries_the_codes(bpe
     for h in hyps:
         assert "@@" not in h[0].text
         assert h[0].text == tr.tgt_vocab.decode(h[0].tokens)
+    # the words of a source are read off its piece ids, as the collator reads the training data's: an
+    # unknown character inside a word ("ü") is <unk>, which ends the word there, in training and here alike
+    text = "alüpha beta."
+    ids = tr.src_vocab.encode([text])[0]
+    words = tr._parse([text])[0][1]
+    assert words.tolist() == tr.src_vocab.word_of_piece(ids).tolist()
+    from structnmt.syntax.features import word_of_piece_from_pieces
+
+    assert words.tolist() != word_of_piece_from_pieces(tr.src_vocab.encode_pieces([text])[0]).tolist()
+
+
+def test_prepare_with_a_file_parser_aligns_non_ascii_words(tmp_path):
+    from structnmt.data.prepare import prepare
+    from structnmt.syntax.parsers import ParserConfig
+
+    lines = ["über die Straße .", "die Brücke über die Straße .", "naïve café ."] * 8
+    (tmp_path / "train.en").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    (tmp_path / "train.de").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    conllu = "".join("".join(f"{k}\t{w}\t_\t_\t_\t_\t{0 if k == 1 else 1}\t{'root' if k == 1 else 'dep'}\t_\t_\n"
+                             for k, w in enumerate(x.split(), 1)) + "\n" for x in lines)
+    (tmp_path / "train.en.conllu").write_text(conllu, encoding="utf-8")
+    cfg = PrepareConfig(source_lang="en", target_lang="de", trainpref=str(tmp_path / "train"), subword="subword-nmt",
+                        merges=12, parser=ParserConfig(name="file", dependency_file="{prefix}.{lang}.conllu"))
+    manifest = prepare(cfg, tmp_path / "d", progress=False, log=lambda *_: None)
+    assert manifest["counts"]["train"]["dropped_unaligned"] == 0 and manifest["counts"]["train"]["merged_words"] == 0
+    ds = PreparedDataset(tmp_path / "d")
+    train = ds.split("train")
+    for i in range(len(train)):  # the parser's words are the whitespace words
+        assert train.word_of_piece(i).tolist() == ds.src_vocab.word_of_piece(train.get("src", i)).tolist()
 
 
 def test_prepare_with_a_parser_aligns_subword_nmt_pieces_to_words(tmp_path):

@@ -107,16 +107,19 @@ def cmd_prepare(args) -> int:
     parser = ParserConfig(name=args.parser, pipeline=args.spacy_pipeline, n_process=args.spacy_processes,
                           dependency_file=args.parse_dependency or "", constituency_file=args.parse_constituency or "",
                           conversion_style=args.conversion_style)
-    if args.subword == "subword-nmt" and (args.vocab_size is not None or args.tgt_vocab_size):
-        raise UserError("--vocab-size / --tgt-vocab-size size a SentencePiece model; subword-nmt's vocabulary is every "
-                        "piece its merges leave in the training text: give --merges N instead.")
+    if args.subword == "subword-nmt" and (args.vocab_size is not None or args.tgt_vocab_size or args.model_type):
+        raise UserError("--vocab-size / --tgt-vocab-size / --model-type shape a SentencePiece model; subword-nmt's "
+                        "vocabulary is every piece its merges leave in the training text: give --merges N instead.")
+    if args.subword == "sentencepiece" and args.merges is not None:
+        raise UserError("--merges counts subword-nmt merge operations: add --subword subword-nmt, or size the "
+                        "SentencePiece model with --vocab-size N.")
     cfg = PrepareConfig(
         source_lang=args.source_lang, target_lang=args.target_lang, trainpref=args.trainpref,
         validpref=args.validpref, testprefs=args.testpref or [], joint_vocab=not args.separate_vocab,
         vocab_size=10000 if args.vocab_size is None else args.vocab_size, tgt_vocab_size=args.tgt_vocab_size,
-        model_type=args.model_type,
+        model_type=args.model_type or "bpe", merges=10000 if args.merges is None else args.merges,
         max_len=args.max_len, eval_too_long=args.eval_too_long, parser=parser, lowercase=args.lowercase,
-        moses=args.moses, subword=args.subword, merges=args.merges,
+        moses=args.moses, subword=args.subword,
     )
     manifest = prepare(cfg, args.destdir, progress=not args.no_progress)
     for split, c in manifest["counts"].items():
@@ -140,11 +143,11 @@ def _parser_prepare(sub) -> None:
     s.add_argument("--vocab-size", type=_at_least(8), default=None, help="SentencePiece pieces (default 10,000)")
     s.add_argument("--separate-vocab", action="store_true", help="one SentencePiece model per side")
     s.add_argument("--tgt-vocab-size", type=_at_least(0), default=0, help="with --separate-vocab (0: --vocab-size)")
-    s.add_argument("--model-type", default="bpe", choices=["bpe", "unigram"], help="SentencePiece model (default bpe)")
+    s.add_argument("--model-type", default=None, choices=["bpe", "unigram"], help="SentencePiece model (default bpe)")
     s.add_argument("--subword", choices=["sentencepiece", "subword-nmt"], default="sentencepiece",
                    help="the subword segmentation: SentencePiece (--vocab-size, --model-type; default) or subword-nmt "
                         "BPE (--merges), the papers' and fairseq's: its pieces are every piece of the BPE'd training text")
-    s.add_argument("--merges", type=_at_least(0), default=10000,
+    s.add_argument("--merges", type=_at_least(0), default=None,
                    help="subword-nmt merge operations (--subword subword-nmt; default 10,000, fairseq's Multi30k)")
     s.add_argument("--lowercase", action="store_true",
                    help="lowercase both sides before SentencePiece (as fairseq's Multi30k recipe); models trained on it "

@@ -216,7 +216,7 @@ def _build(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, p
     t0 = time.time()
 
     # 1. the subword vocabularies (SentencePiece on a bounded sample of the training stream, or subword-nmt)
-    vocabs, vocab_files = _train_vocabs(cfg, splits["train"], tmp, log)
+    vocabs, vocab_files = _train_vocabs(cfg, splits["train"], tmp, log, progress=progress)
 
     # 2. encode every split, streaming to memory-mappable files
     parsing = backend.produces_trees
@@ -279,8 +279,8 @@ class _SpmSample:
             yield t
 
 
-def _train_vocabs(cfg: PrepareConfig, train: tuple[Path, Path], tmp: Path,
-                  log) -> tuple[dict[str, Vocab], dict[str, str]]:
+def _train_vocabs(cfg: PrepareConfig, train: tuple[Path, Path], tmp: Path, log,
+                  progress: bool = False) -> tuple[dict[str, Vocab], dict[str, str]]:
     """The vocabularies (side -> Vocab) trained into ``tmp`` (SentencePiece, or subword-nmt with
     ``subword``), and their model file names.
 
@@ -294,12 +294,13 @@ def _train_vocabs(cfg: PrepareConfig, train: tuple[Path, Path], tmp: Path,
     sample = _SpmSample(*train, moses=(langs["src"], langs["tgt"]) if cfg.moses else None)
     stem = "bpe" if cfg.subword == "subword-nmt" else "spm"
     if cfg.joint_vocab:
-        v = _train_one(cfg, sample, sample.joint(), tmp / stem, cfg.vocab_size, log)
+        v = _train_one(cfg, sample, sample.joint(), tmp / stem, cfg.vocab_size, log, progress)
         vocabs = {"src": v, "tgt": v}
         vocab_files = {"src": f"{stem}.model", "tgt": f"{stem}.model"}
     else:
-        vs = _train_one(cfg, sample, sample.side(0), tmp / f"{stem}.src", cfg.vocab_size, log)
-        vt = _train_one(cfg, sample, sample.side(1), tmp / f"{stem}.tgt", cfg.tgt_vocab_size or cfg.vocab_size, log)
+        vs = _train_one(cfg, sample, sample.side(0), tmp / f"{stem}.src", cfg.vocab_size, log, progress)
+        vt = _train_one(cfg, sample, sample.side(1), tmp / f"{stem}.tgt", cfg.tgt_vocab_size or cfg.vocab_size, log,
+                        progress)
         vocabs = {"src": vs, "tgt": vt}
         vocab_files = {"src": f"{stem}.src.model", "tgt": f"{stem}.tgt.model"}
     if cfg.moses:
@@ -308,14 +309,15 @@ def _train_vocabs(cfg: PrepareConfig, train: tuple[Path, Path], tmp: Path,
 
 
 def _train_one(cfg: PrepareConfig, sample: _SpmSample, lines: Iterator[str], prefix: Path, size: int,
-               log) -> Vocab:
+               log, progress: bool = False) -> Vocab:
     """One vocabulary ``{prefix}.model`` from ``lines`` (a stream of ``sample``): SentencePiece of ``size``
-    pieces, or subword-nmt BPE of ``cfg.merges`` merges."""
+    pieces, or subword-nmt BPE of ``cfg.merges`` merges (with subword-nmt's progress bar)."""
     stats = sample.stats
     stats.lines = stats.empty = 0
     stats.empty_examples.clear()
     if cfg.subword == "subword-nmt":
-        vocab, learned = train_subword_nmt(lines, prefix, merges=cfg.merges, lowercase=cfg.lowercase)
+        vocab, learned = train_subword_nmt(lines, prefix, merges=cfg.merges, lowercase=cfg.lowercase,
+                                           progress=progress)
         if sample.errors:
             raise sample.errors[0]
         if stats.lines <= stats.empty:

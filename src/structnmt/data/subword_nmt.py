@@ -9,8 +9,15 @@ fairseq dictionary built from the same BPE'd text.
 
 The inventory is what fairseq's ``preprocess`` keeps: every piece of the BPE'd training text
 (both sides for a joint vocabulary), most frequent first (ties in code-point order), after the
-four special pieces ``<pad>`` ``<unk>`` ``<s>`` ``</s>`` at ids 0-3. A piece not in it (a
-character never seen in training) reads as ``<unk>``.
+four special pieces ``<pad>`` ``<unk>`` ``<s>`` ``</s>`` at ids 0-3 (fairseq also pads its dictionary
+to a multiple of 8 with entries no text reaches; those are not added). A piece not in it (a character
+never seen in training as that piece) reads as ``<unk>``, and so does a literal ``<s>``, ``</s>`` or
+``<pad>`` in the text, never the control id.
+
+Tokens are split at any whitespace (``str.split``); subword-nmt's scripts split at spaces only, which
+is the same on space-separated text such as Moses-tokenized text, the pipeline it is meant for. A
+literal ``@@`` ending a word is read as subword-nmt and fairseq read it: the word continues into the
+next one (``decode`` joins them).
 
 The model travels as one byte string (:meth:`SubwordNmtModel.to_bytes`: a header line, then JSON
 with the codes and the pieces), which is what a dataset's ``bpe.model`` file holds and a
@@ -83,7 +90,7 @@ class SubwordNmtModel:
     SentencePiece processor (``id_to_piece``, ``piece_to_id``, ``get_piece_size``) but no
     encoder of its own: encode with :meth:`encode` / :meth:`spans`."""
 
-    def __init__(self, codes: str, pieces: list[str]):
+    def __init__(self, codes: str, pieces: list[str]) -> None:
         lines = _code_lines(codes)
         for i, line in enumerate(lines, 1):
             if len(line.split(" ")) != 2:
@@ -113,10 +120,12 @@ class SubwordNmtModel:
 
     # serialization -----------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
+        """The model as a ``bpe.model`` file and a checkpoint keep it: :data:`MAGIC`, then JSON."""
         return MAGIC + json.dumps({"codes": self.codes, "pieces": self.pieces}, ensure_ascii=False).encode("utf-8")
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SubwordNmtModel:
+        """The model of :meth:`to_bytes`'s bytes; :class:`SubwordNmtError` for anything else."""
         if not data.startswith(MAGIC):
             raise SubwordNmtError("not a subword-nmt model written by structnmt (its first line differs)")
         try:
@@ -127,12 +136,15 @@ class SubwordNmtModel:
 
     # the lookups of a SentencePiece processor ---------------------------------------------------
     def get_piece_size(self) -> int:
+        """The number of pieces, specials included."""
         return len(self.pieces)
 
     def id_to_piece(self, i: int) -> str:
+        """The piece of id ``i`` as subword-nmt writes it (``stra@@``)."""
         return self.pieces[i]
 
     def piece_to_id(self, piece: str) -> int:
+        """The id of a piece of the inventory (a special included), ``<unk>`` (1) otherwise."""
         return self.index.get(piece, 1)
 
     # text <-> pieces ------------------------------------------------------------------------------
@@ -141,22 +153,35 @@ class SubwordNmtModel:
         return self._segment_words(line.split())
 
     def _segment_words(self, words: list[str]) -> list[str]:
+        """The pieces of whitespace-free ``words``."""
         if self.bpe is not None:
             return self.bpe.segment_tokens(words)
         return [piece for w in words for piece in [c + SEPARATOR for c in w[:-1]] + [w[-1]]]
 
+    def piece_id(self, piece: str) -> int:
+        """The id a piece of text reads as: its own, or ``<unk>`` (1) for a piece outside the inventory
+        and for a literal special (``<s>`` in the text is not the control piece)."""
+        i = self.index.get(piece, 1)
+        return 1 if i < 4 else i
+
     def encode(self, line: str) -> list[int]:
-        return [self.index.get(p, 1) for p in self.segment(line)]
+        """The piece ids of ``line`` (without EOS)."""
+        return [self.piece_id(p) for p in self.segment(line)]
 
     def spans(self, line: str) -> list[tuple[int, int, int]]:
-        """``(id, begin, end)`` of every piece of ``line``, with its characters' offsets in ``line``."""
+        """``(id, begin, end)`` of every piece of ``line``, with its bytes' offsets in ``line``'s UTF-8
+        encoding (SentencePiece's convention, which :func:`structnmt.syntax.align.piece_char_spans` reads)."""
+        byte_at = [0]
+        for ch in line:
+            byte_at.append(byte_at[-1] + len(ch.encode("utf-8")))
         out = []
         for word in _WORD.finditer(line):
             begin = word.start()
-            for piece in self._segment_words([word.group()]):
-                text = piece[: -len(SEPARATOR)] if piece.endswith(SEPARATOR) else piece
-                end = min(begin + len(text), word.end())
-                out.append((self.index.get(piece, 1), begin, end))
+            pieces = self._segment_words([word.group()])
+            for k, piece in enumerate(pieces):  # every piece but the word's last ends with the separator
+                n = len(piece) - (len(SEPARATOR) if k < len(pieces) - 1 else 0)
+                end = min(begin + n, word.end())
+                out.append((self.piece_id(piece), byte_at[begin], byte_at[end]))
                 begin = end
         return out
 

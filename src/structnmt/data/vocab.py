@@ -49,25 +49,34 @@ class Vocab:
         self.lowercase = bool(lowercase)
         self.moses = moses or None
         self.path = Path(model_path) if model_path is not None else None
+        where = self.path if self.path is not None else "the checkpoint's vocabulary"
         if proto is None:
             if not self.path.is_file():
                 raise VocabError(f"{self.path}: no such vocabulary model; give the directory `structnmt prepare` "
                                  "wrote (prepare it again if the file was removed).")
-            proto = self.path.read_bytes()
+            try:
+                proto = self.path.read_bytes()
+            except OSError as err:
+                raise VocabError(f"{self.path}: cannot be read ({err.strerror or type(err).__name__}); "
+                                 "check its permissions.") from None
         self.bpe: SubwordNmtModel | None = None
+        self.sp: spm.SentencePieceProcessor | SubwordNmtModel
         try:
+            if not proto:
+                raise SubwordNmtError("the file is empty")
             if proto.startswith(MAGIC):
                 self.bpe = SubwordNmtModel.from_bytes(proto)
                 self.sp = self.bpe
             else:
                 self.sp = spm.SentencePieceProcessor(model_proto=proto)
         except (RuntimeError, OSError, SubwordNmtError) as err:
-            where = self.path if self.path is not None else "the checkpoint's vocabulary"
             raise VocabError(f"{where}: not a readable SentencePiece or subword-nmt model "
                              f"({str(err).splitlines()[0] if str(err) else type(err).__name__}); "
                              "prepare the dataset again.") from None
-        if self.bpe is None:  # a subword-nmt model's specials are checked when it is read
-            assert self.sp.pad_id() == PAD and self.sp.eos_id() == EOS, "vocabulary built with other special ids"
+        if self.bpe is None and (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id()) != (
+                PAD, UNK, BOS, EOS):  # a subword-nmt model's specials are checked when it is read
+            raise VocabError(f"{where}: a SentencePiece model with other special ids than structnmt's (pad 0, unk 1, "
+                             "bos 2, eos 3); prepare the dataset with structnmt prepare.")
 
     @property
     def proto(self) -> bytes:
@@ -110,7 +119,9 @@ class Vocab:
 
     def encode_spans(self, lines: list[str]) -> list[list[tuple[int, int, int]]]:
         """``(id, begin, end)`` of every piece of each text as given (not normalized: the caller aligns
-        pieces to the characters of that text), with its characters' offsets in the text."""
+        pieces to the characters of that text), with its bytes' offsets in the text's UTF-8 encoding
+        (SentencePiece's convention; :func:`structnmt.syntax.align.piece_char_spans` turns them into
+        characters' offsets)."""
         if self.bpe is not None:
             return [self.bpe.spans(line) for line in lines]
         return [[(p.id, p.begin, p.end) for p in proto.pieces] for proto in self.sp.encode(lines, return_type="proto")]

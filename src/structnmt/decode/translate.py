@@ -441,13 +441,11 @@ class Translator:
         """((dependency, constituency), word_of_piece) of every (non-empty, stripped) text;
         None for a text whose parse cannot be aligned with it.
 
-        Without a parser the trees are ``None`` and the words are SentencePiece's (a piece
-        starting with ▁ starts a word), as in the collator.
+        Without a parser the trees are ``None`` and the words are the vocabulary's, read off the
+        piece ids as the collator reads them (:meth:`structnmt.data.vocab.Vocab.word_of_piece`).
         """
         if self.parser_cfg is None or (self.pieces_without_prefix and prefix is None and lang is None):
-            from ..syntax.features import word_of_piece_from_pieces
-
-            return [((None, None), word_of_piece_from_pieces(p)) for p in self.src_vocab.encode_pieces(texts)]
+            return [((None, None), self.src_vocab.word_of_piece(ids)) for ids in self.src_vocab.encode(texts)]
         from ..syntax.align import AlignmentError, align_trees
         from ..syntax.features import FEATURES
         from ..syntax.parsers import build_parser

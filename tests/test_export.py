@@ -219,3 +219,31 @@ def test_an_export_of_a_moses_model_tokenizes_and_detokenizes_like_structnmt(tmp
     assert theirs.tgt_vocab.decode(pieces) == ours.tgt_vocab.decode(pieces) == "alpha, beta dog."
     greedy = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=4, batch_size=1)
     assert [h[0].text for h in theirs.translate(sources, greedy)] == [h[0].text for h in ours.translate(sources, greedy)]
+
+
+def test_an_export_of_a_subword_nmt_model_keeps_its_codes_and_translates_like_structnmt(tmp_path):
+    """`prepare --subword subword-nmt`: the export carries the subword-nmt model (codes and pieces) as
+    `{side}.bpe.model`, and CTranslate2 reads and writes the same pieces as structnmt."""
+    from structnmt.data.prepare import PrepareConfig, prepare
+
+    words = "alpha beta gamma delta red cat dog sees the a big small".split()
+    lines = [" ".join(words[(i * k) % len(words)] for k in range(1, 2 + i % 6)) + " ." for i in range(120)]
+    for side in ("en", "de"):
+        (tmp_path / f"train.{side}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    prepare(PrepareConfig(source_lang="en", target_lang="de", trainpref=str(tmp_path / "train"),
+                          subword="subword-nmt", merges=20), tmp_path / "data", progress=False, log=lambda *_: None)
+    ckpt = _with_likely_eos(_train(tmp_path / "data", tmp_path, share_all_embeddings=True), tmp_path / "m.pt")
+    out = export_ctranslate2(ckpt, tmp_path / "ct2")
+    assert (out / "source.bpe.model").is_file() and not (out / "source.spm.model").exists()
+    theirs, ours = CT2Translator(out), Translator(ckpt, device="cpu")
+    assert theirs.src_vocab.bpe is not None and theirs.src_vocab.sha256 == ours.src_vocab.sha256
+    sources = ["alpha beta gammas .", "the big doggy sees a cat ."]
+    assert encode_sources(theirs.src_vocab, sources) == encode_sources(ours.src_vocab, sources)
+    greedy = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=4, batch_size=1)
+    assert [h[0].text for h in theirs.translate(sources, greedy)] == [h[0].text for h in ours.translate(sources, greedy)]
+    from structnmt.data.vocab import train_subword_nmt
+
+    other, _ = train_subword_nmt(lines, tmp_path / "other", merges=19)  # another model in its place: refused
+    (out / "source.bpe.model").write_bytes(other.proto)
+    with pytest.raises(ExportError, match=r"source\.bpe\.model: not the vocabulary model"):
+        CT2Translator(out)

@@ -3,9 +3,9 @@
 ``structnmt export --format ctranslate2 --checkpoint run/average.pt --out run/ct2`` writes
 a CTranslate2 model directory (``model.bin``, ``config.json``, the vocabularies as
 CTranslate2 reads them) plus what structnmt needs to translate raw text with it: the
-vocabulary models of the checkpoint (``source.spm.model``, ``target.spm.model``: SentencePiece's, or
-for a ``prepare --subword subword-nmt`` dataset structnmt's subword-nmt model, which
-:class:`structnmt.data.vocab.Vocab` reads alike) and
+vocabulary models of the checkpoint (``source.spm.model``, ``target.spm.model``: SentencePiece's; for a
+``prepare --subword subword-nmt`` dataset ``source.bpe.model``, ``target.bpe.model``, structnmt's
+subword-nmt model with its codes) and
 ``structnmt_export.json`` (the checkpoint it came from, the vocabularies' SHA-256, the
 model's decode settings). ``structnmt translate --checkpoint run/ct2`` then translates
 with CTranslate2 instead of PyTorch, with the same options.
@@ -183,10 +183,15 @@ def export_ctranslate2(checkpoint: str | Path, out_dir: str | Path, *, quantizat
     return out
 
 
+def _model_file(side: str, vocab: Vocab) -> str:
+    """The export's file of one side's vocabulary model: ``{side}.spm.model``, or ``{side}.bpe.model`` for subword-nmt."""
+    return f"{side}.{'bpe' if vocab.bpe is not None else 'spm'}.model"
+
+
 def _write_export(d: Path, spec, src_vocab: Vocab, tgt_vocab: Vocab, meta: dict) -> None:
     spec.save(str(d))
-    (d / "source.spm.model").write_bytes(src_vocab.proto)
-    (d / "target.spm.model").write_bytes(tgt_vocab.proto)
+    (d / _model_file("source", src_vocab)).write_bytes(src_vocab.proto)
+    (d / _model_file("target", tgt_vocab)).write_bytes(tgt_vocab.proto)
     meta = {**meta, "files": sorted(p.name for p in d.iterdir() if p.is_file())}
     (d / MARKER).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
@@ -267,11 +272,13 @@ class CT2Translator:
                               "export the checkpoint again with structnmt export.")
         lowercase = self.meta.get("lowercase", {})  # exports of `prepare --lowercase` / `--moses` models
         moses = self.meta.get("moses", {})
-        self.src_vocab = Vocab(d / "source.spm.model", lowercase=lowercase.get("source", False), moses=moses.get("source"))
-        self.tgt_vocab = Vocab(d / "target.spm.model", lowercase=lowercase.get("target", False), moses=moses.get("target"))
+        files = {side: next((f for f in (f"{side}.spm.model", f"{side}.bpe.model") if (d / f).is_file()),
+                            f"{side}.spm.model") for side in ("source", "target")}
+        self.src_vocab = Vocab(d / files["source"], lowercase=lowercase.get("source", False), moses=moses.get("source"))
+        self.tgt_vocab = Vocab(d / files["target"], lowercase=lowercase.get("target", False), moses=moses.get("target"))
         for side, vocab in (("source", self.src_vocab), ("target", self.tgt_vocab)):
             if vocab.sha256 != self.meta[f"{side}_sha256"]:
-                raise ExportError(f"{d / (side + '.spm.model')}: not the vocabulary model {d} was exported with "
+                raise ExportError(f"{d / files[side]}: not the vocabulary model {d} was exported with "
                                   "(its SHA-256 differs from the one recorded); the translations would be wrong. "
                                   "Restore the file or export the checkpoint again.")
         if data_dir is not None:

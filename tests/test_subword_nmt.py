@@ -282,3 +282,12 @@ def test_unknown_characters_read_as_unk(tmp_path):
     vocab, _ = train_subword_nmt(["abc abd", "abc"], Path(tmp_path) / "bpe", merges=5)
     ids = vocab.encode(["abz"])[0]
     assert 1 in ids and vocab.decode(ids).endswith("<unk>")
+
+
+def test_a_sentencepiece_model_with_other_special_ids_is_a_vocab_error(tmp_path):
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(TEXT * 5), model_prefix=str(tmp_path / "other"), vocab_size=30,
+                                   hard_vocab_limit=False, minloglevel=2)  # SentencePiece's defaults: unk 0, bos 1, eos 2
+    with pytest.raises(VocabError, match=r"other\.model: a SentencePiece model with other special ids"):
+        Vocab(tmp_path / "other.model")

@@ -8,7 +8,7 @@ input lines (``--stats-sentences``: statistics over many sentences, pictures of 
 1. the source is encoded and parsed exactly as ``structnmt translate`` does
    (:class:`~structnmt.decode.translate.Translator`: the parser backend of the training
    data when the model needs structure tensors; with the ``none`` backend, words come
-   from the SentencePiece pieces, as in training);
+   from the subword pieces, as in training);
 2. the model translates it greedily, and its own translation is fed back as the decoder
    input of one teacher-forced pass ``model(src, mask, tgt_in, structures,
    need_weights=True)`` (there is no reference), which gives every attention map;

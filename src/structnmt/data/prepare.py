@@ -538,7 +538,7 @@ def _split_counts(cfg: PrepareConfig, split: str, sp: Path, tp: Path, tally: _Sp
         log(f"prepare {split}: dropped {stats.empty} empty pairs (first lines {stats.empty_examples}) "
             f"and {stats.too_long} pairs longer than {cfg.max_len} pieces, of {stats.lines}.")
     if stats.no_pieces:
-        log(f"prepare {split}: dropped {stats.no_pieces} pairs with a side that has no SentencePiece piece "
+        log(f"prepare {split}: dropped {stats.no_pieces} pairs with a side that has no subword piece "
             f"(only characters the model drops, such as zero-width spaces; first lines {stats.no_pieces_examples}).")
     if truncated:
         log(f"prepare {split}: kept {truncated} pairs longer than {cfg.max_len} pieces with their pieces cut to "

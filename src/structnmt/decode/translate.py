@@ -382,7 +382,7 @@ class Translator:
                 # given, as the experiment runner does), and no feature reads a tree: words from the pieces
                 self.pieces_without_prefix = True
                 self.note = ("this model's features read no trees; its dataset's pre-parsed trees do not cover this "
-                             "input, so words are taken from the SentencePiece pieces (pass --parse-dependency and "
+                             "input, so words are taken from the subword pieces (pass --parse-dependency and "
                              "--parse-constituency to use parses instead).")
         if workers is not None and workers > 1:
             if self.device.type != "cpu":

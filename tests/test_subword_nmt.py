@@ -291,3 +291,38 @@ def test_a_sentencepiece_model_with_other_special_ids_is_a_vocab_error(tmp_path)
                                    hard_vocab_limit=False, minloglevel=2)  # SentencePiece's defaults: unk 0, bos 1, eos 2
     with pytest.raises(VocabError, match=r"other\.model: a SentencePiece model with other special ids"):
         Vocab(tmp_path / "other.model")
+
+
+def test_a_word_level_mechanism_reads_subword_nmt_words(bpe_data, tmp_path):
+    """MG-SA's n-gram phrases without a parse are built over the vocabulary's words (for subword-nmt, a piece
+    ending in @@ is continued by the next), in the collator as in the dataset; such a model trains on the data."""
+    import json
+    import math
+
+    from structnmt.config import AttentionSpec, Config, DataConfig, ModelConfig, TrainConfig
+    from structnmt.data.dataset import collate
+    from structnmt.models.transformer import TransformerModel
+    from structnmt.training import train
+
+    ds = PreparedDataset(bpe_data["out"])
+    split = ds.split("train")
+    i = next(k for k in range(len(split)) if any(ds.src_vocab.sp.id_to_piece(int(t)).endswith("@@")
+                                                 for t in split.get("src", k)))
+    raw = [ds.src_vocab.sp.id_to_piece(int(t)) for t in split.get("src", i)]
+    expected, w = [], 0
+    for k in range(len(raw)):
+        w += k > 0 and not raw[k - 1].endswith("@@")
+        expected.append(w)
+    assert split.word_of_piece(i).tolist() == expected and expected[-1] < len(raw) - 1  # a word of several pieces
+    model_cfg = ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=1)
+    model_cfg.attention.overrides = {"encoder_self.0": AttentionSpec(name="mgsa", options={"preset": "ngram"})}
+    specs = TransformerModel(model_cfg, len(ds.src_vocab), len(ds.tgt_vocab)).required_structures()
+    batch = collate(split, np.array([i]), specs)
+    assert batch.structures["mgsa.ngram2"][0, : len(raw)].tolist() == [x // 2 for x in expected]  # bigrams of words
+    cfg = Config(data=DataConfig(path=str(bpe_data["out"]), max_tokens=600), model=model_cfg,
+                 train=TrainConfig(save_dir=str(tmp_path / "m"), max_updates=3, validate_interval_updates=3,
+                                   validate_bleu=False, tensorboard=False, progress=False, log_interval=1))
+    assert train(cfg, log=lambda *_: None).num_updates == 3
+    losses = [json.loads(x)["loss"] for x in (tmp_path / "m" / "metrics.jsonl").read_text().splitlines()
+              if json.loads(x)["kind"] == "train"]
+    assert len(losses) == 3 and all(math.isfinite(v) for v in losses)

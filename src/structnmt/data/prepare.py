@@ -247,8 +247,8 @@ def _build(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, p
 # fails with an internal message on an empty stream: keep the CorpusError (and the
 # stats) so that bad training input gets the same clear error as any other split.
 @dataclass
-class _SpmSample:
-    """The training pairs streamed to SentencePiece, with their stats and the stream's CorpusError."""
+class _TrainSample:
+    """The training pairs streamed to SentencePiece or subword-nmt, with their stats and the stream's CorpusError."""
 
     src: Path
     tgt: Path
@@ -291,7 +291,7 @@ def _train_vocabs(cfg: PrepareConfig, train: tuple[Path, Path], tmp: Path, log,
         if not has_rules(lang):
             log(f"prepare: sacremoses has no Moses rules of its own for the language code {lang!r}: its generic "
                 "ones tokenize that side (use the language's ISO 639-1 code, e.g. en, de, where it has rules).")
-    sample = _SpmSample(*train, moses=(langs["src"], langs["tgt"]) if cfg.moses else None)
+    sample = _TrainSample(*train, moses=(langs["src"], langs["tgt"]) if cfg.moses else None)
     stem = "bpe" if cfg.subword == "subword-nmt" else "spm"
     if cfg.joint_vocab:
         v = _train_one(cfg, sample, sample.joint(), tmp / stem, cfg.vocab_size, log, progress)
@@ -308,7 +308,7 @@ def _train_vocabs(cfg: PrepareConfig, train: tuple[Path, Path], tmp: Path, log,
     return vocabs, vocab_files
 
 
-def _train_one(cfg: PrepareConfig, sample: _SpmSample, lines: Iterator[str], prefix: Path, size: int,
+def _train_one(cfg: PrepareConfig, sample: _TrainSample, lines: Iterator[str], prefix: Path, size: int,
                log, progress: bool = False) -> Vocab:
     """One vocabulary ``{prefix}.model`` from ``lines`` (a stream of ``sample``): SentencePiece of ``size``
     pieces, or subword-nmt BPE of ``cfg.merges`` merges (with subword-nmt's progress bar)."""
@@ -343,7 +343,7 @@ def _train_one(cfg: PrepareConfig, sample: _SpmSample, lines: Iterator[str], pre
     return vocab
 
 
-def _no_pairs(sample: _SpmSample) -> CorpusError:
+def _no_pairs(sample: _TrainSample) -> CorpusError:
     stats = sample.stats
     return CorpusError(f"{sample.src} / {sample.tgt}: no usable sentence pairs ({stats.lines} lines, "
                        f"{stats.empty} empty); check the files.")

@@ -23,6 +23,7 @@ from .phrasal import (  # noqa: F401,E402  (registers "phrasal_homogeneous", "ph
 )
 from .phrasal_interleaved import InterleavedPhrasalAttention  # noqa: F401,E402  (registers "phrasal_interleaved")
 from .phrase_transformer import HypernodeSpec, PhraseTransformerAttention  # noqa: F401,E402  (registers "phrase_transformer")
+from .queryk_rel_pos import QueryKRelativePositionAttention  # noqa: F401,E402  (registers "queryk_rel_pos")
 from .relative_position import RelativePositionAttention  # noqa: F401,E402  (registers "rel_pos")
 from .rhe import RHEAttention, identify_heads  # noqa: F401,E402  (registers "rhe")
 from .sea import LocalPhraseBias  # noqa: F401,E402

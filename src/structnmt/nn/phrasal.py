@@ -378,6 +378,17 @@ class HeterogeneousPhrasalAttention(_PhrasalAttention):
         return {"kind": "heterogeneous", "query_phrase": [False] * self.dims.heads, "key_phrase_per_head": None,
                 "key_blocks": list(self.ngrams)}
 
+    def block_logits(self, branch: PhraseBranch, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
+        """QUERYK logits of one n-gram type (eq. 8): q (B, H, T, n*d) the stacked query kernels, k (B, H, L,
+        n*d) the stacked phrase keys -> (B, H, T, L), scaled by 1/sqrt(d*n). A subclass that adds a term to
+        the logits (``queryk_rel_pos``) overrides it."""
+        return torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim * branch.n)
+
+    def value_term(self, weights: Tensor, ctx: AttentionContext) -> Tensor | None:
+        """Added to ``weights @ values`` (QUERYK): (B, H, T, d) from the weights after dropout (B, H, T, N*L).
+        None here; ``queryk_rel_pos`` adds its relative value vectors."""
+        return None
+
     def forward(self, query: Tensor, memory: Tensor, ctx: AttentionContext) -> AttentionOutput:
         kvs, valid, L = self.phrase_memory(memory, ctx)
         B, T = query.shape[:2]
@@ -393,11 +404,14 @@ class HeterogeneousPhrasalAttention(_PhrasalAttention):
             out, weights = scaled_attention(q, keys, values, mask=allowed, dropout_p=dropout_p,
                                             need_weights=ctx.need_weights)
         else:  # eq. 8: per-type query kernels, per-type scale 1/sqrt(d*n)
-            logits = torch.cat(
-                [torch.matmul(br.query(query), k.transpose(-1, -2)) / math.sqrt(self.head_dim * br.n)
-                 for br, (k, _) in zip(self.branches, kvs)], dim=-1)
+            logits = torch.cat([self.block_logits(br, br.query(query), k, ctx)
+                                for br, (k, _) in zip(self.branches, kvs)], dim=-1)
             w = masked_softmax(logits, allowed).to(values.dtype)
-            out = torch.matmul(F.dropout(w, p=dropout_p, training=dropout_p > 0), values)
+            dropped = F.dropout(w, p=dropout_p, training=dropout_p > 0)
+            out = torch.matmul(dropped, values)
+            extra = self.value_term(dropped, ctx)
+            if extra is not None:
+                out = out + extra
             weights = w if ctx.need_weights else None
         extras = {"key_blocks": list(self.ngrams)} if ctx.need_weights else {}
         return AttentionOutput(output=self.out_proj(merge_heads(out)), weights=weights, extras=extras)

@@ -417,7 +417,7 @@ def test_seeds_extra_splits_and_grid_overrides(tmp_path, corpus, monkeypatch):
         assert resolved["train"]["lr_schedule"] == "linear" and resolved["train"]["warmup_updates"] == 2
     md = (out / "results.md").read_text(encoding="utf-8")
     assert "seed-aware test" in md and "**Noise floor**: the baseline's BLEU over its 2 seeds spans" in md
-    assert "| p (seed-aware) | ASO ε |" in md and "## Split" not in md
+    assert "| p (seed-aware) | MDE | ASO ε |" in md and "## Split" not in md
     assert (out / "deltas.png").read_bytes()[:4] == b"\x89PNG" and "](deltas.png)" in md  # the seed-aware intervals
 
     # a second test split, added once the runs are finished: decoded and scored, nothing trained
@@ -449,6 +449,9 @@ def test_seeds_extra_splits_and_grid_overrides(tmp_path, corpus, monkeypatch):
                                aso=False)["v"]
     assert rows[3]["test"] == "seed-aware" and float(rows[3]["p_value"]) == pytest.approx(expected.p_value)
     assert float(rows[3]["delta"]) == pytest.approx(expected.delta)
+    # the row's minimal detectable effect is that of the test's own variance parts and seeds
+    assert float(rows[3]["mde"]) == pytest.approx(expected.minimal_detectable_effect(), rel=1e-4)
+    assert rows[2]["mde"] == ""  # the baseline has none
     assert "## Split test1 (valid)" in (out / "results.md").read_text(encoding="utf-8")
     # a run not scored on the extra split (copied from elsewhere, say): the report leaves that split's table out
     variant = out / "runs" / "post-norm-2-layers" / "seed2" / "result.json"

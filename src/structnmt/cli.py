@@ -18,6 +18,7 @@ Each command's function (``cmd_<name>``) has its parser beside it (``_parser_<na
     head-roles    redundant encoder heads (RHE) over training, compared across runs
     sweep-plot    a score against a swept setting, from an experiment's results.csv
     delta-plot    each row's difference from the baseline in several experiments' results.csv (PNG)
+    plan-seeds    each row's minimal detectable effect, and the seeds a given difference needs
     analyze       attention heatmaps (PNG) and statistics of a checkpoint
     gate          SA-NMT's syntactic gate per target token and POS (Fig. 6)
     demo          the embedded default: synth -> prepare -> train on CPU -> BLEU
@@ -798,6 +799,29 @@ def _parser_delta_plot(sub) -> None:
     s.set_defaults(func=cmd_delta_plot)
 
 
+def cmd_plan_seeds(args) -> int:
+    from .analysis.seed_plan import format_plan, plan_seeds
+
+    metric, rows = plan_seeds(args.results, args.delta, alpha=args.alpha, target=args.power,
+                              max_seeds=args.max_seeds, test_scale=args.test_scale)
+    print(format_plan(metric, rows, args.delta, args.alpha, args.power))
+    return 0
+
+
+def _parser_plan_seeds(sub) -> None:
+    s = sub.add_parser("plan-seeds", help="each row's minimal detectable effect and the seeds per system that "
+                                          "would resolve a given difference (seed-aware test)")
+    s.add_argument("results", help="an experiment's results.csv, or its output directory")
+    s.add_argument("--delta", type=float, required=True, help="the difference to resolve, in the tested metric's "
+                                                              "points (e.g. 0.5 BLEU (lc,tok))")
+    s.add_argument("--alpha", type=float, default=0.05, help="the test's level (default 0.05)")
+    s.add_argument("--power", type=float, default=0.8, help="the probability of detecting --delta (default 0.8)")
+    s.add_argument("--max-seeds", type=int, default=100, help="the most seeds per system considered (default 100)")
+    s.add_argument("--test-scale", type=float, default=1.0,
+                   help="plan as if each test set were this many times as large (2: two such test sets joined)")
+    s.set_defaults(func=cmd_plan_seeds)
+
+
 def cmd_head_roles(args) -> int:
     from .analysis.head_roles import compare_runs
 
@@ -844,7 +868,8 @@ def _parser_demo(sub) -> None:
 PARSERS = (
     _parser_synth, _parser_prepare, _parser_train, _parser_parse, _parser_translate, _parser_export,
     _parser_average, _parser_score, _parser_experiment, _parser_probe, _parser_tag, _parser_induce,
-    _parser_induce_table, _parser_head_roles, _parser_sweep_plot, _parser_delta_plot, _parser_analyze, _parser_gate,
+    _parser_induce_table, _parser_head_roles, _parser_sweep_plot, _parser_delta_plot, _parser_plan_seeds,
+    _parser_analyze, _parser_gate,
     _parser_demo,
 )
 

@@ -48,6 +48,8 @@ from typing import Any
 
 import numpy as np
 
+from .power import VarianceParts, minimal_detectable_effect
+
 __all__ = ["SeedTest", "seed_aware_test", "seed_aware_accuracy_test", "run_statistics", "describe_test"]
 
 
@@ -80,6 +82,16 @@ class SeedTest:
     n_samples: int
     aso_better: float | None = None
     aso_worse: float | None = None
+
+    def variance_parts(self) -> VarianceParts:
+        """The variances this test read: both sides' seed variances and the test-set part."""
+        return VarianceParts(self.std ** 2, self.baseline_std ** 2, self.sentence_se ** 2)
+
+    def minimal_detectable_effect(self, *, alpha: float = 0.05, target: float = 0.8) -> float:
+        """The smallest |Δ| this test would flag at ``alpha`` with power ``target``, with these seeds and
+        variances (:func:`structnmt.evaluate.power.minimal_detectable_effect`)."""
+        return minimal_detectable_effect(self.variance_parts(), self.n_seeds, self.baseline_n_seeds, alpha=alpha,
+                                         target=target)
 
 
 def _metric(metric: str) -> Any:

@@ -29,7 +29,7 @@ COLUMNS = ["System", "# Params", "Speed (train tok/s)", "Decode (sent/s)", "Peak
 CSV_COLUMNS = ["split", "system", "baseline", "params", "train_tok_per_s", "decode_sent_per_s", "peak_memory_mb",
                "metric", "bleu", "delta", "mark", "p_value", "test", "chrf", "bleu_mean", "bleu_std", "n_seeds",
                "sacrebleu_mean", "sacrebleu_std", "bleu_lc_tok_mean", "bleu_lc_tok_std", "chrf_mean", "chrf_std",
-               "s_sel", "seed_se", "sentence_se", "df", "aso_better", "aso_worse", "num_updates",
+               "s_sel", "seed_se", "sentence_se", "df", "aso_better", "aso_worse", "mde", "num_updates",
                "train_target_tokens", "train_seconds", "seed"]
 #: per-seed metric columns: result.json key -> CSV name
 SEED_METRICS = {"bleu": "sacrebleu", "bleu_lc_tok": "bleu_lc_tok", "chrf": "chrf"}
@@ -165,7 +165,8 @@ def build_rows(grid: GridConfig, out: Path, results: dict, refs: list[str], spli
         if test is not None and "test" in test:
             t = test["test"]
             row.update({"s_sel": t.s_sel, "seed_se": t.seed_se, "sentence_se": t.sentence_se, "df": t.df,
-                        "aso_better": t.aso_better, "aso_worse": t.aso_worse})
+                        "aso_better": t.aso_better, "aso_worse": t.aso_worse,
+                        "mde": t.minimal_detectable_effect()})
         if is_base and seed_aware:
             row["s_sel"] = next(iter(tests.values()))["test"].baseline_s_sel if tests else None
         rows.append(row)
@@ -195,7 +196,7 @@ def markdown_table(rows: list[dict], *, seeds: int, bleu_name: str = "BLEU", mea
     if seeds <= 1:
         cols = first + [bleu_name, "Δ", "p", "chrF"]
     else:
-        cols = first + [f"{bleu_name} mean ± std", "Δ (means)", "p (seed-aware)", "ASO ε"]
+        cols = first + [f"{bleu_name} mean ± std", "Δ (means)", "p (seed-aware)", "MDE", "ASO ε"]
         cols += (["BLEU mean ± std"] if lc_tok else []) + ["chrF mean ± std"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] + ["---:"] * (len(cols) - 1)) + "|"]
     for r in rows:
@@ -210,7 +211,7 @@ def markdown_table(rows: list[dict], *, seeds: int, bleu_name: str = "BLEU", mea
         else:
             fewer = f" ({r['n_seeds']} of {seeds})" if r["n_seeds"] < seeds else ""
             cells += [f"{r['bleu']:.2f} ± {r['bleu_std']:.2f}{r['mark']}{fewer}", delta, p,
-                      _fmt(r.get("aso_better"), ".2f")]
+                      _fmt(r.get("mde"), ".2f"), _fmt(r.get("aso_better"), ".2f")]
             cells += ([_pm(r, "sacrebleu")] if lc_tok else []) + [_pm(r, "chrf")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -306,7 +307,11 @@ def _significance_lines(grid: GridConfig, info: dict, seeds: int) -> list[str]:
     ev = grid.evaluate
     if info["kind"] == "seed-aware":
         text = (f"- **Significance**: {describe_test(ev.bootstrap_samples, ev.bootstrap_seed)} Against the baseline "
-                f"**{grid.baseline}**; ⇑/↑: significantly better at p < 0.01 / p < 0.05, ⇓/↓: significantly worse.")
+                f"**{grid.baseline}**; ⇑/↑: significantly better at p < 0.01 / p < 0.05, ⇓/↓: significantly worse. "
+                "**MDE**: the minimal detectable effect, the smallest |Δ| the test flags at p < 0.05 with "
+                "probability 0.8 with the row's and the baseline's seeds and variances "
+                "(structnmt.evaluate.power); a row without a mark shows no effect larger than its MDE, not "
+                "no effect. `structnmt plan-seeds` gives the seeds a smaller Δ needs.")
         if info["untested"]:
             text += f" Not tested (fewer than 2 seeds): {', '.join(info['untested'])}."
         return [text]

@@ -19,6 +19,7 @@ Each command's function (``cmd_<name>``) has its parser beside it (``_parser_<na
     sweep-plot    a score against a swept setting, from an experiment's results.csv
     delta-plot    each row's difference from the baseline in several experiments' results.csv (PNG)
     plan-seeds    each row's minimal detectable effect, and the seeds a given difference needs
+    compare       where systems of several seeds differ: seed-aware Δ by length, syntax and word frequency
     analyze       attention heatmaps (PNG) and statistics of a checkpoint
     gate          SA-NMT's syntactic gate per target token and POS (Fig. 6)
     demo          the embedded default: synth -> prepare -> train on CPU -> BLEU
@@ -799,6 +800,66 @@ def _parser_delta_plot(sub) -> None:
     s.set_defaults(func=cmd_delta_plot)
 
 
+def cmd_compare(args) -> int:
+    from .analysis.compare import CompareConfig, System
+    from .analysis.compare_report import (
+        CompareInputs,
+        inputs_from_experiment,
+        parses_for,
+        read_lines,
+        run,
+    )
+
+    cfg = CompareConfig(metric=args.metric, lang=args.lang, min_bucket=args.min_bucket, n_samples=args.bootstrap,
+                        top=args.top, buckets=args.buckets.split(",") if args.buckets else None)
+    if args.experiment:
+        if args.hyp or args.src or args.ref:
+            return _err("compare: give either --experiment DIR with --row, or --src, --ref and --hyp, not both.")
+        inputs = inputs_from_experiment(args.experiment, args.row or [], args.split or ["test"])
+    else:
+        if not (args.src and args.ref and args.hyp):
+            return _err("compare: give --src SOURCE --ref REFERENCE and --hyp A1 A2 ... once per system (the first "
+                        "is the baseline), or --experiment DIR --row BASELINE --row SYSTEM.")
+        names = args.name or [f"system {i + 1}" for i in range(len(args.hyp))]
+        if len(names) != len(args.hyp):
+            return _err(f"compare: {len(names)} --name for {len(args.hyp)} --hyp groups; give one name per system.")
+        systems = [System(n, [read_lines(h, f"{n}'s translation") for h in group]) for n, group in zip(names, args.hyp)]
+        sources = read_lines(args.src, "the source")
+        inputs = CompareInputs(sources, read_lines(args.ref, "the reference"), systems,
+                               parses_for(sources, args.data, args.parse_cache),
+                               read_lines(args.train_ref, "the training targets") if args.train_ref else None)
+    written = run(inputs, cfg, args.out)
+    print(f"compare: wrote {', '.join(str(p) for p in written)}")
+    return 0
+
+
+def _parser_compare(sub) -> None:
+    s = sub.add_parser("compare", help="where systems of several seeds differ: seed-aware Δ by bucket (length, "
+                                       "syntax, word frequency) and the sentences that differ most")
+    s.add_argument("--src", help="the source lines the references translate")
+    s.add_argument("--ref", help="the references")
+    s.add_argument("--hyp", nargs="+", action="append", metavar="RUN",
+                   help="one system's translations, one file per seed; repeat per system, the baseline first")
+    s.add_argument("--name", action="append", help="a system's name, once per --hyp (default: system 1, ...)")
+    s.add_argument("--data", help="the dataset whose parser parses the source (syntax buckets)")
+    s.add_argument("--parse-cache", help="the source's parses made with `structnmt parse --data DATASET`")
+    s.add_argument("--train-ref", help="the training targets (word-frequency buckets), plain or .gz")
+    s.add_argument("--experiment", help="an experiment's output directory instead of files: its runs of --row")
+    s.add_argument("--row", action="append", help="a row of --experiment (repeatable; the first is the baseline)")
+    s.add_argument("--split", action="append", help="the split(s) of --experiment, joined in order (default test)")
+    s.add_argument("--buckets", help="the groups of buckets, comma-separated, of length, syntax, frequency "
+                                     "(default: every group the inputs allow)")
+    s.add_argument("--metric", default="bleu_lc_tok", choices=["bleu_lc_tok", "bleu", "chrf"],
+                   help="the sentence buckets' metric (default bleu_lc_tok, the Multi30k tables')")
+    s.add_argument("--lang", default="de", help="the target language, for the Moses tokenizer (default de)")
+    s.add_argument("--min-bucket", type=_at_least(1), default=50,
+                   help="buckets with fewer sentences (words) are marked small (default 50)")
+    s.add_argument("--bootstrap", type=_at_least(2), default=1000, help="bootstrap resamples per bucket (default 1000)")
+    s.add_argument("--top", type=_at_least(0), default=20, help="sentences shown per system (default 20)")
+    s.add_argument("--out", required=True, help="output directory: compare.csv, compare.md, buckets.png, sentences.md")
+    s.set_defaults(func=cmd_compare)
+
+
 def cmd_plan_seeds(args) -> int:
     from .analysis.seed_plan import format_plan, plan_seeds
 
@@ -868,7 +929,7 @@ def _parser_demo(sub) -> None:
 PARSERS = (
     _parser_synth, _parser_prepare, _parser_train, _parser_parse, _parser_translate, _parser_export,
     _parser_average, _parser_score, _parser_experiment, _parser_probe, _parser_tag, _parser_induce,
-    _parser_induce_table, _parser_head_roles, _parser_sweep_plot, _parser_delta_plot, _parser_plan_seeds,
+    _parser_induce_table, _parser_head_roles, _parser_sweep_plot, _parser_delta_plot, _parser_plan_seeds, _parser_compare,
     _parser_analyze, _parser_gate,
     _parser_demo,
 )

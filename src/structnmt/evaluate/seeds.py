@@ -50,7 +50,8 @@ import numpy as np
 
 from .power import VarianceParts, minimal_detectable_effect
 
-__all__ = ["SeedTest", "seed_aware_test", "seed_aware_accuracy_test", "run_statistics", "describe_test"]
+__all__ = ["SeedTest", "RunStatistics", "seed_aware_test", "seed_aware_accuracy_test", "seed_aware_statistic_test",
+           "run_statistics", "describe_test"]
 
 
 @dataclass
@@ -148,13 +149,49 @@ def seed_aware_test(baseline_runs: Sequence[Sequence[str]], systems: dict[str, S
         ValueError: a side with fewer than 2 runs (the sentence says how many it has), a run whose
             length differs from the references, ``n_samples < 1``.
     """
-    _check_sides(len(baseline_runs), {n: len(r) for n, r in systems.items()}, n_samples)
-    names = list(systems)
-    m, stats = run_statistics([*baseline_runs, *[r for n in names for r in systems[n]]], refs,
-                              metric=metric, lang=lang)
-    sizes = [len(baseline_runs)] + [len(systems[n]) for n in names]
-    return _compare(lambda sums: _scores(m, sums), stats, sizes, names, metric=metric, n_samples=n_samples,
-                    seed=seed, aso=aso)
+    return RunStatistics.of(baseline_runs, systems, refs, metric=metric, lang=lang).test(
+        n_samples=n_samples, seed=seed, aso=aso)
+
+
+@dataclass
+class RunStatistics:
+    """Every run's per-sentence sacreBLEU statistics, computed once, for tests on subsets of the sentences
+    (``structnmt compare``'s buckets): :meth:`test` with ``rows`` is :func:`seed_aware_test` on those
+    sentences alone, without tokenizing and scoring the text again.
+
+    metric_obj: sacreBLEU's metric; stats: (N, S) statistics per run, the baseline's ``sizes[0]`` runs
+    first, then each of ``names``' ``sizes[i + 1]``."""
+
+    metric: str
+    metric_obj: Any
+    stats: list[np.ndarray]
+    sizes: list[int]
+    names: list[str]
+
+    @classmethod
+    def of(cls, baseline_runs: Sequence[Sequence[str]], systems: dict[str, Sequence[Sequence[str]]],
+           refs: Sequence[str], *, metric: str = "bleu", lang: str = "en") -> RunStatistics:
+        _check_sides(len(baseline_runs), {n: len(r) for n, r in systems.items()}, 2)
+        names = list(systems)
+        m, stats = run_statistics([*baseline_runs, *[r for n in names for r in systems[n]]], refs,
+                                  metric=metric, lang=lang)
+        return cls(metric, m, stats, [len(baseline_runs)] + [len(systems[n]) for n in names], names)
+
+    def run_scores(self, rows: np.ndarray | None = None) -> list[float]:
+        """Every run's corpus score on ``rows`` (all sentences when None), in the order of ``stats``."""
+        return [float(x) for x in _scores(self.metric_obj, np.stack([
+            (s if rows is None else s[rows]).sum(0) for s in self.stats]))]
+
+    def test(self, rows: np.ndarray | None = None, *, n_samples: int = 1000, seed: int = 12345,
+             aso: bool = True) -> dict[str, SeedTest]:
+        """The seed-aware test of every system against the baseline on ``rows`` (indices of sentences;
+        all when None)."""
+        if n_samples < 2:
+            raise ValueError(f"n_samples must be >= 2 (the test-set part is a variance over resamples), got "
+                             f"{n_samples}")
+        stats = self.stats if rows is None else [s[rows] for s in self.stats]
+        return _compare(lambda sums: _scores(self.metric_obj, sums), stats, self.sizes, self.names,
+                        metric=self.metric, n_samples=n_samples, seed=seed, aso=aso)
 
 
 def seed_aware_accuracy_test(baseline_runs: Sequence[np.ndarray], systems: dict[str, Sequence[np.ndarray]], *,
@@ -169,14 +206,31 @@ def seed_aware_accuracy_test(baseline_runs: Sequence[np.ndarray], systems: dict[
     Raises:
         ValueError: a side with fewer than 2 runs; runs of different sentence counts.
     """
+    runs = [np.asarray(r, dtype=np.int64).reshape(-1, 2) for r in baseline_runs]
+    return seed_aware_statistic_test(runs, {n: [np.asarray(r, dtype=np.int64).reshape(-1, 2) for r in v]
+                                            for n, v in systems.items()},
+                                     _accuracies, metric="accuracy", n_samples=n_samples, seed=seed, aso=aso)
+
+
+def seed_aware_statistic_test(baseline_runs: Sequence[np.ndarray], systems: dict[str, Sequence[np.ndarray]],
+                              score: Callable[[np.ndarray], np.ndarray], *, metric: str, n_samples: int = 1000,
+                              seed: int = 12345, aso: bool = False) -> dict[str, SeedTest]:
+    """The test for any corpus score that is a function of summed per-sentence statistics.
+
+    Every run is an ``(N, K)`` array, one row of K counts per test sentence; ``score`` maps an ``(R, K)``
+    array of summed counts to R scores (e.g. an accuracy from (right, items), an F-measure from
+    (matches, reference words, output words)). Resamples sentences, as the BLEU test does.
+
+    Raises:
+        ValueError: a side with fewer than 2 runs; runs of different sentence counts.
+    """
     _check_sides(len(baseline_runs), {n: len(r) for n, r in systems.items()}, n_samples)
     names = list(systems)
-    stats = [np.asarray(r, dtype=np.int64).reshape(-1, 2) for r in [*baseline_runs, *[r for n in names
-                                                                                     for r in systems[n]]]]
-    if len({len(s) for s in stats}) > 1:
-        raise ValueError(f"every run must have one row per test sentence; got {sorted({len(s) for s in stats})} rows")
+    stats = [np.asarray(r) for r in [*baseline_runs, *[r for n in names for r in systems[n]]]]
+    if len({s.shape for s in stats}) > 1:
+        raise ValueError(f"every run must have one row per test sentence; got {sorted({s.shape for s in stats})}")
     sizes = [len(baseline_runs)] + [len(systems[n]) for n in names]
-    return _compare(_accuracies, stats, sizes, names, metric="accuracy", n_samples=n_samples, seed=seed, aso=aso)
+    return _compare(score, stats, sizes, names, metric=metric, n_samples=n_samples, seed=seed, aso=aso)
 
 
 def _accuracies(sums: np.ndarray) -> np.ndarray:

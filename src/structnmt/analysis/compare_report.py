@@ -1,0 +1,246 @@
+"""``structnmt compare``'s inputs and outputs: reading the systems (files, or an experiment's runs) and
+writing ``compare.csv``, ``compare.md``, ``buckets.png`` and ``sentences.md`` (:mod:`.compare` computes)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..errors import UserError
+from .compare import (
+    BucketRow,
+    CompareConfig,
+    Example,
+    System,
+    bucket_rows,
+    check_inputs,
+    differing_sentences,
+    frequency_rows,
+    sentence_buckets,
+    word_counts,
+)
+
+FILES = ("compare.csv", "compare.md", "buckets.png", "sentences.md")
+
+
+@dataclass
+class CompareInputs:
+    """What a comparison reads: sources, references, the systems (the first is the baseline), optionally
+    the sources' dependency parses and the training targets (word frequencies)."""
+
+    sources: list[str]
+    refs: list[str]
+    systems: list[System]
+    parses: list | None = None  # DependencyTree per source line
+    train_targets: list[str] | None = None
+
+
+def read_lines(path: str | Path, what: str) -> list[str]:
+    """The lines of a text file (``.gz`` read through gzip), or one sentence naming it."""
+    import gzip
+
+    path = Path(path)
+    try:
+        raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+        lines = raw.decode("utf-8").split("\n")
+    except FileNotFoundError:
+        raise UserError(f"compare: {what} {path}: no such file.") from None
+    except IsADirectoryError:
+        raise UserError(f"compare: {what} {path} is a directory; give a text file.") from None
+    except UnicodeDecodeError as err:
+        raise UserError(f"compare: {what} {path}: not UTF-8 text (byte {err.start}); give the plain text "
+                        "file.") from None
+    except (OSError, EOFError) as err:
+        raise UserError(f"compare: {what} {path}: not readable ({err}).") from None
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def parses_for(sources: list[str], data: str | None, parse_cache: str | None) -> list | None:
+    """The sources' dependency trees: from ``parse_cache`` (made with ``structnmt parse``) under ``data``'s
+    parser settings, or parsed now with ``data``'s parser; None without ``data``."""
+    if data is None:
+        if parse_cache:
+            raise UserError("compare: --parse-cache needs --data DATASET (the parser settings its keys were made "
+                            "with).")
+        return None
+    from ..syntax.parse_cache import cached_parses, dataset_parser, read_parse_cache
+
+    cfg = dataset_parser(data)
+    if cfg is None:
+        raise UserError(f"compare: {data} was prepared without a parser, so the syntax buckets have no parses; "
+                        "give a dataset prepared with --parser (`structnmt prepare --parser spacy`) or a parse "
+                        "cache (`structnmt parse`).")
+    texts = [s.strip() for s in sources]
+    if parse_cache:
+        parsed = cached_parses(read_parse_cache(parse_cache), parse_cache, cfg, texts)
+    else:
+        from ..syntax.parsers import build_parser
+
+        parsed = list(build_parser(cfg).parse(iter(texts)))
+    return [p.dependency for p in parsed]
+
+
+def inputs_from_experiment(out_dir: str | Path, rows: list[str], splits: list[str]) -> CompareInputs:
+    """The systems of an experiment's output directory (``runs/<row>/seed<k>/<split>.hyp``; the first row is
+    the baseline), every split joined in order, with the dataset's sources, references, parses and
+    training targets (its manifest names them)."""
+    import json
+
+    import yaml
+
+    from ..experiment.grid import slug
+
+    out_dir = Path(out_dir)
+    if len(rows) < 2:
+        raise UserError("compare: --experiment needs the baseline's row and at least one more (--row twice or more).")
+    systems, data = [], None
+    for row in rows:
+        seeds = sorted((d for d in (out_dir / "runs" / slug(row)).glob("seed*") if (d / "result.json").is_file()),
+                       key=lambda d: int(d.name[4:]))
+        if not seeds:
+            raise UserError(f"compare: {out_dir / 'runs' / slug(row)} holds no finished run of row {row!r}; name a "
+                            "row of the grid whose runs have a result.json.")
+        data = data or yaml.safe_load((seeds[0] / "resolved.yaml").read_text(encoding="utf-8"))["data"]["path"]
+        systems.append(System(row, [[h for sp in splits for h in read_lines(d / f"{sp}.hyp", f"{row}'s")]
+                                    for d in seeds]))
+    data = Path(data)
+    sources = [x for sp in splits for x in read_lines(data / f"{sp}.src.txt", "the dataset's source")]
+    refs = [x for sp in splits for x in read_lines(data / f"{sp}.ref.txt", "the dataset's reference")]
+    manifest = json.loads((data / "manifest.json").read_text(encoding="utf-8"))
+    c = manifest["config"]
+    train = next((Path(k) for k in manifest.get("inputs", {})
+                  if Path(k).name.startswith(Path(c["trainpref"]).name + "." + c["target_lang"])), None)
+    targets = read_lines(train, "the training targets") if train is not None and train.is_file() else None
+    parses = parses_for(sources, str(data), None) if manifest.get("syntax") else None
+    return CompareInputs(sources, refs, systems, parses, targets)
+
+
+def run(inputs: CompareInputs, cfg: CompareConfig, out_dir: str | Path) -> list[Path]:
+    """Compute and write the comparison; returns the files written."""
+    from ..evaluate.score import moses_lc_tokenize
+    from ..files import OutputDir
+
+    check_inputs(inputs.sources, inputs.refs, inputs.systems)
+    check_buckets(inputs, cfg)
+    out = OutputDir(out_dir, "compare", expect=FILES)  # refused before any work if it holds others' files
+    buckets = sentence_buckets(inputs.sources, inputs.parses, cfg)
+    rows = bucket_rows(inputs.sources, inputs.refs, inputs.systems, buckets, cfg)
+    if inputs.train_targets is not None and (cfg.buckets is None or "frequency" in cfg.buckets):
+        tok = lambda lines: moses_lc_tokenize(lines, cfg.lang)  # noqa: E731 (compare-mt reads tokens)
+        systems_tok = [System(s.name, [tok(r) for r in s.runs]) for s in inputs.systems]
+        rows += frequency_rows(tok(inputs.refs), systems_tok, word_counts(tok(inputs.train_targets)), cfg)
+    examples = differing_sentences(inputs.sources, inputs.refs, inputs.systems, cfg)
+    written = [out.write_text("compare.csv", rows_csv(rows)), out.write_text("compare.md", rows_markdown(rows, cfg)),
+               out.write_with("buckets.png", lambda p: plot_buckets(rows, p, cfg)),
+               out.write_text("sentences.md", examples_markdown(examples))]
+    return written
+
+
+def check_buckets(inputs: CompareInputs, cfg: CompareConfig) -> None:
+    """One sentence for a group of buckets asked for whose inputs are missing, or an unknown group."""
+    from .compare import BUCKET_GROUPS
+
+    for group in cfg.buckets or []:
+        if group not in BUCKET_GROUPS:
+            raise UserError(f"compare: --buckets {group!r} is not one of {', '.join(BUCKET_GROUPS)}.")
+    if cfg.buckets and "syntax" in cfg.buckets and inputs.parses is None:
+        raise UserError("compare: the syntax buckets need parses of the source: give --data DATASET (a dataset "
+                        "prepared with --parser, e.g. `structnmt prepare --parser spacy`; its parser parses the "
+                        "source) and, where that parser is not installed, --parse-cache FILE made with "
+                        "`structnmt parse --data DATASET --input SOURCE --out FILE`.")
+    if cfg.buckets and "frequency" in cfg.buckets and inputs.train_targets is None:
+        raise UserError("compare: the word-frequency buckets need the training targets: give --train-ref FILE "
+                        "(e.g. ../shared/data/multi30k/train.de.gz).")
+
+
+def rows_csv(rows: list[BucketRow]) -> str:
+    buf = io.StringIO()
+    names = list(asdict(rows[0]))
+    w = csv.DictWriter(buf, fieldnames=names, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(r).items()})
+    return buf.getvalue()
+
+
+def _metric_name(cfg: CompareConfig) -> str:
+    return {"bleu_lc_tok": "BLEU (lc,tok)", "bleu": "BLEU", "chrf": "chrF"}.get(cfg.metric, cfg.metric)
+
+
+def rows_markdown(rows: list[BucketRow], cfg: CompareConfig) -> str:
+    """One table per kind of bucket: per bucket its size, the baseline's score and each system's Δ [95 %]."""
+    systems = list(dict.fromkeys(r.system for r in rows))
+    lines = [f"# Where the systems differ from the baseline\n\nΔ of the seed means against the baseline, with the "
+             f"seed-aware test's 95 % interval and p, on each bucket's sentences alone ({cfg.n_samples:,} bootstrap "
+             f"resamples, seed {cfg.seed}). Sentence buckets: {_metric_name(cfg)}; word-frequency buckets: "
+             f"compare-mt's word F-measure (the size column counts reference words there). *small*: fewer than "
+             f"{cfg.min_bucket} sentences (words), read with care.\n"]
+    for kind in dict.fromkeys(r.kind for r in rows):
+        in_kind = [r for r in rows if r.kind == kind]
+        lines += [f"## {kind}\n", "| bucket | size | baseline | " + " | ".join(f"{s}: Δ [95 %], p" for s in systems)
+                  + " |", "|---|---:|---:|" + "---:|" * len(systems)]
+        for label in dict.fromkeys(r.bucket for r in in_kind):
+            cells = {r.system: r for r in in_kind if r.bucket == label}
+            first = next(iter(cells.values()))
+            size = f"{first.sentences}" + (" *small*" if first.small else "")
+            base = "—" if math.isnan(first.baseline_score) else f"{first.baseline_score:.2f}"
+            lines.append(f"| {label} | {size} | {base} | " + " | ".join(_cell(cells.get(s)) for s in systems) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _cell(r: BucketRow | None) -> str:
+    if r is None or math.isnan(r.delta):
+        return "—"
+    p = "< 0.001" if r.p_value < 0.001 else f"{r.p_value:.3f}"
+    return f"{r.delta:+.2f} [{r.low:+.2f}, {r.high:+.2f}], {p}"
+
+
+def plot_buckets(rows: list[BucketRow], path: Path, cfg: CompareConfig) -> None:
+    """One panel per kind of bucket: each system's Δ per bucket with its 95 % interval, small buckets hollow."""
+    from matplotlib.figure import Figure
+
+    kinds = list(dict.fromkeys(r.kind for r in rows))
+    systems = list(dict.fromkeys(r.system for r in rows))
+    cols = 2
+    fig = Figure(figsize=(6.2 * cols, 2.9 * math.ceil(len(kinds) / cols)))
+    axes = fig.subplots(math.ceil(len(kinds) / cols), cols, squeeze=False).ravel()
+    for ax, kind in zip(axes, kinds):
+        labels = list(dict.fromkeys(r.bucket for r in rows if r.kind == kind))
+        for k, s in enumerate(systems):
+            pts = [(labels.index(r.bucket), r) for r in rows if r.kind == kind and r.system == s
+                   and not math.isnan(r.delta)]
+            xs = [i + (k - (len(systems) - 1) / 2) * 0.8 / max(1, len(systems)) for i, _ in pts]
+            ys = [r.delta for _, r in pts]
+            err = [[r.delta - r.low for _, r in pts], [r.high - r.delta for _, r in pts]]
+            color = f"C{k % 10}"
+            ax.errorbar(xs, ys, yerr=err, fmt="none", capsize=2, color=color)
+            ax.scatter(xs, ys, s=18, zorder=3, edgecolors=color, label=s,
+                       facecolors=["none" if r.small else color for _, r in pts])
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_xticks(range(len(labels)), labels, fontsize=7)
+        ax.set_title(kind, fontsize=9)
+        ax.set_ylabel(f"Δ {'word F' if 'frequency' in kind else _metric_name(cfg)}", fontsize=8)
+    for ax in axes[len(kinds):]:
+        ax.set_visible(False)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def examples_markdown(examples: list[Example]) -> str:
+    """The sentences where each system differs most from the baseline, with every seed's translation."""
+    lines = ["# Sentences where the systems differ most\n", "Δ: the system's sentence chrF minus the baseline's, "
+             "each averaged over its seeds (sacreBLEU's CHRF).\n"]
+    for system in dict.fromkeys(e.system for e in examples):
+        lines.append(f"## {system}\n")
+        for e in (x for x in examples if x.system == system):
+            lines += [f"**Line {e.index + 1}**, Δ chrF {e.delta:+.1f}", "", f"- source: {e.source}",
+                      f"- reference: {e.reference}"]
+            for name, hyps in e.translations.items():
+                lines += [f"- {name}, seed {k + 1}: {h}" for k, h in enumerate(hyps)]
+            lines.append("")
+    return "\n".join(lines)

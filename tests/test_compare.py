@@ -1,0 +1,175 @@
+"""`structnmt compare`: seed-aware differences by bucket, on made-up systems whose answer is known."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+import sacrebleu
+
+from structnmt.analysis.compare import (
+    CompareConfig,
+    System,
+    bucket_rows,
+    depth,
+    differing_sentences,
+    frequency_rows,
+    has_coordination,
+    has_pp_after_noun,
+    has_relative_clause,
+    longest_arc,
+    numeric_labels,
+    sentence_buckets,
+    word_counts,
+)
+from structnmt.cli import main
+from structnmt.syntax.trees import DependencyTree
+
+WORDS = [f"w{i}" for i in range(200)]
+
+
+def corpus(seed: int = 0):
+    """40 sentences: 20 short sources (5 words), 20 long (30 words); references of 8-12 words."""
+    rng = np.random.default_rng(seed)
+    sources = [" ".join(["s"] * (5 if i < 20 else 30)) for i in range(40)]
+    refs = [" ".join(rng.choice(WORDS, size=int(rng.integers(8, 13)))) for _ in range(40)]
+    return sources, refs
+
+
+def degrade(ref: str, k: int) -> str:
+    """The reference with its words k, k+3, k+6, ... replaced: a translation of known imperfection."""
+    words = ref.split()
+    return " ".join("x" if i % 3 == k % 3 else w for i, w in enumerate(words))
+
+
+def systems(refs: list[str]) -> list[System]:
+    """The baseline: two seeds that each miss a third of every reference. The system: the same as the
+    baseline on the short sentences (0-19), the references themselves on the long ones (20-39)."""
+    base = System("base", [[degrade(r, k) for r in refs] for k in (0, 1)])
+    better = System("long-better", [[(b if i < 20 else r) for i, (b, r) in enumerate(zip(run, refs))]
+                                    for run in base.runs])
+    return [base, better]
+
+
+def test_buckets_locate_a_gain_that_exists_only_on_long_sentences():
+    sources, refs = corpus()
+    systems_ = systems(refs)
+    cfg = CompareConfig(metric="bleu", n_samples=200, length_cutoffs=[10], min_bucket=10)
+    rows = bucket_rows(sources, refs, systems_, sentence_buckets(sources, None, cfg), cfg)
+    by = {(r.kind, r.bucket): r for r in rows}
+    short, long_ = by[("source length (words)", "<10")], by[("source length (words)", ">=10")]
+    assert short.sentences == 20 and long_.sentences == 20 and not short.small
+    assert short.delta == pytest.approx(0.0) and short.p_value == pytest.approx(1.0)
+    # the long bucket's Δ is the difference of the seed means of sacreBLEU's corpus BLEU on those sentences
+    base_long = np.mean([sacrebleu.corpus_bleu(run[20:], [refs[20:]]).score for run in systems_[0].runs])
+    assert long_.delta == pytest.approx(100.0 - base_long) and long_.low > 0 and long_.p_value < 0.05
+    assert long_.low < long_.delta < long_.high
+    assert by[("all sentences", "all")].sentences == 40
+
+
+def test_small_buckets_are_marked_not_hidden():
+    sources, refs = corpus()
+    cfg = CompareConfig(metric="bleu", n_samples=50, length_cutoffs=[10], min_bucket=25)
+    rows = bucket_rows(sources, refs, systems(refs), sentence_buckets(sources, None, cfg), cfg)
+    lengths = [r for r in rows if r.kind == "source length (words)"]
+    assert [(r.bucket, r.small) for r in lengths] == [("<10", True), (">=10", True)]
+    assert all(np.isfinite(r.delta) for r in lengths)
+
+
+def tree(words, heads, deprels, upos):
+    return DependencyTree(words=words, heads=heads, deprels=deprels, upos=upos)
+
+
+# "the dog that barks sees a cat on the mat and a bird" (spaCy's labels)
+SPACY = tree(["the", "dog", "that", "barks", "sees", "a", "cat", "on", "the", "mat", "and", "a", "bird"],
+             [2, 5, 4, 2, 0, 7, 5, 7, 10, 8, 7, 13, 7],
+             ["det", "nsubj", "nsubj", "relcl", "ROOT", "det", "dobj", "prep", "det", "pobj", "cc", "det", "conj"],
+             ["DET", "NOUN", "PRON", "VERB", "VERB", "DET", "NOUN", "ADP", "DET", "NOUN", "CCONJ", "DET", "NOUN"])
+# "a man in a hat sleeps" (UD's labels: the PP's noun on the noun, with a case child)
+UD = tree(["a", "man", "in", "a", "hat", "sleeps"], [2, 6, 5, 5, 2, 0],
+          ["det", "nsubj", "case", "det", "nmod", "root"], ["DET", "NOUN", "ADP", "DET", "NOUN", "VERB"])
+PLAIN = tree(["dogs", "sleep"], [2, 0], ["nsubj", "root"], ["NOUN", "VERB"])
+
+
+def test_syntax_features_of_hand_made_trees():
+    assert longest_arc(SPACY) == 6 and longest_arc(UD) == 4 and longest_arc(PLAIN) == 1
+    assert depth(PLAIN) == 2 and depth(UD) == 4 and depth(SPACY) == 5  # sees > cat > on > mat > the
+    assert has_relative_clause(SPACY) and not has_relative_clause(UD)
+    assert has_pp_after_noun(SPACY) and has_pp_after_noun(UD) and not has_pp_after_noun(PLAIN)
+    assert has_coordination(SPACY) and not has_coordination(UD)
+    labels = sentence_buckets(["x"] * 3, [SPACY, UD, PLAIN], CompareConfig())
+    assert labels["relative clause"] == ["yes", "no", "no"] and labels["verbs"] == ["2", "1", "1"]
+    assert numeric_labels([0, 3, 4, 9], [3, 5, 8]) == ["<3", "[3,5)", "[3,5)", ">=8"]
+
+
+def test_word_frequency_buckets_find_the_rare_words():
+    """The references mix frequent words (seen 500 times in training) and rare ones (seen once); the
+    baseline drops every rare word, the system gets them right: its F-measure gains on the rare bucket
+    only, by the amount counted by hand."""
+    frequent, rare = [f"f{i}" for i in range(10)], [f"r{i}" for i in range(10)]
+    train = [" ".join(frequent)] * 500 + [" ".join(rare)]
+    refs = [" ".join([frequent[(i + j) % 10] for j in range(3)] + [rare[i % 10]]) for i in range(30)]
+    base_run = [" ".join(r.split()[:3]) for r in refs]
+    base = System("base", [base_run, base_run])
+    good = System("rare-right", [refs, refs])
+    rows = frequency_rows(refs, [base, good], word_counts(train), CompareConfig(n_samples=50, freq_cutoffs=[2, 100]))
+    by = {r.bucket: r for r in rows}
+    assert by["<2"].sentences == 30 and by["<2"].baseline_score == pytest.approx(0.0)
+    assert by["<2"].delta == pytest.approx(100.0)
+    assert by[">=100"].delta == pytest.approx(0.0)
+
+
+def test_the_sentences_that_differ_most_come_first():
+    sources, refs = corpus()
+    systems_ = systems(refs)
+    ex = differing_sentences(sources, refs, systems_, CompareConfig(top=3))
+    assert len(ex) == 3 and all(e.index >= 20 and e.delta > 0 for e in ex)
+    assert ex[0].delta >= ex[1].delta >= ex[2].delta
+    assert ex[0].translations["long-better"] == [refs[ex[0].index]] * 2
+
+
+def write(path, lines):
+    path.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    return str(path)
+
+
+def test_cli_writes_the_tables_and_refuses_bad_input(tmp_path, capsys):
+    sources, refs = corpus()
+    base, better = systems(refs)
+    src, ref = write(tmp_path / "src.txt", sources), write(tmp_path / "ref.txt", refs)
+    b = [write(tmp_path / f"b{k}.txt", run) for k, run in enumerate(base.runs)]
+    g = [write(tmp_path / f"g{k}.txt", run) for k, run in enumerate(better.runs)]
+    args = ["compare", "--src", src, "--ref", ref, "--hyp", *b, "--hyp", *g, "--name", "base", "--name", "better",
+            "--metric", "bleu", "--bootstrap", "50", "--min-bucket", "5"]
+    assert main([*args, "--out", str(tmp_path / "out")]) == 0
+    with open(tmp_path / "out" / "compare.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["kind"] for r in rows} == {"all sentences", "source length (words)"}
+    md = (tmp_path / "out" / "compare.md").read_text(encoding="utf-8")
+    assert "## source length (words)" in md and "better: Δ [95 %], p" in md
+    assert (tmp_path / "out" / "buckets.png").read_bytes()[:4] == b"\x89PNG"
+    assert "**Line 2" in (tmp_path / "out" / "sentences.md").read_text(encoding="utf-8")
+    capsys.readouterr()
+
+    def refused(extra, message, out="bad"):
+        assert main([*args, *extra, "--out", str(tmp_path / out)]) != 0
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+
+    short = write(tmp_path / "short.txt", base.runs[0][:-1])
+    assert main(["compare", "--src", src, "--ref", ref, "--hyp", short, b[1], "--hyp", *g,
+                 "--out", str(tmp_path / "bad")]) != 0
+    assert "run 1 has 39 lines, the reference 40" in capsys.readouterr().err
+    refused(["--buckets", "syntax"], "the syntax buckets need parses of the source")
+    refused(["--buckets", "frequency"], "--train-ref")
+    refused(["--buckets", "words"], "is not one of length, syntax, frequency")
+    # one seed of a system: the test cannot run
+    assert main(["compare", "--src", src, "--ref", ref, "--hyp", b[0], "--hyp", *g, "--out", str(tmp_path / "b")]) != 0
+    assert "at least 2 seeds" in capsys.readouterr().err
+    # a directory holding a file the command did not write: refused, the file kept
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "compare.md").write_text("my notes", encoding="utf-8")
+    assert main([*args, "--out", str(user)]) != 0
+    assert (user / "compare.md").read_text(encoding="utf-8") == "my notes"

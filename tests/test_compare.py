@@ -90,10 +90,15 @@ SPACY = tree(["the", "dog", "that", "barks", "sees", "a", "cat", "on", "the", "m
 UD = tree(["a", "man", "in", "a", "hat", "sleeps"], [2, 6, 5, 5, 2, 0],
           ["det", "nsubj", "case", "det", "nmod", "root"], ["DET", "NOUN", "ADP", "DET", "NOUN", "VERB"])
 PLAIN = tree(["dogs", "sleep"], [2, 0], ["nsubj", "root"], ["NOUN", "VERB"])
+# "a man and a boy on a beach ." with the full stop on "man", 7 words away: not the longest arc
+PUNCT = tree(["a", "man", "and", "a", "boy", "on", "a", "beach", "."], [2, 0, 2, 5, 2, 2, 8, 6, 2],
+             ["det", "ROOT", "cc", "det", "conj", "prep", "det", "pobj", "punct"],
+             ["DET", "NOUN", "CCONJ", "DET", "NOUN", "ADP", "DET", "NOUN", "PUNCT"])
 
 
 def test_syntax_features_of_hand_made_trees():
     assert longest_arc(SPACY) == 6 and longest_arc(UD) == 4 and longest_arc(PLAIN) == 1
+    assert longest_arc(PUNCT) == 4  # on -> man, the full stop's 7 left out
     assert depth(PLAIN) == 2 and depth(UD) == 4 and depth(SPACY) == 5  # sees > cat > on > mat > the
     assert has_relative_clause(SPACY) and not has_relative_clause(UD)
     assert has_pp_after_noun(SPACY) and has_pp_after_noun(UD) and not has_pp_after_noun(PLAIN)

@@ -828,7 +828,7 @@ def cmd_compare(args) -> int:
         inputs = CompareInputs(sources, read_lines(args.ref, "the reference"), systems,
                                parses_for(sources, args.data, args.parse_cache),
                                read_lines(args.train_ref, "the training targets") if args.train_ref else None)
-    written = run(inputs, cfg, args.out)
+    written = run(inputs, cfg, args.out, html=args.html)
     print(f"compare: wrote {', '.join(str(p) for p in written)}")
     return 0
 
@@ -856,6 +856,8 @@ def _parser_compare(sub) -> None:
                    help="buckets with fewer sentences (words) are marked small (default 50)")
     s.add_argument("--bootstrap", type=_at_least(2), default=1000, help="bootstrap resamples per bucket (default 1000)")
     s.add_argument("--top", type=_at_least(0), default=20, help="sentences shown per system (default 20)")
+    s.add_argument("--html", action="store_true", help="also write report.html: one self-contained page with the "
+                                                        "charts, the numbers, a sentence browser and the parse trees")
     s.add_argument("--out", required=True, help="output directory: compare.csv, compare.md, buckets.png, sentences.md")
     s.set_defaults(func=cmd_compare)
 

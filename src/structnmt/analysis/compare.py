@@ -10,7 +10,7 @@ and ``cutoff_into_bucket``, labels such as ``<10``, ``[10,15)``, ``>=25``):
 
 * **source length** in words;
 * **syntax** of the source, from its dependency parse (the toolkit's parser, or a parse cache):
-  the longest dependency arc (in words), the tree's depth, the number of verbs, and whether the sentence
+  the longest dependency arc (in words, punctuation left out), the tree's depth, the number of verbs, and whether the sentence
   has a relative clause (``relcl`` / ``acl:relcl``), a prepositional phrase after a noun (spaCy's
   ``prep`` on a noun to its left, or UD's ``nmod`` with a ``case`` child on a noun to its left) or a
   coordination (``conj``);
@@ -105,8 +105,10 @@ def numeric_labels(values: Sequence[float], cutoffs: Sequence[int]) -> list[str]
 
 
 def longest_arc(tree: DependencyTree) -> int:
-    """The longest head-dependent distance in words (0 for a one-word sentence)."""
-    return max((abs(h - d) for h, d in tree.edges()), default=0)
+    """The longest head-dependent distance in words, punctuation's arcs left out (a final full stop hangs on
+    the root verb, often far away, and says nothing of the sentence's structure); 0 without an arc."""
+    return max((abs(h - d) for h, d in tree.edges() if tree.upos[d] != "PUNCT" and tree.deprels[d] != "punct"),
+               default=0)
 
 
 def depth(tree: DependencyTree) -> int:

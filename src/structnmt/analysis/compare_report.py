@@ -20,10 +20,11 @@ from .compare import (
     differing_sentences,
     frequency_rows,
     sentence_buckets,
+    sentence_chrf,
     word_counts,
 )
 
-FILES = ("compare.csv", "compare.md", "buckets.png", "sentences.md")
+FILES = ("compare.csv", "compare.md", "buckets.png", "sentences.md", "report.html")
 
 
 @dataclass
@@ -118,8 +119,8 @@ def inputs_from_experiment(out_dir: str | Path, rows: list[str], splits: list[st
     return CompareInputs(sources, refs, systems, parses, targets)
 
 
-def run(inputs: CompareInputs, cfg: CompareConfig, out_dir: str | Path) -> list[Path]:
-    """Compute and write the comparison; returns the files written."""
+def run(inputs: CompareInputs, cfg: CompareConfig, out_dir: str | Path, *, html: bool = False) -> list[Path]:
+    """Compute and write the comparison (and, with ``html``, ``report.html``); returns the files written."""
     from ..evaluate.score import moses_lc_tokenize
     from ..files import OutputDir
 
@@ -132,10 +133,15 @@ def run(inputs: CompareInputs, cfg: CompareConfig, out_dir: str | Path) -> list[
         tok = lambda lines: moses_lc_tokenize(lines, cfg.lang)  # noqa: E731 (compare-mt reads tokens)
         systems_tok = [System(s.name, [tok(r) for r in s.runs]) for s in inputs.systems]
         rows += frequency_rows(tok(inputs.refs), systems_tok, word_counts(tok(inputs.train_targets)), cfg)
-    examples = differing_sentences(inputs.sources, inputs.refs, inputs.systems, cfg)
+    chrf = sentence_chrf(inputs.systems, inputs.refs)
+    examples = differing_sentences(inputs.sources, inputs.refs, inputs.systems, cfg, chrf)
     written = [out.write_text("compare.csv", rows_csv(rows)), out.write_text("compare.md", rows_markdown(rows, cfg)),
                out.write_with("buckets.png", lambda p: plot_buckets(rows, p, cfg)),
                out.write_text("sentences.md", examples_markdown(examples))]
+    if html:
+        from .compare_html import html_page, page_data
+
+        written.append(out.write_text("report.html", html_page(page_data(rows, inputs, buckets, chrf, cfg))))
     return written
 
 

@@ -1,0 +1,49 @@
+"""A PNG of a `structnmt compare --html` page as a reader sees it, in Debian's headless Chromium (the browser and
+driver the tests use): a bucket chosen in the sentence browser and its first sentence opened.
+
+    python scripts/html_screenshot.py cmp/report.html shot.png --kind "longest dependency arc (words)" --bucket ">=8"
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.support.ui import Select
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("html")
+    ap.add_argument("png")
+    ap.add_argument("--kind", default="all sentences", help="the sentence browser's bucket kind")
+    ap.add_argument("--bucket", default=None, help="the bucket of that kind")
+    ap.add_argument("--size", default="1300,2600", help="window size W,H in pixels")
+    args = ap.parse_args()
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        raise SystemExit("html_screenshot: needs Debian's chromium and chromium-driver (apt-get install chromium "
+                         "chromium-driver).")
+    options = webdriver.ChromeOptions()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", f"--window-size={args.size}"):
+        options.add_argument(arg)
+    options.binary_location = shutil.which("chromium")
+    d = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    try:
+        d.get(f"file://{__import__('os').path.abspath(args.html)}")
+        Select(d.find_element("id", "kind-select")).select_by_value(args.kind)
+        if args.bucket is not None:
+            Select(d.find_element("id", "bucket-select")).select_by_value(args.bucket)
+        d.find_elements("css selector", "#sentence-table tbody tr")[0].click()
+        d.execute_script("document.getElementById('kind-select').scrollIntoView();")
+        time.sleep(0.3)
+        d.save_screenshot(args.png)
+    finally:
+        d.quit()
+    print(f"html_screenshot: wrote {args.png}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,50 @@
+"""``structnmt compare --html``: one self-contained page to explore a comparison in a browser.
+
+No server, no network, no CDN: the data (every bucket's numbers, every sentence's source, reference,
+each seed's translation, sentence chrF and bucket, and the source's dependency parse where given) is
+embedded as JSON in the page, and the page's own script draws the bucket charts (SVG), the table of
+numbers (the same as ``compare.csv``), a sentence browser (filter by bucket, sort by Δ sentence chrF,
+every seed's translation side by side) and the chosen sentence's dependency tree. The template is
+``templates/compare.html``; tests/test_compare_html.py opens the page in headless Chromium.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from importlib import resources
+
+import numpy as np
+
+from .compare import BucketRow, CompareConfig
+
+
+def _clean(value):
+    """JSON-safe: NaN -> None (the page shows "—")."""
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def page_data(rows: list[BucketRow], inputs, buckets: dict[str, list[str]], chrf: dict[str, np.ndarray],
+              cfg: CompareConfig) -> dict:
+    """What the page shows, as one JSON-able dict (``inputs``: a :class:`.compare_report.CompareInputs`)."""
+    names = [s.name for s in inputs.systems]
+    parses = None
+    if inputs.parses is not None:
+        parses = [{"words": t.words, "heads": t.heads, "deprels": t.deprels} for t in inputs.parses]
+    return {
+        "metric": {"bleu_lc_tok": "BLEU (lc,tok)", "bleu": "BLEU", "chrf": "chrF"}.get(cfg.metric, cfg.metric),
+        "min_bucket": cfg.min_bucket, "n": len(inputs.refs), "systems": names,
+        "rows": [{k: _clean(v) for k, v in asdict(r).items()} for r in rows],
+        "buckets": buckets, "sources": inputs.sources, "refs": inputs.refs,
+        "hyps": {s.name: s.runs for s in inputs.systems},
+        "chrf": {n: [round(float(x), 2) for x in chrf[n]] for n in names},
+        "parses": parses,
+    }
+
+
+def html_page(data: dict) -> str:
+    """The template with ``data`` embedded (``</`` escaped so that no text closes the script element)."""
+    template = resources.files("structnmt.analysis").joinpath("templates/compare.html").read_text(encoding="utf-8")
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    return template.replace("__DATA__", payload)

@@ -1,0 +1,104 @@
+"""`structnmt compare --html` in a real browser: Debian's headless Chromium driven by Selenium (.ci/run installs
+chromium and chromium-driver with apt; the README's install line does too)."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.support.ui import Select
+from test_compare import corpus, systems
+
+from structnmt.analysis.compare import CompareConfig
+from structnmt.analysis.compare_report import CompareInputs, run
+from structnmt.syntax.trees import DependencyTree
+
+
+def chain(sentence: str) -> DependencyTree:
+    """A parse where every word hangs on the next one and the last is the root."""
+    words = sentence.split()
+    n = len(words)
+    return DependencyTree(words=words, heads=[i + 2 for i in range(n - 1)] + [0], deprels=["dep"] * (n - 1) + ["root"],
+                          upos=["NOUN"] * n)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert binary and driver, ("Debian's chromium and chromium-driver are needed for this test: "
+                               "apt-get install chromium chromium-driver (the README's install line)")
+    options = webdriver.ChromeOptions()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1300,1800"):
+        options.add_argument(arg)
+    options.binary_location = binary
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    d = webdriver.Chrome(service=Service(driver), options=options)
+    yield d
+    d.quit()
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("html")
+    sources, refs = corpus()
+    inputs = CompareInputs(sources, refs, systems(refs), [chain(s) for s in sources], None)
+    run(inputs, CompareConfig(metric="bleu", n_samples=50, length_cutoffs=[10], min_bucket=5), out, html=True)
+    return out
+
+
+def rows_shown(d) -> list[int]:
+    return [int(tr.get_attribute("data-line")) for tr in d.find_elements("css selector", "#sentence-table tbody tr")]
+
+
+def test_the_page_loads_filters_and_draws_the_chosen_sentence(browser, report, tmp_path):
+    d = browser
+    d.get((report / "report.html").as_uri())
+    errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == []
+    assert sorted(rows_shown(d)) == list(range(40))  # all sentences
+    Select(d.find_element("id", "kind-select")).select_by_value("source length (words)")
+    Select(d.find_element("id", "bucket-select")).select_by_value(">=10")
+    long_ = rows_shown(d)
+    assert sorted(long_) == list(range(20, 40))  # the filter changed the rows shown
+    Select(d.find_element("id", "bucket-select")).select_by_value("<10")
+    assert sorted(rows_shown(d)) == list(range(20))
+    # sorted by Δ chrF: the long sentences (where the system is the reference) first
+    Select(d.find_element("id", "kind-select")).select_by_value("all sentences")
+    assert set(rows_shown(d)[:20]) == set(range(20, 40))
+    # choosing a sentence draws its translations and its parse: one arc per word but the root
+    first = d.find_elements("css selector", "#sentence-table tbody tr")[0]
+    line = int(first.get_attribute("data-line"))
+    first.click()
+    arcs = d.find_elements("css selector", "#tree path.arc")
+    assert len(arcs) == len(corpus()[0][line].split()) - 1
+    assert len(d.find_elements("css selector", "#translations tr")) == 1 + 2 + 2  # header, 2 systems x 2 seeds
+    png = tmp_path / "page.png"
+    d.save_screenshot(str(png))
+    from matplotlib.image import imread
+
+    pixels = imread(png)
+    assert pixels.std() > 0.05  # not a blank page
+    assert [e for e in d.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_the_numbers_shown_equal_the_csv(browser, report):
+    d = browser
+    d.get((report / "report.html").as_uri())
+    with open(report / "compare.csv", encoding="utf-8") as f:
+        want = list(csv.DictReader(f))
+    shown = d.find_elements("css selector", "#bucket-table tbody tr")
+    assert len(shown) == len(want)
+    for tr, row in zip(shown, want):
+        assert (tr.get_attribute("data-kind"), tr.get_attribute("data-bucket"), tr.get_attribute("data-system")) == (
+            row["kind"], row["bucket"], row["system"])
+        for col in ("delta", "low", "high"):
+            text = tr.find_element("css selector", f"td.{col}").text
+            assert float(text) == pytest.approx(float(row[col]), abs=0.006), (col, row)
+        p = tr.find_element("css selector", "td.p").text
+        assert p == ("< 0.001" if float(row["p_value"]) < 0.001 else f"{float(row['p_value']):.3f}")
+    # every bucket with a Δ is a point of its chart
+    points = d.find_elements("css selector", "svg.chart circle.point")
+    assert len(points) == sum(1 for r in want if r["delta"] != "")

@@ -178,3 +178,20 @@ def test_cli_writes_the_tables_and_refuses_bad_input(tmp_path, capsys):
     (user / "compare.md").write_text("my notes", encoding="utf-8")
     assert main([*args, "--out", str(user)]) != 0
     assert (user / "compare.md").read_text(encoding="utf-8") == "my notes"
+
+
+def test_committed_runs_may_keep_their_translations_gzipped(tmp_path):
+    """docs/outputs keeps a run's <split>.hyp as <split>.hyp.gz: the report and compare read either."""
+    import gzip
+
+    from structnmt.analysis.compare_report import _hyp_path
+    from structnmt.experiment.report import read_hyp
+
+    lines = ["ein Hund .", "", "zwei Katzen"]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "test.hyp").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "test.hyp.gz").write_bytes(gzip.compress("".join(x + "\n" for x in lines).encode()))
+    assert read_hyp(tmp_path / "a" / "test.hyp") == lines == read_hyp(tmp_path / "b" / "test.hyp")
+    assert _hyp_path(tmp_path / "a", "test").name == "test.hyp"
+    assert _hyp_path(tmp_path / "b", "test").name == "test.hyp.gz"

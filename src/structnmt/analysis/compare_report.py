@@ -84,6 +84,13 @@ def parses_for(sources: list[str], data: str | None, parse_cache: str | None) ->
     return [p.dependency for p in parsed]
 
 
+def _hyp_path(run_dir: Path, split: str) -> Path:
+    """``<run>/<split>.hyp``, or its gzipped copy where only that is there (the committed outputs)."""
+    plain = run_dir / f"{split}.hyp"
+    gz = run_dir / f"{split}.hyp.gz"
+    return gz if not plain.is_file() and gz.is_file() else plain
+
+
 def inputs_from_experiment(out_dir: str | Path, rows: list[str], splits: list[str]) -> CompareInputs:
     """The systems of an experiment's output directory (``runs/<row>/seed<k>/<split>.hyp``; the first row is
     the baseline), every split joined in order, with the dataset's sources, references, parses and
@@ -105,7 +112,7 @@ def inputs_from_experiment(out_dir: str | Path, rows: list[str], splits: list[st
             raise UserError(f"compare: {out_dir / 'runs' / slug(row)} holds no finished run of row {row!r}; name a "
                             "row of the grid whose runs have a result.json.")
         data = data or yaml.safe_load((seeds[0] / "resolved.yaml").read_text(encoding="utf-8"))["data"]["path"]
-        systems.append(System(row, [[h for sp in splits for h in read_lines(d / f"{sp}.hyp", f"{row}'s")]
+        systems.append(System(row, [[h for sp in splits for h in read_lines(_hyp_path(d, sp), f"{row}'s")]
                                     for d in seeds]))
     data = Path(data)
     sources = [x for sp in splits for x in read_lines(data / f"{sp}.src.txt", "the dataset's source")]

@@ -233,8 +233,8 @@ def _order(label: str) -> tuple:
 
 
 def word_counts(lines: Sequence[str], *, lowercase: bool = True) -> Counter:
-    """Word counts of the training targets (whitespace tokens after Moses-style splitting is not applied:
-    compare-mt counts the tokens it is given)."""
+    """Word counts of the training targets, by whitespace token (compare-mt counts the tokens it is given:
+    the caller tokenizes, as :func:`.compare_report.run` does with the Moses tokenizer)."""
     c: Counter = Counter()
     for line in lines:
         c.update((line.lower() if lowercase else line).split())

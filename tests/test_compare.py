@@ -195,3 +195,23 @@ def test_committed_runs_may_keep_their_translations_gzipped(tmp_path):
     assert read_hyp(tmp_path / "a" / "test.hyp") == lines == read_hyp(tmp_path / "b" / "test.hyp")
     assert _hyp_path(tmp_path / "a", "test").name == "test.hyp"
     assert _hyp_path(tmp_path / "b", "test").name == "test.hyp.gz"
+
+
+def test_an_experiment_whose_dataset_is_elsewhere_is_one_sentence(tmp_path, capsys):
+    for row, seeds in (("transformer", (1, 2)), ("rel-pos", (1, 2))):
+        for k in seeds:
+            d = tmp_path / "exp" / "runs" / row / f"seed{k}"
+            d.mkdir(parents=True)
+            (d / "result.json").write_text("{}", encoding="utf-8")
+            (d / "resolved.yaml").write_text(f"data: {{path: {tmp_path / 'nowhere'}}}\n", encoding="utf-8")
+            (d / "test.hyp").write_text("a\n", encoding="utf-8")
+    args = ["compare", "--experiment", str(tmp_path / "exp"), "--row", "Transformer", "--row", "+ Rel_Pos",
+            "--out", str(tmp_path / "out")]
+    assert main(args) != 0
+    err = capsys.readouterr().err
+    assert "the dataset's source" in err and "no such file" in err and "Traceback" not in err
+    assert main([*args[:3], "--row", "Transformer", "--row", "+ Nope", "--out", str(tmp_path / "o")]) != 0
+    assert "holds no finished run of row '+ Nope'" in capsys.readouterr().err
+    (tmp_path / "exp" / "runs" / "transformer" / "seed1" / "resolved.yaml").write_text("x: 1\n", encoding="utf-8")
+    assert main(args) != 0
+    assert "holds no data.path" in capsys.readouterr().err

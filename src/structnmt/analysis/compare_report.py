@@ -84,6 +84,17 @@ def parses_for(sources: list[str], data: str | None, parse_cache: str | None) ->
     return [p.dependency for p in parsed]
 
 
+def _data_path(run_dir: Path) -> str:
+    """The dataset a run trained on (its resolved.yaml's data.path), or one sentence."""
+    import yaml
+
+    try:
+        return str(yaml.safe_load((run_dir / "resolved.yaml").read_text(encoding="utf-8"))["data"]["path"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        raise UserError(f"compare: {run_dir / 'resolved.yaml'} is missing or holds no data.path; a run directory "
+                        "of the experiment runner has one.") from None
+
+
 def _hyp_path(run_dir: Path, split: str) -> Path:
     """``<run>/<split>.hyp``, or its gzipped copy where only that is there (the committed outputs)."""
     plain = run_dir / f"{split}.hyp"
@@ -97,8 +108,6 @@ def inputs_from_experiment(out_dir: str | Path, rows: list[str], splits: list[st
     training targets (its manifest names them)."""
     import json
 
-    import yaml
-
     from ..experiment.grid import slug
 
     out_dir = Path(out_dir)
@@ -111,13 +120,18 @@ def inputs_from_experiment(out_dir: str | Path, rows: list[str], splits: list[st
         if not seeds:
             raise UserError(f"compare: {out_dir / 'runs' / slug(row)} holds no finished run of row {row!r}; name a "
                             "row of the grid whose runs have a result.json.")
-        data = data or yaml.safe_load((seeds[0] / "resolved.yaml").read_text(encoding="utf-8"))["data"]["path"]
+        data = data or _data_path(seeds[0])
         systems.append(System(row, [[h for sp in splits for h in read_lines(_hyp_path(d, sp), f"{row}'s")]
                                     for d in seeds]))
     data = Path(data)
     sources = [x for sp in splits for x in read_lines(data / f"{sp}.src.txt", "the dataset's source")]
     refs = [x for sp in splits for x in read_lines(data / f"{sp}.ref.txt", "the dataset's reference")]
-    manifest = json.loads((data / "manifest.json").read_text(encoding="utf-8"))
+    try:
+        manifest = json.loads((data / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise UserError(f"compare: {data / 'manifest.json'} is missing or unreadable; the runs' dataset (data.path "
+                        "of their resolved.yaml, relative to where you run the command) must be prepared "
+                        "there.") from None
     c = manifest["config"]
     train = next((Path(k) for k in manifest.get("inputs", {})
                   if Path(k).name.startswith(Path(c["trainpref"]).name + "." + c["target_lang"])), None)

@@ -116,6 +116,9 @@ def run_one(cfg, corpus: Path) -> dict:
     tr.close()
     roles = save / "head_roles.jsonl"  # RHE's head roles, recorded at each validation (train.head_roles)
     extra = {"head_roles": roles.read_text().splitlines()} if roles.exists() else {}
+    # the run's checkpoints are not needed once read (paper-size configs write hundreds of MB each: all of them
+    # kept would take about 34 GB)
+    shutil.rmtree(save)
     return {"losses": losses, "parameters": digest.hexdigest(), **extra,
             "translations": [[h.text, repr(h.score)] for hyps in out for h in hyps]}
 

@@ -8,8 +8,10 @@ from .attention import (  # noqa: F401
     IncrementalCache,
     MultiHeadAttention,
     build_attention,
+    merge_heads,
     register_attention,
     scaled_attention,
+    split_heads,
 )
 from .localness import LocalnessAttention  # noqa: F401,E402  (registers "localness")
 from .matrix_tree import marginals  # noqa: F401,E402

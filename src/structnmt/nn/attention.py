@@ -371,6 +371,13 @@ def masked_softmax(scores: Tensor, allowed: Tensor | None) -> Tensor:
     return torch.softmax(scores, dim=-1).masked_fill(~live, 0.0)
 
 
+def bias_allows(bias: Tensor, allowed: Tensor | None) -> Tensor:
+    """``allowed`` (or all keys) without the keys a bias of −inf rules out: a −inf in a :meth:`logit_bias` is a
+    mask, and a row it leaves without a key gets zero weights and output on every path, never NaN."""
+    finite = bias > float("-inf")
+    return finite if allowed is None else allowed & finite
+
+
 #: at most this many queries per row take the explicit path without gradients on the CPU (see below)
 _FEW_QUERIES = 8
 
@@ -428,7 +435,8 @@ def scaled_attention(
         return _sdpa(q, k, v, scale, bias, allowed, dropout_p, use_is_causal), None
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
     if bias is not None:
-        scores = scores + bias
+        allowed = bias_allows(bias, allowed)  # (a bias turns SDPA's is_causal kernel off: allowed holds causality)
+        scores = scores + bias.masked_fill(~allowed, 0.0)  # the −inf keys are masked: no −inf reaches the softmax
     weights = masked_softmax(scores, _causal(T, S, q.device) if use_is_causal else allowed).to(q.dtype)
     dropped = F.dropout(weights, p=dropout_p, training=dropout_p > 0)
     return torch.matmul(dropped, v), ((weights, dropped) if return_dropped else weights)
@@ -460,6 +468,9 @@ def _sdpa(q: Tensor, k: Tensor, v: Tensor, scale: float, bias: Tensor | None, al
     """:func:`scaled_attention`'s fast path, ``F.scaled_dot_product_attention``: a query with no allowed
     key gets a zero output (not NaN) on every torch."""
     live = None
+    if bias is not None:  # a −inf in the bias masks its key (bias_allows); the row-wise rules below then hold
+        allowed = bias_allows(bias, allowed)
+        bias = bias.masked_fill(~allowed, 0.0)
     if allowed is not None:
         live = allowed.any(dim=-1, keepdim=True)
         allowed = allowed | ~live
@@ -495,7 +506,8 @@ class MultiHeadAttention(Mechanism):
     The reference mechanism. In decoder self-attention the cache entry holds the
     projected keys and values of all previous steps, ``k, v`` (B, H, t, d); in
     cross-attention it holds the source keys and values, computed once per sentence.
-    Subclasses that only change the logits override :meth:`logit_bias`.
+    Subclasses that only change the logits override :meth:`logit_bias` (added to them; a −inf there masks
+    its key) or :meth:`logit_mask` (which keys a query may see).
     """
 
     def __init__(self, *, dims: AttentionDims):
@@ -549,6 +561,13 @@ class MultiHeadAttention(Mechanism):
         """Additive logits (B or 1, H or 1, T, S) for subclasses; plain MHA has none."""
         return None
 
+    def logit_mask(self, query: Tensor, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor | None:
+        """Which keys each query may see, for subclasses that restrict attention: bool (B or 1, H or 1, T, S),
+        True = may attend, combined with the key mask and causality (``scaled_attention``'s ``mask``). A query
+        row left without a key gets zero weights and a zero output, on every path. Plain MHA has none.
+        ``query`` (B, T, D) is the layer's input, ``q`` (B, H, T, d) and ``k`` (B, H, S, d) its projections."""
+        return None
+
     def value_term(self, weights: Tensor, ctx: AttentionContext) -> Tensor | None:
         """Added to ``weights @ v``: (B, H, T, d) computed from the weights (B, H, T, S).
 
@@ -586,6 +605,7 @@ class MultiHeadAttention(Mechanism):
             key_mask=ctx.key_mask,
             causal=ctx.causal,
             query_offset=ctx.query_offset,
+            mask=self.logit_mask(query, q, k, ctx),
             bias=self.logit_bias(query, q, k, ctx),
             dropout_p=self.dims.dropout if self.training else 0.0,
             need_weights=ctx.need_weights or self.uses_value_term,

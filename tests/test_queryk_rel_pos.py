@@ -7,12 +7,12 @@ import math
 
 import pytest
 import torch
-from random_batches import random_batch
+from random_batches import assert_incremental_equals_full
 from torch.testing import assert_close
 
 from structnmt.config import AttentionPlan, AttentionSpec, ConfigError, ModelConfig
 from structnmt.models import build_model
-from structnmt.nn import AttentionContext, AttentionDims, IncrementalCache, build_attention
+from structnmt.nn import AttentionContext, AttentionDims, build_attention
 from structnmt.nn.attention import masked_softmax
 
 D, H = 32, 4
@@ -120,22 +120,7 @@ def test_incremental_equals_full_decoding_with_beam_reordering():
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=D, ffn_dim=64, heads=H, encoder_layers=2, decoder_layers=2, dropout=0.0,
                       attention=AttentionPlan(encoder_self=spec, decoder_self=spec, cross=cross))
-    model = build_model(cfg, 40, 40).eval()
-    src, mask, tgt = random_batch(40, B=3, S=7, T=8)
-    full = torch.log_softmax(model(src, mask, tgt).logits, dim=-1)
-    enc = model.encode(src, mask)
-    cache = IncrementalCache()
-    steps = [model.decode_step(tgt[:, : t + 1], enc, cache) for t in range(tgt.shape[1])]
-    assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
-    perm = torch.tensor([2, 0, 0])
-    cache = IncrementalCache()
-    for t in range(4):
-        model.decode_step(tgt[:, : t + 1], enc, cache)
-    cache.reorder(perm)
-    new_tgt = tgt[perm]
-    got = [model.decode_step(new_tgt[:, : t + 1], enc.reorder(perm), cache) for t in range(4, 8)]
-    want = torch.log_softmax(model(src[perm], mask[perm], new_tgt).logits, dim=-1)[:, 4:]
-    assert_close(torch.stack(got, 1), want, atol=1e-5, rtol=1e-5)
+    assert_incremental_equals_full(build_model(cfg, 40, 40).eval())
 
 
 def test_roles_and_options_are_checked():

@@ -9,13 +9,13 @@ import math
 import numpy as np
 import pytest
 import torch
-from random_batches import random_batch
+from random_batches import assert_incremental_equals_full
 from torch.testing import assert_close
 
 from structnmt.config import AttentionPlan, AttentionSpec, ConfigError, ModelConfig
 from structnmt.data.vocab import PAD
 from structnmt.models import build_model
-from structnmt.nn import IncrementalCache, build_attention
+from structnmt.nn import build_attention
 from structnmt.nn.attention import AttentionContext, AttentionDims, masked_softmax, scaled_attention
 from structnmt.nn.localness import gaussian_bias
 from structnmt.nn.relative_position import bucket_weights, relative_index
@@ -363,22 +363,7 @@ def model_with(plan: AttentionPlan):
 
 def test_rel_pos_incremental_equals_full_decoding_with_beam_reordering():
     spec = AttentionSpec("rel_pos", {"k": 2})
-    model = model_with(AttentionPlan(encoder_self=spec, decoder_self=spec))
-    src, mask, tgt = random_batch(40, B=3, S=7, T=8)
-    full = torch.log_softmax(model(src, mask, tgt).logits, dim=-1)
-    enc = model.encode(src, mask)
-    cache = IncrementalCache()
-    steps = [model.decode_step(tgt[:, : t + 1], enc, cache) for t in range(tgt.shape[1])]
-    assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
-    perm = torch.tensor([2, 0, 0])
-    cache = IncrementalCache()
-    for t in range(4):
-        model.decode_step(tgt[:, : t + 1], enc, cache)
-    cache.reorder(perm)
-    new_tgt = tgt[perm]
-    got = [model.decode_step(new_tgt[:, : t + 1], enc.reorder(perm), cache) for t in range(4, 8)]
-    want = torch.log_softmax(model(src[perm], mask[perm], new_tgt).logits, dim=-1)[:, 4:]
-    assert_close(torch.stack(got, 1), want, atol=1e-5, rtol=1e-5)
+    assert_incremental_equals_full(model_with(AttentionPlan(encoder_self=spec, decoder_self=spec)))
 
 
 # ----------------------------------------------------------------------------- Localness

@@ -56,7 +56,7 @@ def test_buckets_locate_a_gain_that_exists_only_on_long_sentences():
     sources, refs = corpus()
     systems_ = systems(refs)
     cfg = CompareConfig(metric="bleu", n_samples=200, length_cutoffs=[10], min_bucket=10)
-    rows = bucket_rows(sources, refs, systems_, sentence_buckets(sources, None, cfg), cfg)
+    rows = bucket_rows(refs, systems_, sentence_buckets(sources, None, cfg), cfg)
     by = {(r.kind, r.bucket): r for r in rows}
     short, long_ = by[("source length (words)", "<10")], by[("source length (words)", ">=10")]
     assert short.sentences == 20 and long_.sentences == 20 and not short.small
@@ -71,7 +71,7 @@ def test_buckets_locate_a_gain_that_exists_only_on_long_sentences():
 def test_small_buckets_are_marked_not_hidden():
     sources, refs = corpus()
     cfg = CompareConfig(metric="bleu", n_samples=50, length_cutoffs=[10], min_bucket=25)
-    rows = bucket_rows(sources, refs, systems(refs), sentence_buckets(sources, None, cfg), cfg)
+    rows = bucket_rows(refs, systems(refs), sentence_buckets(sources, None, cfg), cfg)
     lengths = [r for r in rows if r.kind == "source length (words)"]
     assert [(r.bucket, r.small) for r in lengths] == [("<10", True), (">=10", True)]
     assert all(np.isfinite(r.delta) for r in lengths)
@@ -147,7 +147,8 @@ def test_cli_writes_the_tables_and_refuses_bad_input(tmp_path, capsys):
     g = [write(tmp_path / f"g{k}.txt", run) for k, run in enumerate(better.runs)]
     args = ["compare", "--src", src, "--ref", ref, "--hyp", *b, "--hyp", *g, "--name", "base", "--name", "better",
             "--metric", "bleu", "--bootstrap", "50", "--min-bucket", "5"]
-    assert main([*args, "--out", str(tmp_path / "out")]) == 0
+    assert main([*args, "--html", "--out", str(tmp_path / "out")]) == 0
+    assert "<script" in (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     with open(tmp_path / "out" / "compare.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert {r["kind"] for r in rows} == {"all sentences", "source length (words)"}
@@ -184,17 +185,17 @@ def test_committed_runs_may_keep_their_translations_gzipped(tmp_path):
     """docs/outputs keeps a run's <split>.hyp as <split>.hyp.gz: the report and compare read either."""
     import gzip
 
-    from structnmt.analysis.compare_report import _hyp_path
-    from structnmt.experiment.report import read_hyp
+    from structnmt.files import committed_or_plain, read_lines_exact
 
     lines = ["ein Hund .", "", "zwei Katzen"]
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "test.hyp").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "test.hyp.gz").write_bytes(gzip.compress("".join(x + "\n" for x in lines).encode()))
-    assert read_hyp(tmp_path / "a" / "test.hyp") == lines == read_hyp(tmp_path / "b" / "test.hyp")
-    assert _hyp_path(tmp_path / "a", "test").name == "test.hyp"
-    assert _hyp_path(tmp_path / "b", "test").name == "test.hyp.gz"
+    read = [read_lines_exact(committed_or_plain(tmp_path / d / "test.hyp")) for d in ("a", "b")]
+    assert read == [lines, lines]
+    assert committed_or_plain(tmp_path / "a" / "test.hyp").name == "test.hyp"
+    assert committed_or_plain(tmp_path / "b" / "test.hyp").name == "test.hyp.gz"
 
 
 def test_an_experiment_whose_dataset_is_elsewhere_is_one_sentence(tmp_path, capsys):
@@ -209,7 +210,7 @@ def test_an_experiment_whose_dataset_is_elsewhere_is_one_sentence(tmp_path, caps
             "--out", str(tmp_path / "out")]
     assert main(args) != 0
     err = capsys.readouterr().err
-    assert "the dataset's source" in err and "no such file" in err and "Traceback" not in err
+    assert "the dataset's source" in err and "file not found" in err and "Traceback" not in err
     assert main([*args[:3], "--row", "Transformer", "--row", "+ Nope", "--out", str(tmp_path / "o")]) != 0
     assert "holds no finished run of row '+ Nope'" in capsys.readouterr().err
     (tmp_path / "exp" / "runs" / "transformer" / "seed1" / "resolved.yaml").write_text("x: 1\n", encoding="utf-8")

@@ -102,7 +102,7 @@ def test_bad_requests_are_sentences():
 
 
 def write_results(path, rows):
-    cols = ["split", "system", "baseline", "metric", "delta", "p_value", "n_seeds", "bleu_lc_tok_std", "sentence_se"]
+    cols = ["split", "system", "baseline", "metric", "delta", "p_value", "n_seeds", "bleu_std", "sentence_se"]
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()

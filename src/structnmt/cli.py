@@ -802,13 +802,8 @@ def _parser_delta_plot(sub) -> None:
 
 def cmd_compare(args) -> int:
     from .analysis.compare import CompareConfig, System
-    from .analysis.compare_report import (
-        CompareInputs,
-        inputs_from_experiment,
-        parses_for,
-        read_lines,
-        run,
-    )
+    from .analysis.compare_report import CompareInputs, parses_for, read_lines, run
+    from .experiment.compare_inputs import inputs_from_experiment
 
     cfg = CompareConfig(metric=args.metric, lang=args.lang, min_bucket=args.min_bucket, n_samples=args.bootstrap,
                         top=args.top, buckets=args.buckets.split(",") if args.buckets else None)

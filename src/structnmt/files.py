@@ -396,7 +396,18 @@ class OutputDir:
         return p
 
 
+def committed_or_plain(path: Path) -> Path:
+    """``path``, or ``<path>.gz`` where only the gzipped copy is there (how docs/outputs keeps translations)."""
+    gz = path.with_name(path.name + ".gz")
+    return gz if not path.is_file() and gz.is_file() else path
+
+
 def read_lines_exact(path: Path) -> list[str]:
-    """Lines split on "\\n" only (a hypothesis may hold other Unicode separators)."""
-    lines = path.read_bytes().decode("utf-8").split("\n")
+    """Lines split on "\\n" only (a hypothesis may hold other Unicode separators); a ``.gz`` file decompressed."""
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        import gzip
+
+        data = gzip.decompress(data)
+    lines = data.decode("utf-8").split("\n")
     return lines[:-1] if lines and lines[-1] == "" else lines

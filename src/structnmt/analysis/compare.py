@@ -195,8 +195,8 @@ def check_inputs(sources: Sequence[str], refs: Sequence[str], systems: Sequence[
                                 "every translation must have one line per reference line.")
 
 
-def bucket_rows(sources: Sequence[str], refs: Sequence[str], systems: Sequence[System],
-                buckets: dict[str, list[str]], cfg: CompareConfig) -> list[BucketRow]:
+def bucket_rows(refs: Sequence[str], systems: Sequence[System], buckets: dict[str, list[str]],
+                cfg: CompareConfig) -> list[BucketRow]:
     """Every system against the first (the baseline) in every bucket of every kind, and on all sentences."""
     from ..evaluate.seeds import RunStatistics
 

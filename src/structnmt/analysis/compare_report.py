@@ -40,23 +40,15 @@ class CompareInputs:
 
 
 def read_lines(path: str | Path, what: str) -> list[str]:
-    """The lines of a text file (``.gz`` read through gzip), or one sentence naming it."""
-    import gzip
+    """The lines of a text file, plain or gzip (:func:`structnmt.data.corpus.read_lines`: a missing, unreadable
+    or non-UTF-8 file is one sentence naming it); ``what`` names the file's role in the sentence."""
+    from ..data.corpus import CorpusError
+    from ..data.corpus import read_lines as corpus_lines
 
-    path = Path(path)
     try:
-        raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
-        lines = raw.decode("utf-8").split("\n")
-    except FileNotFoundError:
-        raise UserError(f"compare: {what} {path}: no such file.") from None
-    except IsADirectoryError:
-        raise UserError(f"compare: {what} {path} is a directory; give a text file.") from None
-    except UnicodeDecodeError as err:
-        raise UserError(f"compare: {what} {path}: not UTF-8 text (byte {err.start}); give the plain text "
-                        "file.") from None
-    except (OSError, EOFError) as err:
-        raise UserError(f"compare: {what} {path}: not readable ({err}).") from None
-    return lines[:-1] if lines and lines[-1] == "" else lines
+        return list(corpus_lines(path))
+    except CorpusError as err:
+        raise UserError(f"compare: {what}: {err}") from None
 
 
 def parses_for(sources: list[str], data: str | None, parse_cache: str | None) -> list | None:
@@ -84,62 +76,6 @@ def parses_for(sources: list[str], data: str | None, parse_cache: str | None) ->
     return [p.dependency for p in parsed]
 
 
-def _data_path(run_dir: Path) -> str:
-    """The dataset a run trained on (its resolved.yaml's data.path), or one sentence."""
-    import yaml
-
-    try:
-        return str(yaml.safe_load((run_dir / "resolved.yaml").read_text(encoding="utf-8"))["data"]["path"])
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
-        raise UserError(f"compare: {run_dir / 'resolved.yaml'} is missing or holds no data.path; a run directory "
-                        "of the experiment runner has one.") from None
-
-
-def _hyp_path(run_dir: Path, split: str) -> Path:
-    """``<run>/<split>.hyp``, or its gzipped copy where only that is there (the committed outputs)."""
-    plain = run_dir / f"{split}.hyp"
-    gz = run_dir / f"{split}.hyp.gz"
-    return gz if not plain.is_file() and gz.is_file() else plain
-
-
-def inputs_from_experiment(out_dir: str | Path, rows: list[str], splits: list[str]) -> CompareInputs:
-    """The systems of an experiment's output directory (``runs/<row>/seed<k>/<split>.hyp``; the first row is
-    the baseline), every split joined in order, with the dataset's sources, references, parses and
-    training targets (its manifest names them)."""
-    import json
-
-    from ..experiment.grid import slug
-
-    out_dir = Path(out_dir)
-    if len(rows) < 2:
-        raise UserError("compare: --experiment needs the baseline's row and at least one more (--row twice or more).")
-    systems, data = [], None
-    for row in rows:
-        seeds = sorted((d for d in (out_dir / "runs" / slug(row)).glob("seed*") if (d / "result.json").is_file()),
-                       key=lambda d: int(d.name[4:]))
-        if not seeds:
-            raise UserError(f"compare: {out_dir / 'runs' / slug(row)} holds no finished run of row {row!r}; name a "
-                            "row of the grid whose runs have a result.json.")
-        data = data or _data_path(seeds[0])
-        systems.append(System(row, [[h for sp in splits for h in read_lines(_hyp_path(d, sp), f"{row}'s")]
-                                    for d in seeds]))
-    data = Path(data)
-    sources = [x for sp in splits for x in read_lines(data / f"{sp}.src.txt", "the dataset's source")]
-    refs = [x for sp in splits for x in read_lines(data / f"{sp}.ref.txt", "the dataset's reference")]
-    try:
-        manifest = json.loads((data / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise UserError(f"compare: {data / 'manifest.json'} is missing or unreadable; the runs' dataset (data.path "
-                        "of their resolved.yaml, relative to where you run the command) must be prepared "
-                        "there.") from None
-    c = manifest["config"]
-    train = next((Path(k) for k in manifest.get("inputs", {})
-                  if Path(k).name.startswith(Path(c["trainpref"]).name + "." + c["target_lang"])), None)
-    targets = read_lines(train, "the training targets") if train is not None and train.is_file() else None
-    parses = parses_for(sources, str(data), None) if manifest.get("syntax") else None
-    return CompareInputs(sources, refs, systems, parses, targets)
-
-
 def run(inputs: CompareInputs, cfg: CompareConfig, out_dir: str | Path, *, html: bool = False) -> list[Path]:
     """Compute and write the comparison (and, with ``html``, ``report.html``); returns the files written."""
     from ..evaluate.score import moses_lc_tokenize
@@ -149,7 +85,7 @@ def run(inputs: CompareInputs, cfg: CompareConfig, out_dir: str | Path, *, html:
     check_buckets(inputs, cfg)
     out = OutputDir(out_dir, "compare", expect=FILES)  # refused before any work if it holds others' files
     buckets = sentence_buckets(inputs.sources, inputs.parses, cfg)
-    rows = bucket_rows(inputs.sources, inputs.refs, inputs.systems, buckets, cfg)
+    rows = bucket_rows(inputs.refs, inputs.systems, buckets, cfg)
     if inputs.train_targets is not None and (cfg.buckets is None or "frequency" in cfg.buckets):
         tok = lambda lines: moses_lc_tokenize(lines, cfg.lang)  # noqa: E731 (compare-mt reads tokens)
         systems_tok = [System(s.name, [tok(r) for r in s.runs]) for s in inputs.systems]

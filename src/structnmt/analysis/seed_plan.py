@@ -65,7 +65,7 @@ def plan_seeds(path: str | Path, delta: float, *, alpha: float = 0.05, target: f
     rows = read_rows(p)
     if "sentence_se" not in rows[0] or "baseline" not in rows[0]:
         raise UserError(f"{p}: not the runner's results.csv (no 'sentence_se' or 'baseline' column). {_HINT}")
-    std = f"{rows[0].get('metric', 'bleu')}_std" if rows[0].get("metric") != "bleu" else "bleu_std"
+    std = "bleu_std"  # the report's std of the metric it tested (bleu_std holds it whatever the metric)
     out = []
     for split in dict.fromkeys(r.get("split", "") for r in rows):
         in_split = [r for r in rows if r.get("split", "") == split]

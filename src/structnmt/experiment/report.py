@@ -21,7 +21,7 @@ import statistics
 from pathlib import Path
 
 from ..config import Config
-from ..files import read_lines_exact
+from ..files import committed_or_plain, read_lines_exact
 from .grid import GridConfig, seeds_of
 
 COLUMNS = ["System", "# Params", "Speed (train tok/s)", "Decode (sent/s)", "Peak mem (MB)", "BLEU", "Δ", "p", "chrF"]
@@ -92,20 +92,9 @@ def split_result(grid: GridConfig, res: dict, split: str) -> dict | None:
 
 
 def _hyps(grid: GridConfig, results: dict, name: str, seed: int, split: str) -> list[str]:
-    """A run's translations of ``split``: ``<run>/<hyp_file>``, or its gzipped copy ``<hyp_file>.gz`` (how the
-    committed outputs under docs/outputs keep them)."""
+    """A run's translations of ``split``: ``<run>/<hyp_file>``, or its gzipped copy (docs/outputs keeps them so)."""
     r = results[(name, seed)]
-    return read_hyp(Path(r["run_dir"]) / split_result(grid, r, split)["hyp_file"])
-
-
-def read_hyp(path: Path) -> list[str]:
-    """The lines of a ``.hyp`` file, or of ``<path>.gz`` where only the gzipped copy is there."""
-    if not path.is_file() and path.with_name(path.name + ".gz").is_file():
-        import gzip
-
-        lines = gzip.decompress(path.with_name(path.name + ".gz").read_bytes()).decode("utf-8").split("\n")
-        return lines[:-1] if lines and lines[-1] == "" else lines
-    return read_lines_exact(path)
+    return read_lines_exact(committed_or_plain(Path(r["run_dir"]) / split_result(grid, r, split)["hyp_file"]))
 
 
 def _tests(grid: GridConfig, results: dict, split: str, refs: list[str], seeds: dict[str, list[int]]) -> tuple[dict, dict]:

@@ -806,7 +806,10 @@ def cmd_compare(args) -> int:
     from .experiment.compare_inputs import inputs_from_experiment
 
     cfg = CompareConfig(metric=args.metric, lang=args.lang, min_bucket=args.min_bucket, n_samples=args.bootstrap,
-                        top=args.top, buckets=args.buckets.split(",") if args.buckets else None)
+                        top=args.top, buckets=args.buckets.split(",") if args.buckets else None,
+                        attention_sentences=args.attention_sentences,
+                        attention_lines=[n - 1 for n in args.attention_lines] if args.attention_lines else None)
+    checkpoints = _compare_checkpoints(args)
     if args.experiment:
         if args.hyp or args.src or args.ref:
             return _err("compare: give either --experiment DIR with --row, or --src, --ref and --hyp, not both.")
@@ -823,9 +826,38 @@ def cmd_compare(args) -> int:
         inputs = CompareInputs(sources, read_lines(args.ref, "the reference"), systems,
                                parses_for(sources, args.data, args.parse_cache),
                                read_lines(args.train_ref, "the training targets") if args.train_ref else None)
-    written = run(inputs, cfg, args.out, html=args.html)
+    if checkpoints:
+        unknown = [n for n in checkpoints if n not in [x.name for x in inputs.systems]]
+        if unknown:
+            return _err(f"compare: --checkpoint {unknown[0]}=...: no system is called {unknown[0]!r}; the systems are "
+                        f"{', '.join(repr(x.name) for x in inputs.systems)}.")
+    attention = None
+    if checkpoints:
+        from .compare_attention import attention_payload
+
+        words = [t.words for t in inputs.parses] if inputs.parses is not None else None
+        attention = lambda lines: attention_payload(checkpoints, inputs.sources, lines, words,  # noqa: E731
+                                                    log=lambda m: print(m, file=sys.stderr))
+    written = run(inputs, cfg, args.out, html=args.html, attention=attention)
     print(f"compare: wrote {', '.join(str(p) for p in written)}")
     return 0
+
+
+def _compare_checkpoints(args) -> dict[str, str]:
+    """``--checkpoint NAME=PATH`` items as {system name: checkpoint}; a malformed item is one sentence."""
+    out: dict[str, str] = {}
+    for item in args.checkpoint or []:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise UserError(f"compare: --checkpoint {item!r}: write it as SYSTEM=CHECKPOINT, e.g. "
+                            "--checkpoint 'Transformer=runs/transformer/seed1/average.pt'.")
+        if not Path(path).is_file():
+            raise UserError(f"compare: --checkpoint {name}={path}: no such file; give the checkpoint (e.g. "
+                            "RUN_DIR/average.pt) of that system.")
+        out[name] = path
+    if out and not args.html:
+        raise UserError("compare: --checkpoint draws attention maps in the HTML report; add --html.")
+    return out
 
 
 def _parser_compare(sub) -> None:
@@ -853,6 +885,14 @@ def _parser_compare(sub) -> None:
     s.add_argument("--top", type=_at_least(0), default=20, help="sentences shown per system (default 20)")
     s.add_argument("--html", action="store_true", help="also write report.html: one self-contained page with the "
                                                         "charts, the numbers, a sentence browser and the parse trees")
+    s.add_argument("--checkpoint", action="append", metavar="SYSTEM=CKPT",
+                   help="with --html: a system's checkpoint (one seed's, e.g. RUN_DIR/average.pt); the page then "
+                        "shows its attention per layer and head for the chosen sentences, and the induced tree of a "
+                        "tree-inducing model (repeat per system)")
+    s.add_argument("--attention-sentences", type=_at_least(0), default=6,
+                   help="attention maps for this many sentences where the systems differ most (default 6)")
+    s.add_argument("--attention-lines", type=_at_least(1), nargs="+", metavar="LINE",
+                   help="attention maps for these 1-based lines instead")
     s.add_argument("--out", required=True, help="output directory: compare.csv, compare.md, buckets.png, sentences.md")
     s.set_defaults(func=cmd_compare)
 

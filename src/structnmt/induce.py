@@ -58,6 +58,7 @@ import torch
 from .errors import UserError
 
 if TYPE_CHECKING:
+    from .config import Config
     from .decode.translate import Translator
     from .files import OutputDir
 
@@ -317,6 +318,34 @@ def _arc_scores(tr, src_ids: list[int], how: str, layer: int, head: int) -> np.n
     P = len(src_ids) - 1  # without EOS
     m = {"phi": phi, "beta": beta, "log_beta": torch.log(beta.clamp_min(1e-30))}[how]
     return m[:P, :P].double().cpu().numpy()
+
+
+def induces_trees(cfg: Config) -> bool:
+    """Whether a model induces trees (SA-NMT's structured or flat attention in the RNN, a structured encoder
+    layer in a Transformer): the models whose trees of the blind CoNLL-U files are kept, and whose trees
+    ``compare --html`` draws."""
+    m = cfg.model
+    if m.family == "rnn":
+        return m.rnn.syntax != "none"
+    plan = m.attention
+    return plan.encoder_self.name == "structured" or any(
+        key.startswith("encoder_self.") and spec.name == "structured" for key, spec in plan.overrides.items())
+
+
+def induced_heads(tr, words: list[str]) -> list[int] | None:
+    """The tree ``run_induce`` would give one sentence (the default scores, layer and head: steps 2-4 of the
+    module docstring): heads, 1-based, 0 = the root; None when the sentence cannot be encoded (longer than
+    the model's positions, or a piece spanning two words)."""
+    from .data.dataset import encode_sources
+    from .syntax.align import AlignmentError
+
+    text = " ".join(words)
+    ids = encode_sources(tr.src_vocab, [text])[0]
+    try:
+        word_of_piece = _word_of_piece(tr, Sentence(words), text, ids, tr.cfg.model.max_positions)
+    except AlignmentError:
+        return None
+    return single_root_tree(collapse(_arc_scores(tr, ids, "phi", 0, 0), word_of_piece))
 
 
 def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Path, scores: str = "phi",

@@ -64,6 +64,8 @@ class CompareConfig:
     verb_cutoffs: list[int] = field(default_factory=lambda: [1, 2, 3])
     freq_cutoffs: list[int] = field(default_factory=lambda: [1, 2, 3, 5, 10, 100, 1000])  # compare-mt's
     buckets: list[str] | None = None  # of BUCKET_GROUPS; None: every group the inputs allow
+    attention_sentences: int = 6  # --html with checkpoints: attention maps of this many differing sentences
+    attention_lines: list[int] | None = None  # or of these 0-based lines
 
 
 #: the groups of buckets ``--buckets`` names
@@ -316,3 +318,16 @@ def differing_sentences(sources: Sequence[str], refs: Sequence[str], systems: Se
             out.append(Example(int(i), s.name, float(d[i]), sources[i], refs[i],
                                {x.name: [run[i] for run in x.runs] for x in systems}))
     return out
+
+
+def attention_lines(examples: Sequence[Example], cfg: CompareConfig, n_lines: int) -> list[int]:
+    """The lines whose attention the HTML report shows: ``cfg.attention_lines``, else the
+    ``cfg.attention_sentences`` lines where a system differs most from the baseline (largest |Δ chrF| first)."""
+    if cfg.attention_lines is not None:
+        bad = [i + 1 for i in cfg.attention_lines if not 0 <= i < n_lines]
+        if bad:
+            raise UserError(f"compare: --attention-lines {', '.join(map(str, bad))}: the test set has lines 1 to "
+                            f"{n_lines}.")
+        return list(dict.fromkeys(cfg.attention_lines))
+    ranked = sorted(examples, key=lambda e: (-abs(e.delta), e.index))
+    return list(dict.fromkeys(e.index for e in ranked))[: cfg.attention_sentences]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from .compare import (
     CompareConfig,
     Example,
     System,
+    attention_lines,
     bucket_rows,
     check_inputs,
     differing_sentences,
@@ -76,13 +78,18 @@ def parses_for(sources: list[str], data: str | None, parse_cache: str | None) ->
     return [p.dependency for p in parsed]
 
 
-def run(inputs: CompareInputs, cfg: CompareConfig, out_dir: str | Path, *, html: bool = False) -> list[Path]:
-    """Compute and write the comparison (and, with ``html``, ``report.html``); returns the files written."""
+def run(inputs: CompareInputs, cfg: CompareConfig, out_dir: str | Path, *, html: bool = False,
+        attention: Callable[[list[int]], dict] | None = None) -> list[Path]:
+    """Compute and write the comparison (and, with ``html``, ``report.html``); returns the files written.
+    ``attention``: lines -> the attention maps the page draws (:func:`structnmt.compare_attention.attention_payload`
+    of the systems given with a checkpoint), called with :func:`.compare.attention_lines`."""
     from ..evaluate.score import moses_lc_tokenize
     from ..files import OutputDir
 
     check_inputs(inputs.sources, inputs.refs, inputs.systems)
     check_buckets(inputs, cfg)
+    if cfg.attention_lines is not None:
+        attention_lines([], cfg, len(inputs.refs))  # lines out of range: said before any work
     out = OutputDir(out_dir, "compare", expect=FILES)  # refused before any work if it holds others' files
     buckets = sentence_buckets(inputs.sources, inputs.parses, cfg)
     rows = bucket_rows(inputs.refs, inputs.systems, buckets, cfg)
@@ -98,7 +105,9 @@ def run(inputs: CompareInputs, cfg: CompareConfig, out_dir: str | Path, *, html:
     if html:
         from .compare_html import html_page, page_data
 
-        written.append(out.write_text("report.html", html_page(page_data(rows, inputs, buckets, chrf, cfg))))
+        data = page_data(rows, inputs, buckets, chrf, cfg)
+        data["attention"] = attention(attention_lines(examples, cfg, len(inputs.refs))) if attention else None
+        written.append(out.write_text("report.html", html_page(data)))
     return written
 
 

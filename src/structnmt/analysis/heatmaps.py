@@ -357,7 +357,7 @@ def _analyse_sentences(run: _Run, sources: list[list[int]], structs: list[dict |
         for n, (src_ids, structures) in enumerate(zip(sources, structs), start=1):
             if bar is not None:
                 bar.update(1)
-            s = _forward(run, n, src_ids, structures, captured)
+            s = _forward(run.tr, n, src_ids, structures, captured)
             _add_statistics(run, s)
             z = _add_syntax_gate(run, s)
             if n > run.drawn:  # statistics only past the pictures' sentences
@@ -373,12 +373,11 @@ def _analyse_sentences(run: _Run, sources: list[list[int]], structs: list[dict |
 # --------------------------------------------------------------------------- per-sentence statistics
 
 
-def _forward(run: _Run, n: int, src_ids: list[int], structures: dict | None, captured: list) -> _Sentence:
+def _forward(tr: Translator, n: int, src_ids: list[int], structures: dict | None, captured: list) -> _Sentence:
     """Greedy translation of one sentence, then one teacher-forced pass over it that gives every attention map."""
     from ..data.vocab import BOS
     from ..decode.beam import greedy_search
 
-    tr = run.tr
     model, dev, dcfg = tr.model, tr.device, tr.cfg.decode
     src = torch.tensor([src_ids], dtype=torch.long, device=dev)
     mask = torch.ones_like(src, dtype=torch.bool)
@@ -695,6 +694,57 @@ def _write_reports(run: _Run, checkpoint: str | Path, input_path: str | Path, to
             f"Checkpoint `{checkpoint}`. Each real query row sums to 1 (see `structnmt.analysis.phrasal_stats`): "
             "the four quadrants are shares of the total mass; the last two columns are the share of each query "
             "type's mass that goes to phrase keys.\n\n" + "\n\n".join(tables) + "\n"))
+
+
+# --------------------------------------------------------------------------- maps as numbers (compare --html)
+
+
+@dataclass
+class SentenceMaps:
+    """One sentence's attention maps under one checkpoint, as numbers (``structnmt compare --html`` draws them):
+    steps 1-2 of the module docstring, the greedy translation teacher-forced.
+
+    ``encoder_self[l]``: (H, S, K) the S source pieces' weights (``</s>`` included) over layer l's K keys (the
+    pieces, then any hypernodes or phrases: ``key_labels[l]``); ``cross[l]``: (H, T, K) the T produced target
+    pieces' (``</s>`` included) weights over decoder layer l's keys, the source pieces first."""
+
+    line: int  # 0-based index into the texts
+    translation: str  # the greedy translation the maps are over
+    src_labels: list[str]
+    tgt_labels: list[str]
+    encoder_self: list[np.ndarray]
+    key_labels: list[list[str]]  # per encoder layer
+    cross: list[np.ndarray]
+    cross_key_labels: list[list[str]]  # per decoder layer
+    head_labels: list[list[str]]  # per encoder layer: each head's role ("" without one)
+
+
+def _labels_for(labels: list[str], K: int) -> list[str]:
+    """``labels`` cut or continued (``+1``, ``+2``, ...) to K keys."""
+    return labels[:K] + [f"+{k}" for k in range(1, K - len(labels) + 1)]
+
+
+def sentence_maps(tr: Translator, texts: list[str], lines: list[int]) -> list[SentenceMaps | None]:
+    """The attention maps of ``texts[i]`` for every i of ``lines``; None for a line longer than the model's
+    positions (``model.max_positions``), which is left out, not cut."""
+    from ..data.dataset import encode_sources
+
+    encoded = encode_sources(tr.src_vocab, [texts[i] for i in lines])
+    fits = [k for k, ids in enumerate(encoded) if len(ids) <= tr.cfg.model.max_positions]
+    structs = _structures_for(tr, texts, [lines[k] for k in fits], [len(encoded[k]) for k in fits])
+    enc_layers = list(getattr(tr.model, "encoder_layers", []))
+    out: list[SentenceMaps | None] = [None] * len(lines)
+    for k, structures in zip(fits, structs):
+        s = _forward(tr, k + 1, encoded[k], structures, [])
+        enc = [w[0, :, : s.S].float().cpu().numpy() for w in s.res.attentions.get("encoder_self", [])]
+        cross = [w[0].float().cpu().numpy() for w in s.res.attentions.get("cross", [])]
+        heads = [(lay.self_attn.head_labels() or [""] * w.shape[0]) for lay, w in zip(enc_layers, enc)]
+        out[k] = SentenceMaps(
+            line=lines[k], translation=tr.tgt_vocab.decode(s.hyp.tokens), src_labels=s.src_labels,
+            tgt_labels=s.tgt_labels, encoder_self=enc, key_labels=[_labels_for(s.node_labels, w.shape[2]) for w in enc],
+            cross=cross, cross_key_labels=[_labels_for(s.src_labels, w.shape[2]) for w in cross],
+            head_labels=heads + [[""] * w.shape[0] for w in enc[len(heads):]])
+    return out
 
 
 # --------------------------------------------------------------------------- main entry

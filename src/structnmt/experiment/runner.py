@@ -40,6 +40,7 @@ from pathlib import Path
 import yaml
 
 from ..config import Config, ConfigError, _build, from_dict, to_dict, with_defaults
+from ..induce import induces_trees
 from ..train.lock import RESUMABLE_KEYS
 from .grid import (
     BUDGET_KEYS,
@@ -404,17 +405,6 @@ def _translate_files(files: list[str], tr, dcfg, run_dir: Path) -> dict[str, str
         (run_dir / f"{name}.hyp").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
         done[f] = f"{name}.hyp"
     return done
-
-
-def induces_trees(cfg: Config) -> bool:
-    """Whether a run's model induces trees (SA-NMT's structured or flat attention in the RNN, a structured
-    encoder layer in a Transformer): the models whose trees of the blind CoNLL-U files are kept."""
-    m = cfg.model
-    if m.family == "rnn":
-        return m.rnn.syntax != "none"
-    plan = m.attention
-    return plan.encoder_self.name == "structured" or any(
-        key.startswith("encoder_self.") and spec.name == "structured" for key, spec in plan.overrides.items())
 
 
 def _induce_files(files: list[str], run_dir: Path) -> dict[str, str]:

@@ -803,7 +803,7 @@ def _parser_delta_plot(sub) -> None:
 def cmd_compare(args) -> int:
     from .analysis.compare import CompareConfig, System
     from .analysis.compare_report import CompareInputs, parses_for, read_lines, run
-    from .experiment.compare_inputs import inputs_from_experiment
+    from .experiment.compare_inputs import inputs_from_benchmark, inputs_from_experiment
 
     cfg = CompareConfig(metric=args.metric, lang=args.lang, min_bucket=args.min_bucket, n_samples=args.bootstrap,
                         top=args.top, buckets=args.buckets.split(",") if args.buckets else None,
@@ -813,7 +813,15 @@ def cmd_compare(args) -> int:
     if args.experiment:
         if args.hyp or args.src or args.ref:
             return _err("compare: give either --experiment DIR with --row, or --src, --ref and --hyp, not both.")
-        inputs = inputs_from_experiment(args.experiment, args.row or [], args.split or ["test"])
+        if args.benchmark:
+            if args.split:
+                return _err("compare: --benchmark joins every split of the benchmark; drop --split.")
+            inputs = inputs_from_benchmark(args.experiment, args.row or [], args.benchmark)
+        else:
+            inputs = inputs_from_experiment(args.experiment, args.row or [], args.split or ["test"])
+    elif args.benchmark:
+        return _err("compare: --benchmark reads a synthetic-benchmark grid's runs; give it with --experiment DIR "
+                    "--row BASELINE --row SYSTEM.")
     else:
         if not (args.src and args.ref and args.hyp):
             return _err("compare: give --src SOURCE --ref REFERENCE and --hyp A1 A2 ... once per system (the first "
@@ -874,7 +882,11 @@ def _parser_compare(sub) -> None:
     s.add_argument("--experiment", help="an experiment's output directory instead of files: its runs of --row")
     s.add_argument("--row", action="append", help="a row of --experiment (repeatable; the first is the baseline)")
     s.add_argument("--split", action="append", help="the split(s) of --experiment, joined in order (default test)")
-    s.add_argument("--buckets", help="the groups of buckets, comma-separated, of length, syntax, frequency "
+    s.add_argument("--benchmark", metavar="BENCH_DIR",
+                   help="with --experiment on the synthetic benchmark (structnmt synth --generalization --out "
+                        "BENCH_DIR): every split joined, the gold trees as parses, and subject-verb agreement by "
+                        "attractors and by construction")
+    s.add_argument("--buckets", help="the groups of buckets, comma-separated, of length, syntax, frequency, agreement "
                                      "(default: every group the inputs allow)")
     s.add_argument("--metric", default="bleu_lc_tok", choices=["bleu_lc_tok", "bleu", "chrf"],
                    help="the sentence buckets' metric (default bleu_lc_tok, the Multi30k tables')")

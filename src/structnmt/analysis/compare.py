@@ -69,7 +69,7 @@ class CompareConfig:
 
 
 #: the groups of buckets ``--buckets`` names
-BUCKET_GROUPS = ("length", "syntax", "frequency")
+BUCKET_GROUPS = ("length", "syntax", "frequency", "agreement")
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ def sentence_buckets(sources: Sequence[str], parses: Sequence[DependencyTree] | 
 # --------------------------------------------------------------------------- the tests
 
 
-def _row(kind: str, label: str, n: int, name: str, test, cfg: CompareConfig) -> BucketRow:
+def bucket_row(kind: str, label: str, n: int, name: str, test, cfg: CompareConfig) -> BucketRow:
     from scipy import stats
 
     se = math.hypot(test.seed_se, test.sentence_se)
@@ -207,18 +207,18 @@ def bucket_rows(refs: Sequence[str], systems: Sequence[System], buckets: dict[st
     rows: list[BucketRow] = []
     everything = {"all sentences": ["all"] * len(refs)}
     for kind, labels in {**everything, **buckets}.items():
-        for label in sorted(set(labels), key=lambda x: _order(x)):
+        for label in sorted(set(labels), key=lambda x: label_order(x)):
             idx = np.array([i for i, x in enumerate(labels) if x == label])
             if len(idx) < 2:  # one sentence has no test-set spread: reported as small, untested
                 rows.extend(BucketRow(kind, label, len(idx), s.name, math.nan, math.nan, math.nan, math.nan,
                                       math.nan, math.nan, True) for s in others)
                 continue
             tests = rs.test(idx, n_samples=cfg.n_samples, seed=cfg.seed, aso=False)
-            rows.extend(_row(kind, label, len(idx), s.name, tests[s.name], cfg) for s in others)
+            rows.extend(bucket_row(kind, label, len(idx), s.name, tests[s.name], cfg) for s in others)
     return rows
 
 
-def _order(label: str) -> tuple:
+def label_order(label: str) -> tuple:
     """Bucket labels in reading order: ``<a`` first, ``[a,b)`` and plain numbers by their start, ``>=b``
     last; yes/no as no, yes."""
     if label in (NO, YES):
@@ -275,7 +275,7 @@ def frequency_rows(refs: Sequence[str], systems: Sequence[System], counts: Count
         tests = seed_aware_statistic_test([x[:, b] for x in per_run[base.name]],
                                           {s.name: [x[:, b] for x in per_run[s.name]] for s in others}, fmeasure,
                                           metric="word F-measure", n_samples=cfg.n_samples, seed=cfg.seed)
-        rows.extend(_row(kind, label, words, s.name, tests[s.name], cfg) for s in others)
+        rows.extend(bucket_row(kind, label, words, s.name, tests[s.name], cfg) for s in others)
     return rows
 
 

@@ -25,6 +25,7 @@ from .compare import (
     sentence_chrf,
     word_counts,
 )
+from .compare_agreement import AgreementRuns, agreement_rows
 
 FILES = ("compare.csv", "compare.md", "buckets.png", "sentences.md", "report.html")
 
@@ -39,6 +40,7 @@ class CompareInputs:
     systems: list[System]
     parses: list | None = None  # DependencyTree per source line
     train_targets: list[str] | None = None
+    agreement: AgreementRuns | None = None  # the synthetic benchmark's probes and outcomes
 
 
 def read_lines(path: str | Path, what: str) -> list[str]:
@@ -97,6 +99,8 @@ def run(inputs: CompareInputs, cfg: CompareConfig, out_dir: str | Path, *, html:
         tok = lambda lines: moses_lc_tokenize(lines, cfg.lang)  # noqa: E731 (compare-mt reads tokens)
         systems_tok = [System(s.name, [tok(r) for r in s.runs]) for s in inputs.systems]
         rows += frequency_rows(tok(inputs.refs), systems_tok, word_counts(tok(inputs.train_targets)), cfg)
+    if inputs.agreement is not None and (cfg.buckets is None or "agreement" in cfg.buckets):
+        rows += agreement_rows(inputs.agreement, cfg)
     chrf = sentence_chrf(inputs.systems, inputs.refs)
     examples = differing_sentences(inputs.sources, inputs.refs, inputs.systems, cfg, chrf)
     written = [out.write_text("compare.csv", rows_csv(rows)), out.write_text("compare.md", rows_markdown(rows, cfg)),
@@ -123,6 +127,10 @@ def check_buckets(inputs: CompareInputs, cfg: CompareConfig) -> None:
                         "prepared with --parser, e.g. `structnmt prepare --parser spacy`; its parser parses the "
                         "source) and, where that parser is not installed, --parse-cache FILE made with "
                         "`structnmt parse --data DATASET --input SOURCE --out FILE`.")
+    if cfg.buckets and "agreement" in cfg.buckets and inputs.agreement is None:
+        raise UserError("compare: the agreement buckets are the synthetic benchmark's: give --experiment DIR (a "
+                        "grid on it, e.g. configs/grids/synth_generalization.yaml) with --benchmark BENCH_DIR "
+                        "(written by `structnmt synth --generalization --out BENCH_DIR`).")
     if cfg.buckets and "frequency" in cfg.buckets and inputs.train_targets is None:
         raise UserError("compare: the word-frequency buckets need the training targets: give --train-ref FILE "
                         "(e.g. ../shared/data/multi30k/train.de.gz).")
@@ -148,8 +156,9 @@ def rows_markdown(rows: list[BucketRow], cfg: CompareConfig) -> str:
     lines = [f"# Where the systems differ from the baseline\n\nΔ of the seed means against the baseline, with the "
              f"seed-aware test's 95 % interval and p, on each bucket's sentences alone ({cfg.n_samples:,} bootstrap "
              f"resamples, seed {cfg.seed}). Sentence buckets: {_metric_name(cfg)}; word-frequency buckets: "
-             f"compare-mt's word F-measure (the size column counts reference words there). *small*: fewer than "
-             f"{cfg.min_bucket} sentences (words), read with care.\n"]
+             f"compare-mt's word F-measure (the size column counts reference words there); agreement buckets (the "
+             f"synthetic benchmark): the accuracy of its subject-verb agreement probes (the size counts probes). "
+             f"*small*: fewer than {cfg.min_bucket} sentences (words, probes), read with care.\n"]
     for kind in dict.fromkeys(r.kind for r in rows):
         in_kind = [r for r in rows if r.kind == kind]
         lines += [f"## {kind}\n", "| bucket | size | baseline | " + " | ".join(f"{s}: Δ [95 %], p" for s in systems)
@@ -195,7 +204,8 @@ def plot_buckets(rows: list[BucketRow], path: Path, cfg: CompareConfig) -> None:
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_xticks(range(len(labels)), labels, fontsize=7)
         ax.set_title(kind, fontsize=9)
-        ax.set_ylabel(f"Δ {'word F' if 'frequency' in kind else _metric_name(cfg)}", fontsize=8)
+        unit = "word F" if "frequency" in kind else "accuracy" if "agreement" in kind else _metric_name(cfg)
+        ax.set_ylabel(f"Δ {unit}", fontsize=8)
     for ax in axes[len(kinds):]:
         ax.set_visible(False)
     axes[0].legend(fontsize=7)

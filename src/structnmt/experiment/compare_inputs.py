@@ -24,6 +24,52 @@ def _data_path(run_dir: Path) -> str:
                         "of the experiment runner has one.") from None
 
 
+def _seed_dirs(out_dir: Path, row: str) -> list[Path]:
+    seeds = sorted((d for d in (out_dir / "runs" / slug(row)).glob("seed*") if (d / "result.json").is_file()),
+                   key=lambda d: int(d.name[4:]))
+    if not seeds:
+        raise UserError(f"compare: {out_dir / 'runs' / slug(row)} holds no finished run of row {row!r}; name a "
+                        "row of the grid whose runs have a result.json.")
+    return seeds
+
+
+def inputs_from_benchmark(out_dir: str | Path, rows: list[str], bench_dir: str | Path) -> CompareInputs:
+    """The systems of a synthetic-benchmark experiment (``runs/<row>/seed<k>/bench_<split>.hyp``, every split of
+    the benchmark written by ``structnmt synth --generalization --out BENCH_DIR`` joined in its order), with the
+    benchmark's sources, references, gold dependency trees (the syntax buckets) and agreement probes (the
+    agreement buckets of :mod:`structnmt.analysis.compare_agreement`)."""
+    from ..analysis.compare_agreement import AgreementRuns, probe_outcomes
+    from ..data.generalization import benchmark_splits, load_examples
+
+    out_dir = Path(out_dir)
+    if len(rows) < 2:
+        raise UserError("compare: --experiment needs the baseline's row and at least one more (--row twice or more).")
+    try:
+        splits = list(benchmark_splits(bench_dir))
+        examples = {sp: load_examples(bench_dir, sp) for sp in splits}
+    except (OSError, ValueError) as err:
+        raise UserError(f"compare: --benchmark {bench_dir}: {err}") from None
+    systems, outcomes = [], {}
+    for row in rows:
+        runs, oks = [], []
+        for d in _seed_dirs(out_dir, row):
+            per_split = {sp: read_lines(committed_or_plain(d / f"bench_{sp}.hyp"), f"{row}'s translation of {sp}")
+                         for sp in splits}
+            for sp in splits:
+                if len(per_split[sp]) != len(examples[sp]):
+                    raise UserError(f"compare: {d / f'bench_{sp}.hyp'} has {len(per_split[sp])} lines, the "
+                                    f"benchmark's split {sp} {len(examples[sp])}; the runs were translated from "
+                                    "another benchmark (write it again with the grid's `structnmt synth` command).")
+            runs.append([h for sp in splits for h in per_split[sp]])
+            oks.append([o for sp in splits for o in probe_outcomes(per_split[sp], examples[sp])])
+        systems.append(System(row, runs))
+        outcomes[row] = oks
+    exs = [ex for sp in splits for ex in examples[sp]]
+    agreement = AgreementRuns([sp for sp in splits for _ in examples[sp]], [ex.agreement for ex in exs], outcomes)
+    return CompareInputs([" ".join(ex.src) for ex in exs], [" ".join(ex.tgt) for ex in exs], systems,
+                         [ex.dep for ex in exs], None, agreement)
+
+
 def inputs_from_experiment(out_dir: str | Path, rows: list[str], splits: list[str]) -> CompareInputs:
     """The systems of an experiment's output directory (``runs/<row>/seed<k>/<split>.hyp``; the first row is
     the baseline), every split joined in order, with the dataset's sources, references, parses and
@@ -35,11 +81,7 @@ def inputs_from_experiment(out_dir: str | Path, rows: list[str], splits: list[st
         raise UserError("compare: --experiment needs the baseline's row and at least one more (--row twice or more).")
     systems, data = [], None
     for row in rows:
-        seeds = sorted((d for d in (out_dir / "runs" / slug(row)).glob("seed*") if (d / "result.json").is_file()),
-                       key=lambda d: int(d.name[4:]))
-        if not seeds:
-            raise UserError(f"compare: {out_dir / 'runs' / slug(row)} holds no finished run of row {row!r}; name a "
-                            "row of the grid whose runs have a result.json.")
+        seeds = _seed_dirs(out_dir, row)
         data = data or _data_path(seeds[0])
         systems.append(System(row, [[h for sp in splits for h in read_lines(committed_or_plain(d / f"{sp}.hyp"), f"{row}'s translation")]
                                     for d in seeds]))

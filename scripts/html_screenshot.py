@@ -21,6 +21,11 @@ def main() -> int:
     ap.add_argument("--kind", default="all sentences", help="the sentence browser's bucket kind")
     ap.add_argument("--bucket", default=None, help="the bucket of that kind")
     ap.add_argument("--size", default="1300,2600", help="window size W,H in pixels")
+    ap.add_argument("--scroll-to", default="kind-select",
+                    help="the element (id) at the top of the picture: kind-select (the sentence browser, default), "
+                         "summary (the legend and the bucket charts) or attention (the chosen sentence's heat maps)")
+    ap.add_argument("--line", type=int, default=None,
+                    help="open this 1-based line instead of the first one listed")
     args = ap.parse_args()
     if not (shutil.which("chromium") and shutil.which("chromedriver")):
         raise SystemExit("html_screenshot: needs Debian's chromium and chromium-driver (apt-get install chromium "
@@ -35,8 +40,13 @@ def main() -> int:
         Select(d.find_element("id", "kind-select")).select_by_value(args.kind)
         if args.bucket is not None:
             Select(d.find_element("id", "bucket-select")).select_by_value(args.bucket)
-        d.find_elements("css selector", "#sentence-table tbody tr")[0].click()
-        d.execute_script("document.getElementById('kind-select').scrollIntoView();")
+        rows = d.find_elements("css selector", "#sentence-table tbody tr")
+        if args.line is not None:
+            rows = [r for r in rows if r.get_attribute("data-line") == str(args.line - 1)]
+            if not rows:
+                raise SystemExit(f"html_screenshot: line {args.line} is not listed under that bucket.")
+        rows[0].click()
+        d.execute_script(f"document.getElementById({args.scroll_to!r}).scrollIntoView();")
         time.sleep(0.3)
         d.save_screenshot(args.png)
     finally:

@@ -4,7 +4,6 @@ outputs (the report of 54 runs trained on two machines rests on it)."""
 from __future__ import annotations
 
 import csv
-import gzip
 import importlib.util
 import json
 from pathlib import Path
@@ -20,6 +19,14 @@ from structnmt.data.generalization import (
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "docs" / "reports" / "synth_generalization" / "rebuild_runs.py"
+
+
+def read_archive(path: Path) -> dict[str, bytes]:
+    """scripts/outputs.py's reader of a committed outputs archive."""
+    spec = importlib.util.spec_from_file_location("outputs_script", ROOT / "scripts" / "outputs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.read_archive(path)
 
 
 @pytest.fixture()
@@ -58,8 +65,8 @@ def test_a_kept_run_rebuilds_with_its_scores_and_per_item_outcomes(rebuild, tmp_
     _finished_run(bench, tmp_path / "run")
     rebuild.keep_run("EPYC", tmp_path / "run")
     kept = sorted(p.name for p in (tmp_path / "outputs").iterdir())
-    assert "transformer.seed2.attraction4.hyp.gz" in kept and "transformer.seed2.metrics.jsonl" in kept
-    assert len([k for k in kept if k.endswith(".hyp.gz")]) == 8
+    assert "transformer.seed2.attraction4.hyp" in kept and "transformer.seed2.metrics.jsonl" in kept
+    assert len([k for k in kept if k.endswith(".hyp")]) == 8
     with open(tmp_path / "here" / "runs.csv", encoding="utf-8") as f:
         (rec,) = list(csv.DictReader(f))
     assert (rec["system"], rec["seed"], rec["machine"], rec["bleu"], rec["num_updates"]) == \
@@ -102,11 +109,10 @@ def test_a_hypothesis_file_shorter_than_its_split_is_refused(rebuild, tmp_path):
     write_benchmark(BenchmarkConfig(seed=2, n_train=60, n_valid=5, n_test=6, n_gen=5), bench)
     _finished_run(bench, tmp_path / "run")
     rebuild.keep_run("EPYC", tmp_path / "run")
-    path = tmp_path / "outputs" / "transformer.seed2.depth2.hyp.gz"
-    lines = gzip.open(path, "rt", encoding="utf-8").read().split("\n")[:-1]
-    with gzip.open(path, "wt", encoding="utf-8") as f:
-        f.write("".join(x + "\n" for x in lines[:-1]))
-    with pytest.raises(SystemExit, match=r"depth2\.hyp\.gz has 4 lines, the benchmark's depth2 split 5"):
+    path = tmp_path / "outputs" / "transformer.seed2.depth2.hyp"
+    lines = path.read_text(encoding="utf-8").split("\n")[:-1]
+    path.write_text("".join(x + "\n" for x in lines[:-1]), encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"depth2\.hyp has 4 lines, the benchmark's depth2 split 5"):
         rebuild.main(str(bench), str(tmp_path / "out"))
 
 
@@ -114,16 +120,16 @@ def test_the_committed_runs_csv_covers_the_committed_hypotheses():
     """Every row of runs.csv has its 8 splits' hypotheses committed, and every committed run a row."""
     with open(SCRIPT.parent / "runs.csv", encoding="utf-8") as f:
         records = list(csv.DictReader(f))
-    outputs = SCRIPT.parents[2] / "outputs" / "synth_generalization"
+    names = set(read_archive(SCRIPT.parents[2] / "outputs" / "synth_generalization.tar.xz"))
     from structnmt.experiment.grid import slug
 
     splits = ("test", "attraction2", "attraction3", "attraction4", "depth2", "depth3", "length", "recombination")
     runs = {(slug(r["system"]), int(r["seed"])) for r in records}
-    committed = {(p.name.split(".seed")[0], int(p.name.split(".seed")[1].split(".")[0]))
-                 for p in outputs.glob("*.hyp.gz") if p.name.split(".")[-3] in splits}
+    committed = {(n.split(".seed")[0], int(n.split(".seed")[1].split(".")[0]))
+                 for n in names if n.endswith(".hyp") and n.split(".")[-2] in splits}
     assert runs == committed and len(records) == len(runs) >= 48
     for name, seed in runs:
-        assert all((outputs / f"{name}.seed{seed}.{s}.hyp.gz").exists() for s in splits), (name, seed)
+        assert all(f"{name}.seed{seed}.{s}.hyp" in names for s in splits), (name, seed)
 
 
 @pytest.mark.parametrize("args", [[], ["--keep", "NOSUCH", "run"], ["only-one"]])

@@ -2,7 +2,9 @@
 
 The grid's runs trained on two machines (48 on a lent GPU, the last six on a CPU machine); their
 checkpoints are not kept. What is kept: every run's hypotheses of the 8 benchmark splits
-(docs/outputs/synth_generalization/<row>.seed<k>.<split>.hyp.gz), its learning curve where it was
+(docs/outputs/synth_generalization/<row>.seed<k>.<split>.hyp, in the folder's archive
+docs/outputs/synth_generalization.tar.xz: unpack it first with ``python scripts/outputs.py unpack
+synth_generalization``), its learning curve where it was
 kept (<row>.seed<k>.metrics.jsonl) and its training measurements (runs.csv beside this file: updates,
 target tokens, training seconds, and for seed 1 the parameter count, speed and memory the report's
 first columns show). From these this script writes the runner's layout, ``OUT/runs/<row>/seed<k>/``
@@ -17,7 +19,8 @@ so that the runner writes the grid's full report with its own tests:
 
 (every run trained with one CPU thread; the override tells the report, which has no run's resolved.yaml).
 A run finished later is kept with ``--keep MACHINE RUN_DIR...`` (MACHINE: a key of ``MACHINES``): its
-hypotheses (gzipped) and learning curve go into the outputs folder and its measurements into runs.csv.
+hypotheses and learning curve go into the outputs folder and its measurements into runs.csv (then
+``python scripts/outputs.py pack synth_generalization`` writes the archive again).
 
 Each rebuilt run's test BLEU must equal the one runs.csv recorded (to its two decimals): a
 hypothesis file that does not belong to its run, or a benchmark regenerated differently, stops the
@@ -27,7 +30,6 @@ script with the run named.
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import shutil
 import sys
@@ -52,9 +54,11 @@ TRAIN_DEVICE = {"H100": "cuda", "EPYC": "cpu"}
 
 
 def read_hyps(row: str, seed: int, split: str) -> list[str]:
-    path = OUTPUTS / f"{slug(row)}.seed{seed}.{split}.hyp.gz"
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return f.read().split("\n")[:-1]
+    path = OUTPUTS / f"{slug(row)}.seed{seed}.{split}.hyp"
+    if not path.is_file():
+        raise SystemExit(f"{path} is not there: unpack the committed outputs first (python scripts/outputs.py "
+                         "unpack synth_generalization).")
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
 
 
 def _measurements(rec: dict) -> dict:
@@ -76,7 +80,7 @@ def rebuild_run(rec: dict, bench: Path, splits: list[str], bench_seed: int, run_
     for split in splits:
         hyps, examples = read_hyps(row, seed, split), load_examples(str(bench), split)
         if len(hyps) != len(examples):
-            raise SystemExit(f"{OUTPUTS}/{slug(row)}.seed{seed}.{split}.hyp.gz has {len(hyps)} lines, the "
+            raise SystemExit(f"{OUTPUTS}/{slug(row)}.seed{seed}.{split}.hyp has {len(hyps)} lines, the "
                              f"benchmark's {split} split {len(examples)}: regenerate the benchmark with "
                              "`structnmt synth --generalization` (its default seed).")
         text = "".join(h + "\n" for h in hyps)
@@ -120,8 +124,7 @@ def keep_run(machine: str, run_dir: Path) -> None:
         raise SystemExit(f"runs.csv already has {row} (seed {seed}): nothing kept from {run_dir}.")
     for hyp in sorted(run_dir.glob("bench_*.hyp")):
         split = hyp.stem[len("bench_"):]
-        with gzip.open(OUTPUTS / f"{slug(row)}.seed{seed}.{split}.hyp.gz", "wt", encoding="utf-8") as f:
-            f.write(hyp.read_text(encoding="utf-8"))
+        shutil.copyfile(hyp, OUTPUTS / f"{slug(row)}.seed{seed}.{split}.hyp")
     shutil.copyfile(run_dir / "metrics.jsonl", OUTPUTS / f"{slug(row)}.seed{seed}.metrics.jsonl")
     rec = {k: res.get(k, "") for k in FIELDS if k not in ("system", "machine")}
     rec.update(system=row, machine=machine, bleu=f"{res['bleu']:.2f}", chrf=f"{res['chrf']:.2f}")

@@ -698,3 +698,16 @@ def test_run_progress_says_how_far_an_unfinished_run_came(tmp_path):
     assert run_progress(tmp_path) == "trained to update 4,700"
     (tmp_path / "train_done.json").write_text("{}", encoding="utf-8")
     assert run_progress(tmp_path, 8000) == "trained, not yet decoded and scored"
+
+
+def test_a_budget_override_replaces_the_cap_and_keeps_the_grid_s_patience(tmp_path):
+    """docs/experiments.md: `budget.max_*` on the command line replaces the grid's cap (its other max key dropped),
+    the grid's patience stays (said in the budget's description), and `budget.patience=0` makes it a fixed budget."""
+    grid = tmp_path / "g.yaml"
+    grid.write_text("name: g\ndata: {path: d}\nbudget: {max_target_tokens: 5000, patience: 5}\nseeds: [1]\n"
+                    "baseline: A\nruns:\n  - name: A\n", encoding="utf-8")
+    g, _ = load_grid(grid, ["budget.max_updates=60"])
+    assert g.budget.which() == ("max_updates", 60) and g.budget.max_target_tokens == 0 and g.budget.patience == 5
+    assert "has not improved for 5 validations" in g.budget.describe() and "60 updates" in g.budget.describe()
+    fixed, _ = load_grid(grid, ["budget.max_updates=60", "budget.patience=0"])
+    assert fixed.budget.patience == 0 and "improved" not in fixed.budget.describe()

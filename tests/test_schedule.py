@@ -13,6 +13,7 @@ from structnmt.train.schedule import (
     check_schedule,
     inverse_sqrt_lr,
     learning_rate,
+    schedule_warning,
 )
 
 
@@ -76,3 +77,28 @@ def test_schedule_objects_halve_only_for_halve_on_rise():
     state = SimpleNamespace(lr_scale=1.0, last_valid_nll=None)
     plain.after_validation({"nll": 9.0, "loss": 9.0}, state, said.append)
     assert state.lr_scale == 1.0 and state.last_valid_nll is None and plain.lr(16, state) == 0.5
+
+
+def test_a_warm_up_longer_than_the_budget_is_warned_with_the_fix():
+    """The default warm-up (2,000 updates) under a 600-update CPU budget: the rate never reaches train.lr."""
+    w = schedule_warning(TrainConfig(lr=0.005, warmup_updates=2000, max_updates=600, warmup_init_lr=0.0))
+    assert w is not None and "never gets past 0.0015 (train.lr=0.005)" in w
+    assert "train.lr_schedule=linear train.warmup_updates=150" in w
+    assert learning_rate(600, TrainConfig(lr=0.005, warmup_updates=2000, max_updates=600,
+                                          warmup_init_lr=0.0)) == pytest.approx(0.0015)  # what it says
+    assert schedule_warning(TrainConfig(warmup_updates=500, max_updates=600)) is None
+    assert schedule_warning(TrainConfig(warmup_updates=4000, max_updates=0, max_time_minutes=5)) is None
+    assert schedule_warning(TrainConfig(lr_schedule="linear", warmup_updates=100, max_updates=600)) is None
+
+
+def test_the_trainer_says_the_warning(synth_data, tmp_path):
+    from structnmt.config import Config, DataConfig, ModelConfig
+    from structnmt.training import train
+
+    lines: list[str] = []
+    cfg = Config(data=DataConfig(path=str(synth_data), max_tokens=400),
+                 model=ModelConfig(d_model=16, ffn_dim=32, heads=2, encoder_layers=1, decoder_layers=1),
+                 train=TrainConfig(save_dir=str(tmp_path / "m"), max_updates=1, warmup_updates=10,
+                                   validate_interval_updates=1, tensorboard=False, progress=False))
+    train(cfg, log=lines.append)
+    assert sum("warning: train.warmup_updates=10 is longer than the budget" in x for x in lines) == 1

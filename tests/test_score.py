@@ -292,3 +292,15 @@ def test_bleu_lc_tok_scores_tokenized_text_without_sacrebleus_detokenize_warning
     with caplog.at_level(logging.WARNING, logger="sacrebleu"):  # the warning this is about, still there unforced
         sacrebleu.metrics.BLEU(tokenize="none").corpus_score([h.replace(".", " .") for h in hyps], [refs])
     assert [r for r in caplog.records if "detokenize" in r.getMessage()]
+
+
+def test_two_different_systems_that_both_score_zero_are_not_significantly_different():
+    """Every resample scores both at BLEU 0.00: sacreBLEU's strict count gives its minimum p; the toolkit says 1.0."""
+    from structnmt.evaluate.score import paired_bootstrap
+
+    refs = ["ein hund läuft schnell"] * 20
+    res = paired_bootstrap(["x"] * 20, {"s": ["z"] * 20}, refs, n_samples=200)["s"]
+    assert res["score"] == res["baseline"] == 0.0 and res["constant"] and not res["identical_to_baseline"]
+    assert res["p_value"] == 1.0 and res["sacrebleu_p_value"] == pytest.approx(1 / 201)
+    better = paired_bootstrap(["x"] * 20, {"s": refs}, refs, n_samples=200)["s"]
+    assert not better["constant"] and better["p_value"] < 0.01

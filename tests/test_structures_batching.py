@@ -51,7 +51,7 @@ SPECS = {
 }
 
 
-def _build(indices, S_=None):
+def build_dataclass(indices, S_=None):
     sents = [SENTENCES[i] for i in indices]
     trees = [(dep, const) for const, dep, _ in sents]
     wops = [w for _, _, w in sents]
@@ -61,7 +61,7 @@ def _build(indices, S_=None):
 
 @pytest.fixture(scope="module")
 def batch():
-    return _build([0, 1, 2], S)
+    return build_dataclass([0, 1, 2], S)
 
 
 def test_output_keys(batch):
@@ -194,7 +194,7 @@ def test_word_boundaries(batch):
 def test_padding_invariance(batch):
     """A sentence's values in a padded batch equal those computed for it alone."""
     for b in range(3):
-        alone = _build([b])
+        alone = build_dataclass([b])
         p = P[b]
         Sa = p + 1
         for key, full in batch.items():

@@ -296,11 +296,11 @@ def test_chunked_batches_give_the_whole_batch_gradient_and_predictions():
 def test_ctrl_c_of_tag_jobs_starts_no_queued_row_and_stops_the_running_ones(tmp_path, monkeypatch):
     from conftest import CtrlCDuringTwoLaunches
 
-    import structnmt.experiment.runner as runner_mod
+    import structnmt.subprocesses as subprocesses_mod
     from structnmt.tagger import _train_rows_in_processes
 
     ctrl_c = CtrlCDuringTwoLaunches()  # a row's process runs until stopped
-    monkeypatch.setattr(runner_mod, "launch_cli", lambda args, log_path, live=None: ctrl_c.launch(
+    monkeypatch.setattr(subprocesses_mod, "launch_cli", lambda args, log_path, live=None: ctrl_c.launch(
         args[args.index("--row") + 1], live))
     lines: list[str] = []
     with ctrl_c, pytest.raises(KeyboardInterrupt):

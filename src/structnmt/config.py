@@ -209,11 +209,16 @@ _RETIRED = {("DataConfig", "bucket_width"): (0, "it never had an effect: batches
                                                 "sorted by length (structnmt.data.dataset.make_batches)")}
 
 
-def _build(cls: type, data: Any, where: str, saved: bool = False, path: str = "") -> Any:
-    """Build dataclass ``cls`` from nested plain data, rejecting unknown keys (retired ones: see ``_RETIRED``).
+def build_dataclass(cls: type, data: Any, where: str, saved: bool = False, path: str = "") -> Any:
+    """Build dataclass ``cls`` from nested plain data (YAML, a checkpoint's saved config, a mechanism's
+    ``options``), checking every key and type against the dataclass's annotations: an unknown key is a
+    :class:`ConfigError` naming the nearest known one; a retired key (``_RETIRED``) is refused unless
+    ``saved`` (a checkpoint written before it was retired). Nested dataclasses, ``list[...]``,
+    ``dict[str, ...]``, ``tuple[...]`` and ``X | None`` are built recursively.
 
     ``where`` names the place in messages (a file, then the keys); ``path`` is the dotted key of
     ``data`` in the whole config (``"model.attention"``), carried by the errors (``ConfigError.keys``).
+    A plugin builds its typed options with it: ``build_dataclass(MyOptions, options, "my_mechanism")``.
     """
     def sub(key: str) -> str:
         return f"{path}.{key}" if path else key
@@ -236,7 +241,7 @@ def _build(cls: type, data: Any, where: str, saved: bool = False, path: str = ""
                 continue
             if key not in names:
                 raise ConfigError(f"{where}: unknown key '{key}'; {_nearest(str(key), names)}", (sub(str(key)),))
-            kwargs[key] = _build(hints[key], value, f"{where}.{key}", saved, sub(key))
+            kwargs[key] = build_dataclass(hints[key], value, f"{where}.{key}", saved, sub(key))
         return cls(**kwargs)
     origin = typing.get_origin(cls)
     args = typing.get_args(cls)
@@ -245,15 +250,15 @@ def _build(cls: type, data: Any, where: str, saved: bool = False, path: str = ""
             return {}
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: expected a mapping, got {data!r}.", keys)
-        return {k: _build(args[1], v, f"{where}.{k}", saved, sub(str(k))) for k, v in data.items()}
+        return {k: build_dataclass(args[1], v, f"{where}.{k}", saved, sub(str(k))) for k, v in data.items()}
     if origin is list:
         if not isinstance(data, (list, tuple)):
             raise ConfigError(f"{where}: expected a list, got {data!r}.", keys)
-        return [_build(args[0], v, f"{where}[{i}]", saved, f"{path}[{i}]") for i, v in enumerate(data)]
+        return [build_dataclass(args[0], v, f"{where}[{i}]", saved, f"{path}[{i}]") for i, v in enumerate(data)]
     if origin is tuple:
         if not isinstance(data, (list, tuple)) or len(data) != len(args):
             raise ConfigError(f"{where}: expected a list of {len(args)} values, got {data!r}.", keys)
-        return tuple(_build(a, v, where, saved, path) for a, v in zip(args, data))
+        return tuple(build_dataclass(a, v, where, saved, path) for a, v in zip(args, data))
     if cls is Any:
         return data
     if cls is float and isinstance(data, int) and not isinstance(data, bool):
@@ -284,7 +289,7 @@ def to_dict(cfg: Any) -> Any:
 def from_dict(data: dict, where: str = "config", *, saved: bool = False) -> Config:
     """A validated :class:`Config` from plain data; ``saved``: a config the toolkit wrote (a checkpoint's, a
     run's resolved.yaml), which may hold keys it has retired since (``_RETIRED``)."""
-    cfg = _build(Config, data, where, saved)
+    cfg = build_dataclass(Config, data, where, saved)
     validate(cfg, where)
     return cfg
 
@@ -295,7 +300,7 @@ def with_defaults(data: dict) -> dict:
     with its default — what that run had — instead of as missing. Returned unchanged where
     it cannot be read (an option the toolkit no longer has), so that a comparison reports it."""
     try:
-        return to_dict(_build(Config, data, "saved config", saved=True))
+        return to_dict(build_dataclass(Config, data, "saved config", saved=True))
     except (ConfigError, TypeError, ValueError):
         return data
 

@@ -62,8 +62,8 @@ from .config import (
     AttentionSpec,
     ConfigError,
     ModelConfig,
-    _build,
     apply_overrides,
+    build_dataclass,
     deep_merge,
     read_yaml_mapping,
 )
@@ -150,7 +150,7 @@ def load_tag_config(path: str | Path, overrides: list[str] | None = None, row: T
             data["name"] = row.name
         extra = row.overrides
     data = apply_overrides(data, [*(overrides or []), *extra])
-    cfg = _build(TagConfig, data, where)
+    cfg = build_dataclass(TagConfig, data, where)
     check(cfg, where)
     return cfg
 
@@ -672,7 +672,7 @@ def _train_rows_in_processes(config, overrides: list[str], names: list[str], out
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from .experiment.runner import interrupt_pool, launch_cli
+    from . import subprocesses
 
     live: set = set()  # the row processes running now
     stopping = threading.Event()  # Ctrl-C: no queued row starts
@@ -684,7 +684,7 @@ def _train_rows_in_processes(config, overrides: list[str], names: list[str], out
         rdir.mkdir(parents=True, exist_ok=True)
         log(f"tag: {name}: training in its own process (log {rdir / 'tag.log'})")
         t0 = time.time()
-        return name, launch_cli(["tag", str(config), "--row", name, *overrides], rdir / "tag.log", live), t0
+        return name, subprocesses.launch_cli(["tag", str(config), "--row", name, *overrides], rdir / "tag.log", live), t0
 
     failed = []
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -696,7 +696,7 @@ def _train_rows_in_processes(config, overrides: list[str], names: list[str], out
                     log(f"tag: {name}: finished in {time.time() - t0:.0f} s")
         except KeyboardInterrupt:  # stop the running rows (a finished row keeps its result), start no other
             log(f"tag: interrupted: stopping {len(live)} running row(s); run the same command to train the rest.")
-            interrupt_pool(pool, stopping, live)
+            subprocesses.interrupt_pool(pool, stopping, live)
             raise
     if failed:
         raise ConfigError("tag: rows failed: " + "; ".join(failed) + ". The finished rows are kept; fix the "

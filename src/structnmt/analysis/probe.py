@@ -54,8 +54,8 @@ from ..config import (
     AttentionSpec,
     ConfigError,
     ModelConfig,
-    _build,
     apply_overrides,
+    build_dataclass,
     from_dict,
     read_yaml_mapping,
     to_dict,
@@ -183,7 +183,7 @@ def load_probe_config(path: str | Path | None, overrides: list[str] | None = Non
     data = {} if path is None else read_yaml_mapping(
         path, "probe config (examples in configs/probe/)", expect="a mapping (corpus, split, tasks, mode, ...)")
     data = apply_overrides(data, overrides or [])
-    cfg = _build(ProbeConfig, data, where)
+    cfg = build_dataclass(ProbeConfig, data, where)
     cfg.split.ratios = tuple(cfg.split.ratios)
     return _check(cfg, where)
 

@@ -201,7 +201,7 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
     tmp = temp_dir_beside(out, ".prepare-")
     try:
         with errors_name(out, tmp):
-            manifest = _build(cfg, splits, backend, key, tmp, progress=progress, log=log)
+            manifest = build_dataclass(cfg, splits, backend, key, tmp, progress=progress, log=log)
         _install(tmp, out, old)
     finally:
         if tmp.exists():
@@ -211,7 +211,7 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
     return manifest
 
 
-def _build(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, progress: bool, log) -> dict:
+def build_dataclass(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, progress: bool, log) -> dict:
     """Train the vocabularies and encode every split into the empty directory ``tmp``."""
     t0 = time.time()
 

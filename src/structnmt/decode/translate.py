@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import load_checkpoint, model_from_checkpoint
-from ..config import Config, DecodeConfig, ModelConfig, low_precision_refusal
+from ..config import Config, DecodeConfig, ModelConfig, build_dataclass, low_precision_refusal
 from ..data.dataset import encode_sources, pad_sources
 from ..data.vocab import EOS
 from ..device import get_device, usable_cores
@@ -350,7 +350,6 @@ class Translator:
             raise UserError(f"{flags}: {checkpoint} reads no parses (its attention uses no structure), so the "
                             f"trees would be ignored; drop {flags}.")
         if self.structures:
-            from ..config import _build
             from ..syntax.parsers import ParserConfig
 
             syntax = state.get("data_syntax")
@@ -365,7 +364,7 @@ class Translator:
                           "labels": (manifest.get("syntax") or {}).get("labels", [])}
                 where = f"{root}/manifest.json parser"
             saved = {**(syntax.get("parser") or {}), **(parser_overrides or {})}
-            parser_cfg = _build(ParserConfig, saved, where)
+            parser_cfg = build_dataclass(ParserConfig, saved, where)
             # without a parser, tree-free features take their words from the pieces
             self.parser_cfg = parser_cfg if parser_cfg.name != "none" else None
             self.label_ids = {x: i for i, x in enumerate(syntax.get("labels") or [])}

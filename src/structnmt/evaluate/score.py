@@ -301,11 +301,14 @@ def _bootstrap_result(
     raw_p = float(res.p_value)
     mean = float(res.mean)
     half = float(res.ci)
+    # every resample of both systems scores the same (e.g. two systems at BLEU 0.00): every resampled
+    # difference is the observed 0, and sacreBLEU's strict count gives the minimum p, as for identical outputs
+    constant = float(res.score) == float(bl.score) and half == 0.0 and float(bl.ci or 0.0) == 0.0
     return {
         "score": float(res.score),
         "baseline": float(bl.score),
         "delta": float(res.score) - float(bl.score),
-        "p_value": 1.0 if identical else raw_p,
+        "p_value": 1.0 if identical or constant else raw_p,
         "sacrebleu_p_value": raw_p,
         "mean": mean,
         "ci_halfwidth": half,
@@ -313,6 +316,7 @@ def _bootstrap_result(
         "baseline_mean": float(bl.mean) if bl.mean is not None else math.nan,
         "baseline_ci_halfwidth": float(bl.ci) if bl.ci is not None else math.nan,
         "identical_to_baseline": identical,
+        "constant": constant,
         "metric": metric_name,
         "signature": signature,
         "n_samples": n_samples,
@@ -346,7 +350,8 @@ def paired_bootstrap(
     would call a system "significantly different" from itself. For such a
     system this function reports ``p_value = 1.0`` (no evidence of any
     difference) and keeps sacreBLEU's raw number in ``"sacrebleu_p_value"``;
-    ``"identical_to_baseline"`` flags the case.
+    ``"identical_to_baseline"`` flags the case. The same holds, and ``"constant"`` flags it, for two
+    different outputs whose every resample scores the same (both at BLEU 0.00, say).
 
     Args:
         baseline_hyps: Baseline outputs.
@@ -374,6 +379,7 @@ def paired_bootstrap(
         * ``"ci"``: ``(mean - ci_halfwidth, mean + ci_halfwidth)``,
         * ``"baseline_mean"`` / ``"baseline_ci_halfwidth"``: same for the baseline,
         * ``"identical_to_baseline"``: bool,
+        * ``"constant"``: bool, both systems score the same on every resample (p reported as 1.0),
         * ``"metric"``: sacreBLEU's metric name (``"BLEU"``, ``"chrF2"``),
         * ``"signature"``: sacreBLEU's test signature (with ``bs`` and
           ``seed``; plus ``|conv:...`` for ``bleu_lc_tok``),

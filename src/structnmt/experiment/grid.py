@@ -25,9 +25,9 @@ from typing import Any
 from ..config import (
     Config,
     ConfigError,
-    _build,
     _nearest,
     apply_overrides,
+    build_dataclass,
     deep_merge,
     from_dict,
     naming_override,
@@ -197,7 +197,7 @@ def load_grid(path: str | Path, overrides: list[str] | None = None) -> tuple[Gri
     _check_not_owned(run_over, "command line")
     if "source" in data:
         raise ConfigError(f"{p}: unknown key 'source'; {_nearest('source', [f.name for f in dataclasses.fields(GridConfig) if f.name != 'source'])}")
-    grid: GridConfig = _build(GridConfig, data, str(p))
+    grid: GridConfig = build_dataclass(GridConfig, data, str(p))
     grid.source = str(p)
     validate_grid(grid, str(p))
     return grid, run_over

@@ -31,16 +31,15 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from ..config import Config, ConfigError, _build, from_dict, to_dict, with_defaults
+from ..config import Config, ConfigError, build_dataclass, from_dict, to_dict, with_defaults
 from ..induce import induces_trees
+from ..subprocesses import interrupt_pool, launch_cli
 from ..train.lock import RESUMABLE_KEYS
 from .grid import (
     BUDGET_KEYS,
@@ -67,55 +66,6 @@ def launch_training(config_path: Path, log_path: Path, live: set | None = None) 
     checkpoint when the runner is interrupted. Returns the exit status.
     """
     return launch_cli(["train", str(config_path), "--no-progress"], log_path, live)
-
-
-#: seconds an interrupted run is given to stop after SIGINT before it is terminated
-STOP_GRACE_SECONDS = 30.0
-
-
-def launch_cli(args: list[str], log_path: Path, live: set | None = None) -> int:
-    """Run ``structnmt ARGS`` in a fresh Python process, output appended to ``log_path``;
-    returns the exit status. ``live``: a set the running process is kept in (for
-    :func:`stop_processes`). Interrupted (Ctrl-C) while waiting, the process is stopped too."""
-    cmd = [sys.executable, "-m", "structnmt.cli", *args]
-    with open(log_path, "a", encoding="utf-8") as f:
-        f.write(f"$ {shlex.join(cmd)}\n")
-        f.flush()
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        if live is not None:
-            live.add(proc)
-        try:
-            return proc.wait()
-        except KeyboardInterrupt:
-            stop_processes({proc})
-            raise
-        finally:
-            if live is not None:
-                live.discard(proc)
-
-
-def interrupt_pool(pool, stopping, live: set) -> None:
-    """Ctrl-C while a thread pool runs subprocesses: ``stopping`` set (a queued task checks it and starts
-    nothing), queued tasks cancelled, the running processes stopped (:func:`stop_processes`)."""
-    stopping.set()
-    pool.shutdown(wait=False, cancel_futures=True)
-    stop_processes(live)
-
-
-def stop_processes(procs: set) -> None:
-    """SIGINT to every running process (a training saves nothing more and exits; it resumes from its last
-    checkpoint), then SIGTERM to any still running after :data:`STOP_GRACE_SECONDS`."""
-    import signal
-
-    for p in list(procs):
-        if p.poll() is None:
-            p.send_signal(signal.SIGINT)
-    for p in list(procs):
-        try:
-            p.wait(timeout=STOP_GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            p.terminate()
-            p.wait()
 
 
 # --------------------------------------------------------------------------- helpers
@@ -220,7 +170,7 @@ def _prepare_data(grid: GridConfig, out: Path, log) -> Path:
     missing = [k for k in ("source_lang", "target_lang", "trainpref") if k not in spec]
     if missing:
         raise ConfigError(f"{grid.source}: data.prepare needs {', '.join(missing)} (and usually validpref, testprefs).")
-    pcfg = _build(PrepareConfig, spec, f"{grid.source}: data.prepare")
+    pcfg = build_dataclass(PrepareConfig, spec, f"{grid.source}: data.prepare")
     prepare(pcfg, destdir, progress=False, log=log)
     return destdir
 

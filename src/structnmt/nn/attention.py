@@ -73,7 +73,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import ConfigError
+from ..config import ConfigError, build_dataclass
 
 # --------------------------------------------------------------------------- contract types
 
@@ -329,7 +329,6 @@ class AttentionDims:
 
 def build_attention(name: str, options: Mapping[str, Any], dims: AttentionDims) -> Mechanism:
     """Instantiate mechanism ``name`` with its typed options (unknown options rejected)."""
-    from ..config import _build
 
     if name not in ATTENTION_REGISTRY:
         from ..plugins import load_plugins
@@ -348,7 +347,7 @@ def build_attention(name: str, options: Mapping[str, Any], dims: AttentionDims) 
         if options:
             raise ConfigError(f"model.attention ({dims.role}): mechanism '{name}' takes no options.")
         return cls(dims=dims)
-    opts = _build(opts_cls, dict(options), f"model.attention.{dims.role}.options")
+    opts = build_dataclass(opts_cls, dict(options), f"model.attention.{dims.role}.options")
     return cls(dims=dims, options=opts)
 
 

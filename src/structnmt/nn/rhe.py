@@ -211,18 +211,19 @@ class RHEAttention(Mechanism):
         self.rel = self.loc = None
         if options.enhancement in ("rel_pos", "localness"):
             # the baselines as enhancements of the redundant heads only (the other reading of Table 2)
-            from ..config import _build
+            from ..config import build_dataclass
             from .localness import LocalnessAttention, LocalnessBias, check_options
             from .relative_position import RelativePositionAttention, RelativePositions
 
             if options.enhancement == "rel_pos":
-                ro = _build(RelativePositionAttention.Options, dict(options.enhancement_options),
-                            f"{where}.enhancement_options")
+                ro = build_dataclass(RelativePositionAttention.Options, dict(options.enhancement_options),
+                                     f"{where}.enhancement_options")
                 if ro.k < 0:
                     raise ConfigError(f"{where}.enhancement_options: k must be >= 0, got {ro.k}.")
                 self.rel = RelativePositions(k=ro.k, d=d_head, shared_table=ro.shared_table)
             else:
-                lo = _build(LocalnessAttention.Options, dict(options.enhancement_options), f"{where}.enhancement_options")
+                lo = build_dataclass(LocalnessAttention.Options, dict(options.enhancement_options),
+                                     f"{where}.enhancement_options")
                 check_options(lo, f"{where}.enhancement_options")
                 self.loc = LocalnessBias(d_model=dims.d_model, heads=dims.heads, options=lo)
         elif options.enhancement_options:

@@ -24,6 +24,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..config import build_dataclass
 from ..errors import UserError
 from .parsers import Parsed, ParserConfig, build_parser
 from .trees import ConstituencyTree, DependencyTree, Node
@@ -38,13 +39,12 @@ class ParseCacheError(UserError, ValueError):
 
 def dataset_parser(data_path: str | Path) -> ParserConfig | None:
     """The parser a prepared dataset was made with (its manifest's ``config.parser``); None without a manifest."""
-    from ..config import _build
 
     path = Path(data_path) / "manifest.json"
     if not path.is_file():
         return None
     saved = json.loads(path.read_text(encoding="utf-8")).get("config", {}).get("parser") or {}
-    return _build(ParserConfig, saved, f"{path} parser")
+    return build_dataclass(ParserConfig, saved, f"{path} parser")
 
 
 def settings_key(cfg: ParserConfig) -> str:

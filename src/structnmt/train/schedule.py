@@ -83,6 +83,19 @@ def check_schedule(tc) -> None:
             f"set train.warmup_updates below it, e.g. train.warmup_updates={max(1, tc.max_updates // 4)}.")
 
 
+def schedule_warning(tc) -> str | None:
+    """A sentence when a warm-up schedule never reaches its learning rate within the update budget (the
+    warm-up longer than ``train.max_updates``): the run trains at a fraction of ``train.lr`` throughout, a
+    trap of short CPU budgets; the budget-aware schedule is the fix. None otherwise."""
+    if tc.lr_schedule in BUDGET_AWARE or not tc.max_updates or tc.warmup_updates <= tc.max_updates:
+        return None
+    peak = tc.warmup_init_lr + (tc.lr - tc.warmup_init_lr) * tc.max_updates / tc.warmup_updates
+    return (f"train.warmup_updates={tc.warmup_updates} is longer than the budget (train.max_updates="
+            f"{tc.max_updates}): the learning rate never gets past {peak:.2g} (train.lr={tc.lr:g}). For a short "
+            f"budget use the budget-aware schedule (train.lr_schedule=linear train.warmup_updates="
+            f"{max(1, tc.max_updates // 4)}), or set train.warmup_updates below train.max_updates.")
+
+
 def learning_rate(step: int, tc, scale: float = 1.0) -> float:
     """The learning rate of update ``step`` (1-based) under ``tc`` (a TrainConfig); ``scale`` is the
     run state's halve-on-rise factor."""

@@ -54,7 +54,7 @@ from .hooks import TrainingHook
 from .lock import SaveDirLock
 from .loss import label_smoothed_nll
 from .resume import remove_stale_temporaries, resumable_changes, resume_state, write_checkpoints
-from .schedule import ScheduleError, make_schedule
+from .schedule import ScheduleError, make_schedule, schedule_warning
 from .validation import validation_bleu, validation_loss
 
 
@@ -193,6 +193,9 @@ class Trainer:
         self.rank = dist.get_rank() if self.distributed else 0
         self.world = dist.get_world_size() if self.distributed else 1
         self.is_main = self.rank == 0
+        warning = schedule_warning(tc)
+        if warning and self.is_main:
+            self.log(f"warning: {warning}")
         self.device = get_device(tc.device)
         if self.device.type == "cuda" and self.distributed:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))

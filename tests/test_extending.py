@@ -122,3 +122,14 @@ def test_tree_distance_feature_against_a_brute_force_path_length():
         for registry, value in zip((ATTENTION_REGISTRY, FEATURES), saved):
             if value is not None:
                 registry["tree_distance"] = value
+
+
+def test_the_tutorial_s_contract_check_passes_for_the_plugin(tmp_path):
+    """docs/extending.md, "Checking it": the one-line contract check on the tutorial's mechanism."""
+    code = (f"from structnmt.plugins import add_user_dirs; add_user_dirs([{str(PLUGIN)!r}]); "
+            "from structnmt.testing import check_mechanism; print(check_mechanism('tree_distance'))")
+    env = {k: v for k, v in os.environ.items() if k != "STRUCTNMT_USER_DIRS"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "checked encoder_self (every layer)" in done.stdout  # the rule of its own options: encoder only
+    assert "left out cross: model.attention (dec.0.cross) tree_distance: an encoder self-attention" in done.stdout

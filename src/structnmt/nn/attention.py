@@ -372,8 +372,9 @@ def masked_softmax(scores: Tensor, allowed: Tensor | None) -> Tensor:
 
 def bias_allows(bias: Tensor, allowed: Tensor | None) -> Tensor:
     """``allowed`` (or all keys) without the keys a bias of −inf rules out: a −inf in a :meth:`logit_bias` is a
-    mask, and a row it leaves without a key gets zero weights and output on every path, never NaN."""
-    finite = bias > float("-inf")
+    mask, and a row it leaves without a key gets zero weights and output on every path, never NaN. A NaN in a
+    bias is a bug, not a mask: it stays, and reaches the output (where ``structnmt.testing`` finds it)."""
+    finite = bias != float("-inf")
     return finite if allowed is None else allowed & finite
 
 

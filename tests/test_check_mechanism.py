@@ -30,6 +30,8 @@ EXAMPLES: dict[str, list[dict]] = {
             {"base": "rel_pos", "enhancement": "lpea"}, {"enhancement": "rel_pos"}, {"enhancement": "localness"},
             {"enhancement": "none", "redundant_action": "prune"}],
     "structured": [{}],
+    "dea": [{}],
+    "lpea": [{}, {"k": 2, "rule": "rule1"}],
 }
 
 PACKAGE = sorted(n for n, c in ATTENTION_REGISTRY.items() if c.__module__.startswith("structnmt."))

@@ -626,3 +626,29 @@ def test_the_literal_reading_of_rule_2_is_an_lpea_option():
     assert len(lpea) == 1 and lpea[0].params["rule"] == "rule2_literal"
     with pytest.raises(ConfigError, match="unknown rule 'rule3'"):
         build_attention("rhe", {"enhancement": "lpea", "heads": "all", "rule": "rule3"}, dims)
+
+
+@pytest.mark.parametrize(("hook", "options"), [("dea", {}), ("lpea", {"k": 2})])
+def test_the_hook_mechanisms_give_rhe_s_all_heads_distributions(hook, options):
+    """`dea` (logit_mask) and `lpea` (logit_bias, -inf outside the phrase) are the "+DEA" / "+LPEA" rows written as
+    hooks of plain attention: with the same parameters they give what `rhe` with heads: all gives."""
+    from structnmt.nn.attention import AttentionContext, AttentionDims, build_attention
+    from structnmt.syntax.batching import build_structures
+    from structnmt.testing import example_trees
+
+    dims = AttentionDims(d_model=16, heads=4, dropout=0.0, role="encoder_self", cache_key="enc.0.self")
+    torch.manual_seed(0)
+    rhe = build_attention("rhe", {"enhancement": hook, "heads": "all", **options}, dims).eval()
+    plain = build_attention(hook, options, dims).eval()
+    plain.load_state_dict({k.removeprefix("base."): v for k, v in rhe.state_dict().items()})
+    trees = example_trees()
+    lengths = [len(d.words) + 1 for d, _ in trees]
+    S = max(lengths)
+    mask = torch.arange(S)[None, :] < torch.tensor(lengths)[:, None]
+    structures = build_structures(plain.required_structures(), trees, [np.arange(n - 1) for n in lengths], S)
+    x = torch.randn(len(trees), S, 16)
+    ctx = AttentionContext(key_mask=mask, structures=structures, need_weights=True)
+    a, b = rhe(x, x, ctx), plain(x, x, ctx)
+    real = mask[:, None, :, None]
+    assert_close(a.weights.masked_fill(~real, 0.0), b.weights.masked_fill(~real, 0.0), atol=1e-6, rtol=1e-5)
+    assert_close(a.output[mask], b.output[mask], atol=1e-6, rtol=1e-5)

@@ -60,9 +60,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
+from ..config import ConfigError, build_dataclass
 from ..syntax.batching import StructureSpec
+from ..syntax.features import LPEA_RULES
 from .attention import (
     AttentionContext,
     AttentionDims,
@@ -75,6 +77,8 @@ from .attention import (
     register_attention,
     split_heads,
 )
+from .localness import LocalnessAttention, LocalnessBias, check_options
+from .relative_position import RelativePositionAttention, RelativePositions
 from .sea import DEP_MASK_KEY, LocalPhraseBias, dep_mask_spec, dependency_allowed, structure
 
 ENHANCEMENTS = ("dea", "lpea", "rel_pos", "localness", "none")
@@ -146,6 +150,158 @@ def identify_heads(
     return HeadRoles(important=syn > g, h_conf=h_conf, syn_attn=syn, gate=g)
 
 
+# --------------------------------------------------------------------------- the enhancements
+
+
+@dataclass
+class HeadScores:
+    """What an enhancement reads to give a head its distribution A_SEA, all from one call of the layer.
+
+    scores (B, H, T, S): the base's logits q k^T / sqrt(d) (+ the base's own bias); plain: their masked
+    softmax, the base's distribution; q (B, H, T, d); allowed (B, 1, 1, S) bool or None: the key mask;
+    dep (B, 1, T, S) bool or None: the DEA mask of eq. 5 (self, head, dependents)."""
+
+    scores: Tensor
+    plain: Tensor
+    q: Tensor
+    allowed: Tensor | None
+    dep: Tensor | None
+    ctx: AttentionContext
+    who: str  # names the layer in a missing-structure sentence
+
+
+class Enhancement(nn.Module):
+    """The interface of RHE's enhancements: :meth:`distribution` gives a head's A_SEA (B, H, T, S) float32,
+    :meth:`value_term` what it adds to the output (Rel_Pos's value vectors), :meth:`required_structures`
+    what the collator builds for it. One small class per enhancement below; :func:`build_enhancement`
+    picks it from ``RHEAttention.Options``."""
+
+    #: reads the DEA mask (eq. 5) even when no identification runs
+    needs_dependencies: bool = False
+    #: adds :meth:`value_term` to the output of the heads that get it
+    has_value_term: bool = False
+
+    def required_structures(self) -> dict[str, StructureSpec]:
+        return {}
+
+    def distribution(self, h: HeadScores) -> Tensor:
+        raise NotImplementedError
+
+    def value_term(self, dropped: Tensor) -> Tensor | None:
+        """What the heads that got this enhancement add to ``dropped @ v`` (``dropped``: their weights)."""
+        return None
+
+
+class DEA(Enhancement):
+    """Dependency-enhanced attention, eq. 4: the base's logits + D (0 on the DEA mask, -inf elsewhere)."""
+
+    needs_dependencies = True
+
+    def distribution(self, h: HeadScores) -> Tensor:
+        return masked_softmax(h.scores, h.dep if h.allowed is None else h.dep & h.allowed)
+
+
+class LPEA(LocalPhraseBias, Enhancement):
+    """Local-phrase enhanced attention, eqs. 6-8: the base's logits + P inside the local phrase, -inf outside.
+    (A :class:`~structnmt.nn.sea.LocalPhraseBias`: its parameters keep their names in a checkpoint.)"""
+
+    def required_structures(self) -> dict[str, StructureSpec]:
+        return LocalPhraseBias.required_structures(self)
+
+    def distribution(self, h: HeadScores) -> Tensor:
+        T, S = h.scores.shape[-2:]
+        p_bias, inside = self(structure(h.ctx.structures, self.key, h.who), T, S)
+        return masked_softmax(h.scores + p_bias, inside if h.allowed is None else inside & h.allowed)  # eq. 6
+
+
+class RelPos(RelativePositions, Enhancement):
+    """Rel_Pos (Shaw et al. 2018) as an enhancement: its key term in the logits, its value term in the output."""
+
+    has_value_term = True
+
+    def distribution(self, h: HeadScores) -> Tensor:
+        return masked_softmax(h.scores + self.key_term(h.q, h.scores.shape[-1]), h.allowed)
+
+    def value_term(self, dropped: Tensor) -> Tensor | None:
+        return RelativePositions.value_term(self, dropped)
+
+
+class Localness(LocalnessBias, Enhancement):
+    """Localness (Yang et al. 2018) as an enhancement: its Gaussian bias in the logits."""
+
+    def distribution(self, h: HeadScores) -> Tensor:
+        return masked_softmax(h.scores + self(h.q, h.ctx.key_mask, h.scores.shape[-1]), h.allowed)
+
+
+class Plain(Enhancement):
+    """No enhancement: the base's own distribution (``enhancement: none``)."""
+
+    def distribution(self, h: HeadScores) -> Tensor:
+        return h.plain
+
+
+class Prune(Enhancement):
+    """``redundant_action: prune``: the head gives no output (Table 2's pruning row)."""
+
+    def distribution(self, h: HeadScores) -> Tensor:
+        return torch.zeros_like(h.plain)
+
+
+#: the attribute an enhancement is kept under in RHEAttention (its parameters' names in a checkpoint)
+ENHANCEMENT_ATTRIBUTE = {"dea": "dea", "lpea": "lpea", "rel_pos": "rel", "localness": "loc", "none": "plain"}
+
+
+def build_enhancement(options, dims: AttentionDims, where: str) -> Enhancement:
+    """The enhancement ``options`` (``RHEAttention.Options``) names, with its own options checked."""
+    d_head = dims.d_model // dims.heads
+    if options.redundant_action == "prune":
+        return Prune()
+    if options.enhancement not in ("rel_pos", "localness") and options.enhancement_options:
+        raise ConfigError(f"{where}: enhancement_options are for enhancement rel_pos or localness, not "
+                          f"'{options.enhancement}'.")
+    if options.enhancement == "dea":
+        return DEA()
+    if options.enhancement == "lpea":
+        return LPEA(k=options.k, d=d_head, rule=options.rule)
+    if options.enhancement == "rel_pos":  # the baselines as enhancements of the redundant heads only (Table 2)
+        ro = build_dataclass(RelativePositionAttention.Options, dict(options.enhancement_options),
+                             f"{where}.enhancement_options")
+        if ro.k < 0:
+            raise ConfigError(f"{where}.enhancement_options: k must be >= 0, got {ro.k}.")
+        return RelPos(k=ro.k, d=d_head, shared_table=ro.shared_table)
+    if options.enhancement == "localness":
+        lo = build_dataclass(LocalnessAttention.Options, dict(options.enhancement_options),
+                             f"{where}.enhancement_options")
+        check_options(lo, f"{where}.enhancement_options")
+        return Localness(d_model=dims.d_model, heads=dims.heads, options=lo)
+    return Plain()
+
+
+def check_rhe_options(options, where: str) -> None:
+    """One sentence for an option of ``RHEAttention.Options`` out of range, or two that do not go together."""
+    for name, value, valid in (("base", options.base, BASES), ("enhancement", options.enhancement, ENHANCEMENTS),
+                               ("heads", options.heads, HEAD_SETS), ("redundant_action", options.redundant_action,
+                                                                     ACTIONS), ("gate", options.gate, GATES)):
+        if value not in valid:
+            raise ConfigError(f"{where}: unknown {name} '{value}'; use one of {', '.join(valid)}.")
+    if options.redundant_action == "prune" and options.heads != "redundant":
+        raise ConfigError(f"{where}: redundant_action 'prune' removes the redundant heads, so it needs "
+                          "heads: redundant (heads: all would prune every head).")
+    if options.redundant_action == "prune" and options.enhancement != "none":
+        raise ConfigError(f"{where}: redundant_action 'prune' gives the redundant heads no output, so no "
+                          f"enhancement is used; set enhancement: none (got '{options.enhancement}').")
+    if options.enhancement in ("rel_pos", "localness") and options.base == options.enhancement:
+        raise ConfigError(f"{where}: base and enhancement are both '{options.base}', which would add a second, "
+                          f"separate {options.base} term on the redundant heads; use base: mha with "
+                          f"enhancement: {options.base}, or base: {options.base} with enhancement: lpea or dea.")
+    if options.rule not in LPEA_RULES:
+        raise ConfigError(f"{where}: unknown rule '{options.rule}'; use one of {', '.join(LPEA_RULES)}.")
+    if not 0.0 < options.fixed_gate <= 1.0:
+        raise ConfigError(f"{where}: fixed_gate must be in (0, 1], got {options.fixed_gate}.")
+    if options.k < 0:
+        raise ConfigError(f"{where}: k must be >= 0, got {options.k}.")
+
+
 @register_attention("rhe")
 class RHEAttention(Mechanism):
     """Encoder self-attention with DEA/LPEA for all heads or for the redundant ones only."""
@@ -167,8 +323,6 @@ class RHEAttention(Mechanism):
 
     def __init__(self, *, dims: AttentionDims, options: RHEAttention.Options | None = None):
         super().__init__()
-        from ..config import ConfigError
-
         options = options if options is not None else RHEAttention.Options()
         where = f"model.attention ({dims.cache_key}) rhe options"
         if dims.role != "encoder_self":
@@ -176,70 +330,31 @@ class RHEAttention(Mechanism):
                 f"model.attention ({dims.cache_key}): rhe is defined for encoder self-attention (the paper's setting); "
                 "use it under encoder_self or an 'encoder_self.<layer>' override."
             )
-        for name, value, valid in (("base", options.base, BASES), ("enhancement", options.enhancement, ENHANCEMENTS),
-                                   ("heads", options.heads, HEAD_SETS), ("redundant_action", options.redundant_action,
-                                                                         ACTIONS), ("gate", options.gate, GATES)):
-            if value not in valid:
-                raise ConfigError(f"{where}: unknown {name} '{value}'; use one of {', '.join(valid)}.")
-        if options.redundant_action == "prune" and options.heads != "redundant":
-            raise ConfigError(f"{where}: redundant_action 'prune' removes the redundant heads, so it needs "
-                              "heads: redundant (heads: all would prune every head).")
-        if options.redundant_action == "prune" and options.enhancement != "none":
-            raise ConfigError(f"{where}: redundant_action 'prune' gives the redundant heads no output, so no "
-                              f"enhancement is used; set enhancement: none (got '{options.enhancement}').")
-        if options.enhancement in ("rel_pos", "localness") and options.base == options.enhancement:
-            raise ConfigError(f"{where}: base and enhancement are both '{options.base}', which would add a second, "
-                              f"separate {options.base} term on the redundant heads; use base: mha with "
-                              f"enhancement: {options.base}, or base: {options.base} with enhancement: lpea or dea.")
-        from ..syntax.features import LPEA_RULES
-
-        if options.rule not in LPEA_RULES:
-            raise ConfigError(f"{where}: unknown rule '{options.rule}'; use one of {', '.join(LPEA_RULES)}.")
-        if not 0.0 < options.fixed_gate <= 1.0:
-            raise ConfigError(f"{where}: fixed_gate must be in (0, 1], got {options.fixed_gate}.")
-        if options.k < 0:
-            raise ConfigError(f"{where}: k must be >= 0, got {options.k}.")
+        check_rhe_options(options, where)
         self.options = options
         self.dims = dims
         self.heads = dims.heads
         self.base = build_attention(options.base, options.base_options, dims)
         if not isinstance(self.base, MultiHeadAttention):
             raise ConfigError(f"{where}: base '{options.base}' is not a plain multi-head attention.")
-        d_head = dims.d_model // dims.heads
-        self.lpea = (LocalPhraseBias(k=options.k, d=d_head, rule=options.rule)
-                     if options.enhancement == "lpea" else None)
-        self.rel = self.loc = None
-        if options.enhancement in ("rel_pos", "localness"):
-            # the baselines as enhancements of the redundant heads only (the other reading of Table 2)
-            from ..config import build_dataclass
-            from .localness import LocalnessAttention, LocalnessBias, check_options
-            from .relative_position import RelativePositionAttention, RelativePositions
+        self.enhancement_attribute = "prune" if options.redundant_action == "prune" else \
+            ENHANCEMENT_ATTRIBUTE[options.enhancement]
+        setattr(self, self.enhancement_attribute, build_enhancement(options, dims, where))
 
-            if options.enhancement == "rel_pos":
-                ro = build_dataclass(RelativePositionAttention.Options, dict(options.enhancement_options),
-                                     f"{where}.enhancement_options")
-                if ro.k < 0:
-                    raise ConfigError(f"{where}.enhancement_options: k must be >= 0, got {ro.k}.")
-                self.rel = RelativePositions(k=ro.k, d=d_head, shared_table=ro.shared_table)
-            else:
-                lo = build_dataclass(LocalnessAttention.Options, dict(options.enhancement_options),
-                                     f"{where}.enhancement_options")
-                check_options(lo, f"{where}.enhancement_options")
-                self.loc = LocalnessBias(d_model=dims.d_model, heads=dims.heads, options=lo)
-        elif options.enhancement_options:
-            raise ConfigError(f"{where}: enhancement_options are for enhancement rel_pos or localness, not "
-                              f"'{options.enhancement}'.")
+    @property
+    def enhancement(self) -> Enhancement:
+        """The enhancement the redundant (or all) heads get (kept under its own attribute name)."""
+        return getattr(self, self.enhancement_attribute)
 
     # -- what the collator must build
     @property
     def needs_dependencies(self) -> bool:
         """Identification (eq. 9) and DEA read the dependency mask; LPEA/Rel_Pos/Localness on all heads do not."""
-        return self.identifies or self.options.enhancement == "dea"
+        return self.identifies or self.enhancement.needs_dependencies
 
     def required_structures(self) -> dict[str, StructureSpec]:
         out = dep_mask_spec() if self.needs_dependencies else {}
-        if self.lpea is not None:
-            out.update(self.lpea.required_structures())
+        out.update(self.enhancement.required_structures())
         return out
 
     @property
@@ -274,21 +389,7 @@ class RHEAttention(Mechanism):
                                    confidence_keys=key_mask & ~eos_position(key_mask) if opt.exclude_eos_key else None)
             extras.update(head_important=roles.important, h_conf=roles.h_conf, syn_attn=roles.syn_attn)
 
-        if opt.redundant_action == "prune":
-            enhanced = torch.zeros_like(plain)
-        elif opt.enhancement == "dea":
-            dea_allowed = dep if allowed is None else dep & allowed
-            enhanced = masked_softmax(scores, dea_allowed)  # eq. 4: + D (0 / -inf)
-        elif opt.enhancement == "lpea":
-            p_bias, inside = self.lpea(structure(ctx.structures, self.lpea.key, who), T, S)
-            lp_allowed = inside if allowed is None else inside & allowed
-            enhanced = masked_softmax(scores + p_bias, lp_allowed)  # eq. 6: + P
-        elif opt.enhancement == "rel_pos":
-            enhanced = masked_softmax(scores + self.rel.key_term(q, S), allowed)
-        elif opt.enhancement == "localness":
-            enhanced = masked_softmax(scores + self.loc(q, ctx.key_mask, S), allowed)
-        else:
-            enhanced = plain
+        enhanced = self.enhancement.distribution(HeadScores(scores, plain, q, allowed, dep, ctx, who))
 
         if opt.heads == "all":
             weights = enhanced
@@ -299,9 +400,9 @@ class RHEAttention(Mechanism):
         out = torch.matmul(dropped, v)
         if base.uses_value_term:
             out = out + base.value_term(dropped, ctx)
-        if self.rel is not None:  # Rel_Pos's value term on the heads that got Rel_Pos
+        if self.enhancement.has_value_term:  # e.g. Rel_Pos's value term, on the heads that got the enhancement
             on = dropped if opt.heads == "all" else dropped.masked_fill(roles.important[:, :, None, None], 0.0)
-            out = out + self.rel.value_term(on)
+            out = out + self.enhancement.value_term(on)
         if ctx.need_weights:
             extras["plain_weights"] = plain.to(q.dtype)
         return AttentionOutput(output=base.out_proj(merge_heads(out)),

@@ -25,6 +25,12 @@ revisions of a head's attention distribution that RHE applies to redundant heads
   layer and shared by the heads (eq. 8's shapes are per head size; the paper does not
   give heads separate ones).
 
+Both are also mechanisms of their own, for every head of a layer (the paper's "+DEA" and "+LPEA" rows of
+Table 1) written as hooks of plain multi-head attention: ``dea`` (:class:`DEAAttention`, D as
+``logit_mask``) and ``lpea`` (:class:`LPEAAttention`, P as ``logit_bias``, -inf outside the phrase). The
+configs of configs/rhe/ reach the same rows as ``rhe`` with ``heads: all`` (the class that also
+identifies redundant heads); tests/test_rhe.py checks that both give the same distributions.
+
 Structure tensors (built by the collator; keys below; padding conventions in
 :mod:`structnmt.syntax.features`): ``rhe.dep_mask`` (B, S, S) bool and
 ``rhe.lpea.k{k}.{rule}`` (B, S, S) long with ``OUT_OF_PHRASE`` outside the phrase.
@@ -35,8 +41,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from dataclasses import dataclass
+
+from ..config import ConfigError
 from ..syntax.batching import StructureSpec
 from ..syntax.features import LPEA_RULES, OUT_OF_PHRASE
+from .attention import AttentionContext, AttentionDims, MultiHeadAttention, register_attention
 
 DEP_MASK_KEY = "rhe.dep_mask"
 
@@ -112,3 +122,58 @@ class LocalPhraseBias(nn.Module):
         index = torch.where(inside, rp.clamp(-self.k, self.k) + self.k, torch.zeros_like(rp))
         bias = self.values()[index].masked_fill(~inside, 0.0)
         return bias[:, None], inside[:, None]
+
+
+def _encoder_only(dims: AttentionDims, name: str) -> None:
+    if dims.role != "encoder_self":
+        raise ConfigError(f"model.attention ({dims.cache_key}): {name} reads the source's parse, so it is defined "
+                          "for encoder self-attention; use it under encoder_self or an 'encoder_self.<layer>' "
+                          "override.")
+
+
+@register_attention("dea")
+class DEAAttention(MultiHeadAttention):
+    """DEA (eqs. 4-5) on every head: plain attention whose ``logit_mask`` is the dependency mask D."""
+
+    def __init__(self, *, dims: AttentionDims):
+        super().__init__(dims=dims)
+        _encoder_only(dims, "dea")
+
+    def required_structures(self) -> dict[str, StructureSpec]:
+        return dep_mask_spec()
+
+    def logit_mask(self, query: Tensor, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
+        """(B, 1, T, S) bool: each word, its head and its dependents (eq. 5)."""
+        return dependency_allowed(structure(ctx.structures, DEP_MASK_KEY, f"dea ({self.dims.cache_key})"),
+                                  q.shape[2], k.shape[2])
+
+
+@register_attention("lpea")
+class LPEAAttention(MultiHeadAttention):
+    """LPEA (eqs. 6-8) on every head: plain attention whose ``logit_bias`` is P inside the local phrase and
+    -inf (a mask) outside it."""
+
+    @dataclass
+    class Options:
+        k: int = 6  # clipping distance (RHE Table 3 sweeps 0..16)
+        rule: str = "rule2"  # local-phrase rule of §4.1: rule1 | rule2 | rule2_literal
+
+    def __init__(self, *, dims: AttentionDims, options: LPEAAttention.Options | None = None):
+        super().__init__(dims=dims)
+        options = options if options is not None else LPEAAttention.Options()
+        _encoder_only(dims, "lpea")
+        if options.rule not in LPEA_RULES:
+            raise ConfigError(f"model.attention ({dims.cache_key}) lpea options: unknown rule '{options.rule}'; "
+                              f"use one of {', '.join(LPEA_RULES)}.")
+        if options.k < 0:
+            raise ConfigError(f"model.attention ({dims.cache_key}) lpea options: k must be >= 0, got {options.k}.")
+        self.lpea = LocalPhraseBias(k=options.k, d=dims.d_model // dims.heads, rule=options.rule)
+
+    def required_structures(self) -> dict[str, StructureSpec]:
+        return self.lpea.required_structures()
+
+    def logit_bias(self, query: Tensor, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
+        """(B, 1, T, S): P of eq. 8 inside the local phrase, -inf outside (eq. 6)."""
+        positions = structure(ctx.structures, self.lpea.key, f"lpea ({self.dims.cache_key})")
+        bias, inside = self.lpea(positions, q.shape[2], k.shape[2])
+        return bias.masked_fill(~inside, float("-inf")).to(q.dtype)

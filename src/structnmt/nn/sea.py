@@ -38,10 +38,10 @@ Structure tensors (built by the collator; keys below; padding conventions in
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
-
-from dataclasses import dataclass
 
 from ..config import ConfigError
 from ..syntax.batching import StructureSpec

@@ -10,7 +10,6 @@ from torch.testing import assert_close
 
 from structnmt.config import AttentionSpec, ConfigError, ModelConfig
 from structnmt.models import build_model
-from structnmt.models.transformer import add_hypernodes
 from structnmt.nn import AttentionContext, AttentionDims, IncrementalCache, build_attention
 from structnmt.nn.phrase_transformer import HypernodeSpec, dense_adjacency, within_phrase_attention
 from structnmt.syntax.batching import StructureSpec, build_structures
@@ -178,7 +177,7 @@ def test_hypernodes_enter_with_zero_states_or_positions():
     table = torch.randn(64, D)
     member = st[key]
     for positions in ("none", "first", "mean"):
-        out, m = add_hypernodes(x, mask, st, HypernodeSpec(key, positions, "words"), table)
+        out, m = HypernodeSpec(key, positions, "words").append(x, mask, st, table)
         N = member.shape[1]
         assert out.shape == (3, src.shape[1] + N, D) and torch.equal(m[:, src.shape[1]:], st[key + ".mask"])
         assert torch.equal(out[:, : src.shape[1]], x)
@@ -384,7 +383,7 @@ def test_configuration_errors():
         build_model(cfg, V, V)
     cfg = model_cfg(layers=2, k=2)
     cfg.attention.overrides["encoder_self.1"] = AttentionSpec(name="rel_pos")
-    with pytest.raises(ConfigError, match="only phrase_transformer and mha"):
+    with pytest.raises(ConfigError, match="cannot attend over nodes that are not tokens"):
         build_model(cfg, V, V)
     for bad in ({"k": 0}, {"within": "product"}, {"impl": "sparse"}, {"positions": "last"}):
         with pytest.raises(ConfigError):

@@ -9,7 +9,7 @@ redundant: ``Syn_attn <= Syn_gate`` on its plain attention.
   the head's plain attention before enhancement, with the layer's own gate options).
 * Any other layer whose weights are over the source tokens (plain MHA, Rel_Pos,
   Localness) is judged from its weights with the same functions
-  (:func:`structnmt.nn.rhe.identify_heads`, dynamic gate, EOS excluded). Layers whose
+  (:func:`structnmt.nn.head_identification.identify_heads`, dynamic gate, EOS excluded). Layers whose
   weights are over phrases (MG-SA, phrase-based attentions) are not comparable and are
   left out (``None``).
 
@@ -38,8 +38,13 @@ import torch
 from torch import Tensor
 
 from ..errors import UserError
-from ..nn.rhe import identify_heads, query_tokens
-from ..nn.sea import DEP_MASK_KEY, dep_mask_spec, dependency_allowed
+from ..nn.head_identification import (
+    DEP_MASK_KEY,
+    dep_mask_spec,
+    dependency_allowed,
+    identify_heads,
+    query_tokens,
+)
 from ..train.hooks import TrainingHook
 
 

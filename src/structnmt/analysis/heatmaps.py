@@ -210,15 +210,8 @@ def _hypernode_labels(encoder, structures: dict | None, src_labels: list[str]) -
 
 def _phrase_labels(g, structures: dict, pieces: list[str], M: int, tag_names: dict[int, str]) -> list[str]:
     """Tick labels of the M phrases of group ``g`` in a batch of one: its tokens (+ label)."""
-    from ..nn.mgsa import SYNTAX_KEY, ngram_key
-
-    if g.kind == "ngram":
-        ids = structures[ngram_key(g.n)][0]
-        labels = None
-    else:
-        ids = structures[SYNTAX_KEY][0, g.level - 1]
-        lab = structures.get(SYNTAX_KEY + ".labels")
-        labels = lab[0, g.level - 1].tolist() if lab is not None else None
+    ids, lab = g.phrase_ids(structures)  # the group says where its phrases are (the memory_groups hook)
+    labels = None if lab is None else lab.tolist()
     ids = ids.tolist()
     out = []
     for m in range(M):

@@ -156,41 +156,13 @@ def hypernode_plan(layers: nn.ModuleList) -> tuple[int, HypernodeSpec] | None:
             elif spec != first[1]:
                 raise ConfigError(f"encoder layers {first[0]} and {i} ask for different hypernodes ({first[1]} vs "
                                   f"{spec}); one set of hypernodes travels through the encoder: give every "
-                                  "phrase_transformer layer the same k, hypernodes, unit, semantic, positions "
-                                  "and decoder_sees.")
+                                  "layer that adds them the same options.")
         elif first is not None and not attn.attends_hypernodes:
             raise ConfigError(f"encoder layer {i} ({type(attn).__name__}) comes after the hypernodes enter (layer "
-                              f"{first[0]}) but only phrase_transformer and mha layers can attend over hypernodes; "
-                              "move it below the first phrase_transformer layer.")
+                              f"{first[0]}) but cannot attend over nodes that are not tokens (its mechanism does "
+                              "not set attends_hypernodes; mha and phrase_transformer do); move it below layer "
+                              f"{first[0]}.")
     return first
-
-
-def add_hypernodes(x: Tensor, mask: Tensor, structures: dict[str, Tensor], spec: HypernodeSpec,
-                   positions: Tensor) -> tuple[Tensor, Tensor]:
-    """Algorithm 1 line 2: append the N hypernodes to the S tokens.
-
-    x (B, S, D), mask (B, S) -> (B, S + N, D), (B, S + N). States are zeros (the paper),
-    or the position encoding (``positions`` (>= S, D)) of the first member token, or the
-    mean of the members' encodings (``spec.positions``); padded hypernodes are zero and
-    masked.
-    """
-    for name in (spec.key, spec.key + ".mask"):
-        if name not in structures:
-            raise KeyError(f"phrase_transformer: the batch has no structure '{name}'; build the batch with the "
-                           "model's required_structures() (the trainer and translator do this).")
-    member, hmask = structures[spec.key], structures[spec.key + ".mask"]  # (B, N, S), (B, N)
-    B, N, S = member.shape
-    if S != x.shape[1]:
-        raise ValueError(f"hypernode membership covers {S} tokens but the encoder has {x.shape[1]}.")
-    h = x.new_zeros(B, N, x.shape[2])
-    table = positions[:S].to(x.dtype)
-    if spec.positions == "first":
-        h = table[member.to(torch.int8).argmax(-1)]
-    elif spec.positions == "mean":
-        m = member.to(x.dtype)
-        h = (m @ table) / m.sum(-1, keepdim=True).clamp_min(1.0)
-    h = h * hmask[..., None].to(x.dtype)
-    return torch.cat([x, h], dim=1), torch.cat([mask, hmask], dim=1)
 
 
 class EncoderStack(nn.Module):
@@ -219,7 +191,7 @@ class EncoderStack(nn.Module):
         attentions: dict[str, list[Tensor]] = {"encoder_self": [], "encoder_within": []}
         for i, layer in enumerate(self.layers):
             if self.plan is not None and i == self.plan[0]:
-                x, mask = add_hypernodes(x, mask, structures, self.plan[1], self.positions)
+                x, mask = self.plan[1].append(x, mask, structures, self.positions)  # the mechanism's nodes
             ctx = AttentionContext(key_mask=mask, structures=structures, need_weights=need_weights)
             x, a = layer(x, ctx)
             _merge_losses(aux, a.aux_losses)

@@ -103,6 +103,17 @@ class MGSAGroup:
     n: int = 0  # ngram only: phrase length in words
     level: int = 0  # syntax only: 1-based level counted from the top of the tree
 
+    def phrase_ids(self, structures: dict) -> tuple[Tensor | None, Tensor | None]:
+        """For analysis, batch row 0: ((S,) the phrase id of each token, (M,) the phrases' label ids or None);
+        (None, None) for a word group (its memory is the tokens)."""
+        if self.kind == "ngram":
+            return structures[ngram_key(self.n)][0], None
+        if self.kind == "syntax":
+            labels = structures.get(SYNTAX_KEY + ".labels")
+            return (structures[SYNTAX_KEY][0, self.level - 1],
+                    None if labels is None else labels[0, self.level - 1])
+        return None, None
+
 
 # --------------------------------------------------------------------------- partitions
 

@@ -112,6 +112,33 @@ class HypernodeSpec:
     positions: str  # none | first | mean
     decoder_sees: str  # words | all
 
+    def append(self, x: Tensor, mask: Tensor, structures: dict[str, Tensor],
+               positions: Tensor) -> tuple[Tensor, Tensor]:
+        """Algorithm 1 line 2: append the N hypernodes to the S tokens.
+
+        x (B, S, D), mask (B, S) -> (B, S + N, D), (B, S + N). States are zeros (the paper),
+        or the position encoding (``positions`` (>= S, D)) of the first member token, or the
+        mean of the members' encodings (``self.positions``); padded hypernodes are zero and
+        masked.
+        """
+        for name in (self.key, self.key + ".mask"):
+            if name not in structures:
+                raise KeyError(f"phrase_transformer: the batch has no structure '{name}'; build the batch with the "
+                               "model's required_structures() (the trainer and translator do this).")
+        member, hmask = structures[self.key], structures[self.key + ".mask"]  # (B, N, S), (B, N)
+        B, N, S = member.shape
+        if S != x.shape[1]:
+            raise ValueError(f"hypernode membership covers {S} tokens but the encoder has {x.shape[1]}.")
+        h = x.new_zeros(B, N, x.shape[2])
+        table = positions[:S].to(x.dtype)
+        if self.positions == "first":
+            h = table[member.to(torch.int8).argmax(-1)]
+        elif self.positions == "mean":
+            m = member.to(x.dtype)
+            h = (m @ table) / m.sum(-1, keepdim=True).clamp_min(1.0)
+        h = h * hmask[..., None].to(x.dtype)
+        return torch.cat([x, h], dim=1), torch.cat([mask, hmask], dim=1)
+
 
 def gather_nodes(x: Tensor, index: Tensor) -> Tensor:
     """x (B, H, L, d), index (B, L, K) in [0, L) -> (B, L, K, H, d): node ``index[b, i, j]``."""

@@ -77,77 +77,24 @@ from .attention import (
     register_attention,
     split_heads,
 )
+from .head_identification import (  # noqa: F401 (identify_heads, query_tokens: the module's API too)
+    DEP_MASK_KEY,
+    GATES,
+    HeadRoles,
+    dep_mask_spec,
+    dependency_allowed,
+    eos_position,
+    identify_heads,
+    query_tokens,
+)
 from .localness import LocalnessAttention, LocalnessBias, check_options
 from .relative_position import RelativePositionAttention, RelativePositions
-from .sea import DEP_MASK_KEY, LocalPhraseBias, dep_mask_spec, dependency_allowed, structure
+from .sea import LocalPhraseBias, structure
 
 ENHANCEMENTS = ("dea", "lpea", "rel_pos", "localness", "none")
 HEAD_SETS = ("redundant", "all")
 ACTIONS = ("enliven", "prune")
-GATES = ("dynamic", "fixed", "confidence")
 BASES = ("mha", "rel_pos", "localness")
-
-
-@dataclass
-class HeadRoles:
-    """Result of identification: every tensor (B, H)."""
-
-    important: Tensor  # bool, h_label = 1
-    h_conf: Tensor  # eq. 3
-    syn_attn: Tensor  # eq. 9
-    gate: Tensor  # the Syn_gate compared with
-
-
-def eos_position(key_mask: Tensor) -> Tensor:
-    """(B, S) bool: the EOS the collator appends (the last real position of each row)."""
-    length = key_mask.sum(-1)  # (B,)
-    pos = torch.arange(key_mask.shape[1], device=key_mask.device)
-    return pos[None, :] == (length - 1)[:, None]
-
-
-def query_tokens(key_mask: Tensor, exclude_eos: bool) -> Tensor:
-    """(B, S) bool: the real tokens whose rows count in eqs. 3 and 9.
-
-    The EOS the collator appends is the last real position of each row; with
-    ``exclude_eos`` it is left out (a sentence of EOS alone keeps it, so n >= 1).
-    """
-    if not exclude_eos:
-        return key_mask
-    keep = key_mask & ~eos_position(key_mask)
-    return torch.where(key_mask.sum(-1, keepdim=True) > 1, keep, key_mask)
-
-
-def identify_heads(
-    weights: Tensor,
-    dep_allowed: Tensor,
-    queries: Tensor,
-    *,
-    gate: str = "dynamic",
-    fixed_gate: float = 0.3,
-    confidence_keys: Tensor | None = None,
-) -> HeadRoles:
-    """Eqs. 3, 9, 10 per sentence and head.
-
-    weights (B, H, T, S) plain attention (detached here); dep_allowed (B, 1 or H, T, S)
-    bool, the DEA mask (self included); queries (B, T) bool, the rows that count;
-    confidence_keys (B, S) bool or None: the keys whose weights may be a row's maximum in
-    eq. 3 (None: all; ``exclude_eos_key`` passes every key but EOS).
-    """
-    w = weights.detach().float()
-    q = queries[:, None, :].to(w.dtype)  # (B, 1, T)
-    n = q.sum(-1).clamp_min(1.0)  # (B, 1)
-    wc = w if confidence_keys is None else w.masked_fill(~confidence_keys[:, None, None, :], 0.0)
-    h_conf = (wc.amax(-1) * q).sum(-1) / n  # (B, H)  eq. 3
-    syn = ((w * dep_allowed.to(w.dtype)).sum(-1) * q).sum(-1) / n  # (B, H)  eq. 9
-    if gate == "dynamic":
-        g = torch.sigmoid(h_conf)  # eq. 10
-    elif gate == "confidence":
-        g = h_conf
-    elif gate == "fixed":
-        g = torch.full_like(h_conf, fixed_gate)
-    else:
-        raise ValueError(f"unknown gate '{gate}'; use one of {', '.join(GATES)}.")
-    return HeadRoles(important=syn > g, h_conf=h_conf, syn_attn=syn, gate=g)
 
 
 # --------------------------------------------------------------------------- the enhancements

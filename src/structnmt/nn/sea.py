@@ -47,17 +47,12 @@ from ..config import ConfigError
 from ..syntax.batching import StructureSpec
 from ..syntax.features import LPEA_RULES, OUT_OF_PHRASE
 from .attention import AttentionContext, AttentionDims, MultiHeadAttention, register_attention
-
-DEP_MASK_KEY = "rhe.dep_mask"
+from .head_identification import DEP_MASK_KEY, dep_mask_spec, dependency_allowed  # noqa: F401 (the API here too)
 
 
 def lpea_key(k: int, rule: str) -> str:
     """Structure key of the LPEA positions clipped at ``k`` under local-phrase ``rule``."""
     return f"rhe.lpea.k{k}.{rule}"
-
-
-def dep_mask_spec() -> dict[str, StructureSpec]:
-    return {DEP_MASK_KEY: StructureSpec("dep_mask")}
 
 
 def lpea_spec(k: int, rule: str) -> dict[str, StructureSpec]:
@@ -72,15 +67,6 @@ def structure(ctx_structures, key: str, who: str) -> Tensor:
             "(the trainer and translator do this) and a dataset prepared with a parser that gives the trees."
         )
     return ctx_structures[key]
-
-
-def dependency_allowed(dep_mask: Tensor, T: int, S: int) -> Tensor:
-    """DEA eq. 5 as a mask (B, 1, T, S), True = ``D_ij = 0`` (attend).
-
-    ``dep_mask`` (B, P, P) bool from the collator, P >= T, S (a batch may carry it padded
-    wider than the sequence a layer sees).
-    """
-    return dep_mask[:, None, :T, :S]
 
 
 class LocalPhraseBias(nn.Module):

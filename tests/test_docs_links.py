@@ -33,6 +33,7 @@ def anchors(path: Path) -> set[str]:
 
 def doc_files() -> list[Path]:
     return [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+            *sorted((ROOT / "docs" / "results").glob("*.md")),
             ROOT / "docs" / "outputs" / "README.md"]
 
 
@@ -70,3 +71,13 @@ def test_every_relative_link_of_the_docs_resolves():
     assert len(files) >= 10 and all(f.exists() for f in files)
     bad = {str(f.relative_to(ROOT)): b for f in files if (b := broken_links(f))}
     assert bad == {}
+
+
+def test_the_front_pages_stay_short():
+    """The README is a front page (set-up, demo, real data, the answer, speed, extending, data) in 150 lines at most;
+    the results index reads as the answer in 200 at most; the details live on the pages they link to."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    index = (ROOT / "docs" / "results" / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(readme) <= 150 and len(index) <= 200
+    assert "python3 -m pytest" in "\n".join(readme) and "structnmt demo" in "\n".join(readme)
+    assert sum(line.startswith("| + Rel_Pos") for line in readme) == 2  # the answer's table: Rel_Pos and the combination

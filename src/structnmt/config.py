@@ -135,10 +135,10 @@ class DecodeConfig:
     nbest: int = 1
     batch_size: int = 64  # sentences per decoding batch
     # float32 | bfloat16 | int8: the number format of the decoder (attention scores, the normaliser and the
-    # scores stay float32). bfloat16: weights and activations, level in BLEU on Multi30k (docs/results.md,
+    # scores stay float32). bfloat16: weights and activations, level in BLEU on Multi30k (docs/results/,
     # "bfloat16 decoding"); its speed is the CPU's: 1.23x at 1 thread on an AMD Zen 4, no consistent gain at
     # 2 threads. int8 (CPU only): the linear layers in 8-bit integers, activations float32 between them
-    # (docs/results.md, "int8 decoding"). Both for plain Transformers only (benchmarks/README.md)
+    # (docs/results/, "int8 decoding"). Both for plain Transformers only (benchmarks/README.md)
     dtype: str = "float32"
     # bfloat16 on a CPU without bfloat16 arithmetic (no AVX512-BF16 or AMX) is refused, being several times
     # slower than float32; true decodes in it anyway (to study its numbers, say)
@@ -341,7 +341,7 @@ def low_precision_refusal(m: ModelConfig) -> str | None:
     """Why a model with this config cannot decode in bfloat16 or int8 (``decode.dtype``), or None when it can.
 
     Only the plain Transformer (multi-head attention in every layer) is decoded and checked in
-    bfloat16 and int8 (docs/results.md, "bfloat16 decoding", "int8 decoding"); a mechanism's own
+    bfloat16 and int8 (docs/results/, "bfloat16 decoding", "int8 decoding"); a mechanism's own
     arithmetic (matrix-tree marginals, phrase compositions, learned biases) is not, nor are the RNN
     family's recurrences.
     """

@@ -24,7 +24,7 @@ Mapping (``src/structnmt/models/transformer.py`` -> CTranslate2's ``TransformerS
   encoder's and decoder's final norms (pre-norm) are the stacks' ``layer_norm``;
 * LayerNorm epsilon 1e-5 (``torch.nn.LayerNorm``'s default), recorded in the config.
 
-Decoding differences, measured by ``benchmarks/bench_decode.py`` (docs/results.md): the
+Decoding differences, measured by ``benchmarks/bench_decode.py`` (docs/results/): the
 maximum output length is ``a * source length + b`` per sentence in structnmt and one
 ``max_decoding_length`` per batch in CTranslate2 (we pass the batch's largest), and the
 two beam searches stop and break ties in their own ways, so a few translations may

@@ -93,7 +93,7 @@ def int8_copy(model):
     at run time (one scale per call) and returns float32 with the float32 bias added.
     Embeddings, layer norms, attention scores and the normaliser stay float32. The tied
     output projection gets its own int8 copy of the embedding matrix; the caller's model is
-    not changed. Measured on Multi30k: docs/results.md, "int8 decoding".
+    not changed. Measured on Multi30k: docs/results/, "int8 decoding".
 
     PyTorch marks this eager-mode API deprecated (to move to torchao) but keeps it in the
     versions this project supports (torch < 2.14); where it is gone this raises

@@ -1,5 +1,5 @@
 """Heterogeneous QUERYK with relative positions: the two mechanisms that won the cross-paper
-comparison at 2,000 updates (docs/results.md), in one self-attention layer.
+comparison at 2,000 updates (docs/results/), in one self-attention layer.
 
 Heterogeneous QUERYK (Nguyen & Joty, "Phrase-Based Attentions", §3.2.2, eq. 8; :mod:`.phrasal`)
 attends jointly over the phrases of every length n in ``ngrams``; the logit of query t on the

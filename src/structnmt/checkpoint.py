@@ -19,17 +19,46 @@ parameters, its full config (``config``), the run's bookkeeping (``run``) and:
 Checkpoints written before these entries existed still load: their vocabulary is read
 from ``data.path`` (or, when that relative path does not exist from the current
 directory, next to the checkpoint), and a size mismatch is a one-sentence error.
+
+**Loading runs no code.** Every checkpoint is read with ``torch.load(weights_only=True)``: PyTorch's
+restricted unpickler, which rebuilds tensors, numbers, strings, bytes, lists, tuples and dicts and
+refuses any other global, so a crafted file (a pickle whose payload runs a command on load) is
+refused with one sentence before anything of it runs. A checkpoint holds nothing else: the numpy
+RNG state is stored as a tensor (:func:`structnmt.train.trainer.rng_state`). Checkpoints written before
+that stored numpy's state as an ``ndarray``; :data:`LEGACY_GLOBALS` lets exactly numpy's array
+reconstruction through (an array of plain numbers, no object), so they load without trusting
+anything more. The choice against safetensors: a checkpoint also carries the optimizer state, the
+config and the vocabulary models, which the restricted unpickler reads safely in one file.
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .data.vocab import Vocab, entry_options, vocab_pair
 from .errors import CheckpointError
+
+
+def _legacy_globals() -> list:
+    """numpy's array reconstruction, the one global of checkpoints written before the numpy RNG state was a
+    tensor (numpy 1 and 2 name its module differently)."""
+    out: list = [np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+    for module in ("numpy._core.multiarray", "numpy.core.multiarray"):
+        try:
+            mod = __import__(module, fromlist=["_reconstruct"])
+        except ImportError:
+            continue
+        out.append(mod._reconstruct)
+    return out
+
+
+#: what the restricted unpickler lets through besides tensors and plain data (see the module docstring)
+LEGACY_GLOBALS = _legacy_globals()
 
 
 def load_checkpoint(path: str | Path) -> dict:
@@ -45,7 +74,16 @@ def load_checkpoint(path: str | Path) -> dict:
     if p.stat().st_size == 0:
         raise CheckpointError(f"{p}: is empty (an interrupted save or copy); use another checkpoint.")
     try:
-        state = torch.load(p, map_location="cpu", weights_only=False)
+        with torch.serialization.safe_globals(LEGACY_GLOBALS):
+            state = torch.load(p, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        if "weights only" not in str(err).lower() and "weights_only" not in str(err).lower():
+            raise CheckpointError(f"{p}: not a readable checkpoint (UnpicklingError); it is truncated, corrupt or "
+                                  "not a torch file: use another checkpoint.") from None
+        found = next((line.strip() for line in str(err).splitlines() if "GLOBAL" in line or "global" in line), "")
+        raise CheckpointError(f"{p}: refused: loading it would run code that is not part of a checkpoint "
+                              f"({found[:160]}); structnmt checkpoints hold only tensors, numbers and text, so "
+                              "this file was not written by structnmt or was altered. Nothing of it was run.") from None
     except Exception as err:  # noqa: BLE001 - torch.load raises many kinds on a file that is no checkpoint
         reason = str(err).strip().splitlines()[0][:120] if str(err).strip() else ""
         raise CheckpointError(f"{p}: not a readable checkpoint ({type(err).__name__}{': ' + reason if reason else ''}); "

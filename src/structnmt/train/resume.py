@@ -22,20 +22,23 @@ def resume_state(save_dir: Path, log) -> tuple[Path, dict] | None:
     numbered = sorted(save_dir.glob("checkpoint_[0-9]*.pt"), key=lambda p: int(p.stem.split("_")[1]), reverse=True)
     candidates = [p for p in [save_dir / "checkpoint_last.pt", *numbered] if p.exists()]
     bad: list[Path] = []
+    first_reason = ""
     for path in candidates:
         try:
             state = load_checkpoint(path)
         except CheckpointError as err:
             log(f"resume: {err}")
             bad.append(path)
+            first_reason = first_reason or str(err).removeprefix(f"{path}: ")
             continue
         if bad:
             log(f"resume: falling back to {path.name} (update {state['run']['num_updates']}) because "
                 f"{', '.join(b.name for b in bad)} could not be read.")
         return path, state
     if bad:
-        raise CheckpointError(f"{save_dir}: none of its checkpoints can be read ({', '.join(b.name for b in bad)}); "
-                              "move them away to start afresh, or use another train.save_dir.")
+        raise CheckpointError(f"{save_dir}: none of its checkpoints can be read ({', '.join(b.name for b in bad)}; "
+                              f"{bad[0].name}: {first_reason.rstrip('.')}); move them away to start afresh, or use "
+                              "another train.save_dir.")
     return None
 
 

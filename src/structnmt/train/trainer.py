@@ -82,7 +82,11 @@ class RunState:
 
 
 def rng_state() -> dict:
-    st = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every generator's state, as plain data and tensors only (a checkpoint loads with ``weights_only``): numpy's
+    key array as an int64 tensor."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    numpy_state = (str(name), torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached))
+    st = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         st["cuda"] = torch.cuda.get_rng_state_all()
     return st
@@ -90,7 +94,9 @@ def rng_state() -> dict:
 
 def set_rng_state(st: dict) -> None:
     random.setstate(st["python"])
-    np.random.set_state(st["numpy"])
+    name, keys, pos, has_gauss, cached = st["numpy"]  # keys: a tensor, or an ndarray in older checkpoints
+    keys = keys.numpy() if isinstance(keys, torch.Tensor) else np.asarray(keys)
+    np.random.set_state((name, keys.astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(st["torch"])
     if "cuda" in st and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(st["cuda"])

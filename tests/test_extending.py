@@ -133,3 +133,33 @@ def test_the_tutorial_s_contract_check_passes_for_the_plugin(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "checked encoder_self (every layer)" in done.stdout  # the rule of its own options: encoder only
     assert "left out cross: model.attention (dec.0.cross) tree_distance: an encoder self-attention" in done.stdout
+
+
+def test_an_empty_user_dir_is_refused_and_imports_nothing(tmp_path):
+    """`--user-dir ''` (an unset shell variable in quotes) would import every .py file of the current directory."""
+    marker = tmp_path / "RAN"
+    (tmp_path / "setup.py").write_text(f"open({str(marker)!r}, 'w').write('imported')\n", encoding="utf-8")
+    done = run(tmp_path, "score", "--hyp", "x", "--ref", "x", "--user-dir", "")
+    assert done.returncode == 2 and "--user-dir '': an empty path" in done.stderr and "Traceback" not in done.stderr
+    assert not marker.exists()
+
+
+def test_a_plugin_named_like_a_module_in_use_replaces_nothing(tmp_path):
+    """A plugin package called `json` is imported under a private name: the standard library's json still works,
+    and the plugin's mechanism is registered."""
+    pkg = tmp_path / "json"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "from structnmt.nn.attention import MultiHeadAttention, register_attention\n"
+        "from .inner import VALUE\n"
+        "@register_attention('json_plugin_mha')\nclass JsonPluginMHA(MultiHeadAttention):\n    pass\n",
+        encoding="utf-8")
+    (pkg / "inner.py").write_text("VALUE = 3\n", encoding="utf-8")
+    code = (f"from structnmt.plugins import add_user_dirs; add_user_dirs([{str(pkg)!r}]); import json, sys; "
+            "from structnmt.nn.attention import ATTENTION_REGISTRY; "
+            "print(json.dumps({'ok': 'json_plugin_mha' in ATTENTION_REGISTRY}), "
+            "sys.modules['json'].__file__.endswith('json/__init__.py') and 'python' in sys.modules['json'].__file__)")
+    env = {k: v for k, v in os.environ.items() if k != "STRUCTNMT_USER_DIRS"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path.parent, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ['{"ok":', 'true}', "True"]

@@ -6,9 +6,12 @@ A plugin is Python code that registers what it adds when it is imported
 two places:
 
 * ``--user-dir DIR`` (every command; fairseq's convention; may be given several times): a
-  directory with an ``__init__.py`` is imported as a package of that name (its modules may
-  import each other relatively), a directory without one has each of its ``*.py`` files
-  imported, in name order, and a ``.py`` file is imported on its own. The directories are
+  directory with an ``__init__.py`` is imported as a package (its modules may import each other
+  relatively), a directory without one has each of its ``*.py`` files imported, in name order, and a
+  ``.py`` file is imported on its own. Every plugin module is imported under a private name
+  (``structnmt_user_...``), never its own: a plugin directory called ``json`` or ``torch`` cannot
+  replace the module of that name. An empty ``--user-dir ''`` (an unset shell variable) is refused:
+  it would import every ``.py`` file of the current directory. The directories are
   kept in the environment variable ``STRUCTNMT_USER_DIRS`` (``os.pathsep``-separated), so
   every process a command starts (the experiment runner's trainings, torchrun's workers,
   translate's decoding processes) imports them too.
@@ -47,6 +50,9 @@ def add_user_dirs(paths: list[str]) -> None:
     """Add ``paths`` (``--user-dir``) to :data:`ENV` (checked: each must exist) and import them."""
     known = user_dirs()
     for p in paths:
+        if not p.strip():
+            raise UserError("--user-dir '': an empty path (an unset shell variable?) would import every .py file of "
+                            "the current directory; give the directory or .py file of your plugin.")
         path = Path(p).expanduser().resolve()
         if not path.exists():
             raise UserError(f"--user-dir {p}: no such file or directory; give the directory (or .py file) that "
@@ -79,20 +85,27 @@ def loaded() -> list[str]:
     return [p for p in user_dirs() if p in _loaded]
 
 
+def _private_name(path: Path) -> str:
+    """The module name a plugin file or package is imported under: private to structnmt, and distinct for two
+    plugins of one name in different places."""
+    import hashlib
+    import re
+
+    tag = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]
+    return f"structnmt_user_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}_{tag}"
+
+
 def _import_path(path: Path) -> None:
     if not path.exists():
         raise UserError(f"{ENV}: {path} does not exist (a --user-dir given to the command that started this one).")
     if path.is_file():
-        _import_file(path, f"structnmt_user_{path.stem}")
+        _import_file(path, _private_name(path))
     elif (path / "__init__.py").is_file():
-        name = path.name
-        if name in sys.modules and getattr(sys.modules[name], "__file__", None) != str(path / "__init__.py"):
-            raise UserError(f"--user-dir {path}: a module named '{name}' is already imported from elsewhere "
-                            f"({sys.modules[name].__file__}); rename the plugin directory.")
-        _import_file(path / "__init__.py", name, package=True)
+        # a private name, so that a plugin package called like a module in use (json, yaml) replaces nothing
+        _import_file(path / "__init__.py", _private_name(path), package=True)
     else:
         for file in sorted(path.glob("*.py")):
-            _import_file(file, f"structnmt_user_{path.name}_{file.stem}")
+            _import_file(file, _private_name(file))
 
 
 def _import_file(file: Path, name: str, package: bool = False) -> None:

@@ -289,6 +289,41 @@ METRICS_RECORD = r'\{"kind": "(train|valid)", "step": \d+'
 MANIFEST = ".structnmt-written.json"
 
 
+def is_inside_name(name) -> bool:
+    """Whether ``name`` (from a manifest, a config, data) names a path inside a directory: a relative path without
+    ``..``, a backslash or a NUL, not empty."""
+    from pathlib import PurePosixPath
+
+    if not isinstance(name, str) or not name or "\\" in name or "\0" in name:
+        return False
+    p = PurePosixPath(name)
+    return not p.is_absolute() and ".." not in p.parts and p.parts != ()
+
+
+def check_component(name: str, what: str) -> str:
+    """``name`` as one file or directory name inside an output directory (a row of a grid or of a tag table, a
+    run's name), or one sentence: no separator, no ``..``, no absolute path, not empty."""
+    from .errors import UserError
+
+    if not is_inside_name(name) or "/" in name or name in (".", ".."):
+        raise UserError(f"{what} {name!r} cannot be a name inside the output directory (it holds a '/', a '\\', "
+                        "'..', or is empty or absolute); rename it.")
+    return name
+
+
+def check_distinct(dirs: dict[str, str], what: str) -> None:
+    """``dirs``: label -> the directory name it is kept under; two labels on one name are one sentence (the second
+    would report the first's result)."""
+    from .errors import UserError
+
+    seen: dict[str, str] = {}
+    for label, d in dirs.items():
+        if d in seen and seen[d] != label:
+            raise UserError(f"{what} {seen[d]!r} and {label!r} would share the directory {d!r} (their names differ "
+                            "only in characters a directory name leaves out); rename one of them.")
+        seen[d] = label
+
+
 class OutputDir:
     """A directory a command writes its report files into, under one rule: a file there that this command
     did not write is never replaced (refused in one sentence, before the work where the names are known):
@@ -323,11 +358,16 @@ class OutputDir:
             manifest = json.loads((self.path / MANIFEST).read_text(encoding="utf-8"))
             self.written = set(manifest.get("files", []))
             self.owners = {k: v for k, v in manifest.get("commands", {}).items() if isinstance(v, str)}
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, TypeError):
             self.written = set()
             if any(_begins(self.path / name, pattern) for name, pattern in marker) and not (self.path / MANIFEST).exists():
                 self.written = set(expect)
                 self.owners = dict.fromkeys(expect, command)
+        outside = sorted(repr(n) for n in self.written | set(self.owners) if not is_inside_name(n))
+        if outside:
+            raise UserError(f"{self.path / MANIFEST}: lists {outside[0]}, a path outside {self.path}; structnmt "
+                            "records only names inside the directory, so the manifest was altered: remove that entry "
+                            "(or the manifest) and run again.")
         for name in expect:
             self._check(name)
 
@@ -370,8 +410,10 @@ class OutputDir:
         import fnmatch
 
         kept = {Path(k).name for k in keep}
+        # whole names only: fnmatch's * would cross a '/', so a name with one matches no pattern without one
         gone = sorted(n for n in self.written if n not in kept and self.owners.get(n, self.command) == self.command
-                      and any(fnmatch.fnmatch(n, p) for p in patterns))
+                      and any(fnmatch.fnmatch(n, p) and n.count("/") == p.count("/") for p in patterns)
+                      and is_inside_name(n))
         for name in gone:
             (self.path / name).unlink(missing_ok=True)
         if gone:

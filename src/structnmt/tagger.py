@@ -561,9 +561,17 @@ def _read_result(path: Path) -> dict:
     return result
 
 
+def row_dir_name(name: str) -> str:
+    """The directory name of a row (checked: one name inside the output directory, never a path out of it)."""
+    from .files import check_component
+
+    return check_component(name.replace(" ", "_").replace("=", "").replace("(", "").replace(")", ""),
+                           "tag: the row name")
+
+
 def row_dir(out: Path, name: str) -> Path:
     """Where a row's ``result.json``, ``test.pred`` and (with ``--jobs``) ``tag.log`` go."""
-    return out / name.replace(" ", "_").replace("=", "").replace("(", "").replace(")", "")
+    return out / row_dir_name(name)
 
 
 def _table_rows(config: str | Path, base: TagConfig, only_rows: list[str] | None) -> tuple[list[TagRow], list[str]]:
@@ -574,6 +582,9 @@ def _table_rows(config: str | Path, base: TagConfig, only_rows: list[str] | None
     if len(set(names)) != len(names):
         raise ConfigError(f"{config}: every row needs a unique name; "
                           + ", ".join(sorted({n for n in names if names.count(n) > 1})) + " repeat.")
+    from .files import check_distinct
+
+    check_distinct({n: row_dir_name(n) for n in names}, f"{config}: rows")
     unknown = [n for n in only_rows or [] if n not in {r.name for r in rows}]
     if unknown:
         raise ConfigError(f"{config}: no row named '{unknown[0]}'; its rows are: "

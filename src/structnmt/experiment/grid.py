@@ -231,6 +231,7 @@ def validate_grid(grid: GridConfig, where: str) -> None:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ConfigError(f"{where}: run names must be unique; '{dup[0]}' appears twice.")
+    _check_run_dirs(names, where)
     if not grid.baseline:
         grid.baseline = names[0]
     if grid.baseline not in names:
@@ -245,6 +246,18 @@ def validate_grid(grid: GridConfig, where: str) -> None:
                           "spread over resamples); 1000 is usual.")
     if grid.base is not None and not isinstance(grid.base, (str, dict)):
         raise ConfigError(f"{where}: base must be a config file path or a mapping, got {grid.base!r}.")
+
+
+def _check_run_dirs(names: list[str], where: str) -> None:
+    """Two rows whose names give one run directory (``slug``) are refused: the second would report the first's
+    runs (``"a b"`` and ``"a_b"`` are both ``runs/a-b``)."""
+    seen: dict[str, str] = {}
+    for n in names:
+        d = slug(n)
+        if d in seen:
+            raise ConfigError(f"{where}: runs '{seen[d]}' and '{n}' would share the run directory runs/{d} (their "
+                              "names differ only in characters a directory name leaves out); rename one of them.")
+        seen[d] = n
 
 
 def slug(name: str) -> str:

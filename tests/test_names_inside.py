@@ -1,0 +1,68 @@
+"""Names that come from data (manifest entries, grid and tag row names) never lead outside their directory, and
+two names on one directory are refused (issue: paths from data escaped their directory)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from structnmt.config import ConfigError
+from structnmt.errors import UserError
+from structnmt.files import MANIFEST, OutputDir, check_component, check_distinct, is_inside_name
+
+
+def test_inside_names():
+    assert is_inside_name("a.png") and is_inside_name("runs/a/seed1/test.hyp")
+    for bad in ("", "../x", "a/../../x", "/etc/passwd", "a\\..\\x", "a\0b", None, 3, ["x"]):
+        assert not is_inside_name(bad), bad
+    assert check_component("transformer", "row") == "transformer"
+    for bad in ("../escape", "/abs/path", "a/b", "..", ".", ""):
+        with pytest.raises(UserError, match="cannot be a name inside the output directory"):
+            check_component(bad, "row")
+    with pytest.raises(UserError, match="'a b' and 'a_b' would share the directory 'a_b'"):
+        check_distinct({"a b": "a_b", "a_b": "a_b"}, "rows")
+
+
+def test_a_manifest_entry_outside_its_directory_is_refused_never_followed(tmp_path):
+    victim = tmp_path / "victim" / "thesis.induced.conllu"
+    victim.parent.mkdir()
+    victim.write_text("my thesis\n", encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / MANIFEST).write_text(json.dumps({"files": ["../victim/thesis.induced.conllu"],
+                                            "commands": {"../victim/thesis.induced.conllu": "induce"}}))
+    with pytest.raises(UserError, match=r"lists '../victim/thesis.induced.conllu', a path outside"):
+        OutputDir(out, "induce")
+    assert victim.read_text(encoding="utf-8") == "my thesis\n"
+
+
+def test_removal_matches_whole_names_not_patterns_across_a_slash(tmp_path):
+    out = OutputDir(tmp_path / "o", "induce")
+    out.write_text("sent1_tree.png", "x")
+    out.write_text("keep.md", "y")
+    (tmp_path / "o" / "sub").mkdir()
+    (tmp_path / "o" / "sub" / "sent2_tree.png").write_text("z")
+    out.record("sub/sent2_tree.png")  # a name with a directory in it (recorded as its own)
+    gone = out.remove_earlier(("sent*_tree.png",), keep=[])
+    assert gone == ["sent1_tree.png"]  # '*' does not cross the '/'
+    assert (tmp_path / "o" / "sub" / "sent2_tree.png").exists() and (tmp_path / "o" / "keep.md").exists()
+
+
+def test_grid_rows_sharing_a_run_directory_are_refused(tmp_path):
+    from structnmt.experiment import load_grid
+
+    grid = tmp_path / "g.yaml"
+    grid.write_text("name: g\ndata: {path: d}\nbudget: {max_updates: 5}\nseeds: [1]\nbaseline: a b\nruns:\n"
+                    "  - name: a b\n  - name: a_b\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"runs 'a b' and 'a_b' would share the run directory runs/a-b"):
+        load_grid(grid)
+
+
+@pytest.mark.parametrize("name", ["../escape", "/abs/path"])
+def test_a_tag_row_name_cannot_leave_the_output_directory(tmp_path, name):
+    from structnmt.tagger import row_dir
+
+    with pytest.raises(UserError, match="cannot be a name inside the output directory"):
+        row_dir(tmp_path / "out", name)
+    assert not (tmp_path / "escape").exists()

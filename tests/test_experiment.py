@@ -711,3 +711,28 @@ def test_a_budget_override_replaces_the_cap_and_keeps_the_grid_s_patience(tmp_pa
     assert "has not improved for 5 validations" in g.budget.describe() and "60 updates" in g.budget.describe()
     fixed, _ = load_grid(grid, ["budget.max_updates=60", "budget.patience=0"])
     assert fixed.budget.patience == 0 and "improved" not in fixed.budget.describe()
+
+
+def test_a_damaged_result_json_is_a_sentence_and_the_other_runs_are_reported(tmp_path, corpus):
+    """A run's result.json cut short, holding a list, missing a score or with a NaN score: the run is left out with
+    one sentence naming its directory and the fix; the report of the other runs still comes out."""
+    out = tmp_path / "out"
+    grid = _grid(tmp_path, corpus, out)
+    run_grid(grid, overrides=["train.threads=1"], log=lambda _: None)
+    result = out / "runs" / "post-norm-2-layers" / "seed1" / "result.json"
+    good = result.read_text(encoding="utf-8")
+    record = json.loads(good)
+    damaged = {
+        "cut short or not JSON": good[: len(good) // 2],
+        "holds a list, not a run's record": "[1, 2]",
+        "has no 'chrf'": json.dumps({k: v for k, v in record.items() if k != "chrf"}),
+        "'bleu' is nan, not a finite score": json.dumps({**record, "bleu": float("nan")}),
+    }
+    for what, text in damaged.items():
+        result.write_text(text, encoding="utf-8")
+        lines: list[str] = []
+        md = run_grid(grid, report_only=True, log=lines.append).read_text(encoding="utf-8")
+        said = [x for x in lines if "left out:" in x]
+        assert len(said) == 1 and what in said[0] and f"delete {result}" in said[0], (what, lines)
+        assert "Transformer-Base" in md  # the other run is reported
+        assert result.read_text(encoding="utf-8") == text  # the damaged record is kept as it was

@@ -78,6 +78,38 @@ def _metric_key(grid: GridConfig) -> str:
     return "bleu_lc_tok" if grid.evaluate.lc_tok else "bleu"
 
 
+#: what every run's result.json holds (the runner writes more; these the report cannot do without)
+RESULT_KEYS = ("bleu", "chrf", "hyp_file", "split", "num_updates")
+
+
+class DamagedResult(Exception):
+    """A run's result.json that cannot be read as one: the sentence names the run directory and what is wrong."""
+
+
+def read_result(path: Path, grid: GridConfig) -> dict:
+    """A run's ``result.json``, checked: a JSON object with :data:`RESULT_KEYS` (and the grid's headline score)
+    whose scores are finite numbers; else :class:`DamagedResult` saying what is wrong and what to do."""
+    import json
+
+    fix = f"delete {path} to train and score that run again (or copy its run directory again)"
+    try:
+        res = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise DamagedResult(f"{path.parent}: its result.json is not text; {fix}.") from None
+    except ValueError as err:
+        raise DamagedResult(f"{path.parent}: its result.json is cut short or not JSON ({err}); {fix}.") from None
+    if not isinstance(res, dict):
+        raise DamagedResult(f"{path.parent}: its result.json holds a {type(res).__name__}, not a run's record; {fix}.")
+    missing = [k for k in (*RESULT_KEYS, _metric_key(grid)) if k not in res]
+    if missing:
+        raise DamagedResult(f"{path.parent}: its result.json has no '{missing[0]}'; {fix}.")
+    for key in ("bleu", "chrf", _metric_key(grid)):
+        value = res[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise DamagedResult(f"{path.parent}: its result.json's '{key}' is {value!r}, not a finite score; {fix}.")
+    return res
+
+
 def headline_score(grid: GridConfig, res: dict) -> str:
     """The score a run's progress line shows: the one the report ranks on (BLEU (lc,tok) where the grid
     scores it: a lowercased model's cased BLEU against cased references says little), else BLEU."""

@@ -50,7 +50,7 @@ from .grid import (
     slug,
     split_prefix,
 )
-from .report import headline_score
+from .report import DamagedResult, headline_score, read_result
 
 #: Config keys that change speed, logging or hardware only: a finished or started run may be reported and
 #: resumed with other values. The trainer's resumable keys, less the budget (a run trained for another
@@ -574,7 +574,12 @@ def _plan_run(plan: GridPlan, item: tuple[str, int, Path, str], cfg: Config, fin
     if started and not (run_dir / "dataset.json").exists():  # a run from before fingerprints, on this path
         _write_json(run_dir / "dataset.json", dataset)
     if result_path.exists():
-        res = json.loads(result_path.read_text(encoding="utf-8"))
+        try:
+            res = read_result(result_path, g)
+        except DamagedResult as err:  # said, and left out: the report of the other runs still comes out
+            say(f"{tag}: left out: {err}")
+            plan.missing.append((name, seed))
+            return
         res["run_dir"] = str(run_dir)  # where it is now (the directory may have been moved or copied)
         if res.get("split", g.evaluate.split) != g.evaluate.split:
             raise ExperimentError(

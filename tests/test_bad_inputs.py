@@ -349,9 +349,10 @@ def test_score_errors_name_the_file(tmp_path, capsys):
     assert_user_error(code, err, "bad.txt line 2 column 3", "invalid UTF-8")
     # several runs per system: the same number of runs (seeds) for every system, at least 2 for the test
     (tmp_path / "b.txt").write_text("a b\nc e\n")
-    code, _, err = cli(capsys, "score", "--hyp", tmp_path / "ref.txt", tmp_path / "b.txt", "--hyp", tmp_path / "b.txt",
+    (tmp_path / "b2.txt").write_text("a b\nc f\n")
+    code, _, err = cli(capsys, "score", "--hyp", tmp_path / "ref.txt", tmp_path / "b.txt", "--hyp", tmp_path / "b2.txt",
                        "--ref", tmp_path / "ref.txt", "--bootstrap", "10")
-    assert_user_error(code, err, "b.txt: this system has 1 run but", "ref.txt has 2", "at least 2 runs (seeds)")
+    assert_user_error(code, err, "b2.txt: this system has 1 run but", "ref.txt has 2", "at least 2 runs (seeds)")
 
 
 @pytest.mark.parametrize("override,fragment", [

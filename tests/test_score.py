@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import os
 
 import pytest
 import sacrebleu  # noqa: E402
@@ -304,3 +305,43 @@ def test_two_different_systems_that_both_score_zero_are_not_significantly_differ
     assert res["p_value"] == 1.0 and res["sacrebleu_p_value"] == pytest.approx(1 / 201)
     better = paired_bootstrap(["x"] * 20, {"s": refs}, refs, n_samples=200)["s"]
     assert not better["constant"] and better["p_value"] < 0.01
+
+
+def test_score_refuses_one_file_as_two_runs_and_a_run_in_two_systems(capsys, tmp_path):
+    """`--hyp A1 A1 --hyp B1 B2` would count one file as two seeds (std 0.00, a small p): refused, by inode (a
+    hard link, another spelling) and by content; one run in two systems too; a BOM is removed with a note."""
+    from conftest import assert_user_error, cli
+
+    ref = tmp_path / "ref.txt"
+    ref.write_text("ein hund läuft\nzwei katzen schlafen\n", encoding="utf-8")
+    a1, a2, b1, b2 = (tmp_path / n for n in ("a1", "a2", "b1", "b2"))
+    a1.write_text("ein hund\nzwei katzen\n", encoding="utf-8")
+    a2.write_text("ein hund läuft\nkatzen\n", encoding="utf-8")
+    b1.write_text("hund läuft\nzwei katzen schlafen\n", encoding="utf-8")
+    b2.write_text("ein läuft\nzwei schlafen\n", encoding="utf-8")
+    os.link(a1, tmp_path / "a1_link")
+    (tmp_path / "a1_copy").write_bytes(a1.read_bytes())
+    for twin, what in ((a1, "the same file"), (tmp_path / "a1_link", "the same file"),
+                       (tmp_path / "." / "a1", "the same file"), (tmp_path / "a1_copy", "identical content")):
+        code, _, err = cli(capsys, "score", "--ref", ref, "--hyp", a1, twin, "--hyp", b1, b2)
+        assert_user_error(code, err, f"are {what}", "give every seed its own file once")
+    code, _, err = cli(capsys, "score", "--ref", ref, "--hyp", a1, a2, "--hyp", b1, a2)
+    assert_user_error(code, err, "in two systems", "give each system its own runs")
+    code, out, err = cli(capsys, "score", "--ref", ref, "--hyp", a1, a2, "--hyp", b1, b2)
+    assert code == 0, err
+    # a byte-order mark: removed with a note, so identical texts score 100
+    bom = tmp_path / "bom.txt"
+    bom.write_bytes("\ufeff".encode() + ref.read_bytes())
+    code, out, err = cli(capsys, "score", "--ref", ref, "--hyp", bom)
+    assert code == 0 and "chrF = 100.00" in out and "byte-order mark at its start was removed" in err
+
+
+def test_average_refuses_a_checkpoint_given_twice(capsys, tmp_path):
+    from conftest import assert_user_error, cli
+
+    c = tmp_path / "checkpoint_10.pt"
+    c.write_bytes(b"x")
+    for twice in ([c, c], [c, tmp_path / "." / c.name]):
+        code, _, err = cli(capsys, "average", "--checkpoints", *twice, "--output", tmp_path / "avg.pt")
+        assert_user_error(code, err, "are the same file", "give each checkpoint once")
+    assert not (tmp_path / "avg.pt").exists()

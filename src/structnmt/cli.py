@@ -429,6 +429,12 @@ def cmd_average(args) -> int:
     from .files import TORCH_FILE, check_output_file
 
     paths = [Path(p) for p in args.checkpoints] if args.checkpoints else last_checkpoints(args.inputs, args.num)
+    from .files import same_file_pairs
+
+    dup = same_file_pairs(paths, by_content=False)
+    if dup:
+        return _err(f"average: {dup[0]} and {dup[1]} are the same file; averaging it twice would weight it double: "
+                    "give each checkpoint once.")
     check_output_file(args.output, "--output", "average", [("one of the checkpoints being averaged", p) for p in paths],
                       own=TORCH_FILE, example="average.pt")
     average_checkpoints(paths, args.output)
@@ -448,7 +454,19 @@ def _parser_average(sub) -> None:
 def _score_systems(args, refs: list[str]) -> tuple[dict[str, list[list[str]]], str | None]:
     """{system label: its runs' hypotheses} of the --hyp groups, or an error sentence."""
     from .evaluate.score import moses_unescape, read_lines
+    from .files import same_file_pairs
 
+    seeds_mode = any(len(g) > 1 for g in args.hyp)
+    for group in args.hyp:  # one run counts once: a file given twice in a system would fake a seed
+        dup = same_file_pairs([Path(p) for p in group])
+        if dup:
+            return {}, (f"--hyp {dup[0]} and {dup[1]} are {dup[2]}; each run of a system is one seed's translations, "
+                        "so give every seed its own file once.")
+    every = [Path(p) for g in args.hyp for p in g]
+    dup = same_file_pairs(every, by_content=seeds_mode)  # across systems: one file (or, with seeds, one text)
+    if dup:
+        return {}, (f"--hyp {dup[0]} and {dup[1]} are {dup[2]}, in two systems; a run belongs to one system: "
+                    "give each system its own runs.")
     systems: dict[str, list[list[str]]] = {}
     for group in args.hyp:
         label = group[0] if len(group) == 1 else f"{group[0]} (+{len(group) - 1} more runs)"

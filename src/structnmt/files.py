@@ -289,6 +289,31 @@ METRICS_RECORD = r'\{"kind": "(train|valid)", "step": \d+'
 MANIFEST = ".structnmt-written.json"
 
 
+def same_file_pairs(paths: list[Path], *, by_content: bool = True) -> tuple[Path, Path, str] | None:
+    """The first two of ``paths`` that are one file (device and inode: also through a link or another spelling),
+    or, with ``by_content``, hold the same bytes (SHA-256): ``(a, b, "the same file" | "identical content")``;
+    None when all differ. A path that does not exist is skipped (its reader names it)."""
+    import hashlib
+
+    seen_inode: dict[tuple[int, int], Path] = {}
+    seen_hash: dict[str, Path] = {}
+    for p in paths:
+        try:
+            st = Path(p).stat()
+        except OSError:
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen_inode:
+            return seen_inode[key], Path(p), "the same file"
+        seen_inode[key] = Path(p)
+        if by_content:
+            digest = hashlib.sha256(Path(p).read_bytes()).hexdigest()
+            if digest in seen_hash:
+                return seen_hash[digest], Path(p), "identical content"
+            seen_hash[digest] = Path(p)
+    return None
+
+
 def is_inside_name(name) -> bool:
     """Whether ``name`` (from a manifest, a config, data) names a path inside a directory: a relative path without
     ``..``, a backslash or a NUL, not empty."""
@@ -451,5 +476,11 @@ def read_lines_exact(path: Path) -> list[str]:
         import gzip
 
         data = gzip.decompress(data)
-    lines = data.decode("utf-8").split("\n")
+    text = data.decode("utf-8")
+    if text.startswith("\ufeff"):  # as every text reader: the byte-order mark removed, with a note
+        from .data.corpus import note_bom
+
+        text = text[1:]
+        note_bom(path)
+    lines = text.split("\n")
     return lines[:-1] if lines and lines[-1] == "" else lines

@@ -102,11 +102,23 @@ def _utf8_error(path: Path, lineno: int, raw: bytes, err: UnicodeDecodeError) ->
     )
 
 
+BOM = "\ufeff"
+
+
+def note_bom(path: str | Path) -> None:
+    """The one-line note that a file's UTF-8 byte-order mark was removed (every text reader removes it)."""
+    import sys
+
+    print(f"note: {path}: the UTF-8 byte-order mark at its start was removed (it is not part of the text).",
+          file=sys.stderr)
+
+
 def read_lines(path: str | Path) -> Iterator[str]:
     """Yield the lines of a text file (plain or gzip) without the line ending.
 
     Only ``\\n`` ends a line (``\\r``, ``\\u2028``, ``\\x0b``... stay inside it, so that
-    parallel files stay aligned); a trailing ``\\r`` is removed. Gzip is recognised by
+    parallel files stay aligned); a trailing ``\\r`` is removed, and a UTF-8 byte-order mark at the start of
+    the file, with a one-line note (:func:`note_bom`). Gzip is recognised by
     its magic bytes. Raises :class:`CorpusError` naming the file (and the line and
     column) on invalid UTF-8, on truncated or corrupt gzip data, and on a file named
     ``.gz`` that is not gzip.
@@ -127,6 +139,9 @@ def decode_lines(f, path: str | Path) -> Iterator[str]:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as err:
                 raise _utf8_error(path, lineno, raw, err) from None
+            if lineno == 1 and text.startswith(BOM):  # an editor's byte-order mark is not a character of the text
+                text = text[len(BOM):]
+                note_bom(path)
             yield text.rstrip("\r\n")
     except (EOFError, OSError, zlib.error) as err:
         where = f"after line {lineno}" if lineno else "in its first line"

@@ -235,7 +235,14 @@ class PreparedDataset:
             files = {side: entries[side]["file"] for side in ("src", "tgt")}
         except (ValueError, KeyError, TypeError) as err:
             raise _damaged(mpath, f"not a dataset manifest ({err.__class__.__name__})") from None
-        self.src_vocab, self.tgt_vocab = vocab_pair(self.root, files, entries)
+        try:
+            self.src_vocab, self.tgt_vocab = vocab_pair(self.root, files, entries)
+        except (OSError, RuntimeError, ValueError, IndexError, KeyError) as err:
+            raise DatasetError(f"{self.root}: its vocabulary model ({files['src']}, {files['tgt']}) cannot be read "
+                               f"({type(err).__name__}); restore the file prepare wrote, or prepare the dataset "
+                               "again.") from None
+        for side, vocab in (("src", self.src_vocab), ("tgt", self.tgt_vocab)):
+            _check_vocab_file(self.root / files[side], vocab, entries[side])
 
     def split(self, name: str, *, structure_cache_mb: float = 1024) -> PreparedSplit:
         return PreparedSplit(self.root, name, self.src_vocab, structure_cache_mb=structure_cache_mb)
@@ -243,6 +250,19 @@ class PreparedDataset:
     @property
     def splits(self) -> list[str]:
         return list(self.manifest["counts"])
+
+
+def _check_vocab_file(path: Path, vocab, entry: dict) -> None:
+    """The vocabulary model ``prepare`` wrote, not another one put in its place: its SHA-256 (manifests from
+    before the hash: its size) against the manifest's, or one sentence (no training on other pieces)."""
+    want_hash, want_size = entry.get("sha256"), entry.get("size")
+    if want_hash is not None and vocab.sha256 != want_hash:
+        raise DatasetError(f"{path}: not the vocabulary model this dataset was prepared with (sha256 "
+                           f"{vocab.sha256[:12]}..., the manifest says {want_hash[:12]}...): the file was replaced or "
+                           "edited; restore it or prepare the dataset again.")
+    if isinstance(want_size, int) and len(vocab) != want_size:
+        raise DatasetError(f"{path}: has {len(vocab)} pieces but the manifest says {want_size}: the file was replaced; "
+                           "restore it or prepare the dataset again.")
 
 
 def _spec_key(spec) -> tuple:

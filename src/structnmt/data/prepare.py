@@ -232,7 +232,7 @@ def build_dataclass(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: P
     manifest = {
         **key,
         "counts": counts,
-        "vocab": {side: {"file": vocab_files[side], "size": len(vocabs[side]),
+        "vocab": {side: {"file": vocab_files[side], "size": len(vocabs[side]), "sha256": vocabs[side].sha256,
                          **vocabs[side].options()} for side in ("src", "tgt")},
         "joint_vocab": cfg.joint_vocab,
         "syntax": {"parser": cfg.parser.name, "labels": sorted(labels)} if parsing else None,

@@ -247,3 +247,28 @@ def test_an_export_of_a_subword_nmt_model_keeps_its_codes_and_translates_like_st
     (out / "source.bpe.model").write_bytes(other.proto)
     with pytest.raises(ExportError, match=r"source\.bpe\.model: not the vocabulary model"):
         CT2Translator(out)
+
+
+def test_translate_refuses_an_export_whose_files_were_edited_or_swapped(synth_data, tmp_path, capsys):
+    """Every file an export wrote is hashed in its description: an edited shared_vocabulary.json (or model.bin, or
+    one taken from another export) is one sentence, not changed translations."""
+    ckpt = _train(synth_data, tmp_path)
+    inp = tmp_path / "in.txt"
+    inp.write_text("\n".join(_test_sources(synth_data)[:3]) + "\n")
+    assert main(["export", "--checkpoint", str(ckpt), "--out", str(tmp_path / "ct2")]) == 0
+    meta = json.loads((tmp_path / "ct2" / MARKER).read_text())
+    assert set(meta["sha256"]) == set(meta["files"]) and "model.bin" in meta["sha256"]
+    vocab = next(n for n in meta["files"] if n.endswith("vocabulary.json"))
+    original = (tmp_path / "ct2" / vocab).read_text()
+    words = json.loads(original)
+    words[5], words[6] = words[6], words[5]
+    (tmp_path / "ct2" / vocab).write_text(json.dumps(words))
+    capsys.readouterr()
+    assert main(["translate", "--checkpoint", str(tmp_path / "ct2"), "--input", str(inp), "--output",
+                 str(tmp_path / "x.txt"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"{vocab}: not the file" in err and "export the checkpoint again" in err and "Traceback" not in err
+    assert not (tmp_path / "x.txt").exists()
+    (tmp_path / "ct2" / vocab).write_text(original)
+    assert main(["translate", "--checkpoint", str(tmp_path / "ct2"), "--input", str(inp), "--output",
+                 str(tmp_path / "x.txt"), "--no-progress"]) == 0

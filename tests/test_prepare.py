@@ -592,3 +592,19 @@ def test_a_model_trained_on_moses_data_tokenizes_its_input_and_detokenizes_its_o
         run_induce(checkpoint=ckpt, conllu=conllu, out_dir=tmp_path / "induced")
     with pytest.raises(UserError, match="trained on Moses-tokenized text.*without --lowercase and --moses"):
         load_frozen(str(ckpt))
+
+
+def test_a_killed_prepare_s_leftover_directory_is_removed_by_the_next(tmp_path):
+    """A SIGKILLed prepare leaves `.DIR.prepare-XXXX` beside the destination; the next prepare of it removes it (and
+    says so), and leaves any other directory alone."""
+    pref = _corpus(tmp_path / "c", "train", _sentences(60, 1), _sentences(60, 2))
+    out = tmp_path / "data"
+    stale = tmp_path / ".data.prepare-abc123"
+    (stale / "sub").mkdir(parents=True)
+    (stale / "sub" / "half.bin").write_bytes(b"x")
+    other = tmp_path / ".other.prepare-zzz"
+    other.mkdir()
+    _, log = _run(_cfg(pref), out)
+    assert not stale.exists() and other.exists()
+    assert any(f"removed {stale}, left by an interrupted prepare" in x for x in log)
+    assert (out / "manifest.json").exists()

@@ -192,8 +192,32 @@ def _write_export(d: Path, spec, src_vocab: Vocab, tgt_vocab: Vocab, meta: dict)
     spec.save(str(d))
     (d / _model_file("source", src_vocab)).write_bytes(src_vocab.proto)
     (d / _model_file("target", tgt_vocab)).write_bytes(tgt_vocab.proto)
-    meta = {**meta, "files": sorted(p.name for p in d.iterdir() if p.is_file())}
+    files = sorted(p.name for p in d.iterdir() if p.is_file())
+    # every file the export wrote, hashed: translate refuses an export one of whose files was edited or swapped
+    meta = {**meta, "files": files, "sha256": {f: _file_sha256(d / f) for f in files}}
     (d / MARKER).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
+def _file_sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _check_export_files(d: Path, meta: dict) -> None:
+    """Every file an export recorded (exports written before the hashes: none checked) has its recorded SHA-256."""
+    for name, digest in (meta.get("sha256") or {}).items():
+        path = d / name
+        if not path.is_file():
+            raise ExportError(f"{path}: missing from the export; export the checkpoint again.")
+        if _file_sha256(path) != digest:
+            raise ExportError(f"{path}: not the file {d} was exported with (its SHA-256 differs from the one recorded "
+                              "in the export); the translations would change. Restore it or export the checkpoint "
+                              "again.")
 
 
 def _not_written_by_export(out: Path) -> list[Path]:
@@ -281,6 +305,7 @@ class CT2Translator:
                 raise ExportError(f"{d / files[side]}: not the vocabulary model {d} was exported with "
                                   "(its SHA-256 differs from the one recorded); the translations would be wrong. "
                                   "Restore the file or export the checkpoint again.")
+        _check_export_files(d, self.meta)  # every other file too (shared_vocabulary.json, model.bin, config.json)
         if data_dir is not None:
             from .checkpoint import dataset_vocabs
 

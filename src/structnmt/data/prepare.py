@@ -198,10 +198,11 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
     out.parent.mkdir(parents=True, exist_ok=True)
     from ..files import errors_name, temp_dir_beside
 
+    _remove_leftovers(out, log)  # an interrupted (killed) prepare's half-built directory, ours to remove: we hold out
     tmp = temp_dir_beside(out, ".prepare-")
     try:
         with errors_name(out, tmp):
-            manifest = build_dataclass(cfg, splits, backend, key, tmp, progress=progress, log=log)
+            manifest = _build_dataset(cfg, splits, backend, key, tmp, progress=progress, log=log)
         _install(tmp, out, old)
     finally:
         if tmp.exists():
@@ -211,7 +212,18 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
     return manifest
 
 
-def build_dataclass(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, progress: bool, log) -> dict:
+def _remove_leftovers(out: Path, log) -> None:
+    """Remove the temporary directories (``.<name>.prepare-XXXX``) a killed ``prepare`` of ``out`` left beside it;
+    the caller holds ``out``'s claim, so no other prepare of it is building one now."""
+    import shutil
+
+    for d in sorted(out.parent.glob(f".{out.name}.prepare-*")):
+        if d.is_dir() and not d.is_symlink():
+            shutil.rmtree(d, ignore_errors=True)
+            log(f"prepare: removed {d}, left by an interrupted prepare of {out}.")
+
+
+def _build_dataset(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, progress: bool, log) -> dict:
     """Train the vocabularies and encode every split into the empty directory ``tmp``."""
     t0 = time.time()
 

@@ -699,10 +699,13 @@ def test_average_refuses_a_training_owned_name_and_leaves_nothing_partial_on_a_f
     import structnmt.files
 
     monkeypatch.setattr(structnmt.files, "write_torch", full_disk)
-    (tmp_path / "avg.pt").write_bytes(b"PK\x03\x04 an older average")  # begins as a torch checkpoint does
+    (tmp_path / "avg.pt").write_bytes(b"PK\x03\x04 an older average")  # an earlier output of average, recorded
+    from structnmt.files import record_output_file
+
+    record_output_file(tmp_path / "avg.pt", "average")
     code, _, err = cli(capsys, "average", "--inputs", run, "--num", "2", "--output", tmp_path / "avg.pt")
     assert_user_error(code, err, f"{tmp_path / 'avg.pt'}: no space left on the device")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["avg.pt"]  # no temporary file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".structnmt-written.json", "avg.pt"]  # no temporary left
     assert (tmp_path / "avg.pt").read_bytes() == b"PK\x03\x04 an older average"  # the old output stays whole
 
 

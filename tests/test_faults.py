@@ -42,13 +42,19 @@ def checkpoint(synth_data, tmp_path_factory) -> Path:
 
 def test_an_output_that_is_a_symlink_stays_a_link_and_its_target_gets_the_text(checkpoint, tmp_path, capsys):
     (tmp_path / "in.txt").write_text("a b c\n")
-    (tmp_path / "real.txt").write_text("old\n")
-    (tmp_path / "link.txt").symlink_to("real.txt")
+    (tmp_path / "link.txt").symlink_to("real.txt")  # to where the translations should go
+    for _ in range(2):  # written, then replaced (translate's own output, recorded in the manifest)
+        code, _, err = cli(capsys, "translate", "--checkpoint", checkpoint, "--input", tmp_path / "in.txt",
+                           "--output", tmp_path / "link.txt", "--no-progress")
+        assert code == 0, err
+        assert (tmp_path / "link.txt").is_symlink() and (tmp_path / "real.txt").read_text().count("\n") == 1
+    # a user's file behind a link is not translate's: not replaced
+    (tmp_path / "mine.txt").write_text("my notes\n")
+    (tmp_path / "link2.txt").symlink_to("mine.txt")
     code, _, err = cli(capsys, "translate", "--checkpoint", checkpoint, "--input", tmp_path / "in.txt", "--output",
-                       tmp_path / "link.txt", "--no-progress")
-    assert code == 0, err
-    assert (tmp_path / "link.txt").is_symlink() and (tmp_path / "real.txt").read_text() != "old\n"
-    assert (tmp_path / "real.txt").read_text().count("\n") == 1
+                       tmp_path / "link2.txt", "--no-progress")
+    assert code == 2 and "is not a file `structnmt translate` wrote" in err
+    assert (tmp_path / "mine.txt").read_text() == "my notes\n"
 
 
 def test_an_output_that_is_a_fifo_is_written_into_not_replaced(checkpoint, tmp_path, capsys):

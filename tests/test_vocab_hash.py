@@ -61,5 +61,5 @@ def test_an_older_manifest_without_a_hash_still_checks_the_size(dataset, tmp_pat
 def test_an_unreadable_model_is_a_sentence(dataset):
     name = json.loads((dataset / "manifest.json").read_text())["vocab"]["src"]["file"]
     (dataset / name).write_bytes(b"not a model at all")
-    with pytest.raises(DatasetError, match="cannot be read"):
+    with pytest.raises(ValueError, match="not a readable SentencePiece or subword-nmt model"):  # a VocabError
         PreparedDataset(dataset)

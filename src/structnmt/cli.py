@@ -251,12 +251,16 @@ def cmd_parse(args) -> int:
         return _err(f"--data {args.data}: its parser is '{parser.name}', not spacy: its models read "
                     "parses from files (or none), so there is nothing to parse beforehand.")
     from .files import check_output_file
+    from .syntax.parse_cache import is_parse_cache
 
     check_output_file(args.out, "--out", "parse", [("an input file", path) for path in args.input],
-                      own=r"\x1f\x8b" if args.out.endswith(".gz") else r'\{"key": "[0-9a-f]{40}"|$')
+                      own=is_parse_cache)
     texts = [line for path in args.input for line in read_lines(path)]
     n = write_parse_cache(dataclasses.replace(parser, n_process=args.spacy_processes), texts, args.out,
                           progress=not args.no_progress)
+    from .files import record_output_file
+
+    record_output_file(args.out, "parse")
     print(f"parse: {n:,} distinct lines of {len(args.input)} file(s) parsed with {parser.pipeline} into "
           f"{args.out}")
     return 0
@@ -373,6 +377,9 @@ def _write_translations(args, results, nbest: int) -> None:
         return
     with atomic_path(args.output) as tmp, open(tmp, "w", encoding="utf-8") as out:
         write(out)
+    from .files import record_output_file
+
+    record_output_file(args.output, "translate")  # so that translate may replace it later, and nothing else does
 
 
 def _translate_ctranslate2(args) -> int:
@@ -426,7 +433,7 @@ def cmd_average(args) -> int:
         return _err("average needs checkpoints: --inputs SAVE_DIR (its last --num) or --checkpoints FILE [FILE ...].")
     if args.num < 1:
         return _err(f"--num {args.num}: average at least 1 checkpoint.")
-    from .files import TORCH_FILE, check_output_file
+    from .files import check_output_file
 
     paths = [Path(p) for p in args.checkpoints] if args.checkpoints else last_checkpoints(args.inputs, args.num)
     from .files import same_file_pairs
@@ -435,9 +442,14 @@ def cmd_average(args) -> int:
     if dup:
         return _err(f"average: {dup[0]} and {dup[1]} are the same file; averaging it twice would weight it double: "
                     "give each checkpoint once.")
+    from .train.average import is_average
+
     check_output_file(args.output, "--output", "average", [("one of the checkpoints being averaged", p) for p in paths],
-                      own=TORCH_FILE, example="average.pt")
+                      own=is_average, example="average.pt")
     average_checkpoints(paths, args.output)
+    from .files import record_output_file
+
+    record_output_file(args.output, "average")
     print(f"average: {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) -> {args.output}")
     return 0
 

@@ -238,14 +238,16 @@ def _dataset_file(path: Path) -> bool:
         return False
 
 
-def check_output_file(out: str | Path, option: str, command: str, inputs=(), *, own: str | None = None,
+def check_output_file(out: str | Path, option: str, command: str, inputs=(), *, own=None,
                       example: str = "") -> None:
     """Refuse, in one sentence and before any work, a single output file ``command`` must not write: one of
     its ``inputs`` ((what, path) pairs; the same file through a link too), a name a training writes and
     resumes from, a file another structnmt command recorded as its own there, a file of a prepared dataset,
-    or, with ``own`` (a pattern over the first bytes, as :class:`OutputDir`'s markers), an existing file that
-    does not begin as this command's output does. Then :func:`check_writable`. ``example``: a name the
-    refusals of a taken name suggest instead (``average.pt``)."""
+    or an existing file this command did not write. What this command wrote is known from the manifest of
+    the directory (:func:`record_output_file`, called after the write) or, for a file from before manifests,
+    from the file's own structnmt content (``own(path) -> bool``: an averaged checkpoint's record, a parse
+    cache's key lines, a table's heading), never from magic bytes that any zip or gzip file has. Then
+    :func:`check_writable`. ``example``: a name the refusals of a taken name suggest instead (``average.pt``)."""
     from .errors import UserError
 
     out = Path(out)
@@ -265,10 +267,17 @@ def check_output_file(out: str | Path, option: str, command: str, inputs=(), *, 
         if _dataset_file(out):
             raise UserError(f"{option} {out}: is a file of the prepared dataset in {out.parent}; write the output "
                             "somewhere else.")
-        if own is not None and not _begins(out, own):
+        if owner is None and not (own is not None and own(out)):
             raise UserError(f"{option} {out}: exists and is not a file `structnmt {command}` wrote, so it is not "
                             "replaced; give another name or move the file away.")
     check_writable(out)
+
+
+def record_output_file(out: str | Path, command: str) -> None:
+    """Record ``out``, written whole by ``command``, in its directory's :data:`MANIFEST` (so that the same command
+    may replace it later, and no other command does)."""
+    out = Path(out)
+    OutputDir(out.parent, command, check=False).record(out.name)
 
 
 def _begins(path: Path, pattern: str) -> bool:

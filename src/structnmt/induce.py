@@ -622,7 +622,7 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
         if any(same_file(out, path.parent / name) for name in written):
             raise UserError(f"--out {out}: is a file `structnmt induce` wrote in {path.parent}, an input of the "
                             "table; write the table to another file.")
-    check_output_file(out, "--out", "induce-table", own=r"# .*\n\nGold file `")
+    check_output_file(out, "--out", "induce-table", own=_is_induce_table)
     bleu = dict(bleu or {})
     unknown = sorted(set(bleu) - {label for label, _, _ in reports})
     if unknown:
@@ -639,10 +639,22 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
         md += _bleu_correlation_lines(reports, bleu)
     if all("productions" in r for _, _, r in reports):
         md += _table4_lines(reports)
-    from .files import atomic_write_text
+    from .files import atomic_write_text, record_output_file
 
     atomic_write_text(out, "\n".join(md) + "\n")
+    record_output_file(out, "induce-table")
     return Path(out)
+
+
+def _is_induce_table(path: Path) -> bool:
+    """Whether ``path`` begins as a table of :func:`induce_table` does (its heading, then the gold file's line)."""
+    import re
+
+    try:
+        head = Path(path).read_text(encoding="utf-8")[:4096]
+    except (OSError, UnicodeDecodeError):
+        return False
+    return re.match(r"# .*\n\nGold file `", head) is not None
 
 
 def _sha256(path: str | Path) -> str:

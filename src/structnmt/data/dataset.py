@@ -30,7 +30,7 @@ import torch
 
 from ..errors import UserError
 from ..syntax.trees import trees_from_json
-from .vocab import BOS, EOS, PAD, Vocab, vocab_pair
+from .vocab import BOS, EOS, PAD, Vocab, VocabError, vocab_pair
 
 
 @dataclass
@@ -237,6 +237,8 @@ class PreparedDataset:
             raise _damaged(mpath, f"not a dataset manifest ({err.__class__.__name__})") from None
         try:
             self.src_vocab, self.tgt_vocab = vocab_pair(self.root, files, entries)
+        except VocabError:
+            raise  # already one sentence naming the file
         except (OSError, RuntimeError, ValueError, IndexError, KeyError) as err:
             raise DatasetError(f"{self.root}: its vocabulary model ({files['src']}, {files['tgt']}) cannot be read "
                                f"({type(err).__name__}); restore the file prepare wrote, or prepare the dataset "

@@ -107,6 +107,21 @@ def write_parse_cache(cfg: ParserConfig, texts: Iterable[str], path: str | Path,
     return n
 
 
+def is_parse_cache(path: str | Path) -> bool:
+    """Whether ``path`` holds what :func:`write_parse_cache` writes (read from its content: its first line is a
+    parse's JSON record with a 40-hex key; an empty file, as an empty input gives, counts), so that ``parse``
+    replaces an earlier cache of its own and no other gzip or text file."""
+    import re
+
+    path = Path(path)
+    try:
+        with _open_text(path, "r", gz=path.name.endswith(".gz")) as f:
+            first = f.readline()
+    except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile):
+        return False
+    return first == "" or re.match(r'\{"key": "[0-9a-f]{40}"', first) is not None
+
+
 def read_parse_cache(path: str | Path) -> dict[str, Parsed]:
     """key -> parse of a file written by :func:`write_parse_cache`; a bad line is one sentence naming it."""
     path = Path(path)

@@ -20,6 +20,18 @@ def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
     return found[-n:]
 
 
+def is_average(path: str | Path) -> bool:
+    """Whether ``path`` is a checkpoint ``average`` wrote (its ``averaged_from`` record), read safely
+    (:func:`structnmt.checkpoint.load_checkpoint`); a user's other zip file or checkpoint is not."""
+    from ..checkpoint import load_checkpoint
+    from ..errors import CheckpointError
+
+    try:
+        return "averaged_from" in load_checkpoint(path)
+    except CheckpointError:
+        return False
+
+
 def average_checkpoints(paths: list[Path], output: str | Path) -> dict:
     """Write a checkpoint whose model parameters are the mean over ``paths``.
 

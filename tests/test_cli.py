@@ -204,6 +204,25 @@ def test_demo_prints_bleu_last(tmp_path):
     assert any("on the hardest held-out split: 4 attractors" in line for line in lines)
     assert (tmp_path / "demo" / "attraction4.hyp").read_text().count("\n") == 20
     assert any("budget: 20 updates." in line for line in lines)
+    # the same workdir with another model: refused before the demo changes anything (its data, its outputs)
+    import json
+
+    import pytest
+
+    from structnmt.errors import UserError
+
+    snapshot = {p: p.stat().st_mtime_ns for p in (tmp_path / "demo").rglob("*") if p.is_file()}
+    with pytest.raises(UserError, match="its model config differs from this run's"):
+        run_demo(tmp_path / "demo", updates=20, n_train=400, n_test=20, log=lines.append,
+                 overrides=["model.encoder_layers=2", "model.decoder_layers=1", "train.progress=false"])
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "demo").rglob("*") if p.is_file()} == snapshot
+    # a workdir whose data-bin is a dataset of the user's, prepared from other text: refused, left as it is
+    mine = tmp_path / "mine" / "data-bin"
+    mine.mkdir(parents=True)
+    (mine / "manifest.json").write_text(json.dumps({"config": {"trainpref": "/data/wmt/train"}}))
+    with pytest.raises(UserError, match="holds a dataset prepared from /data/wmt/train"):
+        run_demo(tmp_path / "mine", updates=20, n_train=400, n_test=20, log=lines.append)
+    assert sorted(p.name for p in (tmp_path / "mine").rglob("*")) == ["data-bin", "manifest.json"]
 
 
 def test_demo_trains_a_fixed_number_of_updates_unless_given_minutes(tmp_path):

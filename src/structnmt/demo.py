@@ -42,6 +42,33 @@ def demo_config(workdir: Path, updates: int | None, minutes: float, seed: int, o
         raise naming_override(err, overrides or []) from None
 
 
+def _check_workdir(work: Path, cfg) -> None:
+    """Refuse, before the demo changes anything in ``work``, what it would otherwise find out too late: a
+    dataset in ``work/data-bin`` prepared from other text (prepare would rebuild it), or a model in
+    ``work/model`` trained with another config (the resume would be refused after the data was rebuilt)."""
+    from .errors import UserError
+    from .train.resume import resumable_changes, resume_state
+
+    manifest = work / "data-bin" / "manifest.json"
+    if manifest.is_file():
+        try:
+            trainpref = json.loads(manifest.read_text(encoding="utf-8"))["config"]["trainpref"]
+        except (ValueError, KeyError, TypeError):
+            trainpref = None
+        if trainpref is not None and Path(trainpref).resolve() != (work / "corpus" / "train").resolve():
+            raise UserError(f"demo --workdir {work}: {work / 'data-bin'} holds a dataset prepared from {trainpref}, "
+                            "not the demo's corpus; the demo would rebuild it. Give the demo another --workdir.")
+    save_dir = Path(cfg.train.save_dir)
+    if save_dir.is_dir():
+        found = resume_state(save_dir, log=lambda _msg: None)
+        if found is not None:
+            path, state = found
+            try:
+                resumable_changes(state, cfg, path, allow_config_change=False)
+            except Exception as err:  # noqa: BLE001 - TrainingError: one sentence already
+                raise UserError(f"demo --workdir {work}: {err} Give the demo another --workdir.") from None
+
+
 def run_demo(workdir: str | Path, *, updates: int | None = None, minutes: float = 0.0, seed: int = 1,
              overrides: list[str] | None = None,
              n_train: int = 20000, n_test: int = 500, log=print) -> int:
@@ -60,6 +87,7 @@ def run_demo(workdir: str | Path, *, updates: int | None = None, minutes: float 
     outputs = OutputDir(work, "demo", expect=("test.hyp", "attraction4.hyp"),
                         marker=(("model/checkpoint_last.pt", TORCH_FILE),))
     cfg = demo_config(work, updates, minutes, seed, overrides)  # a bad override is said before any work
+    _check_workdir(work, cfg)  # everything it would touch, before it changes anything
     t0 = time.time()
     bcfg = BenchmarkConfig(seed=seed, n_train=n_train, n_valid=min(500, n_test), n_test=n_test, n_gen=n_test)
     corpus = work / "corpus"

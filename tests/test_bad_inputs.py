@@ -842,3 +842,19 @@ def test_atomic_writes_keep_the_usual_file_mode(tmp_path):
         os.umask(old)
     assert (tmp_path / "out.txt").stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
     assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+@pytest.mark.parametrize(("override", "fragment"), [
+    ("train.seed=-1", "train.seed=-1 must be in [0, 2**32)"),
+    ("train.seed=4294967296", "train.seed=4294967296 must be in [0, 2**32)"),
+    ("train.threads=100000", "train.threads=100000: this machine gives this process"),
+])
+def test_seeds_and_thread_counts_out_of_range_are_one_sentence(synth_data, tmp_path, capsys, override, fragment):
+    """A seed numpy cannot take was a traceback; a thread count in the thousands a segmentation fault."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"data: {{path: {synth_data}}}\nmodel: {{d_model: 16, ffn_dim: 32, heads: 2, "
+                   f"encoder_layers: 1, decoder_layers: 1}}\ntrain: {{save_dir: {tmp_path / 'run'}, max_updates: 1, "
+                   "tensorboard: false}\n")
+    code, _, err = cli(capsys, "train", cfg, override, "--no-progress")
+    assert_user_error(code, err, fragment)
+    assert not (tmp_path / "run" / "checkpoint_last.pt").exists()

@@ -407,6 +407,7 @@ def validate(cfg: Config, where: str = "config") -> None:
                 "head_roles_sentences"):
         value = getattr(t, key)
         _need(value >= 1, where, f"train.{key}", value, "must be at least 1")
+    _need(0 <= t.seed < 2**32, where, "train.seed", t.seed, "must be in [0, 2**32) (numpy's range of seeds)")
     for key in ("max_updates", "max_epochs", "max_target_tokens", "patience", "threads"):
         value = getattr(t, key)
         _need(value >= 0, where, f"train.{key}", value, "must be >= 0 (0 = no limit)")

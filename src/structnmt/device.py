@@ -31,6 +31,19 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
+def set_threads(n: int, key: str = "train.threads") -> None:
+    """``torch.set_num_threads(n)`` for ``n > 0`` (0 leaves the default), or one sentence when ``n`` is more than
+    the CPUs this process may use: more threads than CPUs only take turns on them (every step slower), and a
+    count in the thousands crashes OpenMP's runtime without a message."""
+    if n <= 0:
+        return
+    cores = usable_cores()
+    if n > cores:
+        raise UserError(f"{key}={n}: this machine gives this process {cores} CPU(s); more threads than CPUs only slow "
+                        f"each other (and a very large count crashes OpenMP): use at most {key}={cores}.")
+    torch.set_num_threads(n)
+
+
 def cpu_flags() -> set[str] | None:
     """The CPU's feature flags (``/proc/cpuinfo``), or None where they cannot be read (not Linux)."""
     try:

@@ -435,8 +435,9 @@ def _seeded_device(tc: TagTrainConfig) -> torch.device:
     random.seed(tc.seed)
     np.random.seed(tc.seed)
     torch.manual_seed(tc.seed)
-    if tc.threads:
-        torch.set_num_threads(tc.threads)
+    from .device import set_threads
+
+    set_threads(tc.threads)
     return torch.device("cuda" if tc.device == "auto" and torch.cuda.is_available() else
                         ("cpu" if tc.device == "auto" else tc.device))
 

@@ -718,8 +718,9 @@ def _corpus_summary(cfg: ProbeConfig, n_read: int, splits: dict[str, list[Item]]
 def run_probe(cfg: ProbeConfig, log=print) -> Path:
     """Run every task of ``cfg``; return the path of the Markdown report (``out_dir/probe.md``)."""
     t0 = time.time()
-    if cfg.train.threads > 0:
-        torch.set_num_threads(cfg.train.threads)
+    from ..device import set_threads
+
+    set_threads(cfg.train.threads)
     device = _device(cfg.train.device)
     from ..files import OutputDir
 

@@ -179,8 +179,9 @@ def _threads_guard(cfg: Config):
     import torch
 
     old = torch.get_num_threads()
-    if cfg.train.threads > 0:
-        torch.set_num_threads(cfg.train.threads)
+    from ..device import set_threads
+
+    set_threads(cfg.train.threads)
     return old
 
 

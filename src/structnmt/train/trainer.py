@@ -46,7 +46,7 @@ from ..checkpoint import check_same_vocab, load_model_state, vocab_entry
 from ..config import Config, ConfigError, to_dict
 from ..data.dataset import EpochBatchIterator, PreparedDataset, collate, make_batches
 from ..data.lock import hold_dataset
-from ..device import get_device
+from ..device import get_device, set_threads
 from ..errors import TrainingError
 from ..files import METRICS_RECORD, TORCH_FILE, OutputDir
 from ..models import build_model
@@ -213,8 +213,7 @@ class Trainer:
             from ..decode.translate import check_dtype_speed
 
             check_dtype_speed(cfg.decode, self.device)
-        if tc.threads > 0:
-            torch.set_num_threads(tc.threads)
+        set_threads(tc.threads)
         self.save_dir = Path(tc.save_dir)
         if self.save_dir.exists() and not self.save_dir.is_dir():
             raise TrainingError(f"train.save_dir={self.save_dir} is a file; give a directory.")

@@ -258,6 +258,18 @@ def test_translate_gives_a_long_line_empty_output_and_translates_the_rest(traine
     assert (tmp_path / "out2.txt").read_text().split("\n")[1] != ""
 
 
+def test_a_line_of_zero_width_characters_translates_as_an_empty_line(trained, synth_data, tmp_path, capsys):
+    """A line of only U+200B encodes to EOS alone, as an empty line does: it gets an empty translation, not the
+    model's output for an empty source ("zu zu zu zu")."""
+    lines = (synth_data.parent / "corpus" / "test.src").read_text().splitlines()[:2]
+    (tmp_path / "in.txt").write_text(lines[0] + "\n\u200b\u200b\n\n" + lines[1] + "\n", encoding="utf-8")
+    code, _, err = cli(capsys, "translate", "--checkpoint", trained / "run" / "checkpoint_last.pt", "--input",
+                       tmp_path / "in.txt", "--output", tmp_path / "out.txt", "--no-progress")
+    assert code == 0, err
+    out = (tmp_path / "out.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(out) == 4 and out[1] == "" and out[2] == "" and out[0] and out[3]
+
+
 def test_over_long_valid_pairs_are_counted_by_prepare_and_do_not_stop_training(tmp_path, capsys):
     corpus_files(tmp_path / "c", n=200)
     corpus_files(tmp_path / "v", n=10, long_line=4)

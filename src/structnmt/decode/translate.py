@@ -492,8 +492,12 @@ class Translator:
         if self.structures:
             parsed = self._parse(texts, parse_prefix, parse_lang)
             self.unaligned = [keep[j] + 1 for j, p in enumerate(parsed) if p is None]
-        # sentences that are decoded: not over the positions, with a usable parse
-        todo = [j for j, s in enumerate(sources) if len(s) <= limit and (not parsed or parsed[j] is not None)]
+        # a line of characters the pieces' normalisation removes (zero-width spaces, controls) encodes to EOS alone:
+        # it is an empty line, and gets an empty translation, not what the model makes of an empty source
+        blank = {j for j, s in enumerate(sources) if len(s) <= 1}
+        # sentences that are decoded: not over the positions, with a usable parse, not blank
+        todo = [j for j, s in enumerate(sources)
+                if len(s) <= limit and (not parsed or parsed[j] is not None) and j not in blank]
         structures_for = None
         if self.structures:
             from ..syntax.batching import build_structures
@@ -511,7 +515,7 @@ class Translator:
         hyps = translate_ids(self._cast[dcfg.dtype], [sources[j] for j in todo], dcfg, device=self.device,
                              max_positions=limit, progress=progress, structures_for=structures_for, pool=pool)
         # empty lines, and lines that could not be translated, get one empty translation in place
-        kept = set(keep)
+        kept = set(keep) - {keep[j] for j in blank}
         out = [[Translation("", float("-inf") if i in kept else 0.0, [])] for i in range(len(lines))]
         for k, j in enumerate(todo):
             out[keep[j]] = [Translation(self.tgt_vocab.decode(h.tokens), h.score, h.tokens) for h in hyps[k]]

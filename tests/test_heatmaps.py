@@ -192,3 +192,21 @@ def test_statistics_read_the_token_queries_and_leave_phrase_rows_to_the_quadrant
     assert run.acc.mean(("encoder_self", 0, "entropy_per_head")) == pytest.approx([0.0], abs=1e-9)
     assert run.acc.mean(("decoder_self", 0, "diagonal")) == pytest.approx(0.5)
     assert run.acc.mean(("decoder_self", 0, "entropy_per_head")) == pytest.approx([float(torch.log(torch.tensor(2.0)))])
+
+
+def test_analyze_again_removes_its_own_earlier_pictures_only(trained, tmp_path):
+    """A second analyze into the same directory (fewer sentences here) leaves none of the first's pictures beside
+    its statistics; a file of the user's there stays."""
+    from structnmt.analysis.heatmaps import run_analyze
+
+    src, dep, const = _short_input(trained, tmp_path / "input")
+    out = tmp_path / "out"
+    kw = dict(checkpoint=trained / "model" / "checkpoint_last.pt", input_path=src, out_dir=out,
+              parse_dependency=str(dep), parse_constituency=str(const))
+    run_analyze(sentences=2, **kw)
+    assert (out / "sent2_encoder_self.png").exists()
+    (out / "my_notes.png").write_bytes(b"mine")
+    written = run_analyze(sentences=1, **kw)
+    assert not any(out.glob("sent2_*.png")) and (out / "sent1_encoder_self.png").exists()
+    assert (out / "my_notes.png").read_bytes() == b"mine"
+    assert {p.name for p in out.glob("*.png")} == {p.name for p in written if p.suffix == ".png"} | {"my_notes.png"}

@@ -769,4 +769,7 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
     run = _new_run(tr, out, Figure, texts, chosen, drawn)
     _analyse_sentences(run, sources, structs, progress)
     _write_reports(run, checkpoint, input_path, too_long)
+    # an earlier analyze here drew other sentences (or a model with other layers): its pictures go, so the
+    # directory never mixes two runs'; a file of the user's is never touched (OutputDir)
+    out.remove_earlier(("sent*.png", "phrase_quadrants.md"), run.written)
     return run.written

@@ -103,6 +103,9 @@ def test_where_selects_one_split_and_std_columns_give_error_bars(tmp_path):
                  "--where", "split=attraction4", "--out", str(out)]) == 0
     assert "| 0.1 | fixed gate 0.1 | 45.00 ± 2.00 |" in out.with_suffix(".md").read_text()
     assert main(["sweep-plot", str(path), "--pattern", "x(?P<x>1)", "--where", "split", "--out", str(out)]) != 0
+    # without --where, two splits are not silently reduced to the first one's rows
+    with pytest.raises(UserError, match=r"hold 2 splits \(attraction4, iid\); choose one with --where split="):
+        sweep_points(rows, r"fixed gate (?P<x>[0-9.]+)", [], column="agreement")
 
 
 def test_a_cell_without_a_number_is_one_sentence_naming_file_row_split_and_column(tmp_path):

@@ -91,6 +91,10 @@ def sweep_points(rows: list[dict[str, str]], pattern: str, references: list[str]
         if not kept:
             raise UserError(f"{path}: no row has {key}={value}; its values: {', '.join(sorted({r[key] for r in rows}))}.")
         rows = kept
+    splits = sorted({r["split"] for r in rows if r.get("split")})
+    if len(splits) > 1:  # one point per system: which split's would be a silent choice
+        raise UserError(f"{path}: its rows hold {len(splits)} splits ({', '.join(splits)}); choose one with --where "
+                        f"split={splits[0]} (repeat the plot for the others).")
     # results.csv: "bleu" is seed 1's score, "bleu_mean" has its std in "bleu_std";
     # generalization.csv: every mean column has a "<column>_std" twin
     err_col = ("bleu_std" if column == "bleu_mean" else None if path_is_results(rows) else

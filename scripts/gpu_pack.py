@@ -53,25 +53,81 @@ class Job:
 
 
 def parse_job(text: str) -> Job:
-    """``GRID:OUT:SEEDS:ROW[:ROW...]`` -> :class:`Job` (row names may hold spaces, not colons)."""
+    """``GRID:OUT:SEEDS:ROW[:ROW...]`` -> :class:`Job` (row names may hold spaces, not colons), checked: the grid a
+    readable grid file with runs, the seeds positive integers, every row named."""
     parts = text.split(":")
-    if len(parts) < 4:
-        raise SystemExit(f"gpu_pack: --job {text!r} is not GRID:OUT:SEEDS:ROW[:ROW...]; "
-                         "e.g. configs/grids/x.yaml:runs_gpu/x:1,2,3:Transformer")
-    return Job(parts[0], parts[1], tuple(int(s) for s in parts[2].split(",")), tuple(parts[3:]))
+    example = "e.g. configs/grids/x.yaml:runs_gpu/x:1,2,3:Transformer"
+    if len(parts) < 4 or not all(parts[3:]) or not parts[1]:
+        raise SystemExit(f"gpu_pack: --job {text!r} is not GRID:OUT:SEEDS:ROW[:ROW...]; {example}")
+    try:
+        seeds = tuple(int(s) for s in parts[2].split(","))
+    except ValueError:
+        seeds = ()
+    if not seeds or any(s < 1 for s in seeds):
+        raise SystemExit(f"gpu_pack: --job {text!r}: the seeds {parts[2]!r} are not positive integers separated by "
+                         f"commas; {example}")
+    _grid_rows(parts[0])  # a missing, unreadable or empty grid: said now, before any run
+    return Job(parts[0], parts[1], seeds, tuple(parts[3:]))
+
+
+def _grid_rows(grid: str | Path) -> tuple[dict, list[dict]]:
+    """The grid file's data and its runs, or one sentence."""
+    path = Path(grid)
+    if not path.is_file():
+        raise SystemExit(f"gpu_pack: {grid}: no such grid file (a directory, or missing); give a grid YAML.")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        runs = data["runs"]
+        names = [r["name"] for r in runs]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError):
+        raise SystemExit(f"gpu_pack: {grid}: not a readable grid (YAML with a list of runs, each with a name).") from None
+    if not names:
+        raise SystemExit(f"gpu_pack: {grid}: has no runs.")
+    return data, runs
+
+
+#: the first line of every one-row grid gpu_pack writes: only such a file is ever replaced
+ONE_ROW_HEADER = "# written by scripts/gpu_pack.py: one row of "
 
 
 def one_row_grid(grid: str | Path, row: str) -> Path:
     """Write the grid with only ``row`` (its own baseline) beside ``grid``; returns the new file."""
-    data = yaml.safe_load(Path(grid).read_text(encoding="utf-8"))
-    runs = [r for r in data["runs"] if r["name"] == row]
+    data, all_runs = _grid_rows(grid)
+    runs = [r for r in all_runs if r["name"] == row]
     if len(runs) != 1:
         raise SystemExit(f"gpu_pack: {grid} has no row named {row!r}; rows: "
-                         f"{', '.join(r['name'] for r in data['runs'])}.")
+                         f"{', '.join(r['name'] for r in all_runs)}.")
     data["runs"], data["baseline"] = runs, row
     path = Path(grid).with_name(f"_pack_{Path(grid).stem}_{slug(row)}.yaml")  # the runner's directory name
-    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    if path.exists() and not path.read_text(encoding="utf-8", errors="replace").startswith(ONE_ROW_HEADER):
+        raise SystemExit(f"gpu_pack: {path} exists and was not written by gpu_pack; move it away (gpu_pack writes "
+                         "its one-row grid under that name).")
+    path.write_text(f"{ONE_ROW_HEADER}{grid}\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True),
+                    encoding="utf-8")
     return path
+
+
+def check_tar(tar: str, jobs: list[Job]) -> None:
+    """The archive is written at the end, after every run: its place is checked now. A new file in an existing,
+    writable directory, not a grid of the jobs."""
+    path = Path(tar)
+    if path.exists():
+        raise SystemExit(f"gpu_pack: --tar {tar} exists; give a new file (gpu_pack never replaces a file).")
+    if any(path.resolve() == Path(j.grid).resolve() for j in jobs):
+        raise SystemExit(f"gpu_pack: --tar {tar} is a grid of the jobs; give another file.")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise SystemExit(f"gpu_pack: --tar {tar}: its directory {parent} does not exist or is not writable; "
+                         "make it first (the archive is written after every run).")
+
+
+def archive_name(f: Path, root: str) -> str:
+    """A member name that stays inside the archive's extraction directory: the path relative to here, or, for a
+    root outside it (``../x``), the root's own name and the path below it."""
+    rel = os.path.relpath(f)
+    if rel.startswith(".."):
+        rel = str(Path(Path(root).resolve().name) / f.resolve().relative_to(Path(root).resolve()))
+    return rel
 
 
 @dataclass(frozen=True)
@@ -154,12 +210,17 @@ def main(argv: list[str] | None = None) -> int:
                          "remain before the deadline")
     ap.add_argument("overrides", nargs="*", help="key=value items for every run (after --)")
     args = ap.parse_args(argv)
-    jobs = [parse_job(j) for j in args.job]
+    import math
+
     if args.at_once is not None and args.at_once < 1:
         raise SystemExit(f"gpu_pack: --at-once {args.at_once} starts nothing; give 1 or more.")
     if args.min_left < 0:
         raise SystemExit(f"gpu_pack: --min-left {args.min_left:g} is negative; give the seconds a queued run needs "
                          "at least (0 starts one whenever another ends).")
+    if not math.isfinite(args.deadline) or args.deadline <= 0:
+        raise SystemExit(f"gpu_pack: --deadline {args.deadline}: give a positive number of seconds.")
+    jobs = [parse_job(j) for j in args.job]  # every argument and the archive's place: checked before any run
+    check_tar(args.tar, jobs)
     ended = run_all(commands(jobs, args.overrides), args.deadline, Path(args.logs), args.at_once, args.min_left)
     print(json.dumps(ended, indent=1))
     (Path(args.logs) / "ended.json").write_text(json.dumps(ended, indent=1), encoding="utf-8")
@@ -167,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         for root in [*{j.out for j in jobs}, args.logs]:
             for f in sorted(Path(root).rglob("*")):
                 if f.is_file() and f.suffix != ".pt":
-                    tar.add(f)
+                    tar.add(f, arcname=archive_name(f, root))
     return 0
 
 

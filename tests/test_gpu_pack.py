@@ -45,8 +45,62 @@ def test_unknown_row_and_malformed_job_are_one_sentence(tmp_path):
         pack.one_row_grid(tmp_path / "configs" / "grids" / "cross_paper_multi30k.yaml", "Nope")
     with pytest.raises(SystemExit, match="is not GRID:OUT:SEEDS:ROW"):
         pack.parse_job("configs/grids/x.yaml:out")
-    job = pack.parse_job("g.yaml:o:1,3:Transformer:+ Rel_Pos")
+    grid = tmp_path / "configs" / "grids" / "cross_paper_multi30k.yaml"
+    job = pack.parse_job(f"{grid}:o:1,3:Transformer:+ Rel_Pos")
     assert job.seeds == (1, 3) and job.rows == ("Transformer", "+ Rel_Pos")
+    for bad, message in ((f"{grid}:o:1,a:Transformer", "are not positive integers"),
+                         (f"{grid}:o::Transformer", "are not positive integers"),
+                         (f"{grid}:o:0:Transformer", "are not positive integers"),
+                         (f"{tmp_path}/missing.yaml:o:1:Transformer", "no such grid file"),
+                         (f"{tmp_path}:o:1:Transformer", "no such grid file"),
+                         (f"{grid}:o:1:", "is not GRID:OUT:SEEDS:ROW")):
+        with pytest.raises(SystemExit, match=message):
+            pack.parse_job(bad)
+    (tmp_path / "broken.yaml").write_text("runs: [unclosed\n")
+    (tmp_path / "empty.yaml").write_text("runs: []\n")
+    with pytest.raises(SystemExit, match="not a readable grid"):
+        pack.parse_job(f"{tmp_path}/broken.yaml:o:1:Transformer")
+    with pytest.raises(SystemExit, match="has no runs"):
+        pack.parse_job(f"{tmp_path}/empty.yaml:o:1:Transformer")
+
+
+def test_the_archive_s_place_a_user_s_file_and_the_deadline_are_checked_before_any_run(tmp_path):
+    pack = _pack()
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    grid = tmp_path / "configs" / "grids" / "cross_paper_multi30k.yaml"
+    job = f"{grid}:{tmp_path / 'o'}:1:Transformer"
+    base = ["--job", job, "--logs", str(tmp_path / "logs")]
+    for tar, message in ((tmp_path / "no_dir" / "r.tar.gz", "does not exist or is not writable"),
+                         (grid, "exists; give a new file")):
+        with pytest.raises(SystemExit, match=message):
+            pack.main([*base, "--deadline", "10", "--tar", str(tar)])
+    for deadline in ("nan", "inf", "-1"):
+        with pytest.raises(SystemExit, match="give a positive number of seconds"):
+            pack.main([*base, "--deadline", deadline, "--tar", str(tmp_path / "r.tar.gz")])
+    assert not (tmp_path / "logs").exists()
+    # the one-row grid's name taken by a file of the user's: refused, the file kept
+    mine = grid.with_name("_pack_cross_paper_multi30k_transformer.yaml")
+    mine.write_text("my own grid\n")
+    with pytest.raises(SystemExit, match="exists and was not written by gpu_pack"):
+        pack.one_row_grid(grid, "Transformer")
+    assert mine.read_text() == "my own grid\n"
+    mine.unlink()
+    first = pack.one_row_grid(grid, "Transformer")
+    assert pack.one_row_grid(grid, "Transformer") == first  # its own file: replaced
+
+
+def test_archive_names_stay_inside(tmp_path, monkeypatch):
+    pack = _pack()
+    (tmp_path / "work").mkdir()
+    (tmp_path / "outside" / "runs").mkdir(parents=True)
+    f = tmp_path / "outside" / "runs" / "result.json"
+    f.write_text("{}")
+    monkeypatch.chdir(tmp_path / "work")
+    assert pack.archive_name(f, "../outside") == "outside/runs/result.json"
+    (tmp_path / "work" / "o").mkdir()
+    g = tmp_path / "work" / "o" / "x.json"
+    g.write_text("{}")
+    assert pack.archive_name(g, "o") == "o/x.json"
 
 
 def test_commands_give_every_row_and_seed_its_own_experiment(tmp_path):

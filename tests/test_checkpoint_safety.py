@@ -54,7 +54,7 @@ def test_every_reading_command_refuses_it_and_writes_nothing(capsys, evil, tmp_p
     conllu.write_text("1\ta\t_\t_\t_\t_\t0\troot\t_\t_\n\n", encoding="utf-8")
     commands = {
         "translate": ["translate", "--checkpoint", path, "--input", src, "--output", tmp_path / "o" / "x.hyp"],
-        "average": ["average", "--checkpoints", path, path, "--output", tmp_path / "o" / "avg.pt"],
+        "average": ["average", "--checkpoints", path, "--output", tmp_path / "o" / "avg.pt"],
         "export": ["export", "--format", "ctranslate2", "--checkpoint", path, "--out", tmp_path / "o" / "ct2"],
         "analyze": ["analyze", "--checkpoint", path, "--input", src, "--out", tmp_path / "o" / "maps"],
         "induce": ["induce", "--checkpoint", path, "--conllu", conllu, "--out", tmp_path / "o" / "trees"],

@@ -608,3 +608,20 @@ def test_a_killed_prepare_s_leftover_directory_is_removed_by_the_next(tmp_path):
     assert not stale.exists() and other.exists()
     assert any(f"removed {stale}, left by an interrupted prepare" in x for x in log)
     assert (out / "manifest.json").exists()
+
+
+def test_text_sentencepiece_cannot_train_on_is_one_sentence_naming_the_line(tmp_path):
+    """A file with old Mac line ends (\\r alone: the whole file one line), or lines all longer than SentencePiece
+    takes: one sentence naming the file, the line and the fix, and no dataset left behind."""
+    cr = tmp_path / "cr"
+    cr.mkdir()
+    (cr / "train.en").write_bytes(b"a b c\rd e f\rg h\r")
+    (cr / "train.de").write_bytes(b"x y\rz w\rq\r")
+    with pytest.raises(CorpusError, match=r"train.en, line 1: the whole file is one line holding carriage returns"):
+        _run(_cfg(str(cr / "train")), tmp_path / "d1")
+    long_ = _corpus(tmp_path / "long", "train", ["word " * 1000] * 5, ["wort " * 1000] * 5)
+    with pytest.raises(CorpusError, match=r"learned no pieces .* longer than 4,192 bytes, and the longest here \(line "
+                                          r"1\) has 4,999: give one sentence per line"):
+        _run(_cfg(long_), tmp_path / "d2")
+    assert not (tmp_path / "d1").exists() and not (tmp_path / "d2").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".d")]  # no half-built directory

@@ -267,12 +267,29 @@ class _TrainSample:
     moses: tuple[str, str] | None = None  # (source, target) languages to Moses-tokenize with (prepare --moses)
     stats: PairStats = field(default_factory=PairStats)
     errors: list[CorpusError] = field(default_factory=list)
+    longest: tuple[int, int] = (0, 0)  # (bytes, 1-based line) of the longest training sentence
+    cr_first: Path | None = None  # the side whose first line holds a \r (a \r-ended file is one line)
+
+    def check_line_ends(self) -> None:
+        """A training file that is one line holding carriage returns was written with \\r line ends (old Mac):
+        read at \\n, its sentences would be one; refused with the fix (a \\r inside a line of a file of many
+        lines stays part of the text, so that parallel files stay aligned)."""
+        if self.cr_first is not None and self.stats.lines == 1:
+            path = self.cr_first
+            raise CorpusError(f"{path}, line 1: the whole file is one line holding carriage returns (\\r): it uses "
+                              f"\\r line ends (old Mac), and lines end at \\n only; convert it (tr '\\r' '\\n' < "
+                              f"{path.name} > NEW).")
 
     def pairs(self) -> Iterator[tuple[int, str, str]]:
         """The training pairs (Moses-tokenized with ``moses``); a CorpusError ends the stream and is
         kept in ``errors``."""
         try:
             for lineno, s, t in read_pairs(self.src, self.tgt, self.stats):
+                if lineno == 1 and ("\r" in s or "\r" in t):  # a file of one line with \r in it: old Mac ends?
+                    self.cr_first = self.src if "\r" in s else self.tgt
+                size = max(len(s.encode("utf-8")), len(t.encode("utf-8")))
+                if size > self.longest[0]:
+                    self.longest = (size, lineno)
                 if self.moses:
                     s, t = moses_pretokenize(s, self.moses[0]), moses_pretokenize(t, self.moses[1])
                 yield lineno, s, t
@@ -332,6 +349,7 @@ def _train_one(cfg: PrepareConfig, sample: _TrainSample, lines: Iterator[str], p
                                            progress=progress)
         if sample.errors:
             raise sample.errors[0]
+        sample.check_line_ends()
         if stats.lines <= stats.empty:
             raise _no_pairs(sample)
         if learned < cfg.merges:
@@ -341,14 +359,19 @@ def _train_one(cfg: PrepareConfig, sample: _TrainSample, lines: Iterator[str], p
     try:
         vocab = train_sentencepiece(lines, prefix, vocab_size=size, model_type=cfg.model_type,
                                     max_sentences=cfg.spm_max_sentences, lowercase=cfg.lowercase)
-    except RuntimeError:
+    except RuntimeError as err:
         if sample.errors:
             raise sample.errors[0] from None
+        sample.check_line_ends()
         if stats.lines > stats.empty:
-            raise
+            size, line = sample.longest
+            raise CorpusError(f"{sample.src} / {sample.tgt}: SentencePiece learned no pieces from these lines "
+                              f"({str(err).strip()[:80]}); it leaves out every sentence longer than 4,192 bytes, and "
+                              f"the longest here (line {line}) has {size:,}: give one sentence per line.") from None
         raise _no_pairs(sample) from None
     if sample.errors:
         raise sample.errors[0]
+    sample.check_line_ends()
     if len(vocab) < size:  # SentencePiece stops where the text has no more pieces (hard_vocab_limit off)
         log(f"prepare: the SentencePiece model {prefix.name}.model has {len(vocab):,} pieces, fewer than the "
             f"{size:,} asked: the training text yields no more; the dataset uses {len(vocab):,}.")

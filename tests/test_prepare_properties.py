@@ -124,12 +124,16 @@ def write_side(path: Path, sides: list[Side], final_newline: bool, gz: bool) -> 
 
 
 def file_lines(path: Path) -> list[str]:
-    """The lines of a file as prepare must see them: only b"\\n" ends a line."""
+    """The lines of a file as prepare must see them: only b"\\n" ends a line, and a byte-order mark at the start of
+    the file is not part of its text (every reader removes it)."""
     data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     lines = data.split(b"\n")
     if lines[-1] == b"":
         lines.pop()
-    return [line.decode("utf-8") for line in lines]
+    out = [line.decode("utf-8") for line in lines]
+    if out and out[0].startswith("\ufeff"):
+        out[0] = out[0][1:]
+    return out
 
 
 def markers(text: str) -> list[int]:

@@ -474,7 +474,9 @@ def test_a_one_seed_report_marks_nothing_and_says_why(tmp_path, corpus, monkeypa
     def tiny_p(*args, **kwargs):  # as if the one seed's bootstrap found every difference "significant"
         return {n: {**r, "p_value": 0.001} for n, r in real(*args, **kwargs).items()}
 
-    monkeypatch.setattr(score_mod, "paired_bootstrap", tiny_p)
+    import structnmt.experiment.report as report_mod
+
+    monkeypatch.setattr(report_mod, "paired_bootstrap", tiny_p)  # where the report calls it
     out = tmp_path / "out"
     run_grid(_grid(tmp_path, corpus, out), overrides=["train.threads=1"], log=lambda _: None)
     md = (out / "results.md").read_text(encoding="utf-8")
@@ -623,6 +625,7 @@ def test_a_run_that_reads_parses_is_refused_before_training_when_its_parser_is_m
     write_parse_cache(ParserConfig(name="spacy"), test_src, tmp_path / "all.jsonl")
     write_parse_cache(ParserConfig(name="spacy"), test_src[: len(test_src) // 2], tmp_path / "half.jsonl")
     monkeypatch.setattr(parsers, "resolve_pipeline", lambda name: None)  # the pipeline is not installed
+    monkeypatch.setattr(runner_mod, "resolve_pipeline", lambda name: None)  # (the runner's own reference to it)
 
     class Launched(Exception):
         pass

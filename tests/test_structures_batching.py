@@ -306,7 +306,10 @@ def test_structure_values_are_computed_once_and_equal_fresh_ones(tmp_path, monke
         calls.append(len(wops))
         return real(spec, trees, wops)
 
+    import structnmt.data.dataset as dataset_mod
+
     monkeypatch.setattr(batching_mod, "feature_values", counting)
+    monkeypatch.setattr(dataset_mod, "feature_values", counting)  # where the split calls it
     ids = np.array([0, 5, 7, 11])
     first = collate(cached, ids, SPECS, LABEL_IDS).structures
     assert sum(calls) == len(ids) * len(SPECS)

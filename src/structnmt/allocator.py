@@ -27,6 +27,8 @@ import ctypes.util
 import os
 import sys
 
+from .errors import UserError
+
 # mallopt parameter numbers from glibc's <malloc.h>
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -47,7 +49,6 @@ def configure_allocator(mode: str | None = None) -> str:
     global _applied
     mode = (mode or os.environ.get("STRUCTNMT_MALLOC") or "retain").strip().lower()
     if mode not in ("retain", "system"):
-        from .errors import UserError
 
         raise UserError(f"STRUCTNMT_MALLOC={mode!r} is not a setting; use 'retain' (the default) or 'system'")
     if mode == "system":

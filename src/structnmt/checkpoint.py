@@ -40,8 +40,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .config import from_dict
 from .data.vocab import Vocab, entry_options, vocab_pair
 from .errors import CheckpointError
+from .models import build_model
+from .nn.attention import UnknownMechanismError
 
 
 def _legacy_globals() -> list:
@@ -190,9 +193,6 @@ def load_model_state(model: torch.nn.Module, state: dict, checkpoint: str | Path
 def model_from_checkpoint(state: dict, checkpoint: str | Path, data_dir: str | Path | None = None):
     """(config, source vocabulary, target vocabulary, model in eval mode on the CPU) of a loaded checkpoint
     ``state`` (:func:`load_checkpoint`); ``data_dir``: a dataset whose vocabularies must be the checkpoint's."""
-    from .config import from_dict
-    from .models import build_model
-    from .nn.attention import UnknownMechanismError
 
     cfg = from_dict(state["config"], where=f"{checkpoint} (saved config)", saved=True)
     src_vocab, tgt_vocab = checkpoint_vocabs(state, checkpoint, data_dir)

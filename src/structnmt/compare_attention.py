@@ -22,7 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .analysis.heatmaps import sentence_maps
+from .decode.translate import Translator
 from .errors import UserError
+from .induce import induced_heads, induces_trees
 
 
 def encode_map(w: np.ndarray) -> dict:
@@ -42,7 +45,6 @@ def decode_map(entry: dict) -> np.ndarray:
 
 
 def _sentence_entry(m, tr, tree: bool, words: list[str]) -> dict:
-    from .induce import induced_heads
 
     entry = {
         "translation": m.translation, "src": m.src_labels, "tgt": m.tgt_labels,
@@ -59,9 +61,6 @@ def attention_payload(checkpoints: dict[str, str], sources: list[str], lines: li
                       words: list[list[str]] | None = None, log: Callable[[str], None] | None = None) -> dict:
     """``{"lines", "systems": {name: {"checkpoint", "induces_trees", "sentences": {line: entry}}}}`` for the
     page (``lines`` 0-based; a line longer than a model's positions has no entry under it, and is said)."""
-    from .analysis.heatmaps import sentence_maps
-    from .decode.translate import Translator
-    from .induce import induces_trees
 
     payload: dict = {"lines": lines, "systems": {}}
     for name, checkpoint in checkpoints.items():

@@ -24,6 +24,16 @@ from importlib import resources
 from pathlib import Path
 
 from .config import ConfigError, apply_overrides, from_dict, naming_override
+from .data.generalization import BenchmarkConfig, load_examples, write_benchmark
+from .data.prepare import PrepareConfig, prepare
+from .data.synthetic import agreement_accuracy
+from .decode.translate import Translator
+from .errors import UserError
+from .evaluate.score import corpus_scores
+from .files import TORCH_FILE, OutputDir
+from .train.average import average_checkpoints, last_checkpoints
+from .train.resume import resumable_changes, resume_state
+from .training import train
 
 
 def demo_config(workdir: Path, updates: int | None, minutes: float, seed: int, overrides: list[str] | None = None):
@@ -46,8 +56,6 @@ def _check_workdir(work: Path, cfg) -> None:
     """Refuse, before the demo changes anything in ``work``, what it would otherwise find out too late: a
     dataset in ``work/data-bin`` prepared from other text (prepare would rebuild it), or a model in
     ``work/model`` trained with another config (the resume would be refused after the data was rebuilt)."""
-    from .errors import UserError
-    from .train.resume import resumable_changes, resume_state
 
     manifest = work / "data-bin" / "manifest.json"
     if manifest.is_file():
@@ -72,14 +80,6 @@ def _check_workdir(work: Path, cfg) -> None:
 def run_demo(workdir: str | Path, *, updates: int | None = None, minutes: float = 0.0, seed: int = 1,
              overrides: list[str] | None = None,
              n_train: int = 20000, n_test: int = 500, log=print) -> int:
-    from .data.generalization import BenchmarkConfig, load_examples, write_benchmark
-    from .data.prepare import PrepareConfig, prepare
-    from .data.synthetic import agreement_accuracy
-    from .decode.translate import Translator
-    from .evaluate.score import corpus_scores
-    from .files import TORCH_FILE, OutputDir
-    from .train.average import average_checkpoints, last_checkpoints
-    from .training import train
 
     work = Path(workdir)
     # the demo's own files in workdir: a file of the user's under their names is refused before any work (a

@@ -12,6 +12,9 @@ The specific classes (:class:`~structnmt.config.ConfigError`,
 
 from __future__ import annotations
 
+import errno
+import os
+
 
 class UserError(Exception):
     """An error the user can fix: one sentence naming the place and the fix."""
@@ -31,8 +34,6 @@ class NoNewFilesError(FileNotFoundError):
     (``/proc``, ``/sys``). ``filename`` is the output the user gave, ``directory`` the one refusing."""
 
     def __init__(self, output: str, directory: str):
-        import errno
-        import os
 
         super().__init__(errno.ENOENT, os.strerror(errno.ENOENT), output)
         self.directory = directory
@@ -44,8 +45,6 @@ def os_error_sentence(err: OSError) -> str:
     Read-only file systems, a full disk, permissions, a path that is a file where a directory is
     needed (or the reverse) and missing parents are named as such; any other ``OSError`` keeps the
     system's wording after the path."""
-    import errno
-    import os
 
     path = err.filename if err.filename is not None else ""
     if err.filename2 is not None:

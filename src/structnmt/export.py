@@ -33,19 +33,24 @@ differ; PAD and BOS are suppressed in both.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .checkpoint import checkpoint_vocabs, load_checkpoint
+from .checkpoint import checkpoint_vocabs, dataset_vocabs, load_checkpoint, load_model_state
 from .config import Config, DecodeConfig, first_mechanism, from_dict
 from .data.dataset import encode_sources
 from .data.vocab import Vocab
 from .errors import UserError
+from .files import errors_name, temp_dir_beside
+from .models import build_model
 
 MARKER = "structnmt_export.json"
 
@@ -153,8 +158,6 @@ def export_ctranslate2(checkpoint: str | Path, out_dir: str | Path, *, quantizat
     ``out_dir`` must be new, empty, or an earlier export (it holds ``structnmt_export.json``):
     a directory with other files is refused, so nothing this command did not write is replaced.
     """
-    from .checkpoint import load_model_state
-    from .models import build_model
 
     _require_ctranslate2()
     out = Path(out_dir)
@@ -199,7 +202,6 @@ def _write_export(d: Path, spec, src_vocab: Vocab, tgt_vocab: Vocab, meta: dict)
 
 
 def _file_sha256(path: Path) -> str:
-    import hashlib
 
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -234,10 +236,7 @@ def _not_written_by_export(out: Path) -> list[Path]:
 def _write_swapped(out: Path, write) -> None:
     """Build the export in a new directory beside ``out`` and swap it in only when complete: a failure (a
     full disk) leaves the earlier export whole, and no half-written directory behind."""
-    import shutil
-    import tempfile
 
-    from .files import errors_name, temp_dir_beside
 
     out.parent.mkdir(parents=True, exist_ok=True)
     new = temp_dir_beside(out, ".", ".new")
@@ -307,7 +306,6 @@ class CT2Translator:
                                   "Restore the file or export the checkpoint again.")
         _check_export_files(d, self.meta)  # every other file too (shared_vocabulary.json, model.bin, config.json)
         if data_dir is not None:
-            from .checkpoint import dataset_vocabs
 
             src, tgt = dataset_vocabs(Path(data_dir), self.meta["vocab_files"])
             if (src.sha256, tgt.sha256) != (self.meta["source_sha256"], self.meta["target_sha256"]):

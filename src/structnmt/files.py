@@ -15,14 +15,20 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fnmatch
+import gzip
+import hashlib
+import io
+import json
 import os
 import re
 import stat
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from .errors import NoNewFilesError
+from .data.corpus import note_bom
+from .errors import NoNewFilesError, UserError
 
 #: names the trainer writes and resumes from (``checkpoint_last.pt``, ``checkpoint_best.pt``, ``checkpoint_<N>.pt``)
 TRAINING_OWNED = re.compile(r"^checkpoint_(last|best|\d+)\.pt$")
@@ -133,7 +139,6 @@ def errors_name(out: Path, tmp: Path) -> Iterator[None]:
 def write_torch(obj, path: str | Path) -> None:
     """``torch.save(obj)`` into ``path`` with the bytes written by Python, so that a full disk is an
     ``OSError`` (torch's own file writer reports it as a ``RuntimeError``: "unexpected pos")."""
-    import io
 
     import torch
 
@@ -220,7 +225,6 @@ def check_dir_writable(path: str | Path) -> None:
 
 def _recorded_owner(path: Path) -> str | None:
     """The structnmt command that :data:`MANIFEST` beside ``path`` says wrote it, or None."""
-    import json
 
     try:
         return json.loads((path.parent / MANIFEST).read_text(encoding="utf-8")).get("commands", {}).get(path.name)
@@ -230,7 +234,6 @@ def _recorded_owner(path: Path) -> str | None:
 
 def _dataset_file(path: Path) -> bool:
     """Whether ``path`` is one of the files of the prepared dataset in its directory (its manifest lists it)."""
-    import json
 
     try:
         return path.name in json.loads((path.parent / "manifest.json").read_text(encoding="utf-8")).get("files", [])
@@ -248,7 +251,6 @@ def check_output_file(out: str | Path, option: str, command: str, inputs=(), *, 
     from the file's own structnmt content (``own(path) -> bool``: an averaged checkpoint's record, a parse
     cache's key lines, a table's heading), never from magic bytes that any zip or gzip file has. Then
     :func:`check_writable`. ``example``: a name the refusals of a taken name suggest instead (``average.pt``)."""
-    from .errors import UserError
 
     out = Path(out)
     another = f"another name, e.g. {example}" if example else "another name"
@@ -302,7 +304,6 @@ def same_file_pairs(paths: list[Path], *, by_content: bool = True) -> tuple[Path
     """The first two of ``paths`` that are one file (device and inode: also through a link or another spelling),
     or, with ``by_content``, hold the same bytes (SHA-256): ``(a, b, "the same file" | "identical content")``;
     None when all differ. A path that does not exist is skipped (its reader names it)."""
-    import hashlib
 
     seen_inode: dict[tuple[int, int], Path] = {}
     seen_hash: dict[str, Path] = {}
@@ -326,7 +327,6 @@ def same_file_pairs(paths: list[Path], *, by_content: bool = True) -> tuple[Path
 def is_inside_name(name) -> bool:
     """Whether ``name`` (from a manifest, a config, data) names a path inside a directory: a relative path without
     ``..``, a backslash or a NUL, not empty."""
-    from pathlib import PurePosixPath
 
     if not isinstance(name, str) or not name or "\\" in name or "\0" in name:
         return False
@@ -337,7 +337,6 @@ def is_inside_name(name) -> bool:
 def check_component(name: str, what: str) -> str:
     """``name`` as one file or directory name inside an output directory (a row of a grid or of a tag table, a
     run's name), or one sentence: no separator, no ``..``, no absolute path, not empty."""
-    from .errors import UserError
 
     if not is_inside_name(name) or "/" in name or name in (".", ".."):
         raise UserError(f"{what} {name!r} cannot be a name inside the output directory (it holds a '/', a '\\', "
@@ -348,7 +347,6 @@ def check_component(name: str, what: str) -> str:
 def check_distinct(dirs: dict[str, str], what: str) -> None:
     """``dirs``: label -> the directory name it is kept under; two labels on one name are one sentence (the second
     would report the first's result)."""
-    from .errors import UserError
 
     seen: dict[str, str] = {}
     for label, d in dirs.items():
@@ -377,9 +375,7 @@ class OutputDir:
         before manifests, and its ``expect`` files are its own. A file of the user's under the marker's name
         but not with its content does not count. ``check``: say now (:func:`check_dir_writable`) if files
         cannot be made there; off where the directory is only read (what another command wrote)."""
-        import json
 
-        from .errors import UserError
 
         self.path, self.command = Path(path), command
         if self.path.exists() and not self.path.is_dir():
@@ -406,7 +402,6 @@ class OutputDir:
             self._check(name)
 
     def _check(self, name: str) -> Path:
-        from .errors import UserError
 
         p = self.path / name
         if p.exists() and name not in self.written:
@@ -432,7 +427,6 @@ class OutputDir:
         self._save_manifest()
 
     def _save_manifest(self) -> None:
-        import json
 
         record = {"files": sorted(self.written), "commands": {n: self.owners[n] for n in sorted(self.owners)}}
         atomic_write_text(self.path / MANIFEST, json.dumps(record, indent=1) + "\n")
@@ -441,7 +435,6 @@ class OutputDir:
         """Remove the files matching ``patterns`` (glob, ``sent*_tree.png``) that this command wrote here
         earlier (the manifest says so) and this run did not (``keep``), so that a report directory never mixes
         two runs' outputs; a user's file is never touched. Returns the removed names."""
-        import fnmatch
 
         kept = {Path(k).name for k in keep}
         # whole names only: fnmatch's * would cross a '/', so a name with one matches no pattern without one
@@ -482,12 +475,10 @@ def read_lines_exact(path: Path) -> list[str]:
     """Lines split on "\\n" only (a hypothesis may hold other Unicode separators); a ``.gz`` file decompressed."""
     data = path.read_bytes()
     if path.suffix == ".gz":
-        import gzip
 
         data = gzip.decompress(data)
     text = data.decode("utf-8")
     if text.startswith("\ufeff"):  # as every text reader: the byte-order mark removed, with a note
-        from .data.corpus import note_bom
 
         text = text[1:]
         note_bom(path)

@@ -46,7 +46,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +57,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from .analysis.trees import draw_head_weights, draw_tree
+from .data.dataset import encode_sources
+from .decode.translate import Translator
 from .errors import UserError
+from .evaluate.correlation import spearman
+from .files import OutputDir, atomic_write_text, check_output_file, record_output_file, same_file
+from .syntax.align import AlignmentError, align, find_word_spans, piece_char_spans
+from .syntax.io import TreeFormatError, read_conllu_sentences
 
 if TYPE_CHECKING:
     from .config import Config
@@ -80,7 +89,6 @@ def read_words(path: str | Path) -> list[Sentence]:
     CoNLL-U validator (:func:`structnmt.syntax.io.read_conllu_sentences`): a gold tree with a cycle,
     two roots, a head out of range or a HEAD that is not an integer is refused, naming the file and
     line; a sentence whose HEAD column is all ``_`` is read as words to parse."""
-    from .syntax.io import read_conllu_sentences
 
     out = []
     for cs in read_conllu_sentences(path, heads_optional=True):
@@ -94,7 +102,6 @@ def check_all_or_none_gold(sents: list[Sentence], path: str | Path) -> None:
     """``induce`` scores a file whose every sentence has gold heads, and only parses one whose sentences have
     none; a file that mixes them would be scored on no sentence: refused, naming its first sentence without
     heads."""
-    from .syntax.io import TreeFormatError
 
     gold = sum(s.heads is not None for s in sents)
     if 0 < gold < len(sents):
@@ -336,8 +343,6 @@ def induced_heads(tr, words: list[str]) -> list[int] | None:
     """The tree ``run_induce`` would give one sentence (the default scores, layer and head: steps 2-4 of the
     module docstring): heads, 1-based, 0 = the root; None when the sentence cannot be encoded (longer than
     the model's positions, or a piece spanning two words)."""
-    from .data.dataset import encode_sources
-    from .syntax.align import AlignmentError
 
     text = " ".join(words)
     ids = encode_sources(tr.src_vocab, [text])[0]
@@ -384,7 +389,6 @@ def run_induce(*, checkpoint: str | Path, conllu: str | Path, out_dir: str | Pat
 def _induce_output(conllu: str | Path, out_dir: str | Path, sents: list[Sentence], draw: int,
                    draw_max_words: int) -> tuple[str, OutputDir]:
     """The stem of the written trees' file name, and the checked output directory expecting every file of the run."""
-    from .files import OutputDir
 
     stem = Path(str(conllu)).name.replace(".gz", "").replace(".conllu", "")
     # the pictures' names too (the first `draw` sentences of a drawable length), before any work
@@ -397,7 +401,6 @@ def _induce_output(conllu: str | Path, out_dir: str | Path, sents: list[Sentence
 
 def _load_translator(checkpoint: str | Path, layer: int, head: int) -> Translator:
     """The checkpoint's :class:`Translator`; an RNN with ``--layer`` / ``--head`` is refused."""
-    from .decode.translate import Translator
 
     tr = Translator(checkpoint)
     if tr.src_vocab.moses:
@@ -424,8 +427,6 @@ def _induce_trees(tr, sents: list[Sentence], scores: str, layer: int, head: int,
                   draw_max_words: int) -> _Induced:
     """Eqs. 7 and 24, then extraction: every sentence's tree; one that cannot be encoded gets the
     right-branching tree and is listed in ``failed``."""
-    from .data.dataset import encode_sources
-    from .syntax.align import AlignmentError
 
     texts = [" ".join(s.words) for s in sents]
     sources = encode_sources(tr.src_vocab, texts)
@@ -456,7 +457,6 @@ def _induce_trees(tr, sents: list[Sentence], scores: str, layer: int, head: int,
 def _word_of_piece(tr, s: Sentence, text: str, ids: list[int], limit: int) -> np.ndarray:
     """The word index of every piece of ``text`` (the sentence's words joined by spaces);
     AlignmentError when the sentence cannot be encoded."""
-    from .syntax.align import AlignmentError, align, find_word_spans, piece_char_spans
 
     if len(ids) > limit:
         raise AlignmentError(f"{len(ids)} pieces, over model.max_positions={limit}")
@@ -477,7 +477,6 @@ def _draw_pictures(out, sents: list[Sentence], pred: list[list[int]],
     """``sent{i}_heads.png`` and ``sent{i}_tree.png`` of every drawn sentence (Figs. 4 and 5)."""
     written: list[Path] = []
     if drawn:
-        from .analysis.trees import draw_head_weights, draw_tree
 
         for i, beta_words in drawn:
             s = sents[i]
@@ -615,7 +614,6 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
     if not runs:
         raise UserError(f"--out {out}: no induce output to tabulate; give at least one LABEL=DIR.")
     reports = [_read_report(label, d) for label, d in runs]
-    from .files import OutputDir, check_output_file, same_file
 
     for _, path, _ in reports:  # the table is never written over one of its inputs, nor over what induce wrote
         written = OutputDir(path.parent, "induce", check=False).written | {"induce.json"}
@@ -639,7 +637,6 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
         md += _bleu_correlation_lines(reports, bleu)
     if all("productions" in r for _, _, r in reports):
         md += _table4_lines(reports)
-    from .files import atomic_write_text, record_output_file
 
     atomic_write_text(out, "\n".join(md) + "\n")
     record_output_file(out, "induce-table")
@@ -648,7 +645,6 @@ def induce_table(runs: list[tuple[str, str | Path]], out: str | Path, title: str
 
 def _is_induce_table(path: Path) -> bool:
     """Whether ``path`` begins as a table of :func:`induce_table` does (its heading, then the gold file's line)."""
-    import re
 
     try:
         head = Path(path).read_text(encoding="utf-8")[:4096]
@@ -659,7 +655,6 @@ def _is_induce_table(path: Path) -> bool:
 
 def _sha256(path: str | Path) -> str:
     """SHA-256 of the file's bytes (a gold file's identity, whatever path named it)."""
-    import hashlib
 
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -673,7 +668,6 @@ def _same_gold(a: dict, b: dict) -> bool:
     the path as given or as the file it names from here (``g.conllu`` and ``/abs/g.conllu``)."""
     if a.get("input_sha256") and b.get("input_sha256"):
         return a["input_sha256"] == b["input_sha256"]
-    from .files import same_file
 
     return a["input"] == b["input"] or same_file(a["input"], b["input"])
 
@@ -728,7 +722,6 @@ def _table3_lines(reports: list[tuple[str, Path, dict]], title: str, bleu: dict[
 
 def _bleu_correlation_lines(reports: list[tuple[str, Path, dict]], bleu: dict[str, float]) -> list[str]:
     """The rank correlation of DA and of UA with BLEU across the models that have a BLEU (§6.2)."""
-    from .evaluate.correlation import spearman
 
     with_bleu = [(bleu[label], r["model"]) for label, _, r in reports if label in bleu]
     md = ["", f"Rank correlation with BLEU across the {len(with_bleu)} models that have one (Spearman; "

@@ -26,10 +26,14 @@ trains; loading such a checkpoint without the plugin says which ``--user-dir`` i
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import os
+import re
 import sys
+import traceback
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from .errors import UserError
@@ -71,7 +75,6 @@ def load_plugins() -> None:
         if p not in _loaded:
             _loaded.add(p)
             _import_path(Path(p))
-    from importlib.metadata import entry_points
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         key = f"entry point {ep.name} = {ep.value}"
@@ -88,8 +91,6 @@ def loaded() -> list[str]:
 def _private_name(path: Path) -> str:
     """The module name a plugin file or package is imported under: private to structnmt, and distinct for two
     plugins of one name in different places."""
-    import hashlib
-    import re
 
     tag = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]
     return f"structnmt_user_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}_{tag}"
@@ -132,7 +133,6 @@ def _import_file(file: Path, name: str, package: bool = False) -> None:
 
 def _where_in(err: BaseException, file: Path) -> str:
     """', line N' of the last frame of ``err``'s traceback inside ``file`` ('' when none is)."""
-    import traceback
 
     lines = [f.lineno for f in traceback.extract_tb(err.__traceback__) if Path(f.filename) == file]
     return f" at line {lines[-1]}" if lines else ""

@@ -47,8 +47,10 @@ import platform
 import random
 import shlex
 import sys
+import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,6 +59,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import subprocesses
 from .config import (
     AttentionPlan,
     AttentionSpec,
@@ -67,7 +70,14 @@ from .config import (
     deep_merge,
     read_yaml_mapping,
 )
+from .device import set_threads
+from .files import OutputDir, atomic_write_text, check_component, check_distinct
+from .models.transformer import EncoderStack, sinusoidal_table
 from .nn.attention import collect_structures
+from .syntax.batching import feature_values, pad_structures
+from .syntax.convert import PTB_TO_UPOS
+from .syntax.io import PtbSample, read_conllu
+from .syntax.parsers import resolve_pipeline
 from .syntax.trees import DependencyTree
 
 PAD_ID, UNK_ID = 0, 1
@@ -216,8 +226,6 @@ class Sentence:
 def read_ptb(path: str | Path, files: list[list[int]], limit: int = 0) -> tuple[dict[str, list[Sentence]], dict]:
     """Train/valid/test sentences of the PTB sample by WSJ file ranges, with gold dependency
     trees where ``dependency_treebank.zip`` has the same words (else ``None``, counted)."""
-    from .syntax.convert import PTB_TO_UPOS
-    from .syntax.io import PtbSample
 
     sample = PtbSample(path)
     dp = sample.dp_names()
@@ -244,7 +252,6 @@ def read_ptb(path: str | Path, files: list[list[int]], limit: int = 0) -> tuple[
 
 def read_ud(path: str | Path, ratios: list[int], limit: int = 0) -> tuple[dict[str, list[Sentence]], dict]:
     """UPOS of every sentence of a CoNLL-U file, split in file order into contiguous blocks."""
-    from .syntax.io import read_conllu
 
     if not Path(path).is_file():
         raise ConfigError(f"{path}: not found; corpus.path must be a CoNLL-U file (e.g. "
@@ -265,7 +272,6 @@ def spacy_trees(sentences: list[Sentence], pipeline: str) -> int:
     import spacy
     from spacy.tokens import Doc
 
-    from .syntax.parsers import resolve_pipeline
 
     name = resolve_pipeline(pipeline)
     if name is None:
@@ -287,7 +293,6 @@ class Tagger(nn.Module):
 
     def __init__(self, mc: TagModelConfig, vocab_size: int, n_tags: int, max_positions: int = 512):
         super().__init__()
-        from .models.transformer import EncoderStack, sinusoidal_table
 
         self.cfg = ModelConfig(d_model=mc.d_model, ffn_dim=mc.ffn_dim, heads=mc.heads, encoder_layers=mc.layers,
                                decoder_layers=0, dropout=mc.dropout, attention_dropout=mc.attention_dropout,
@@ -313,7 +318,6 @@ class Tagger(nn.Module):
 
 def _feature_values(sents: list[Sentence], specs: dict) -> None:
     """Compute every sentence's structure features once (kept on the sentence)."""
-    from .syntax.batching import feature_values
 
     for key, spec in specs.items():
         vals = feature_values(spec, [(s.tree, None) for s in sents], [np.arange(len(s.words)) for s in sents])
@@ -322,7 +326,6 @@ def _feature_values(sents: list[Sentence], specs: dict) -> None:
 
 
 def _batch(sents: list[Sentence], vocab: dict[str, int], tags: dict[str, int], specs: dict, device):
-    from .syntax.batching import pad_structures
 
     S = max(len(s.words) for s in sents)
     words = torch.zeros(len(sents), S, dtype=torch.long)
@@ -435,7 +438,6 @@ def _seeded_device(tc: TagTrainConfig) -> torch.device:
     random.seed(tc.seed)
     np.random.seed(tc.seed)
     torch.manual_seed(tc.seed)
-    from .device import set_threads
 
     set_threads(tc.threads)
     return torch.device("cuda" if tc.device == "auto" and torch.cuda.is_available() else
@@ -537,7 +539,6 @@ def train_row(cfg: TagConfig, splits: dict[str, list[Sentence]], out: Path, log=
     correct = [sum(int(names.get(a) == b) for a, b in zip(p, s.tags)) for p, s in zip(pred, test)]
     acc, lo, hi = accuracy_ci(correct, [len(s.tags) for s in test])
     unk = [sum(w not in vocab for w in s.words) for s in test]
-    from .files import atomic_write_text
 
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "test.pred", "".join(" ".join(f"{w}/{names[a]}" for w, a in zip(s.words, p)) + "\n"
@@ -564,7 +565,6 @@ def _read_result(path: Path) -> dict:
 
 def row_dir_name(name: str) -> str:
     """The directory name of a row (checked: one name inside the output directory, never a path out of it)."""
-    from .files import check_component
 
     return check_component(name.replace(" ", "_").replace("=", "").replace("(", "").replace(")", ""),
                            "tag: the row name")
@@ -583,7 +583,6 @@ def _table_rows(config: str | Path, base: TagConfig, only_rows: list[str] | None
     if len(set(names)) != len(names):
         raise ConfigError(f"{config}: every row needs a unique name; "
                           + ", ".join(sorted({n for n in names if names.count(n) > 1})) + " repeat.")
-    from .files import check_distinct
 
     check_distinct({n: row_dir_name(n) for n in names}, f"{config}: rows")
     unknown = [n for n in only_rows or [] if n not in {r.name for r in rows}]
@@ -642,7 +641,6 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, r
         raise ConfigError(f"--jobs {jobs}: give the number of rows to train at once, 1 or more.")
     base = load_tag_config(config, overrides)
     out = Path(base.out_dir)
-    from .files import OutputDir
 
     OutputDir(out, "tag", expect=REPORT_FILES, marker=TAG_MARKER)  # a file of the user's there: refused now
     rows, selected = _table_rows(config, base, only_rows)
@@ -681,10 +679,7 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, r
 def _train_rows_in_processes(config, overrides: list[str], names: list[str], out: Path, jobs: int, log) -> None:
     """Train each named row in its own ``structnmt tag CONFIG --row NAME`` process, ``jobs`` at
     once; a row that fails is named with its log and the others go on."""
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
 
-    from . import subprocesses
 
     live: set = set()  # the row processes running now
     stopping = threading.Event()  # Ctrl-C: no queued row starts
@@ -717,7 +712,6 @@ def _train_rows_in_processes(config, overrides: list[str], names: list[str], out
 
 def write_report(cfg: TagConfig, args: list[str], results: dict, sizes: dict, stats: dict, out: Path,
                  missing: list[str] | None = None) -> Path:
-    from .files import OutputDir
 
     command = "structnmt tag " + " ".join(shlex.quote(str(x)) for x in args)
     lines = [f"# POS tagging: {cfg.corpus.name} ({cfg.corpus.path})", "",

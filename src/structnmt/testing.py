@@ -35,8 +35,10 @@ import torch
 from torch import Tensor
 
 from .config import AttentionPlan, AttentionSpec, ConfigError, ModelConfig
+from .data.synthetic import SynthConfig, generate
 from .data.vocab import BOS, PAD
-from .nn.attention import AttentionOutput, IncrementalCache, Mechanism
+from .models import build_model
+from .nn.attention import ATTENTION_REGISTRY, AttentionOutput, IncrementalCache, Mechanism
 from .syntax.batching import build_structures
 from .syntax.io import parse_ptb
 from .syntax.trees import ConstituencyTree, DependencyTree
@@ -77,7 +79,6 @@ def _one_word() -> tuple[DependencyTree, ConstituencyTree]:
 def example_trees(n: int = 3, seed: int = 7) -> list[tuple[DependencyTree, ConstituencyTree]]:
     """``n`` parsed sentences of different lengths from the synthetic grammar (gold trees), the last of one
     word."""
-    from .data.synthetic import SynthConfig, generate
 
     examples = generate(SynthConfig(seed=seed, n_train=1, n_valid=1, n_test=40))["test"]
     lengths: dict[int, Any] = {}
@@ -132,7 +133,6 @@ def _structures(model, b: _Batch, rows: list[int], S: int) -> dict[str, Tensor]:
 
 
 def _model(name: str, options: Mapping[str, Any], role: str, first_layer_only: bool):
-    from .models import build_model
 
     spec = AttentionSpec(name, dict(options))
     plan = AttentionPlan(overrides={f"{role}.0": spec}) if first_layer_only else AttentionPlan(**{role: spec})
@@ -276,7 +276,6 @@ def check_mechanism(name: str | type[Mechanism], options: Mapping[str, Any] | No
     contract (module docstring); returns the report, or raises :class:`ContractError` listing every failure.
     ``trees``: the batch's parses, ``[(DependencyTree, ConstituencyTree), ...]`` (default: 3 sentences of the
     synthetic grammar, the last of one word)."""
-    from .nn.attention import ATTENTION_REGISTRY
 
     if isinstance(name, type):
         found = [k for k, v in ATTENTION_REGISTRY.items() if v is name]

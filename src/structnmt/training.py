@@ -8,7 +8,10 @@ trainer with them, as the command line, the experiment runner and the demo do.
 
 from __future__ import annotations
 
+from .analysis.curves import LearningCurveHook
+from .analysis.head_roles import HeadRolesHook
 from .config import Config
+from .nn import matrix_tree
 from .train.hooks import TrainingHook
 from .train.trainer import RunState, Trainer
 
@@ -20,7 +23,6 @@ class MatrixTreeHook(TrainingHook):
     record of metrics.jsonl; nothing for a model without matrix-tree attention."""
 
     def on_validation(self, trainer) -> None:
-        from .nn import matrix_tree
 
         counts = dict(matrix_tree.STATS)
         for key in matrix_tree.STATS:
@@ -32,8 +34,6 @@ class MatrixTreeHook(TrainingHook):
 def training_hooks(cfg: Config) -> list[TrainingHook]:
     """The hooks of a run: its learning-curve picture, the matrix-tree path counts, and RHE's head roles
     with ``train.head_roles``."""
-    from .analysis.curves import LearningCurveHook
-    from .analysis.head_roles import HeadRolesHook
 
     return [LearningCurveHook(), MatrixTreeHook(), *([HeadRolesHook()] if cfg.train.head_roles else [])]
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import UserError
+from ..evaluate.seeds import RunStatistics, seed_aware_statistic_test
 from ..syntax.trees import DependencyTree
 
 #: the labels of a yes/no bucket
@@ -200,7 +201,6 @@ def check_inputs(sources: Sequence[str], refs: Sequence[str], systems: Sequence[
 def bucket_rows(refs: Sequence[str], systems: Sequence[System], buckets: dict[str, list[str]],
                 cfg: CompareConfig) -> list[BucketRow]:
     """Every system against the first (the baseline) in every bucket of every kind, and on all sentences."""
-    from ..evaluate.seeds import RunStatistics
 
     base, others = systems[0], systems[1:]
     rs = RunStatistics.of(base.runs, {s.name: s.runs for s in others}, refs, metric=cfg.metric, lang=cfg.lang)
@@ -248,7 +248,6 @@ def frequency_rows(refs: Sequence[str], systems: Sequence[System], counts: Count
     """compare-mt's word F-measure by training frequency of the reference word, per bucket, seed-aware."""
     from compare_mt.bucketers import FreqWordBucketer
 
-    from ..evaluate.seeds import seed_aware_statistic_test
 
     bucketer = FreqWordBucketer(freq_counts=counts, bucket_cutoffs=cfg.freq_cutoffs, case_insensitive=True)
     ref_tok = [r.split() for r in refs]

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..data.synthetic import agreement_outcomes
+from ..evaluate.seeds import seed_aware_statistic_test
 from .compare import BucketRow, CompareConfig, bucket_row
 
 ATTRACTORS = "agreement by attractors (accuracy)"
@@ -44,7 +46,6 @@ class AgreementRuns:
 
 def probe_outcomes(hypotheses: Sequence[str], examples: Sequence) -> list[list[bool]]:
     """Per sentence, whether each of its probes is right (the benchmark's own matching)."""
-    from ..data.synthetic import agreement_outcomes
 
     flat = iter(ok for _, ok in agreement_outcomes(list(hypotheses), list(examples)))
     return [[next(flat) for _ in ex.agreement] for ex in examples]
@@ -69,7 +70,6 @@ def _counts(outcomes: list[list[bool]], probes: list[list[dict]], splits: list[s
 
 def agreement_rows(runs: AgreementRuns, cfg: CompareConfig) -> list[BucketRow]:
     """Every system against the baseline (the first of ``runs.outcomes``) in every agreement bucket."""
-    from ..evaluate.seeds import seed_aware_statistic_test
 
     names = list(runs.outcomes)
     base, others = names[0], names[1:]

@@ -10,8 +10,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..data.corpus import CorpusError
+from ..data.corpus import read_lines as corpus_lines
 from ..errors import UserError
+from ..evaluate.score import moses_lc_tokenize
+from ..files import OutputDir
+from ..syntax.parse_cache import cached_parses, dataset_parser, read_parse_cache
+from ..syntax.parsers import build_parser
 from .compare import (
+    BUCKET_GROUPS,
     BucketRow,
     CompareConfig,
     Example,
@@ -26,6 +33,7 @@ from .compare import (
     word_counts,
 )
 from .compare_agreement import AgreementRuns, agreement_rows
+from .compare_html import html_page, page_data
 
 FILES = ("compare.csv", "compare.md", "buckets.png", "sentences.md", "report.html")
 
@@ -46,8 +54,6 @@ class CompareInputs:
 def read_lines(path: str | Path, what: str) -> list[str]:
     """The lines of a text file, plain or gzip (:func:`structnmt.data.corpus.read_lines`: a missing, unreadable
     or non-UTF-8 file is one sentence naming it); ``what`` names the file's role in the sentence."""
-    from ..data.corpus import CorpusError
-    from ..data.corpus import read_lines as corpus_lines
 
     try:
         return list(corpus_lines(path))
@@ -63,7 +69,6 @@ def parses_for(sources: list[str], data: str | None, parse_cache: str | None) ->
             raise UserError("compare: --parse-cache needs --data DATASET (the parser settings its keys were made "
                             "with).")
         return None
-    from ..syntax.parse_cache import cached_parses, dataset_parser, read_parse_cache
 
     cfg = dataset_parser(data)
     if cfg is None:
@@ -74,7 +79,6 @@ def parses_for(sources: list[str], data: str | None, parse_cache: str | None) ->
     if parse_cache:
         parsed = cached_parses(read_parse_cache(parse_cache), parse_cache, cfg, texts)
     else:
-        from ..syntax.parsers import build_parser
 
         parsed = list(build_parser(cfg).parse(iter(texts)))
     return [p.dependency for p in parsed]
@@ -85,8 +89,6 @@ def run(inputs: CompareInputs, cfg: CompareConfig, out_dir: str | Path, *, html:
     """Compute and write the comparison (and, with ``html``, ``report.html``); returns the files written.
     ``attention``: lines -> the attention maps the page draws (:func:`structnmt.compare_attention.attention_payload`
     of the systems given with a checkpoint), called with :func:`.compare.attention_lines`."""
-    from ..evaluate.score import moses_lc_tokenize
-    from ..files import OutputDir
 
     check_inputs(inputs.sources, inputs.refs, inputs.systems)
     check_buckets(inputs, cfg)
@@ -107,7 +109,6 @@ def run(inputs: CompareInputs, cfg: CompareConfig, out_dir: str | Path, *, html:
                out.write_with("buckets.png", lambda p: plot_buckets(rows, p, cfg)),
                out.write_text("sentences.md", examples_markdown(examples))]
     if html:
-        from .compare_html import html_page, page_data
 
         data = page_data(rows, inputs, buckets, chrf, cfg)
         data["attention"] = attention(attention_lines(examples, cfg, len(inputs.refs))) if attention else None
@@ -117,7 +118,6 @@ def run(inputs: CompareInputs, cfg: CompareConfig, out_dir: str | Path, *, html:
 
 def check_buckets(inputs: CompareInputs, cfg: CompareConfig) -> None:
     """One sentence for a group of buckets asked for whose inputs are missing, or an unknown group."""
-    from .compare import BUCKET_GROUPS
 
     for group in cfg.buckets or []:
         if group not in BUCKET_GROUPS:

@@ -15,10 +15,12 @@ the same numbers next to it (``.md``).
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
+from ..files import OutputDir
 from .sweep import PICTURE_SUFFIXES, csv_number, read_rows
 
 
@@ -103,7 +105,6 @@ def plot_deltas(reports: list[str], out: str | Path, title: str = "",
                 split_names: dict[str, str] | None = None) -> list[Path]:
     """Write ``out`` (a picture) and ``out`` with ``.md``; ``reports``: ``[LABEL=]results.csv`` each;
     ``split_names``: the runner's split names in words (``{"test1": "test_2017_flickr"}``)."""
-    from ..files import OutputDir
 
     out = Path(out)
     if out.suffix.lower() not in PICTURE_SUFFIXES:
@@ -162,7 +163,6 @@ def _clip_wide_intervals(ax, drawn: list[tuple[Delta, float]], factor: float = 5
     whose seeds disagree wildly: 2 seeds, one degree of freedom) would flatten every other row, so the axis
     stops short of it; its Δ and interval are written at its place, with an arrow at the edge where its
     point lies beyond."""
-    import statistics
 
     if len(drawn) < 3:
         return

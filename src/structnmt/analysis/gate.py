@@ -52,12 +52,18 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
+from ..data.corpus import read_lines
+from ..data.dataset import encode_sources, pad_sources
+from ..data.vocab import BOS, PAD
+from ..decode.translate import Translator
 from ..errors import UserError
+from ..files import OutputDir
+from ..syntax.parsers import resolve_pipeline
 
 SPIECE = "\u2581"
 EOS_LABEL = "</s>"
@@ -216,8 +222,6 @@ def forced_gates(model, sources: list[list[int]], targets: list[list[int]], devi
     sentence, ``len(target) + 1`` values: one per target piece, then the one of ``</s>``.
     Batches are sorted by length; padding does not reach the real positions (the RNN
     decoder reads only the prefix, attention masks the padded source)."""
-    from ..data.dataset import pad_sources
-    from ..data.vocab import BOS, PAD
 
     order = sorted(range(len(sources)), key=lambda i: (len(sources[i]), len(targets[i])))
     out: list[list[float] | None] = [None] * len(sources)
@@ -266,7 +270,6 @@ class _Tagger:
             self.kind = "hanta"
             self.tagger = HanoverTagger.HanoverTagger("morphmodel_ger.pgz")
         elif spec.startswith("spacy:"):
-            from ..syntax.parsers import resolve_pipeline
 
             try:
                 import spacy
@@ -400,7 +403,6 @@ def _md_side(name: str, s: dict) -> list[str]:
 
 def _gated_translator(checkpoint: str | Path):
     """The checkpoint's :class:`Translator`; refused unless it is an RNN with a syntactic gate (eq. 17)."""
-    from ..decode.translate import Translator
 
     tr = Translator(checkpoint)
     if getattr(tr.cfg.model, "family", "transformer") != "rnn" or tr.cfg.model.rnn.syntax == "none":
@@ -412,7 +414,6 @@ def _gated_translator(checkpoint: str | Path):
 def _read_inputs(input_path: str | Path, reference_path: str | Path | None,
                  max_sentences: int) -> tuple[list[str], list[str] | None]:
     """The input lines and the reference lines (None without one), both cut to ``max_sentences``."""
-    from ..data.corpus import read_lines
 
     lines = [x.rstrip("\r") for x in read_lines(input_path)]
     refs = None
@@ -431,7 +432,6 @@ def _target_sides(tr, lines: list[str], refs: list[str] | None, keep: list[int],
                   progress: bool, skipped: dict[str, list[int]]) -> dict[str, list[tuple[int, list[int]]]]:
     """Beam outputs (and references) of the sources that fit: side -> [(source index, target ids)];
     empty ones are added to ``skipped``."""
-    from dataclasses import replace
 
     dcfg = tr.cfg.decode
     dcfg = replace(dcfg, beam=beam, nbest=1)
@@ -516,11 +516,9 @@ def run_gate(*, checkpoint: str | Path, input_path: str | Path, out_dir: str | P
              max_sentences: int = 0, draw: int = 6, batch_size: int = 64, progress: bool = False) -> list[Path]:
     """Write the gate analysis of ``checkpoint`` on ``input_path`` (and ``reference_path``)
     to ``out_dir``; returns the written paths (see the module docstring)."""
-    from ..data.dataset import encode_sources
 
     if word_rule not in ("max", "first"):
         raise UserError(f"--word-rule {word_rule!r}: use max or first.")
-    from ..files import OutputDir
 
     # the report directory is checked before the tagger and the model are loaded; made with the first file
     out = OutputDir(out_dir, "gate", expect=("gate.json", "gate_tokens.tsv", "gate.md", "gate_sentences.png",

@@ -37,7 +37,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..config import ConfigError
+from ..data.dataset import collate
 from ..errors import UserError
+from ..files import OutputDir
 from ..nn.head_identification import (
     DEP_MASK_KEY,
     dep_mask_spec,
@@ -203,7 +206,6 @@ def compare_runs(run_dirs: list[str], labels: list[str] | None, out_dir: str | P
         raise UserError(f"head-roles: the label {twice!r} is given twice; give every run its own label.")
     runs = [(labels[i] if labels else Path(d).name, read_head_roles(Path(d) / "head_roles.jsonl"))
             for i, d in enumerate(run_dirs)]
-    from ..files import OutputDir
 
     out = OutputDir(out_dir, "head-roles", expect=("head_roles.png", "head_roles.md"))
     png = out.write_with("head_roles.png", lambda p: plot_head_roles(runs, p))
@@ -219,7 +221,6 @@ class HeadRolesHook(TrainingHook):
     files = ("head_roles.png",)
 
     def required_structures(self, trainer) -> dict:
-        from ..config import ConfigError
 
         if not trainer.data.manifest.get("syntax"):
             raise ConfigError(f"train.head_roles needs dependency trees, but {trainer.cfg.data.path} was prepared "
@@ -228,7 +229,6 @@ class HeadRolesHook(TrainingHook):
 
     @torch.no_grad()
     def on_validation(self, trainer) -> None:
-        from ..data.dataset import collate
 
         trainer.model.eval()
         split = trainer.valid_split

@@ -70,7 +70,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ..data.corpus import read_lines
+from ..data.dataset import encode_sources
+from ..data.vocab import BOS
+from ..decode.beam import greedy_search
+from ..decode.translate import Translator
 from ..errors import UserError
+from ..files import OutputDir
+from ..syntax.batching import build_structures
+from .phrasal_stats import quadrant_mass, quadrant_matrix, quadrant_percentages, quadrant_table
 
 if TYPE_CHECKING:
     from ..decode.translate import Translator
@@ -83,7 +91,6 @@ SPIECE = "\u2581"
 
 
 def _read_texts(path: str | Path) -> list[str]:
-    from ..data.corpus import read_lines
 
     return [line.strip() for line in read_lines(path) if line.strip()]
 
@@ -101,7 +108,6 @@ def _structures_for(tr, texts: list[str], chosen: list[int], lengths: list[int])
     """Structure tensors (batch of one) of each chosen sentence, built like ``translate``."""
     if not tr.structures:
         return [None for _ in chosen]
-    from ..syntax.batching import build_structures
 
     # pre-parsed files hold one tree per input line: parse them all (count check);
     # without a parser Translator._parse takes the words from the pieces
@@ -230,7 +236,6 @@ def _quadrant_figure(*, fig_cls, layers: list, qlab: list[str], klab: list[str],
                      out, name: str) -> Path:
     """One panel per phrasal layer: the quadrant matrix (token / phrase queries x token /
     phrase keys, head mean) with the quadrant lines."""
-    from .phrasal_stats import quadrant_matrix
 
     panels = [(li, *quadrant_matrix(w[0].cpu(), lay, qlab, klab)) for li, lay, w in layers]
     R = max(p[1].shape[0] for p in panels)
@@ -299,7 +304,6 @@ class _Sentence:
 def _choose_sentences(tr: Translator, texts: list[str], input_path: str | Path, wanted: int,
                       log) -> tuple[list[list[int]], list[int], list[int]]:
     """(encoded texts, the first ``wanted`` that fit the model's positions, 1-based numbers of longer lines skipped)."""
-    from ..data.dataset import encode_sources
 
     # the first lines that fit the model's positions: a longer line is skipped (and said), not the whole job
     limit = tr.cfg.model.max_positions
@@ -368,8 +372,6 @@ def _analyse_sentences(run: _Run, sources: list[list[int]], structs: list[dict |
 
 def _forward(tr: Translator, n: int, src_ids: list[int], structures: dict | None, captured: list) -> _Sentence:
     """Greedy translation of one sentence, then one teacher-forced pass over it that gives every attention map."""
-    from ..data.vocab import BOS
-    from ..decode.beam import greedy_search
 
     model, dev, dcfg = tr.model, tr.device, tr.cfg.decode
     src = torch.tensor([src_ids], dtype=torch.long, device=dev)
@@ -391,7 +393,6 @@ def _forward(tr: Translator, n: int, src_ids: list[int], structures: dict | None
 
 def _add_statistics(run: _Run, s: _Sentence) -> None:
     """Add one sentence's entropies, locality shares, quadrant masses and MG-SA group entropies to the sums."""
-    from .phrasal_stats import quadrant_mass
 
     acc = run.acc
     for role, maps in (("encoder_self", s.res.attentions.get("encoder_self", [])),
@@ -619,7 +620,6 @@ def _draw_cross_last(run: _Run, s: _Sentence) -> None:
 
 def _layer_entry(run: _Run, role: str, li: int) -> dict | None:
     """The ``attention_stats.json`` entry of layer ``li`` of ``role`` (None: no statistics)."""
-    from .phrasal_stats import quadrant_percentages
 
     acc = run.acc
     per_head = acc.mean((role, li, "entropy_per_head"))
@@ -665,7 +665,6 @@ def _syntax_gate_stats(run: _Run) -> dict:
 
 def _write_reports(run: _Run, checkpoint: str | Path, input_path: str | Path, too_long: list[int]) -> None:
     """Write ``attention_stats.json`` and, for phrase-based attentions, ``phrase_quadrants.md``."""
-    from .phrasal_stats import quadrant_table
 
     model = run.tr.model
     stats: dict = {"checkpoint": str(checkpoint), "input": str(input_path), "sentences": len(run.chosen),
@@ -720,7 +719,6 @@ def _labels_for(labels: list[str], K: int) -> list[str]:
 def sentence_maps(tr: Translator, texts: list[str], lines: list[int]) -> list[SentenceMaps | None]:
     """The attention maps of ``texts[i]`` for every i of ``lines``; None for a line longer than the model's
     positions (``model.max_positions``), which is left out, not cut."""
-    from ..data.dataset import encode_sources
 
     encoded = encode_sources(tr.src_vocab, [texts[i] for i in lines])
     fits = [k for k, ids in enumerate(encoded) if len(ids) <= tr.cfg.model.max_positions]
@@ -751,8 +749,6 @@ def run_analyze(*, checkpoint: str | Path, input_path: str | Path, out_dir: str 
     ``max(sentences, stats_sentences)``; returns the written paths (see the module docstring)."""
     from matplotlib.figure import Figure
 
-    from ..decode.translate import Translator
-    from ..files import OutputDir
 
     overrides = {k: v for k, v in (("dependency_file", parse_dependency),
                                    ("constituency_file", parse_constituency)) if v}

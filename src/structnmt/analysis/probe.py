@@ -31,6 +31,7 @@ label of the word form in training). Writes ``out_dir/probe.md`` and ``probe.jso
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import math
 import os
@@ -49,6 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..checkpoint import checkpoint_vocabs, load_checkpoint, load_model_state
 from ..config import (
     AttentionPlan,
     AttentionSpec,
@@ -60,9 +62,21 @@ from ..config import (
     read_yaml_mapping,
     to_dict,
 )
+from ..data.corpus import read_lines
+from ..data.dataset import pad_sources
+from ..data.vocab import EOS, PAD, Vocab, train_sentencepiece
+from ..device import set_threads
 from ..errors import UserError
+from ..files import OutputDir
+from ..models import build_model
+from ..models.transformer import EncoderStack, sinusoidal_table
 from ..nn.attention import collect_structures
-from ..syntax.parsers import ParserConfig
+from ..syntax import probing as P
+from ..syntax.align import AlignmentError, align_trees
+from ..syntax.batching import build_structures
+from ..syntax.convert import dependency_to_constituency
+from ..syntax.io import read_conllu_with_text
+from ..syntax.parsers import ParserConfig, build_parser
 
 TASKS = ("voice", "tense", "tss", "spc", "pos")
 SENTENCE_TASKS = ("voice", "tense", "tss")
@@ -156,7 +170,6 @@ def _check(cfg: ProbeConfig, where: str) -> ProbeConfig:
         bad("tasks is empty; use a subset of " + ", ".join(TASKS) + ".")
     for t in cfg.tasks:
         if t not in TASKS:
-            import difflib
 
             close = difflib.get_close_matches(t, TASKS, n=1)
             bad(f"unknown task '{t}'" + (f"; did you mean '{close[0]}'?" if close else f"; valid: {', '.join(TASKS)}."))
@@ -203,13 +216,11 @@ class Item:
 
 def read_corpus(cc: ProbeCorpusConfig) -> tuple[list[tuple[str, Any, Any, Any]], Counter]:
     """``[(text, dependency, constituency, spans)]`` of the first ``limit`` usable sentences, and skip counts."""
-    from ..syntax.convert import dependency_to_constituency
 
     skipped: Counter = Counter()
     out: list = []
     limit = cc.limit or math.inf
     if cc.kind == "conllu":
-        from ..syntax.io import read_conllu_with_text
 
         for dep, text in read_conllu_with_text(cc.path):
             if len(out) >= limit:
@@ -219,8 +230,6 @@ def read_corpus(cc: ProbeCorpusConfig) -> tuple[list[tuple[str, Any, Any, Any]],
                 continue
             out.append((text, dep, dependency_to_constituency(dep), None))
         return out, skipped
-    from ..data.corpus import read_lines
-    from ..syntax.parsers import build_parser
 
     lines = []
     for line in read_lines(cc.path):
@@ -259,7 +268,6 @@ def split_indices(n: int, ratios: tuple[int, int, int], seed: int) -> dict[str, 
 
 def sentence_labels(trees: list, train_idx: list[int], n_tss: int = 19) -> dict[str, list]:
     """Labels of every sentence (constituency trees); TSS classes fitted on ``train_idx`` only."""
-    from ..syntax import probing as P
 
     seqs = [P.top_level_sequence(t) for t in trees]
     fitted = P.tss_classes([seqs[i] for i in train_idx], n_tss)
@@ -275,8 +283,6 @@ def sentence_labels(trees: list, train_idx: list[int], n_tss: int = 19) -> dict[
 
 def align_items(raw: list, labels: dict[str, list], vocab, max_len: int, skipped: Counter) -> list[Item | None]:
     """Encode each text with ``vocab`` (a :class:`Vocab`) and align its words to pieces; None for a skipped sentence."""
-    from ..data.vocab import EOS
-    from ..syntax.align import AlignmentError, align_trees
 
     out: list[Item | None] = []
     for i, ((text, dep, const, spans), pieces) in enumerate(zip(raw, vocab.encode_spans([r[0] for r in raw]))):
@@ -312,14 +318,12 @@ class ScratchEncoder(nn.Module):
 
     def __init__(self, mc: ProbeModelConfig, vocab_size: int):
         super().__init__()
-        from ..models.transformer import EncoderStack, sinusoidal_table
 
         ov = {f"encoder_self.{int(k)}": v for k, v in mc.overrides.items()}
         self.cfg = ModelConfig(d_model=mc.d_model, ffn_dim=mc.ffn_dim, heads=mc.heads, encoder_layers=mc.layers,
                                decoder_layers=0, dropout=mc.dropout, attention_dropout=mc.attention_dropout,
                                pre_norm=mc.pre_norm, max_positions=mc.max_positions,
                                attention=AttentionPlan(encoder_self=mc.attention, overrides=ov))
-        from ..data.vocab import PAD
 
         self.embed = nn.Embedding(vocab_size, mc.d_model, padding_idx=PAD)
         nn.init.normal_(self.embed.weight, mean=0.0, std=mc.d_model**-0.5)
@@ -346,8 +350,6 @@ def _mlp(d: int, mc: MLPConfig, n_out: int) -> nn.Module:
 
 def load_frozen(checkpoint: str, data_dir: str = ""):
     """(model, source vocabulary, label_ids, structure specs, model config dict) of an NMT checkpoint."""
-    from ..checkpoint import checkpoint_vocabs, load_checkpoint, load_model_state
-    from ..models import build_model
 
     state = load_checkpoint(checkpoint)
     saved = copy.deepcopy(state["config"])
@@ -377,8 +379,6 @@ def load_frozen(checkpoint: str, data_dir: str = ""):
 
 
 def _batch(items: list[Item], specs: dict, label_ids: dict, device):
-    from ..data.dataset import pad_sources
-    from ..syntax.batching import build_structures
 
     src, mask = pad_sources([it.ids for it in items])
     structures = {}
@@ -626,7 +626,6 @@ def _load_encoder(cfg: ProbeConfig, outdir, raw: list, train_idx: list[int]) -> 
     if cfg.mode == "frozen":
         model, vocab, label_ids, specs, mcfg = load_frozen(cfg.checkpoint, cfg.data_dir)
         return _Encoder(vocab, f"the checkpoint's ({len(vocab)} pieces)", model, label_ids, specs, mcfg)
-    from ..data.vocab import Vocab, train_sentencepiece
 
     if cfg.model.vocab:
         vocab = Vocab(cfg.model.vocab)
@@ -718,11 +717,9 @@ def _corpus_summary(cfg: ProbeConfig, n_read: int, splits: dict[str, list[Item]]
 def run_probe(cfg: ProbeConfig, log=print) -> Path:
     """Run every task of ``cfg``; return the path of the Markdown report (``out_dir/probe.md``)."""
     t0 = time.time()
-    from ..device import set_threads
 
     set_threads(cfg.train.threads)
     device = _device(cfg.train.device)
-    from ..files import OutputDir
 
     outdir = OutputDir(cfg.out_dir, "probe", expect=("probe.json", "probe.md"))
     raw, skipped, n_read = _read_usable_corpus(cfg)

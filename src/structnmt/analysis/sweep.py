@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 
 from ..errors import UserError
+from ..files import OutputDir
 
 
 def read_rows(path: str | Path) -> list[dict[str, str]]:
@@ -134,7 +135,6 @@ def plot_sweep(results: str | Path, pattern: str, out: str | Path, references: l
     from matplotlib.figure import Figure
 
     points, refs = sweep_points(read_rows(results), pattern, references or [], column, results, where)
-    from ..files import OutputDir
 
     out = Path(out)
     if out.suffix.lower() not in PICTURE_SUFFIXES:

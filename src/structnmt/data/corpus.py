@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -107,7 +108,6 @@ BOM = "\ufeff"
 
 def note_bom(path: str | Path) -> None:
     """The one-line note that a file's UTF-8 byte-order mark was removed (every text reader removes it)."""
-    import sys
 
     print(f"note: {path}: the UTF-8 byte-order mark at its start was removed (it is not part of the text).",
           file=sys.stderr)

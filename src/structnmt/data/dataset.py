@@ -29,6 +29,8 @@ import numpy as np
 import torch
 
 from ..errors import UserError
+from ..syntax.batching import feature_values, pad_structures
+from ..syntax.features import FEATURES
 from ..syntax.trees import trees_from_json
 from .vocab import BOS, EOS, PAD, Vocab, VocabError, vocab_pair
 
@@ -107,7 +109,6 @@ class PreparedSplit:
     def structure_inputs(self, ids, structures: dict) -> tuple[list, list[np.ndarray]]:
         """(trees, word_of_piece) of sentences ``ids``; trees are loaded only when a
         requested feature reads them."""
-        from ..syntax.features import FEATURES
 
         kinds = frozenset(k for spec in structures.values() if spec.feature in FEATURES
                           for k in FEATURES[spec.feature].needs)
@@ -125,7 +126,6 @@ class PreparedSplit:
         (:meth:`precompute_structures`), so batching a structure is only padding;
         integer matrices are kept in the smallest integer type that holds them.
         """
-        from ..syntax.batching import feature_values
 
         out: dict[str, list] = {}
         ids = [int(i) for i in ids]
@@ -382,7 +382,6 @@ def collate(split: PreparedSplit, ids: np.ndarray, structures: dict | None = Non
     src_t = torch.from_numpy(src)
     built = {}
     if structures:
-        from ..syntax.batching import pad_structures
         built = pad_structures(structures, split.structure_values(ids, structures), S, label_ids)
     return Batch(
         src=src_t,

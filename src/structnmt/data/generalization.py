@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..syntax.io import parse_ptb
+from ..syntax.io import parse_ptb, read_conllu
 from ..syntax.trees import Node
 from .synthetic import SynthExample, corpus_dir, split_files, write_examples
 from .synthetic.grammar import _Sampler
@@ -228,7 +228,6 @@ def benchmark_splits(directory: str | Path) -> dict[str, str]:
 
 def load_examples(directory: str | Path, split: str) -> list[SynthExample]:
     """The examples of one written split (source, target, gold trees, agreement probes)."""
-    from ..syntax.io import read_conllu
 
     d = Path(directory)
     src = (d / f"{split}.src").read_text(encoding="utf-8").splitlines()

@@ -55,10 +55,12 @@ from typing import BinaryIO, TextIO
 
 import numpy as np
 
+from ..files import errors_name, temp_dir_beside
 from ..syntax.align import AlignmentError, align_trees
-from ..syntax.parsers import Parsed, ParserConfig, build_parser
+from ..syntax.parsers import Parsed, ParserConfig, build_parser, resolve_pipeline
 from ..syntax.trees import node_to_list
 from .corpus import CorpusError, PairStats, file_digest, read_lines, read_pairs, resolve
+from .lock import claim_dataset
 from .moses import has_rules, moses_pretokenize
 from .vocab import Vocab, train_sentencepiece, train_subword_nmt
 
@@ -116,7 +118,6 @@ def _parser_version(cfg: ParserConfig) -> str:
     try:
         import spacy
 
-        from ..syntax.parsers import resolve_pipeline
 
         package = resolve_pipeline(cfg.pipeline)
         return f"spacy {spacy.__version__}, {package} {spacy.util.get_package_version(package or cfg.pipeline)}"
@@ -192,11 +193,9 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
         changed = [p for p in digests if old.get("inputs", {}).get(p) != digests[p]]
         reason = f"inputs changed: {', '.join(changed)}" if changed else "the prepare config changed"
         log(f"prepare: {out} is stale ({reason}); rebuilding.")
-    from .lock import claim_dataset
 
     held = claim_dataset(out)  # a training that reads the old dataset: refused before any work
     out.parent.mkdir(parents=True, exist_ok=True)
-    from ..files import errors_name, temp_dir_beside
 
     _remove_leftovers(out, log)  # an interrupted (killed) prepare's half-built directory, ours to remove: we hold out
     tmp = temp_dir_beside(out, ".prepare-")
@@ -215,7 +214,6 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
 def _remove_leftovers(out: Path, log) -> None:
     """Remove the temporary directories (``.<name>.prepare-XXXX``) a killed ``prepare`` of ``out`` left beside it;
     the caller holds ``out``'s claim, so no other prepare of it is building one now."""
-    import shutil
 
     for d in sorted(out.parent.glob(f".{out.name}.prepare-*")):
         if d.is_dir() and not d.is_symlink():

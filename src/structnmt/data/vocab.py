@@ -7,6 +7,7 @@ beam search never need to ask which id is which.
 from __future__ import annotations
 
 import hashlib
+import io
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -14,8 +15,10 @@ import numpy as np
 import sentencepiece as spm
 
 from ..errors import UserError
+from ..files import atomic_path, atomic_write_text
+from ..syntax.features import word_of_piece_from_pieces
 from .moses import moses_detokenize, moses_pretokenize
-from .subword_nmt import MAGIC, SubwordNmtError, SubwordNmtModel, learn_codes
+from .subword_nmt import MAGIC, SubwordNmtError, SubwordNmtModel, learn_codes, word_counts
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
@@ -134,7 +137,6 @@ class Vocab:
 
     def word_of_piece(self, ids: Iterable[int]) -> np.ndarray:
         """``(P,)`` int64 word index of each piece of ``ids`` (:func:`structnmt.syntax.features.word_of_piece_from_pieces`)."""
-        from ..syntax.features import word_of_piece_from_pieces
 
         return word_of_piece_from_pieces(self.pieces(ids))
 
@@ -186,7 +188,6 @@ def train_sentencepiece(
     stays bounded for WMT-size corpora. ``lowercase``: trained on the lowercased lines,
     and the returned vocabulary lowercases what it encodes.
     """
-    import io
 
     it: Iterator[str] = (line.lower() for line in lines) if lowercase else iter(lines)
     model = io.BytesIO()  # written here, not by SentencePiece: a full disk is then an OSError naming the file
@@ -207,7 +208,6 @@ def train_sentencepiece(
         num_threads=num_threads,
         minloglevel=2,
     )
-    from ..files import atomic_path, atomic_write_text
 
     sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
     with atomic_path(f"{model_prefix}.model") as tmp:
@@ -225,8 +225,6 @@ def train_subword_nmt(lines: Iterable[str], model_prefix: str | Path, *, merges:
     ``subword-nmt apply-bpe -c``) and ``{prefix}.vocab`` (each piece and its count in the BPE'd training text,
     fairseq's dictionary format). ``lowercase`` as in :func:`train_sentencepiece`. Returns the vocabulary and
     the number of merges learned."""
-    from ..files import atomic_path, atomic_write_text
-    from .subword_nmt import word_counts
 
     words = word_counts(line.lower() for line in lines) if lowercase else word_counts(lines)
     codes, learned = learn_codes(words, merges, progress=progress)

@@ -8,20 +8,31 @@ translated. Either way :attr:`Translator.too_long` lists its 1-based line number
 
 from __future__ import annotations
 
+import copy
 import json
 import multiprocessing
+import queue
+import signal
+import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from ..allocator import configure_allocator
 from ..checkpoint import load_checkpoint, model_from_checkpoint
 from ..config import Config, DecodeConfig, ModelConfig, build_dataclass, low_precision_refusal
 from ..data.dataset import encode_sources, pad_sources
 from ..data.vocab import EOS
-from ..device import get_device, usable_cores
+from ..device import get_device, slow_dtype_refusal, usable_cores
 from ..errors import CheckpointError, UserError
+from ..syntax.align import AlignmentError, align_trees
+from ..syntax.batching import build_structures
+from ..syntax.features import FEATURES
+from ..syntax.parse_cache import cached_parses, read_parse_cache
+from ..syntax.parsers import ParserConfig, build_parser
 from .beam import beam_search, greedy_search
 
 
@@ -69,7 +80,6 @@ def check_dtype(model, dtype: str) -> None:
 def check_dtype_speed(dcfg: DecodeConfig, device: torch.device) -> None:
     """Refuse a number format slower than float32 on this machine (:func:`structnmt.device.slow_dtype_refusal`)
     unless ``dcfg.allow_slow_dtype``: one sentence with the formats to use instead."""
-    from ..device import slow_dtype_refusal
 
     why = None if dcfg.allow_slow_dtype else slow_dtype_refusal(dcfg.dtype, device)
     if why:
@@ -99,8 +109,6 @@ def int8_copy(model):
     versions this project supports (torch < 2.14); where it is gone this raises
     :class:`UserError`.
     """
-    import copy
-    import warnings
 
     try:
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
@@ -132,7 +140,6 @@ def model_for_dtype(model, dtype: str):
     target = DECODE_DTYPES[dtype]
     if next(model.parameters()).dtype == target:  # float32, or a copy made before
         return model
-    import copy
 
     return copy.deepcopy(model).to(target)
 
@@ -238,8 +245,6 @@ class DecodePool:
         """One message per worker on ``ready``: None (loaded) or why it could not load. A worker that
         dies without a word (killed, crashed, a script without the ``__main__`` guard) is replaced by
         the pool under a new process id; that, or the timeout, ends the wait too."""
-        import queue
-        import time
 
         workers = self.workers
         # the pool's processes: multiprocessing.Pool's own list (no public API gives it; without it only the
@@ -287,9 +292,7 @@ _POOL_MODEL: dict = {}
 def _pool_init(checkpoint: str, threads: int, data_dir, ready) -> None:
     """A worker's start: load the model, then put None (or why it failed) on ``ready``. Ctrl-C and SIGTERM
     are the parent's to handle (it stops the pool): a worker ignores them, so none prints a traceback."""
-    import signal
 
-    from ..allocator import configure_allocator
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -350,7 +353,6 @@ class Translator:
             raise UserError(f"{flags}: {checkpoint} reads no parses (its attention uses no structure), so the "
                             f"trees would be ignored; drop {flags}.")
         if self.structures:
-            from ..syntax.parsers import ParserConfig
 
             syntax = state.get("data_syntax")
             where = f"{checkpoint} (data_syntax)"
@@ -369,7 +371,6 @@ class Translator:
             self.parser_cfg = parser_cfg if parser_cfg.name != "none" else None
             self.label_ids = {x: i for i, x in enumerate(syntax.get("labels") or [])}
             self._use_parse_cache(parse_cache, parser_cfg)
-            from ..syntax.features import FEATURES
 
             needs_trees = any(FEATURES[spec.feature].needs for spec in self.structures.values())
             templates = [t for t in (parser_cfg.dependency_file, parser_cfg.constituency_file) if t]
@@ -432,7 +433,6 @@ class Translator:
         if parser_cfg.name != "spacy":
             raise UserError(f"--parse-cache {path}: this model's dataset was parsed by '{parser_cfg.name}', whose "
                             "parses come from files already; the cache is for spaCy-parsed datasets, drop it.")
-        from ..syntax.parse_cache import read_parse_cache
 
         self.parse_cache = read_parse_cache(path)
 
@@ -445,13 +445,9 @@ class Translator:
         """
         if self.parser_cfg is None or (self.pieces_without_prefix and prefix is None and lang is None):
             return [((None, None), self.src_vocab.word_of_piece(ids)) for ids in self.src_vocab.encode(texts)]
-        from ..syntax.align import AlignmentError, align_trees
-        from ..syntax.features import FEATURES
-        from ..syntax.parsers import build_parser
 
         needs = tuple(sorted({t for spec in self.structures.values() for t in FEATURES[spec.feature].needs}))
         if self.parse_cache is not None:
-            from ..syntax.parse_cache import cached_parses
 
             parsed = cached_parses(self.parse_cache, self.parse_cache_path, self.parser_cfg, texts)
         else:
@@ -500,7 +496,6 @@ class Translator:
                 if len(s) <= limit and (not parsed or parsed[j] is not None) and j not in blank]
         structures_for = None
         if self.structures:
-            from ..syntax.batching import build_structures
 
             def structures_for(idx: list[int], S: int) -> dict[str, torch.Tensor]:
                 chosen = [parsed[todo[k]] for k in idx]

@@ -28,6 +28,7 @@ from ..data.synthetic import (
     target_lexicon,
     target_verb,
 )
+from .score import corpus_scores
 
 DISTANCE_BUCKETS = ((1, 2), (3, 5), (6, 9), (10, 10_000))
 
@@ -66,7 +67,6 @@ def verb_final_outcomes(hypothesis: str, example: SynthExample, forms: dict[str,
 
 def split_metrics(hypotheses: list[str], examples: list[SynthExample], *, seed: int) -> dict:
     """The metrics of one split (module docstring); ``seed`` is the corpus's (its lexicon)."""
-    from .score import corpus_scores
 
     if len(hypotheses) != len(examples):
         raise ValueError(f"got {len(hypotheses)} hypotheses for {len(examples)} examples")

@@ -28,6 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..data.corpus import read_lines as stream_lines
+from ..data.moses import moses_tokenizer
+
 __all__ = [
     "Score",
     "read_lines",
@@ -83,7 +86,6 @@ def read_lines(path: str | Path) -> list[str]:
     :class:`~structnmt.data.corpus.CorpusError` (a ``ValueError``) naming the file, the
     line and the column.
     """
-    from ..data.corpus import read_lines as stream_lines
 
     return list(stream_lines(path))
 
@@ -99,7 +101,6 @@ def moses_lc_tokenize(lines: Iterable[str], lang: str = "en") -> list[str]:
     Mirrors ``lowercase.perl | tokenizer.perl -l <lang> -no-escape`` as used
     before ``multi-bleu.perl``. Lowercasing happens first.
     """
-    from ..data.moses import moses_tokenizer
 
     tok = moses_tokenizer(lang)
     return [tok.tokenize(line.lower(), escape=False, return_str=True) for line in lines]

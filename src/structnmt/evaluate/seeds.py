@@ -42,6 +42,7 @@ a difference on this one test set general.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from .power import VarianceParts, minimal_detectable_effect
+from .score import _check_parallel, lc_tok_bleu, moses_lc_tokenize
 
 __all__ = ["SeedTest", "RunStatistics", "seed_aware_test", "seed_aware_accuracy_test", "seed_aware_statistic_test",
            "run_statistics", "describe_test"]
@@ -101,7 +103,6 @@ def _metric(metric: str) -> Any:
     if metric == "chrf":
         return CHRF()
     if metric == "bleu_lc_tok":
-        from .score import lc_tok_bleu
 
         return lc_tok_bleu()
     if metric == "bleu":
@@ -112,7 +113,6 @@ def _metric(metric: str) -> Any:
 def run_statistics(runs: Sequence[Sequence[str]], refs: Sequence[str], *, metric: str = "bleu",
                    lang: str = "en") -> tuple[Any, list[np.ndarray]]:
     """(sacreBLEU metric object, per-sentence sufficient statistics of every run: (N, S) arrays)."""
-    from .score import _check_parallel, moses_lc_tokenize
 
     m = _metric(metric)
     references = list(refs)
@@ -300,7 +300,6 @@ def _one_test(a_full: np.ndarray, a_boot: np.ndarray, b_full: np.ndarray, b_boot
 
 def _aso(a: np.ndarray, b: np.ndarray, seed: int) -> tuple[float, float]:
     """deepsig's epsilon_min for "a dominates b" and for "b dominates a" (confidence 0.95)."""
-    import warnings
 
     from deepsig import aso
 

@@ -4,10 +4,13 @@ nothing of the runner)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ..analysis.compare import System
+from ..analysis.compare_agreement import AgreementRuns, probe_outcomes
 from ..analysis.compare_report import CompareInputs, parses_for, read_lines
+from ..data.generalization import benchmark_splits, load_examples
 from ..errors import UserError
 from ..files import committed_or_plain
 from .grid import slug
@@ -38,8 +41,6 @@ def inputs_from_benchmark(out_dir: str | Path, rows: list[str], bench_dir: str |
     the benchmark written by ``structnmt synth --generalization --out BENCH_DIR`` joined in its order), with the
     benchmark's sources, references, gold dependency trees (the syntax buckets) and agreement probes (the
     agreement buckets of :mod:`structnmt.analysis.compare_agreement`)."""
-    from ..analysis.compare_agreement import AgreementRuns, probe_outcomes
-    from ..data.generalization import benchmark_splits, load_examples
 
     out_dir = Path(out_dir)
     if len(rows) < 2:
@@ -74,7 +75,6 @@ def inputs_from_experiment(out_dir: str | Path, rows: list[str], splits: list[st
     """The systems of an experiment's output directory (``runs/<row>/seed<k>/<split>.hyp``; the first row is
     the baseline), every split joined in order, with the dataset's sources, references, parses and
     training targets (its manifest names them)."""
-    import json
 
     out_dir = Path(out_dir)
     if len(rows) < 2:

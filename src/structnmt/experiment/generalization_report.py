@@ -13,11 +13,15 @@ broken down by the number of attractors (``agreement_by_attractors.png``) and by
 
 from __future__ import annotations
 
+import csv
 import json
 import random
 import statistics
 from pathlib import Path
 
+from ..data.generalization import benchmark_splits, load_examples
+from ..evaluate.score import paired_bootstrap
+from ..evaluate.seeds import describe_test, seed_aware_accuracy_test, seed_aware_test
 from ..files import read_lines_exact
 from .grid import GridConfig, seeds_of
 
@@ -77,7 +81,6 @@ def _accuracy_p(grid: GridConfig, results: dict, outcomes: dict, name: str, key:
     """(p-value of ``name`` against the baseline on one accuracy, whether it is the seed-aware test); ``outcomes``:
     {(row, seed): :func:`read_per_sentence`} of one split. With >= 2 seeds a side the seed-aware accuracy test, else
     the paired randomization test of the items of the seeds both sides have (test-set sampling only)."""
-    from ..evaluate.seeds import seed_aware_accuracy_test
 
     base = grid.baseline
     seeds_a, seeds_b = seeds_of(grid, results, name), seeds_of(grid, results, base)
@@ -94,8 +97,6 @@ def _accuracy_p(grid: GridConfig, results: dict, outcomes: dict, name: str, key:
 def _bleu_tests(grid: GridConfig, results: dict, split: str, refs: list[str], run_dir) -> dict[str, float]:
     """BLEU p-values against the baseline on one benchmark split: the seed-aware test where the baseline
     has >= 2 seeds (rows with fewer are left out), else the first seed's paired bootstrap."""
-    from ..evaluate.score import paired_bootstrap
-    from ..evaluate.seeds import seed_aware_test
 
     ev, base = grid.evaluate, grid.baseline
 
@@ -117,7 +118,6 @@ def _bleu_tests(grid: GridConfig, results: dict, split: str, refs: list[str], ru
 
 def _header(grid: GridConfig, results: dict, directory: str) -> list[str]:
     """The section's opening paragraph: the benchmark, the statistics and the tests."""
-    from ..evaluate.seeds import describe_test
 
     base, seed0 = grid.baseline, grid.seeds[0]
     seed_aware = len(seeds_of(grid, results, base)) >= 2
@@ -142,7 +142,6 @@ def _header(grid: GridConfig, results: dict, directory: str) -> list[str]:
 def generalization_section(grid: GridConfig, results: dict, out) -> list[str]:
     """Markdown lines of the per-split tables (and the attractor picture and ``generalization.csv`` in ``out``,
     the report's :class:`structnmt.files.OutputDir`)."""
-    from ..data.generalization import benchmark_splits, load_examples
 
     directory = grid.evaluate.benchmark
     splits = benchmark_splits(directory)
@@ -188,7 +187,6 @@ def generalization_section(grid: GridConfig, results: dict, out) -> list[str]:
     for n in names:
         summary.append(f"| {n} | " + " | ".join(f"{agreement_by_split[n][s]:.1f}" for s in splits) + " |")
     out.write_with("agreement_by_attractors.png", lambda tmp: _plot_attractors(grid, results, tmp))
-    import csv
 
     def write(tmp: Path) -> None:
         with open(tmp, "w", encoding="utf-8", newline="") as f:

@@ -14,15 +14,21 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime
+import json
 import math
 import os
 import platform
 import statistics
 from pathlib import Path
 
+from ..analysis.curves import plot_curves
+from ..analysis.deltas import draw_report_deltas, read_deltas
 from ..config import Config
-from ..files import committed_or_plain, read_lines_exact
-from .grid import GridConfig, seeds_of
+from ..evaluate.score import paired_bootstrap
+from ..evaluate.seeds import describe_test, seed_aware_test
+from ..files import OutputDir, committed_or_plain, read_lines_exact
+from .generalization_report import generalization_section
+from .grid import GridConfig, seeds_of, split_prefix
 
 COLUMNS = ["System", "# Params", "Speed (train tok/s)", "Decode (sent/s)", "Peak mem (MB)", "BLEU", "Δ", "p", "chrF"]
 #: results.csv: one line per (split, system); the per-seed figures follow as <metric>_seed<k> columns
@@ -89,7 +95,6 @@ class DamagedResult(Exception):
 def read_result(path: Path, grid: GridConfig) -> dict:
     """A run's ``result.json``, checked: a JSON object with :data:`RESULT_KEYS` (and the grid's headline score)
     whose scores are finite numbers; else :class:`DamagedResult` saying what is wrong and what to do."""
-    import json
 
     fix = f"delete {path} to train and score that run again (or copy its run directory again)"
     try:
@@ -132,8 +137,6 @@ def _hyps(grid: GridConfig, results: dict, name: str, seed: int, split: str) -> 
 def _tests(grid: GridConfig, results: dict, split: str, refs: list[str], seeds: dict[str, list[int]]) -> tuple[dict, dict]:
     """({system: test}, facts about the test) for one split: seed-aware where the baseline has >= 2
     seeds (rows with fewer than 2 are left untested), else the first seed's paired bootstrap."""
-    from ..evaluate.score import paired_bootstrap
-    from ..evaluate.seeds import seed_aware_test
 
     ev, key, base = grid.evaluate, _metric_key(grid), grid.baseline
     others = [r.name for r in grid.runs if r.name != base]
@@ -266,7 +269,6 @@ def noise_floor(rows: list[dict], bleu_name: str) -> str:
 
 
 def plot_learning_curves(grid: GridConfig, results: dict, path: Path) -> None:
-    from ..analysis.curves import plot_curves
 
     series, styles = [], []
     for i, r in enumerate(grid.runs):
@@ -312,7 +314,6 @@ def plot_ngram_gain(grid: GridConfig, results: dict, path: Path) -> None:
 def _write_deltas_picture(grid: GridConfig, report, configs: dict, splits: list[str]) -> bool:
     """``deltas.png`` (:func:`structnmt.analysis.deltas.draw_report_deltas`) from the results.csv just written,
     when some row has the seed-aware test (2 seeds or more); else an earlier report's picture is removed."""
-    from ..analysis.deltas import draw_report_deltas, read_deltas
 
     read = read_deltas(report.path / "results.csv", skip_untested=True)
     _, _, tested = read
@@ -327,7 +328,6 @@ def _write_deltas_picture(grid: GridConfig, report, configs: dict, splits: list[
 
 def _split_label(configs: dict, split: str) -> str:
     """"test (test_2016_flickr)": a split with the corpus file it was prepared from, where known."""
-    from .grid import split_prefix
 
     cfg = next(iter(configs.values()), None)
     prefix = split_prefix(cfg, split)[0] if cfg is not None else None
@@ -335,7 +335,6 @@ def _split_label(configs: dict, split: str) -> str:
 
 
 def _significance_lines(grid: GridConfig, info: dict, seeds: int) -> list[str]:
-    from ..evaluate.seeds import describe_test
 
     ev = grid.evaluate
     if info["kind"] == "seed-aware":
@@ -437,7 +436,6 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
                       "without a later seed is over the seeds it has."]
     lines += _per_run_lines(grid, results, dirs, splits, bleu_name)
     if ev.benchmark:
-        from .generalization_report import generalization_section
 
         lines += ["", *generalization_section(grid, results, report)]
     return report.write_text("results.md", "\n".join(lines) + "\n")
@@ -501,7 +499,6 @@ def report_dir(grid: GridConfig, out: Path):
     """``out`` as the report directory of ``structnmt experiment`` (:class:`structnmt.files.OutputDir`): a
     file under a report name that no structnmt command wrote is refused, before any run is trained; a
     directory with the runner's ``experiment.log`` but no manifest is an earlier report, replaced."""
-    from ..files import OutputDir
 
     names = REPORT_FILES + (("agreement_by_attractors.png", "generalization.csv") if grid.evaluate.benchmark else ())
     return OutputDir(out, "experiment", expect=names,

@@ -28,18 +28,40 @@ files) can be copied to another machine and the grid continued there.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import importlib.util
 import json
 import os
 import shlex
+import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from ..analysis.curves import read_curves
+from ..checkpoint import load_checkpoint
 from ..config import Config, ConfigError, build_dataclass, from_dict, to_dict, with_defaults
-from ..induce import induces_trees
+from ..data.corpus import CorpusError, read_lines
+from ..data.dataset import PreparedDataset
+from ..data.generalization import benchmark_splits, load_examples
+from ..data.prepare import PrepareConfig, prepare
+from ..data.subword_nmt import MAGIC
+from ..decode.translate import Translator, check_dtype_speed
+from ..device import get_device, set_threads
+from ..errors import UserError
+from ..evaluate.generalization import split_metrics
+from ..evaluate.score import corpus_scores
+from ..files import atomic_write_text
+from ..induce import induces_trees, run_induce
+from ..models import build_model
 from ..subprocesses import interrupt_pool, launch_cli
+from ..syntax.parse_cache import cached_parses, dataset_parser, read_parse_cache
+from ..syntax.parsers import ParserError, SpacyParser, resolve_pipeline
+from ..train.average import average_checkpoints, last_checkpoints
 from ..train.lock import RESUMABLE_KEYS
 from .grid import (
     BUDGET_KEYS,
@@ -50,7 +72,7 @@ from .grid import (
     slug,
     split_prefix,
 )
-from .report import DamagedResult, headline_score, read_result
+from .report import DamagedResult, hardware, headline_score, read_result, report_dir, write_report
 
 #: Config keys that change speed, logging or hardware only: a finished or started run may be reported and
 #: resumed with other values. The trainer's resumable keys, less the budget (a run trained for another
@@ -90,7 +112,6 @@ def dataset_fingerprint(path: Path, *, raw: bool = False) -> str:
     (``trainer_spec.model_prefix``, a temporary directory), so preparing the same inputs again, on this
     machine or another, gives the same fingerprint. ``raw``: the bytes as they are (the fingerprint of
     runs recorded before this rule)."""
-    import hashlib
 
     h = hashlib.sha256()
     for f in sorted(p for p in Path(path).iterdir() if p.is_file() and p.name != "manifest.json"):
@@ -108,7 +129,6 @@ def _sentencepiece_content(data: bytes) -> bytes:
     """A SentencePiece model's bytes without its training path (pieces, scores and normalizer kept)."""
     from sentencepiece import sentencepiece_model_pb2
 
-    from ..data.subword_nmt import MAGIC
 
     if data.startswith(MAGIC):  # a subword-nmt model holds no path
         return data
@@ -143,7 +163,6 @@ def _write_json(path: Path, obj) -> None:
 
 
 def _write_text(path: Path, text: str) -> None:
-    from ..files import atomic_write_text
 
     atomic_write_text(path, text)
 
@@ -163,7 +182,6 @@ def _prepare_data(grid: GridConfig, out: Path, log) -> Path:
             raise ConfigError(f"{grid.source}: data.path {path} holds no prepared dataset; run `structnmt prepare` "
                               "first or give a data.prepare block.")
         return path
-    from ..data.prepare import PrepareConfig, prepare
 
     spec = dict(grid.data.prepare)
     destdir = Path(spec.pop("destdir", None) or out / "data-bin").resolve()
@@ -179,7 +197,6 @@ def _threads_guard(cfg: Config):
     import torch
 
     old = torch.get_num_threads()
-    from ..device import set_threads
 
     set_threads(cfg.train.threads)
     return old
@@ -191,7 +208,6 @@ def _score_split(grid: GridConfig, cfg: Config, tr, dcfg, run_dir: Path, split: 
     sacreBLEU BLEU and chrF (with signatures and n-gram precisions), BLEU (lc,tok) where the grid asks."""
     import torch
 
-    from ..evaluate.score import corpus_scores
 
     ev = grid.evaluate
     prefix, lang = split_prefix(cfg, split)
@@ -222,10 +238,7 @@ def _translator(grid: GridConfig, run_dir: Path, workers: int | None = 1):
     """The averaged model of a run (``average.pt``, written from the last checkpoints if absent) and the
     grid's decoding settings; ``workers`` as ``translate --workers`` (None: one process per core for inputs
     of 8 batches or more, when the grid trains one run at a time and so has the machine to itself)."""
-    import dataclasses
 
-    from ..decode.translate import Translator
-    from ..train.average import average_checkpoints, last_checkpoints
 
     ev = grid.evaluate
     avg = run_dir / "average.pt"
@@ -244,8 +257,6 @@ def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, splits: dict[str
     split, translate the grid's other files (``workers``: see :func:`_translator`)."""
     import torch
 
-    from ..checkpoint import load_checkpoint
-    from ..train.average import average_checkpoints, last_checkpoints
 
     ev = grid.evaluate
     last = load_checkpoint(run_dir / "checkpoint_last.pt")
@@ -305,7 +316,6 @@ def _finish_result(grid: GridConfig, cfg: Config, run_dir: Path, tr, dcfg, main:
         result["translated"] = _translate_files(ev.translate, tr, dcfg, run_dir)
     if ev.induce and induces_trees(cfg):
         result["induced"] = _induce_files(ev.induce, run_dir)
-    from .report import hardware
 
     result["hardware"] = hardware()  # the machine that trained and decoded it (a report may be written elsewhere)
     return result
@@ -339,9 +349,6 @@ def _translate_files(files: list[str], tr, dcfg, run_dir: Path) -> dict[str, str
     """Translate every file of ``evaluate.translate`` into ``<run>/<name>.hyp`` (one line per
     input line). A file the model cannot translate (a model that reads pre-parsed trees the
     file does not come with, say) is recorded with the reason instead of stopping the grid."""
-    from ..config import ConfigError
-    from ..data.corpus import CorpusError, read_lines
-    from ..errors import UserError
 
     done: dict[str, str] = {}
     for f in files:
@@ -361,8 +368,6 @@ def _translate_files(files: list[str], tr, dcfg, run_dir: Path) -> dict[str, str
 def _induce_files(files: list[str], run_dir: Path) -> dict[str, str]:
     """Trees of every CoNLL-U file of ``evaluate.induce`` from the run's averaged model (``structnmt induce``
     with its defaults); a file that cannot be read is recorded with the reason instead of stopping the grid."""
-    from ..errors import UserError
-    from ..induce import run_induce
 
     done: dict[str, str] = {}
     for f in files:
@@ -381,8 +386,6 @@ def _evaluate_benchmark(directory: str, tr, dcfg, run_dir: Path) -> dict:
     (:func:`structnmt.evaluate.generalization.split_metrics`); per split the summary,
     with the hypotheses in ``bench_<split>.hyp`` and the per-sentence outcomes (for the
     report's paired tests) in ``bench_<split>.json``."""
-    from ..data.generalization import benchmark_splits, load_examples
-    from ..evaluate.generalization import split_metrics
 
     seed = json.loads((Path(directory) / "benchmark.json").read_text(encoding="utf-8"))["config"]["seed"]
     summary = {}
@@ -417,7 +420,6 @@ class _Say:
     announce their runs too, hence the lock)."""
 
     def __init__(self, log, log_file: Path):
-        import threading
 
         self.log, self.log_file, self.lock = log, log_file, threading.Lock()
 
@@ -445,7 +447,6 @@ class GridPlan:
 
 
 def _evaluation_splits(g: GridConfig, data_path: Path) -> dict[str, tuple[list[str], list[str]]]:
-    from ..data.dataset import PreparedDataset
 
     ds = PreparedDataset(data_path)
     split_data: dict[str, tuple[list[str], list[str]]] = {}
@@ -492,8 +493,6 @@ def check_evaluation_parser(plan: GridPlan) -> None:
     """Refuse before any training when a run still to be decoded reads parses and the dataset's parser cannot
     run here. Its translator parses what it translates (the test splits, the blind files) with the parser the
     data was prepared with; found missing only after training, it would cost the whole training."""
-    from ..syntax.parse_cache import dataset_parser
-    from ..syntax.parsers import ParserError, SpacyParser, resolve_pipeline
 
     pending = plan.to_train + plan.to_evaluate
     parser = dataset_parser(plan.data_path)
@@ -502,11 +501,9 @@ def check_evaluation_parser(plan: GridPlan) -> None:
     if plan.grid.evaluate.parse_cache:
         _check_parse_cache(plan, parser)
         return
-    import importlib.util
 
     if importlib.util.find_spec("spacy") is not None and resolve_pipeline(parser.pipeline):
         return
-    from ..data.dataset import PreparedDataset
 
     ds = PreparedDataset(plan.data_path)
     sizes = (len(ds.src_vocab), len(ds.tgt_vocab))
@@ -523,8 +520,6 @@ def check_evaluation_parser(plan: GridPlan) -> None:
 def _check_parse_cache(plan: GridPlan, parser) -> None:
     """evaluate.parse_cache must hold every line the runs will parse (``parser``: the dataset's ParserConfig): the
     splits' sources and the translated files (a line it lacks is refused now, not after training)."""
-    from ..data.corpus import read_lines
-    from ..syntax.parse_cache import cached_parses, read_parse_cache
 
     ev = plan.grid.evaluate
     texts = [t.strip() for src, _ in plan.split_data.values() for t in src]
@@ -537,7 +532,6 @@ def _reads_parses(cfg: Config, vocab_sizes: tuple[int, int]) -> bool:
     """Whether a run's model reads structures (its data config asks for some, or one of its mechanisms does)."""
     if cfg.data.structures:
         return True
-    from ..models import build_model
 
     return bool(build_model(cfg.model, *vocab_sizes).required_structures())
 
@@ -545,7 +539,6 @@ def _reads_parses(cfg: Config, vocab_sizes: tuple[int, int]) -> bool:
 def run_progress(run_dir: Path, max_updates: int = 0) -> str:
     """How far an unfinished run came, for ``--report-only``: trained to its budget, stopped at an update
     (its metrics.jsonl; ``max_updates`` > 0 gives the budget beside it), or not started."""
-    from ..analysis.curves import read_curves
 
     if (run_dir / "train_done.json").exists():
         return "trained, not yet decoded and scored"
@@ -601,8 +594,6 @@ def _plan_run(plan: GridPlan, item: tuple[str, int, Path, str], cfg: Config, fin
         plan.missing.append((name, seed))
         say(f"{tag}: no results yet ({run_progress(run_dir, cfg.train.max_updates)}; --report-only trains nothing).")
     else:
-        from ..decode.translate import check_dtype_speed
-        from ..device import get_device
 
         check_dtype_speed(cfg.decode, get_device(g.evaluate.device))  # refused before training, not after it
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -621,7 +612,6 @@ class _Runs:
     processes running now, ``stopping`` is set by an interrupt so that no queued run starts."""
 
     def __init__(self, plan: GridPlan, say, decode_workers: int | None = 1):
-        import threading
 
         self.plan, self.say = plan, say
         self.decode_workers = decode_workers  # as translate --workers (None: translate's default)
@@ -633,7 +623,6 @@ class _Runs:
         if self.stopping.is_set():
             return -1, time.time()
         if (run_dir / "checkpoint_last.pt").exists():
-            from ..checkpoint import load_checkpoint
 
             at = load_checkpoint(run_dir / "checkpoint_last.pt")["run"]["num_updates"]
             self.say(f"{tag}: resuming training from update {at} ({run_dir}).")
@@ -672,7 +661,6 @@ def schedule_runs(runs: _Runs, items: list[tuple[str, int, Path, str]], jobs_at_
     machine with a run or its decoding). A failed run is said at once and the others go on; the first
     failure is raised at the end. Ctrl-C (or SIGTERM) starts nothing more and stops the running ones
     (they resume from their last checkpoints)."""
-    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
     if jobs_at_once > 1:
         runs.say(f"training up to {jobs_at_once} runs at once: they share the machine, so their speed and "
@@ -724,7 +712,6 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
 
     The steps: :func:`plan_grid`, the runs decoded only, :func:`schedule_runs`, the report.
     """
-    from .report import report_dir, write_report
 
     overrides = list(overrides or [])
     g, run_over = load_grid(grid, overrides)

@@ -64,6 +64,7 @@ How the five papers fit without changing the model
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -74,6 +75,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ConfigError, build_dataclass
+from ..plugins import load_plugins
 
 # --------------------------------------------------------------------------- contract types
 
@@ -331,11 +333,9 @@ def build_attention(name: str, options: Mapping[str, Any], dims: AttentionDims) 
     """Instantiate mechanism ``name`` with its typed options (unknown options rejected)."""
 
     if name not in ATTENTION_REGISTRY:
-        from ..plugins import load_plugins
 
         load_plugins()  # a plugin (--user-dir, an entry point) not imported in this process yet
     if name not in ATTENTION_REGISTRY:
-        import difflib
 
         close = difflib.get_close_matches(name, list(ATTENTION_REGISTRY), n=1)
         hint = f"did you mean '{close[0]}'?" if close else f"valid: {', '.join(sorted(ATTENTION_REGISTRY))}"

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..config import ConfigError
 from .attention import (
     AttentionContext,
     AttentionDims,
@@ -91,7 +92,6 @@ class LocalnessBias(nn.Module):
 
 
 def check_options(options: LocalnessAttention.Options, where: str) -> None:
-    from ..config import ConfigError
 
     if options.window not in WINDOWS:
         raise ConfigError(f"{where}: unknown window '{options.window}'; use one of {', '.join(WINDOWS)}.")
@@ -111,7 +111,6 @@ class LocalnessAttention(MultiHeadAttention):
 
     def __init__(self, *, dims: AttentionDims, options: LocalnessAttention.Options | None = None):
         super().__init__(dims=dims)
-        from ..config import ConfigError
 
         options = options if options is not None else LocalnessAttention.Options()
         if dims.role != "encoder_self":

@@ -60,6 +60,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..config import ConfigError
 from .attention import (
     AttentionContext,
     AttentionDims,
@@ -76,7 +77,6 @@ VARIANTS = ("convkv", "queryk")
 
 
 def _config_error(message: str) -> Exception:
-    from ..config import ConfigError
 
     return ConfigError(message)
 

@@ -74,6 +74,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..config import ConfigError
 from ..syntax.batching import StructureSpec
 from ..syntax.features import SEMANTIC_MODES
 from .attention import (
@@ -260,7 +261,6 @@ class PhraseTransformerAttention(Mechanism):
 
     def __init__(self, *, dims: AttentionDims, options: Options):
         super().__init__()
-        from ..config import ConfigError
 
         where = f"model.attention ({dims.role}) phrase_transformer"
         if dims.role != "encoder_self":

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ..config import ConfigError
 from .attention import AttentionContext, AttentionDims, register_attention
 from .phrasal import HeterogeneousPhrasalAttention, PhraseBranch
 from .relative_position import RelativePositions, gather_relative, relative_index
@@ -49,7 +50,6 @@ class QueryKRelativePositionAttention(HeterogeneousPhrasalAttention):
         shared_table: bool = False  # True: one table for keys and values (OpenNMT-py), False: two (Shaw et al.)
 
     def __init__(self, *, dims: AttentionDims, options: QueryKRelativePositionAttention.Options | None = None):
-        from ..config import ConfigError
 
         options = options if options is not None else QueryKRelativePositionAttention.Options()
         where = f"model.attention ({dims.role}, {dims.cache_key}) queryk_rel_pos options"

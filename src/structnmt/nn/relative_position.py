@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from ..config import ConfigError
 from .attention import AttentionContext, AttentionDims, MultiHeadAttention, register_attention
 
 
@@ -109,7 +110,6 @@ class RelativePositionAttention(MultiHeadAttention):
 
     def __init__(self, *, dims: AttentionDims, options: RelativePositionAttention.Options | None = None):
         super().__init__(dims=dims)
-        from ..config import ConfigError
 
         options = options if options is not None else RelativePositionAttention.Options()
         if dims.role == "cross":

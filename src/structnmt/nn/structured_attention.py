@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..config import ConfigError
 from .attention import (
     AttentionContext,
     AttentionDims,
@@ -54,7 +55,6 @@ class StructuredAttention(MultiHeadAttention):
 
     def __init__(self, *, dims: AttentionDims, options: Options):
         super().__init__(dims=dims)
-        from ..config import ConfigError
 
         if dims.role != "encoder_self":
             raise ConfigError(f"model.attention ({dims.role}) structured: tree attention is an encoder "

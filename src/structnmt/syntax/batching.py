@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..plugins import load_plugins
 from .features import FEATURES, IGNORE_LABEL, node_neighbours  # noqa: F401  (re-exported)
 from .trees import ConstituencyTree, DependencyTree
 
@@ -48,7 +49,6 @@ class StructureSpec:
 
 def _check(specs: dict[str, StructureSpec]) -> None:
     if any(spec.feature not in FEATURES for spec in specs.values()):
-        from ..plugins import load_plugins
 
         load_plugins()  # a plugin's feature (--user-dir, an entry point) not imported in this process yet
     for key, spec in specs.items():

@@ -26,12 +26,16 @@ from __future__ import annotations
 import gzip
 import io
 import re
+import zipfile
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from structnmt.errors import UserError
 from structnmt.syntax.trees import ConstituencyTree, DependencyTree, Node
+
+from ..data.corpus import read_lines
 
 __all__ = [
     "TreeFormatError",
@@ -68,7 +72,6 @@ def _read_lines(path: str) -> Iterator[str]:
     """Lines without endings, read like parallel text (only ``\\n`` ends a line, gzip by
     its magic bytes); a missing file, invalid UTF-8 or broken gzip data raise
     :class:`~structnmt.data.corpus.CorpusError` naming the file and line."""
-    from ..data.corpus import read_lines
 
     return read_lines(path)
 
@@ -547,7 +550,6 @@ class PtbSample:
     NAMES = ("treebank.zip", "dependency_treebank.zip")
 
     def __init__(self, folder: str | Path):
-        import zipfile
 
         self.folder = Path(folder)
         self._zips = {}
@@ -572,8 +574,6 @@ class PtbSample:
         return {Path(n).stem: n for n in self._zips["dependency_treebank.zip"].namelist() if n.endswith(".dp")}
 
     def _text(self, archive: str, member: str) -> str:
-        import zipfile
-        import zlib
 
         try:
             data = self._zips[archive].read(member)

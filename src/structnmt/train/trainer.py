@@ -31,6 +31,7 @@ import json
 import math
 import os
 import random
+import resource
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -46,6 +47,7 @@ from ..checkpoint import check_same_vocab, load_model_state, vocab_entry
 from ..config import Config, ConfigError, to_dict
 from ..data.dataset import EpochBatchIterator, PreparedDataset, collate, make_batches
 from ..data.lock import hold_dataset
+from ..decode.translate import check_dtype_speed
 from ..device import get_device, set_threads
 from ..errors import TrainingError
 from ..files import METRICS_RECORD, TORCH_FILE, OutputDir
@@ -210,7 +212,6 @@ class Trainer:
             raise ConfigError(f"decode.dtype=int8 decodes on CPUs only (PyTorch's int8 kernels) and this training "
                               f"runs on {self.device}; set decode.dtype=float32 or bfloat16.")
         if tc.validate_bleu or tc.early_stop_metric == "bleu":  # refused now, not at the first BLEU validation
-            from ..decode.translate import check_dtype_speed
 
             check_dtype_speed(cfg.decode, self.device)
         set_threads(tc.threads)
@@ -328,7 +329,6 @@ class Trainer:
     def _peak_memory_mb(self) -> float:
         if self.device.type == "cuda":
             return torch.cuda.max_memory_allocated(self.device) / 2**20
-        import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 

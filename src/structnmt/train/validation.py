@@ -14,6 +14,10 @@ import numpy as np
 import torch
 
 from ..data.dataset import collate
+from ..data.vocab import EOS
+from ..decode.translate import translate_ids
+from ..evaluate.score import corpus_scores
+from ..syntax.batching import pad_structures
 from .loss import label_smoothed_nll
 
 
@@ -40,9 +44,6 @@ def validation_loss(model, split, batches: list[np.ndarray], structures: dict, l
 def validation_bleu(model, split, structures: dict, label_ids: dict, cfg, device, tgt_vocab) -> dict:
     """``{"bleu"}``: sacreBLEU of the decoded sources of ``split`` (at most
     ``cfg.train.validate_bleu_max_sentences`` of them) against its references."""
-    from ..data.vocab import EOS
-    from ..decode.translate import translate_ids
-    from ..evaluate.score import corpus_scores
 
     model.eval()
     n = len(split)
@@ -51,7 +52,6 @@ def validation_bleu(model, split, structures: dict, label_ids: dict, cfg, device
     sources = [split.get("src", i).tolist() + [EOS] for i in ids]
     structures_for = None
     if structures:
-        from ..syntax.batching import pad_structures
 
         def structures_for(idx: list[int], S: int) -> dict:
             return pad_structures(structures, split.structure_values(idx, structures), S, label_ids)

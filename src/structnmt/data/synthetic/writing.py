@@ -9,6 +9,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from ...files import OutputDir
 from ...syntax.io import format_conllu
 from .lexicon import AGREEMENT_SUFFIX, PLURAL_SUFFIX, TENSE_SUFFIX
 from .render import SynthExample
@@ -31,7 +32,6 @@ def corpus_dir(out, names: tuple[str, ...] = ()):
     """``out`` as the :class:`structnmt.files.OutputDir` of a synthetic corpus: a file of the user's under one
     of ``names`` is refused before anything is written; a corpus directory from before manifests (it holds
     ``synth.json`` or ``benchmark.json``) is the generator's own."""
-    from ...files import OutputDir
 
     if isinstance(out, OutputDir):
         for name in names:

@@ -158,6 +158,9 @@ def test_rows_resume_and_report_only_trains_nothing(tmp_path, monkeypatch):
     assert "| Transformer | " in md and "| PhraseTransformer (k=2) |" not in md
     assert "Not run yet" in md and "PhraseTransformer (k=2)." in md
     assert f"Command: `structnmt tag {cfg} --report-only`" in md  # the report says how it was written
+    # the finished row under other settings (an override, another corpus): not reused as if it were the same
+    with pytest.raises(ConfigError, match=r"row 'Transformer' in .* was trained with other settings"):
+        run_tag(cfg, ["train.lr=0.5"], report_only=True, log=lines.append)
 
 
 def test_row_selection_and_rows_in_processes(tmp_path):

@@ -41,6 +41,7 @@ table ``tag.md`` / ``tag.json`` in ``out_dir``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import platform
@@ -69,6 +70,7 @@ from .config import (
     build_dataclass,
     deep_merge,
     read_yaml_mapping,
+    to_dict,
 )
 from .device import set_threads
 from .files import OutputDir, atomic_write_text, check_component, check_distinct
@@ -514,8 +516,20 @@ def _fit(run: _RowRun, opt: torch.optim.Optimizer, splits: dict[str, list[Senten
     return best, history
 
 
-def train_row(cfg: TagConfig, splits: dict[str, list[Sentence]], out: Path, log=print) -> dict:
-    """Train one tagger, select the epoch on valid accuracy, score test; writes result.json."""
+def row_settings(cfg: TagConfig, sizes: dict) -> str:
+    """What a finished row's result depends on, as one hash: its resolved config (the output directory aside)
+    and the corpus it read (each split's sentences and words)."""
+    data = to_dict(cfg)
+    for key in ("out_dir", "rows"):  # where the table goes, and which other rows it has: not this row's result
+        data.pop(key, None)
+    text = json.dumps({"config": data, "corpus": {k: list(v) for k, v in sizes.items()}}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def train_row(cfg: TagConfig, splits: dict[str, list[Sentence]], out: Path, log=print,
+              settings: str | None = None) -> dict:
+    """Train one tagger, select the epoch on valid accuracy, score test; writes result.json (with ``settings``,
+    :func:`row_settings`, so that a later run reuses it only under the same settings)."""
     tc = cfg.train
     device = _seeded_device(tc)
     vocab, tags = _vocabularies(cfg, splits["train"])
@@ -546,7 +560,8 @@ def train_row(cfg: TagConfig, splits: dict[str, list[Sentence]], out: Path, log=
     result = {"accuracy": acc, "ci95": [lo, hi], "best_epoch": best[2], "valid_accuracy": best[0],
               "params": nparams, "n_tags": len(tags), "vocab": len(vocab), "test_tokens": sum(len(s.tags) for s in test),
               "test_sentences": len(test), "test_unknown_words": int(sum(unk)), "seconds": time.time() - t0,
-              "history": history, "correct_per_sentence": correct, "tokens_per_sentence": [len(s.tags) for s in test]}
+              "history": history, "correct_per_sentence": correct, "tokens_per_sentence": [len(s.tags) for s in test],
+              **({"settings": settings} if settings else {})}
     atomic_write_text(out / "result.json", json.dumps(result, indent=1))  # written last: the row is finished
     return result
 
@@ -657,8 +672,13 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, r
     for row in rows:
         cfg = load_tag_config(config, overrides, row) if base.rows else base
         rdir = row_dir(out, row.name)
+        settings = row_settings(cfg, sizes)
         if (rdir / "result.json").is_file():
             results[row.name] = _read_result(rdir / "result.json")
+            if results[row.name].get("settings", settings) != settings:
+                raise ConfigError(f"tag: row {row.name!r} in {out} was trained with other settings (its config, "
+                                  f"the overrides or the corpus changed since); delete {rdir} to train it again, or "
+                                  "give another out_dir.")
             log(f"tag: {row.name}: done before ({results[row.name]['accuracy']:.2f}), skipped")
             continue
         if report_only or row.name not in selected:
@@ -668,7 +688,7 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, r
         _set_trees(cfg, splits, gold_trees, spacy_cache, stats)
         log(f"tag: {row.name}: training (attention {cfg.model.attention.name} {cfg.model.attention.options}, "
             f"trees {cfg.trees})")
-        results[row.name] = train_row(cfg, splits, rdir, log)
+        results[row.name] = train_row(cfg, splits, rdir, log, settings=settings)
         r = results[row.name]
         log(f"tag: {row.name}: test accuracy {r['accuracy']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]")
     command = [str(config), *(["--report-only"] if report_only else []), *(["--jobs", str(jobs)] if jobs > 1 else []),

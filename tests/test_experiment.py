@@ -743,3 +743,17 @@ def test_a_damaged_result_json_is_a_sentence_and_the_other_runs_are_reported(tmp
         assert len(said) == 1 and what in said[0] and f"delete {result}" in said[0], (what, lines)
         assert "Transformer-Base" in md  # the other run is reported
         assert result.read_text(encoding="utf-8") == text  # the damaged record is kept as it was
+
+
+def test_report_only_prepares_nothing_and_names_the_training_command(tmp_path, corpus):
+    """--report-only on a grid whose dataset is gone is one sentence (it prepared it again before); the report it
+    writes names the command that trained the runs, with its overrides, beside its own."""
+    out = tmp_path / "out"
+    grid = _grid(tmp_path, corpus, out)
+    run_grid(grid, overrides=["train.threads=1"], log=lambda _: None)
+    md = run_grid(grid, report_only=True, log=lambda _: None).read_text(encoding="utf-8")
+    assert "--report-only" in md and "the runs were trained and decoded with" in md and "train.threads=1" in md
+    shutil.rmtree(tmp_path / "data-bin")
+    with pytest.raises(ConfigError, match="--report-only prepares nothing"):
+        run_grid(grid, report_only=True, log=lambda _: None)
+    assert not (tmp_path / "data-bin").exists()

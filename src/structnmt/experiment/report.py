@@ -371,7 +371,8 @@ def _columns_line(results: dict, seed0: int, n_seeds: int) -> str:
 
 def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple[str, int], Config],
                  split_data: dict[str, tuple[list[str], list[str]]], *, dirs: dict[str, str], command: str,
-                 data_path: Path, log=print, missing: list[tuple[str, int]] | None = None) -> Path:
+                 data_path: Path, log=print, missing: list[tuple[str, int]] | None = None,
+                 trained_with: list[str] | None = None) -> Path:
     """Write ``results.md``/``results.csv`` and the pictures: one table per split (the evaluation split
     first, with the measurements). ``missing`` (``--report-only`` on an unfinished grid) lists the (run,
     seed) pairs without results: a run without its first seed leaves the tables, one without a later
@@ -415,7 +416,8 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
         f"- **Scores**: {bleu_name} `{first[sig_key]}`; chrF `{first['chrf_signature']}`"
         + (f"; BLEU `{first['bleu_signature']}`" if ev.lc_tok else "") + ".",
         _hardware_line(results, configs),
-        f"- **Command**: `{command}`",
+        f"- **Command**: `{command}`" + ("" if not trained_with else "; the runs were trained and decoded with "
+                                         + "; ".join(f"`{c}`" for c in trained_with)),
         f"- **Date**: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
         "",
         _columns_line(results, seed0, n_seeds),

@@ -55,7 +55,7 @@ from ..device import get_device, set_threads
 from ..errors import UserError
 from ..evaluate.generalization import split_metrics
 from ..evaluate.score import corpus_scores
-from ..files import atomic_write_text
+from ..files import OutputDir, atomic_write_text
 from ..induce import induces_trees, run_induce
 from ..models import build_model
 from ..subprocesses import interrupt_pool, launch_cli
@@ -175,7 +175,7 @@ def _tail(path: Path, n: int = 5) -> str:
     return " | ".join(lines[-n:])
 
 
-def _prepare_data(grid: GridConfig, out: Path, log) -> Path:
+def _prepare_data(grid: GridConfig, out: Path, log, report_only: bool = False) -> Path:
     if grid.data.path:
         path = Path(grid.data.path).resolve()
         if not (path / "manifest.json").exists():
@@ -185,6 +185,10 @@ def _prepare_data(grid: GridConfig, out: Path, log) -> Path:
 
     spec = dict(grid.data.prepare)
     destdir = Path(spec.pop("destdir", None) or out / "data-bin").resolve()
+    if report_only and not (destdir / "manifest.json").exists():  # --report-only prepares nothing either
+        raise ConfigError(f"{grid.source}: --report-only prepares nothing, and the grid's dataset {destdir} is not "
+                          "there; prepare it first (the same command without --report-only prepares it, or "
+                          "`structnmt prepare` with the grid's data.prepare), then write the report.")
     missing = [k for k in ("source_lang", "target_lang", "trainpref") if k not in spec]
     if missing:
         raise ConfigError(f"{grid.source}: data.prepare needs {', '.join(missing)} (and usually validpref, testprefs).")
@@ -412,6 +416,22 @@ def _command_line(grid: str | Path, out_dir, overrides: list[str], jobs_at_once:
     return shlex.join(env + parts) if not env else " ".join(env) + " " + shlex.join(parts)
 
 
+def _training_commands(out: Path, command: str | None) -> list[str]:
+    """The commands that trained or decoded runs in ``out`` (``training_commands.json``), with ``command`` added
+    (None: a ``--report-only`` adds nothing), so that a report written later names how its runs were made."""
+
+    path = out / "training_commands.json"
+    try:
+        known = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+        known = [c for c in known if isinstance(c, str)] if isinstance(known, list) else []
+    except (OSError, ValueError):
+        known = []
+    if command is not None and command not in known:
+        known.append(command)
+        OutputDir(out, "experiment", check=False).write_text("training_commands.json", json.dumps(known, indent=1))
+    return known
+
+
 # --------------------------------------------------------------------------- entry point
 
 
@@ -474,7 +494,7 @@ def plan_grid(g: GridConfig, out: Path, run_over: list[str], report_only: bool, 
     lacks decoded), trained but not decoded, to train, or (``report_only``) missing. The baseline's
     seeds come first (every row is tested against them, and their spread is the report's noise floor),
     then seed by seed, so that an unfinished grid has every row at its first seeds."""
-    data_path = _prepare_data(g, out, say)
+    data_path = _prepare_data(g, out, say, report_only)
     plan = GridPlan(g, out, data_path, _evaluation_splits(g, data_path), _run_dirs(g))
     fingerprint = dataset_fingerprint(data_path)
     base_run = next(r for r in g.runs if r.name == g.baseline)
@@ -733,7 +753,9 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
     if report_only and (g.baseline, g.seeds[0]) not in plan.results:
         raise ExperimentError(f"{g.source}: --report-only needs the results of the baseline '{g.baseline}' (seed "
                               f"{g.seeds[0]}), which has none in {out}; train it first.")
+    trained_with = _training_commands(out, None if report_only else command)
     report = write_report(g, out, plan.results, plan.configs, plan.split_data, dirs=plan.dirs, command=command,
-                          data_path=plan.data_path, log=say, missing=plan.missing)
+                          data_path=plan.data_path, log=say, missing=plan.missing,
+                          trained_with=[c for c in trained_with if c != command])
     say(f"experiment {g.name}: report {report} ({time.time() - t_start:.0f} s this invocation).")
     return report

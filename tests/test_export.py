@@ -13,7 +13,7 @@ from structnmt.config import DecodeConfig
 from structnmt.data.dataset import encode_sources
 from structnmt.data.vocab import BOS, EOS
 from structnmt.decode.translate import Translator
-from structnmt.export import MARKER, CT2Translator, ExportError, export_ctranslate2
+from structnmt.export import MARKER, CT2Translator, ExportError, export_ctranslate2, is_export
 
 
 def _train(data, work, **model):
@@ -272,3 +272,17 @@ def test_translate_refuses_an_export_whose_files_were_edited_or_swapped(synth_da
     (tmp_path / "ct2" / vocab).write_text(original)
     assert main(["translate", "--checkpoint", str(tmp_path / "ct2"), "--input", str(inp), "--output",
                  str(tmp_path / "x.txt"), "--no-progress"]) == 0
+
+
+def test_export_over_a_link_replaces_the_export_it_points_to_and_keeps_the_user_s_links(synth_data, tmp_path, capsys):
+    ckpt = _train(synth_data, tmp_path)
+    real = tmp_path / "exports" / "v1"
+    assert main(["export", "--checkpoint", str(ckpt), "--out", str(real)]) == 0
+    link = tmp_path / "current"
+    link.symlink_to(real)
+    (tmp_path / "notes.txt").write_text("mine")
+    (real / "notes_link.txt").symlink_to(tmp_path / "notes.txt")  # the user's link inside the export
+    assert main(["export", "--checkpoint", str(ckpt), "--out", str(link)]) == 0
+    assert link.is_symlink() and link.resolve() == real.resolve() and is_export(real)
+    assert (real / "notes_link.txt").is_symlink() and (real / "notes_link.txt").read_text() == "mine"
+    assert sorted(p.name for p in (tmp_path / "exports").iterdir()) == ["v1"]  # no old export left beside it

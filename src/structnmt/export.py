@@ -238,14 +238,20 @@ def _write_swapped(out: Path, write) -> None:
     full disk) leaves the earlier export whole, and no half-written directory behind."""
 
 
+    if out.is_symlink():  # a link to an earlier export: the export it points to is replaced, the link stays
+        out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     new = temp_dir_beside(out, ".", ".new")
     try:
         with errors_name(out, new):
             write(new)
         for p in _not_written_by_export(out):  # a file the user put in the earlier export moves with it (a copy,
-            copy = shutil.copytree if p.is_dir() else shutil.copy2  # so that a failure leaves the original)
-            copy(p, new / p.name)
+            if p.is_symlink():  # so that a failure leaves the original); a link stays a link
+                os.symlink(os.readlink(p), new / p.name)
+            elif p.is_dir():
+                shutil.copytree(p, new / p.name, symlinks=True)
+            else:
+                shutil.copy2(p, new / p.name)
         old = None
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))

@@ -739,6 +739,11 @@ def test_a_damaged_result_json_is_a_sentence_and_the_other_runs_are_reported(tmp
         result.write_text(text, encoding="utf-8")
         lines: list[str] = []
         md = run_grid(grid, report_only=True, log=lines.append).read_text(encoding="utf-8")
+        if what.startswith("cut short"):  # the same through the command line: exit 0, the sentence in its log
+            from structnmt.cli import main
+
+            assert main(["experiment", str(grid), "--report-only"]) == 0
+            assert "left out:" in (out / "experiment.log").read_text(encoding="utf-8")
         said = [x for x in lines if "left out:" in x]
         assert len(said) == 1 and what in said[0] and f"delete {result}" in said[0], (what, lines)
         assert "Transformer-Base" in md  # the other run is reported

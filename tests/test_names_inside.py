@@ -66,3 +66,46 @@ def test_a_tag_row_name_cannot_leave_the_output_directory(tmp_path, name):
     with pytest.raises(UserError, match="cannot be a name inside the output directory"):
         row_dir(tmp_path / "out", name)
     assert not (tmp_path / "escape").exists()
+
+
+# --------------------------------------------------------------------------- the same through the command line
+
+
+def test_through_the_cli_a_tag_row_cannot_escape_and_rows_cannot_share_a_directory(tmp_path, capsys):
+    from conftest import assert_user_error, cli
+    from test_tagger import tag_config
+
+    victim = tmp_path / "escape" / "result.json"
+    for rows, fragment in (("rows:\n  - name: ../escape\n", "cannot be a name inside the output directory"),
+                           ("rows:\n  - name: a b\n  - name: a_b\n", "would share the directory 'a_b'")):
+        cfg = tag_config(tmp_path, extra=rows)
+        code, _, err = cli(capsys, "tag", cfg)
+        assert_user_error(code, err, fragment)
+    assert not victim.exists() and not (tmp_path / "out" / "a_b").exists()
+
+
+def test_through_the_cli_a_manifest_pointing_outside_is_refused_and_the_victim_kept(tmp_path, capsys):
+    from conftest import assert_user_error, cli
+
+    victim = tmp_path / "victim" / "thesis.induced.conllu"
+    victim.parent.mkdir()
+    victim.write_text("my thesis\n")
+    out = tmp_path / "trees"
+    out.mkdir()
+    (out / MANIFEST).write_text(json.dumps({"files": ["../victim/thesis.induced.conllu"]}))
+    conllu = tmp_path / "g.conllu"
+    conllu.write_text("1\ta\t_\t_\t_\t_\t0\troot\t_\t_\n\n")
+    code, _, err = cli(capsys, "induce", "--checkpoint", tmp_path / "none.pt", "--conllu", conllu, "--out", out)
+    assert_user_error(code, err, "a path outside")
+    assert victim.read_text() == "my thesis\n"
+
+
+def test_through_the_cli_grid_rows_sharing_a_directory(tmp_path, capsys):
+    from conftest import assert_user_error, cli
+
+    grid = tmp_path / "g.yaml"
+    grid.write_text("name: g\ndata: {path: d}\nbudget: {max_updates: 5}\nseeds: [1]\nbaseline: a b\nruns:\n"
+                    "  - name: a b\n  - name: a_b\n", encoding="utf-8")
+    code, _, err = cli(capsys, "experiment", grid, "--out", tmp_path / "out")
+    assert_user_error(code, err, "would share the run directory runs/a-b")
+    assert not (tmp_path / "out").exists()

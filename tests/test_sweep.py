@@ -106,6 +106,10 @@ def test_where_selects_one_split_and_std_columns_give_error_bars(tmp_path):
     # without --where, two splits are not silently reduced to the first one's rows
     with pytest.raises(UserError, match=r"hold 2 splits \(attraction4, iid\); choose one with --where split="):
         sweep_points(rows, r"fixed gate (?P<x>[0-9.]+)", [], column="agreement")
+    out2 = tmp_path / "both.png"
+    assert main(["sweep-plot", str(path), "--pattern", r"fixed gate (?P<x>[0-9.]+)", "--column", "agreement",
+                 "--out", str(out2)]) == 2  # through the command line: refused, nothing drawn
+    assert not out2.exists()
 
 
 def test_a_cell_without_a_number_is_one_sentence_naming_file_row_split_and_column(tmp_path):

@@ -33,7 +33,6 @@ differ; PAD and BOS are suppressed in both.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -46,6 +45,7 @@ import torch
 
 from .checkpoint import checkpoint_vocabs, dataset_vocabs, load_checkpoint, load_model_state
 from .config import Config, DecodeConfig, first_mechanism, from_dict
+from .data.corpus import file_digest
 from .data.dataset import encode_sources
 from .data.vocab import Vocab
 from .errors import UserError
@@ -202,12 +202,7 @@ def _write_export(d: Path, spec, src_vocab: Vocab, tgt_vocab: Vocab, meta: dict)
 
 
 def _file_sha256(path: Path) -> str:
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return file_digest(path)["sha256"]
 
 
 def _check_export_files(d: Path, meta: dict) -> None:

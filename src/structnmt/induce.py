@@ -46,7 +46,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections import Counter
@@ -58,6 +57,7 @@ import numpy as np
 import torch
 
 from .analysis.trees import draw_head_weights, draw_tree
+from .data.corpus import file_digest
 from .data.dataset import encode_sources
 from .decode.translate import Translator
 from .errors import UserError
@@ -655,12 +655,7 @@ def _is_induce_table(path: Path) -> bool:
 
 def _sha256(path: str | Path) -> str:
     """SHA-256 of the file's bytes (a gold file's identity, whatever path named it)."""
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_digest(path)["sha256"]
 
 
 def _same_gold(a: dict, b: dict) -> bool:

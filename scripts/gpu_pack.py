@@ -125,8 +125,8 @@ def archive_name(f: Path, root: str) -> str:
     """A member name that stays inside the archive's extraction directory: the path relative to here, or, for a
     root outside it (``../x``), the root's own name and the path below it."""
     rel = os.path.relpath(f)
-    if rel.startswith(".."):
-        rel = str(Path(Path(root).resolve().name) / f.resolve().relative_to(Path(root).resolve()))
+    if rel.startswith(".."):  # paths as given (a link's own name, never its target's)
+        rel = os.path.join(Path(os.path.abspath(root)).name, os.path.relpath(os.path.abspath(f), os.path.abspath(root)))
     return rel
 
 

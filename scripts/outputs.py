@@ -65,9 +65,17 @@ def read_archive(path: Path) -> dict[str, bytes]:
     """{name: content} of every file of an archive ``pack`` wrote."""
     try:
         with tarfile.open(path, mode="r:xz") as tar:
-            return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+            members = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
     except (OSError, tarfile.TarError, lzma.LZMAError) as err:
         raise OutputsError(f"{path}: not a readable .tar.xz ({err}); check it out again with git.") from None
+    from pathlib import PurePosixPath
+
+    for name in members:  # pack writes plain relative names: anything else would land outside the folder
+        p = PurePosixPath(name)
+        if not name or p.is_absolute() or ".." in p.parts or "\\" in name:
+            raise OutputsError(f"{path}: holds the member {name!r}, a path outside its folder; it was not written "
+                               "by scripts/outputs.py pack: check it out again with git.")
+    return members
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -143,3 +143,9 @@ def test_a_class_is_checked_under_its_registered_name_and_an_unregistered_one_re
     assert check_mechanism(MultiHeadAttention, roles=("cross",)).name == "mha"
     with pytest.raises(ValueError, match="not registered"):
         check_mechanism(type("Loose", (MultiHeadAttention,), {}))
+
+
+def test_a_batch_of_two_parsed_sentences_is_enough():
+    from structnmt.testing import example_trees
+
+    assert check_mechanism("mha", trees=example_trees(2)).checked

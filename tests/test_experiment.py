@@ -762,3 +762,12 @@ def test_report_only_prepares_nothing_and_names_the_training_command(tmp_path, c
     with pytest.raises(ConfigError, match="--report-only prepares nothing"):
         run_grid(grid, report_only=True, log=lambda _: None)
     assert not (tmp_path / "data-bin").exists()
+
+
+def test_a_damaged_baseline_record_in_a_normal_run_is_a_sentence(tmp_path, corpus):
+    out = tmp_path / "out"
+    grid = _grid(tmp_path, corpus, out)
+    run_grid(grid, overrides=["train.threads=1"], log=lambda _: None)
+    (out / "runs" / "transformer-base" / "seed1" / "result.json").write_text("[1, 2]")
+    with pytest.raises(ExperimentError, match="needs the results of the baseline 'Transformer-Base'"):
+        run_grid(grid, overrides=["train.threads=1"], log=lambda _: None)

@@ -99,3 +99,21 @@ def test_the_tracked_tree_stays_small():
     readme = (ROOT / "docs" / "outputs" / "README.md").read_text(encoding="utf-8")
     big = [n for n, s in sizes.items() if s > 2**20 and Path(n).name not in readme]
     assert big == [], f"tracked files over 1 MiB without a reason in docs/outputs/README.md: {big}"
+
+
+def test_an_archive_with_a_member_outside_its_folder_is_refused(outputs, tmp_path):
+    import io
+    import lzma
+    import tarfile
+
+    for name in ("../escaped.txt", "/tmp/abs.txt", "a/../../x.txt"):
+        raw = io.BytesIO()
+        with tarfile.open(fileobj=raw, mode="w") as tar:
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+        path = tmp_path / "crafted.tar.xz"
+        path.write_bytes(lzma.compress(raw.getvalue()))
+        with pytest.raises(outputs.OutputsError, match="a path outside its folder"):
+            outputs.unpack(path)
+    assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "x.txt").exists()

@@ -5,6 +5,7 @@ file, a checkpoint copy or a training's metrics.jsonl is never replaced because 
 from __future__ import annotations
 
 import gzip
+import os
 import zipfile
 
 from conftest import cli
@@ -56,3 +57,28 @@ def test_a_recorded_output_is_replaced_by_its_own_command_only(tmp_path, capsys)
     check_output_file(out, "--output", "translate")  # its own: may be replaced
     code, _, err = cli(capsys, "average", "--checkpoints", tmp_path / "x.pt", "--output", out)
     assert code == 2 and "was written by `structnmt translate`" in err
+
+
+def test_a_device_output_is_written_and_nothing_recorded_beside_it(tmp_path):
+    from structnmt.files import record_output_file
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    record_output_file(fifo, "translate")  # a FIFO (as /dev/stdout): nothing to own, no manifest made
+    assert not (tmp_path / MANIFEST).exists()
+
+
+def test_a_single_output_recorded_in_an_older_run_directory_keeps_the_run_s_files_its_own(tmp_path):
+    """`average --output RUN/average.pt` in a save_dir from before manifests makes a manifest there: the training's
+    own files (known by its marker) must stay the training's, or the run could not resume."""
+    from structnmt.files import METRICS_RECORD, TORCH_FILE, OutputDir, record_output_file
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "checkpoint_last.pt").write_bytes(b"PK\x03\x04 a checkpoint")
+    (run / "metrics.jsonl").write_text('{"kind": "train", "step": 1, "loss": 3.0}\n')
+    (run / "config.yaml").write_text("model: {}\n")
+    (run / "average.pt").write_bytes(b"PK\x03\x04 the average")
+    record_output_file(run / "average.pt", "average")
+    OutputDir(run, "train", expect=("config.yaml",),
+              marker=(("checkpoint_last.pt", TORCH_FILE), ("metrics.jsonl", METRICS_RECORD)))  # no refusal

@@ -604,8 +604,15 @@ def test_a_killed_prepare_s_leftover_directory_is_removed_by_the_next(tmp_path):
     (stale / "sub" / "half.bin").write_bytes(b"x")
     other = tmp_path / ".other.prepare-zzz"
     other.mkdir()
+    live = tmp_path / ".data.prepare-live42"  # another prepare of the same destination, still running
+    live.mkdir()
+    import fcntl
+
+    holder = open(tmp_path / ".data.prepare-live42.lock", "w")
+    fcntl.flock(holder, fcntl.LOCK_EX)
     _, log = _run(_cfg(pref), out)
-    assert not stale.exists() and other.exists()
+    holder.close()
+    assert not stale.exists() and other.exists() and live.exists()
     assert any(f"removed {stale}, left by an interrupted prepare" in x for x in log)
     assert (out / "manifest.json").exists()
 

@@ -26,6 +26,7 @@ from .analysis.heatmaps import sentence_maps
 from .decode.translate import Translator
 from .errors import UserError
 from .induce import induced_heads, induces_trees
+from .syntax.parsers import ParserError
 
 
 def encode_map(w: np.ndarray) -> dict:
@@ -67,10 +68,16 @@ def attention_payload(checkpoints: dict[str, str], sources: list[str], lines: li
         if not Path(checkpoint).is_file():
             raise UserError(f"compare: --checkpoint {name}={checkpoint}: no such file; give the checkpoint "
                             "(e.g. RUN_DIR/average.pt) of that system.")
-        tr = Translator(checkpoint)
-        tree = induces_trees(tr.cfg)
+        try:
+            tr = Translator(checkpoint)
+            tree = induces_trees(tr.cfg)
+            maps = sentence_maps(tr, sources, lines)
+        except ParserError as err:  # e.g. a model of pre-parsed trees (parser file or synthetic): none given here
+            raise UserError(f"compare: --checkpoint {name}={checkpoint}: its model cannot read these sentences ({err}); "
+                            "leave it out of --checkpoint (its numbers and sentences are in the report all the "
+                            "same).") from None
         sentences = {}
-        for i, m in zip(lines, sentence_maps(tr, sources, lines)):
+        for i, m in zip(lines, maps):
             if m is None:
                 if log is not None:
                     log(f"compare: line {i + 1} is longer than {name}'s model.max_positions; it has no attention "

@@ -279,7 +279,15 @@ def record_output_file(out: str | Path, command: str) -> None:
     """Record ``out``, written whole by ``command``, in its directory's :data:`MANIFEST` (so that the same command
     may replace it later, and no other command does)."""
     out = Path(out)
-    OutputDir(out.parent, command, check=False).record(out.name)
+    if _special(out):  # a device or a pipe (/dev/stdout, a FIFO): nothing to own, and /dev takes no manifest
+        return
+    try:
+        OutputDir(out.parent, command, check=False).record(out.name)
+    except OSError as err:  # the output is written: an unrecordable directory costs only the later replacement
+        import sys
+
+        print(f"note: {out.parent}: could not record {out.name} as written by `structnmt {command}` "
+              f"({err.strerror or err}); a later run will not replace it without your leave.", file=sys.stderr)
 
 
 def _begins(path: Path, pattern: str) -> bool:
@@ -390,9 +398,11 @@ class OutputDir:
             self.owners = {k: v for k, v in manifest.get("commands", {}).items() if isinstance(v, str)}
         except (OSError, ValueError, AttributeError, TypeError):
             self.written = set()
-            if any(_begins(self.path / name, pattern) for name, pattern in marker) and not (self.path / MANIFEST).exists():
-                self.written = set(expect)
-                self.owners = dict.fromkeys(expect, command)
+        # this command's output from before manifests (a marker file it alone writes), in a directory with no
+        # manifest or one that records none of its names (another command's single output, say): its own
+        if not (self.written & set(expect)) and any(_begins(self.path / name, pattern) for name, pattern in marker):
+            self.written |= set(expect)
+            self.owners.update({n: command for n in expect if n not in self.owners})
         outside = sorted(repr(n) for n in self.written | set(self.owners) if not is_inside_name(n))
         if outside:
             raise UserError(f"{self.path / MANIFEST}: lists {outside[0]}, a path outside {self.path}; structnmt "

@@ -522,6 +522,8 @@ def row_settings(cfg: TagConfig, sizes: dict) -> str:
     data = to_dict(cfg)
     for key in ("out_dir", "rows"):  # where the table goes, and which other rows it has: not this row's result
         data.pop(key, None)
+    for key in ("threads", "device"):  # how fast, and where: the same result
+        data.get("train", {}).pop(key, None)
     text = json.dumps({"config": data, "corpus": {k: list(v) for k, v in sizes.items()}}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -252,7 +252,8 @@ def _check_incremental(model, b: _Batch, fail: list[str], cut: int = 3) -> None:
         fail.append(f"incremental decoding: step-by-step decoding with the cache differs from the full pass (max "
                     f"difference {float((steps - full).abs().max()):.2e}).")
         return
-    perm = torch.tensor([2, 0, 0])
+    B = b.src.shape[0]
+    perm = torch.tensor([B - 1] + [0] * (B - 1))  # the last hypothesis first, the first duplicated, the rest dropped
     cache = IncrementalCache()
     for t in range(cut):
         model.decode_step(b.tgt[:, : t + 1], enc, cache)

@@ -105,13 +105,15 @@ def run(inputs: CompareInputs, cfg: CompareConfig, out_dir: str | Path, *, html:
         rows += agreement_rows(inputs.agreement, cfg)
     chrf = sentence_chrf(inputs.systems, inputs.refs)
     examples = differing_sentences(inputs.sources, inputs.refs, inputs.systems, cfg, chrf)
+    # the attention maps (a checkpoint per system) before any file is written: a model they fail for leaves nothing
+    maps = attention(attention_lines(examples, cfg, len(inputs.refs))) if html and attention else None
     written = [out.write_text("compare.csv", rows_csv(rows)), out.write_text("compare.md", rows_markdown(rows, cfg)),
                out.write_with("buckets.png", lambda p: plot_buckets(rows, p, cfg)),
                out.write_text("sentences.md", examples_markdown(examples))]
     if html:
 
         data = page_data(rows, inputs, buckets, chrf, cfg)
-        data["attention"] = attention(attention_lines(examples, cfg, len(inputs.refs))) if attention else None
+        data["attention"] = maps
         written.append(out.write_text("report.html", html_page(data)))
     return written
 

@@ -197,8 +197,9 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
     held = claim_dataset(out)  # a training that reads the old dataset: refused before any work
     out.parent.mkdir(parents=True, exist_ok=True)
 
-    _remove_leftovers(out, log)  # an interrupted (killed) prepare's half-built directory, ours to remove: we hold out
+    _remove_leftovers(out, log)  # a killed prepare's half-built directory (none another live prepare holds)
     tmp = temp_dir_beside(out, ".prepare-")
+    alive = _hold(tmp)  # while this prepare lives, its directory is not a leftover
     try:
         with errors_name(out, tmp):
             manifest = _build_dataset(cfg, splits, backend, key, tmp, progress=progress, log=log)
@@ -206,19 +207,50 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+        alive.close()
+        _lock_of(tmp).unlink(missing_ok=True)
         if held is not None:
             held.close()
     return manifest
 
 
+def _lock_of(tmp: Path) -> Path:
+    return tmp.parent / f"{tmp.name}.lock"
+
+
+def _hold(tmp: Path):
+    """An exclusive flock on ``<tmp>.lock`` for as long as the returned file is open (the kernel drops it when the
+    process dies, so a killed prepare's directory is free to remove)."""
+    import fcntl
+
+    f = open(_lock_of(tmp), "w")  # noqa: SIM115 (held open for the whole prepare)
+    fcntl.flock(f, fcntl.LOCK_EX)
+    return f
+
+
+#: SentencePiece's default max_sentence_length: it leaves longer training sentences out
+SPM_MAX_SENTENCE_BYTES = 4192
+
+
 def _remove_leftovers(out: Path, log) -> None:
-    """Remove the temporary directories (``.<name>.prepare-XXXX``) a killed ``prepare`` of ``out`` left beside it;
-    the caller holds ``out``'s claim, so no other prepare of it is building one now."""
+    """Remove the temporary directories (``.<name>.prepare-XXXX``) a killed ``prepare`` of ``out`` left beside it:
+    those whose lock (:func:`_hold`) no live process holds; another prepare building one now keeps its own."""
+    import fcntl
 
     for d in sorted(out.parent.glob(f".{out.name}.prepare-*")):
-        if d.is_dir() and not d.is_symlink():
-            shutil.rmtree(d, ignore_errors=True)
-            log(f"prepare: removed {d}, left by an interrupted prepare of {out}.")
+        if not d.is_dir() or d.is_symlink():
+            continue
+        lock = _lock_of(d)
+        try:
+            with open(lock, "a") as f:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # refused while its prepare lives
+                shutil.rmtree(d, ignore_errors=True)
+            lock.unlink(missing_ok=True)
+        except BlockingIOError:
+            continue
+        except OSError:
+            continue
+        log(f"prepare: removed {d}, left by an interrupted prepare of {out}.")
 
 
 def _build_dataset(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, progress: bool, log) -> dict:
@@ -363,9 +395,14 @@ def _train_one(cfg: PrepareConfig, sample: _TrainSample, lines: Iterator[str], p
         sample.check_line_ends()
         if stats.lines > stats.empty:
             size, line = sample.longest
-            raise CorpusError(f"{sample.src} / {sample.tgt}: SentencePiece learned no pieces from these lines "
-                              f"({str(err).strip()[:80]}); it leaves out every sentence longer than 4,192 bytes, and "
-                              f"the longest here (line {line}) has {size:,}: give one sentence per line.") from None
+            why = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+            if size > SPM_MAX_SENTENCE_BYTES:  # SentencePiece left the long lines out: say which
+                raise CorpusError(f"{sample.src} / {sample.tgt}: SentencePiece learned no pieces from these lines "
+                                  f"({why}); it leaves out every sentence longer than {SPM_MAX_SENTENCE_BYTES:,} bytes, "
+                                  f"and the longest here (line {line}) has {size:,}: give one sentence per line.") from None
+            raise CorpusError(f"{sample.src} / {sample.tgt}: SentencePiece cannot train on these lines: {why} (a "
+                              "smaller --vocab-size than the text's distinct characters, or too little text, are the "
+                              "usual causes).") from None
         raise _no_pairs(sample) from None
     if sample.errors:
         raise sample.errors[0]

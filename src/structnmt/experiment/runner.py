@@ -746,14 +746,15 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
     plan = plan_grid(g, out, run_over, report_only, say)
     # one run at a time has the machine to itself when it is decoded: decode as translate does by default
     # (worker processes for inputs of 8 batches or more); runs trained side by side decode in one process each
+    trained_with = _training_commands(out, None if report_only or not (plan.to_train or plan.to_evaluate) else command)
     runs = _Runs(plan, say, decode_workers=None if jobs_at_once == 1 else 1)
     for item in plan.to_evaluate:
         runs.evaluate(item)
     schedule_runs(runs, plan.to_train, jobs_at_once)
-    if report_only and (g.baseline, g.seeds[0]) not in plan.results:
-        raise ExperimentError(f"{g.source}: --report-only needs the results of the baseline '{g.baseline}' (seed "
-                              f"{g.seeds[0]}), which has none in {out}; train it first.")
-    trained_with = _training_commands(out, None if report_only else command)
+    if (g.baseline, g.seeds[0]) not in plan.results:  # --report-only, or its record was damaged (said above)
+        raise ExperimentError(f"{g.source}: the report needs the results of the baseline '{g.baseline}' (seed "
+                              f"{g.seeds[0]}), which has none in {out}; train it (or restore its result.json) "
+                              "first.")
     report = write_report(g, out, plan.results, plan.configs, plan.split_data, dirs=plan.dirs, command=command,
                           data_path=plan.data_path, log=say, missing=plan.missing,
                           trained_with=[c for c in trained_with if c != command])

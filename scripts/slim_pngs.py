@@ -19,10 +19,13 @@ from PIL import Image
 def slim(path: Path) -> int:
     """Rewrite ``path`` as a palette PNG if that is smaller; returns the bytes saved (0: left as it was)."""
     before = path.stat().st_size
-    with Image.open(path) as im:
-        if im.mode == "P":
-            return 0
-        rgb = im.convert("RGB")
+    try:
+        with Image.open(path) as im:
+            if im.format != "PNG" or im.mode == "P":
+                return 0  # another format, or a palette already: left as it is
+            rgb = im.convert("RGB")
+    except (OSError, ValueError) as err:  # not an image (PIL's UnidentifiedImageError is an OSError)
+        raise SystemExit(f"slim_pngs: {path}: not a readable picture ({err}); give PNG files.") from None
     small = rgb.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
     fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
     os.close(fd)
@@ -41,6 +44,9 @@ def slim(path: Path) -> int:
 def main(argv: list[str]) -> int:
     paths = [Path(p) for p in argv] or [Path(p) for p in subprocess.run(
         ["git", "ls-files", "*.png"], capture_output=True, text=True, check=True).stdout.split()]
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        raise SystemExit(f"slim_pngs: {missing[0]}: no such file; give PNG files (none given: every tracked PNG).")
     saved = sum(slim(p) for p in paths)
     print(f"slim_pngs: {len(paths)} pictures, {saved / 1048576:.1f} MiB saved")
     return 0

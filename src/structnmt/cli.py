@@ -198,14 +198,6 @@ def _parser_train(sub) -> None:
     s.set_defaults(func=cmd_train)
 
 
-def _read_input(path: str | None) -> list[str]:
-    from .data.corpus import decode_lines, read_lines
-
-    if path in (None, "-"):  # bytes, decoded as a file's are: invalid UTF-8 is a sentence naming the line
-        return list(decode_lines(sys.stdin.buffer, "<stdin>"))
-    return list(read_lines(path))
-
-
 def cmd_translate(args) -> int:
     from .decode.translate import Translator
 
@@ -313,6 +305,12 @@ def _parser_translate(sub) -> None:
                         "(--batch-size sentences each); 1: this process on torch's threads. Default: one per core "
                         "on a CPU with several cores when the input has at least 8 batches and the model reads "
                         "no parses, else 1 (said in one line when it uses several)")
+    s.add_argument("--chunk-batches", type=_at_least(1), default=64,
+                   help="the input is read, sorted by length and written this many batches at a time (default 64: "
+                        "8,192 lines at --batch-size 128), so memory does not grow with the input")
+    s.add_argument("--resume", action="store_true",
+                   help="go on with an interrupted translation into --output (its FILE.partial), after the lines "
+                        "it finished; refused unless the input, checkpoint and options are the same")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_translate)
 
@@ -322,27 +320,69 @@ def _translate_with(tr, args) -> int:
         print(f"translate: {tr.note}", file=sys.stderr)
     d = tr.cfg.decode
     _apply_decode_options(args, d)
-    lines = _read_input(args.input)
-    results = tr.translate(lines, d, progress=not args.no_progress and args.output is not None)
-    if tr.workers is None and tr.workers_used > 1:
-        print(f"translate: decoding with {tr.workers_used} processes of one thread each, one per core "
+    used = []
+
+    def chunk(lines):
+        from .decode.stream import ChunkResult
+
+        results = tr.translate(lines, d)
+        used.append(tr.workers_used)
+        return ChunkResult(results, list(tr.too_long), list(tr.unaligned))
+
+    tr.open_trees()
+    summary = _stream(args, chunk, d, skip_trees=tr.open_trees)
+    tr.close_trees()
+    most = max(used, default=1)
+    if tr.workers is None and most > 1:
+        print(f"translate: decoding with {most} processes of one thread each, one per core "
               f"(--workers 1 decodes in this process).", file=sys.stderr)
-    if tr.workers is not None and tr.workers > 1 and tr.workers_used < tr.workers:
-        print(f"translate: --workers {tr.workers}, but the input makes {tr.workers_used} batch(es) of up to "
-              f"{d.batch_size} sentences: decoded with {tr.workers_used} process(es).", file=sys.stderr)
-    if tr.unaligned:
-        shown = ", ".join(map(str, tr.unaligned[:20])) + (", ..." if len(tr.unaligned) > 20 else "")
-        print(f"translate: {len(tr.unaligned)} input line(s) whose parse cannot be aligned with the text got an "
+    if tr.workers is not None and tr.workers > 1 and most < tr.workers:
+        print(f"translate: --workers {tr.workers}, but the input makes {most} batch(es) of up to "
+              f"{d.batch_size} sentences: decoded with {most} process(es).", file=sys.stderr)
+    if summary.unaligned:
+        shown = ", ".join(map(str, summary.unaligned[:20])) + (", ..." if len(summary.unaligned) > 20 else "")
+        print(f"translate: {len(summary.unaligned)} input line(s) whose parse cannot be aligned with the text got an "
               f"empty translation (check that the pre-parsed input matches the input lines): line {shown}.",
               file=sys.stderr)
-    if tr.too_long:
-        shown = ", ".join(map(str, tr.too_long[:20])) + (", ..." if len(tr.too_long) > 20 else "")
-        done = ("were cut to their first pieces" if args.too_long == "truncate"
-                else "got an empty translation (--too-long truncate translates their beginning)")
-        print(f"translate: {len(tr.too_long)} input line(s) longer than model.max_positions="
-              f"{tr.cfg.model.max_positions} pieces {done}: line {shown}.", file=sys.stderr)
-    _write_translations(args, results, d.nbest)
+    _report_too_long(summary, args.too_long, tr.cfg.model.max_positions)
     return 0
+
+
+def _report_too_long(summary, policy: str, max_positions: int) -> None:
+    if summary.too_long:
+        shown = ", ".join(map(str, summary.too_long[:20])) + (", ..." if len(summary.too_long) > 20 else "")
+        done = ("were cut to their first pieces" if policy == "truncate"
+                else "got an empty translation (--too-long truncate translates their beginning)")
+        print(f"translate: {len(summary.too_long)} input line(s) longer than model.max_positions="
+              f"{max_positions} pieces {done}: line {shown}.", file=sys.stderr)
+
+
+def _stream(args, chunk, d, *, skip_trees=None):
+    """Translate ``args.input`` into ``args.output`` a chunk of ``--chunk-batches`` batches at a time
+    (:func:`structnmt.decode.stream.run_stream`); ``--resume`` goes on with an interrupted ``--output``."""
+    import dataclasses
+
+    from .decode.stream import StreamOptions, run_stream
+
+    chunk_lines = args.chunk_batches * d.batch_size
+    settings = {"decode": dataclasses.asdict(d), "too_long": args.too_long, "chunk_lines": chunk_lines,
+                "parse": [args.parse_dependency, args.parse_constituency, args.parse_cache]}
+    opts = StreamOptions(input=args.input, output=args.output, checkpoint=args.checkpoint, settings=settings,
+                         chunk_lines=chunk_lines, nbest=d.nbest, resume=args.resume,
+                         progress=not args.no_progress and args.output is not None)
+    summary = run_stream(chunk, opts, _input_lines, skip_trees=skip_trees)
+    if summary.resumed_from:
+        print(f"translate: resumed after line {summary.resumed_from:,}; {summary.lines:,} lines translated in all.",
+              file=sys.stderr)
+    return summary
+
+
+def _input_lines(path):
+    from .data.corpus import decode_lines, read_lines
+
+    if path in (None, "-"):  # bytes, decoded as a file's are: invalid UTF-8 is a sentence naming the line
+        return decode_lines(sys.stdin.buffer, "<stdin>")
+    return read_lines(path)
 
 
 def _apply_decode_options(args, d) -> None:
@@ -358,28 +398,6 @@ def _apply_decode_options(args, d) -> None:
     if args.allow_slow_dtype:
         d.allow_slow_dtype = True
     validate_decode(d, "translate options (--beam, --nbest, --batch-size, ...)")
-
-
-def _write_translations(args, results, nbest: int) -> None:
-    """The translations to --output (atomically: a failure leaves no partial file) or to stdout."""
-    from .files import atomic_path
-
-    def write(out) -> None:
-        for i, hyps in enumerate(results):
-            if nbest > 1:
-                for h in hyps:
-                    out.write(f"{i} ||| {h.text} ||| {h.score:.4f}\n")
-            else:
-                out.write((hyps[0].text if hyps else "") + "\n")
-
-    if not args.output:
-        write(sys.stdout)
-        return
-    with atomic_path(args.output) as tmp, open(tmp, "w", encoding="utf-8") as out:
-        write(out)
-    from .files import record_output_file
-
-    record_output_file(args.output, "translate")  # so that translate may replace it later, and nothing else does
 
 
 def _translate_ctranslate2(args) -> int:
@@ -398,12 +416,14 @@ def _translate_ctranslate2(args) -> int:
     tr = CT2Translator(args.checkpoint, device=args.device, data_dir=args.data)
     d = tr.decode
     _apply_decode_options(args, d)
-    results = tr.translate(_read_input(args.input), d)
-    if tr.too_long:
-        shown = ", ".join(map(str, tr.too_long[:20])) + (", ..." if len(tr.too_long) > 20 else "")
-        print(f"translate: {len(tr.too_long)} input line(s) longer than model.max_positions={tr.max_positions} "
-              f"pieces got an empty translation: line {shown}.", file=sys.stderr)
-    _write_translations(args, results, d.nbest)
+
+    def chunk(lines):
+        from .decode.stream import ChunkResult
+
+        return ChunkResult(tr.translate(lines, d), list(tr.too_long))
+
+    summary = _stream(args, chunk, d)
+    _report_too_long(summary, "empty", tr.max_positions)
     return 0
 
 

@@ -32,7 +32,7 @@ from ..syntax.align import AlignmentError, align_trees
 from ..syntax.batching import build_structures
 from ..syntax.features import FEATURES
 from ..syntax.parse_cache import cached_parses, read_parse_cache
-from ..syntax.parsers import ParserConfig, build_parser
+from ..syntax.parsers import FileParser, ParserConfig, TreeReader, build_parser
 from .beam import beam_search, greedy_search
 
 
@@ -347,6 +347,8 @@ class Translator:
         self.parse_cache: dict | None = None  # parses made beforehand (structnmt parse), read instead of parsing
         self.parse_cache_path = str(parse_cache or "")
         self.label_ids: dict[str, int] = {}
+        self._backends: dict[tuple[str, ...], object] = {}  # the parser backends made so far (spaCy loads once)
+        self.trees: TreeReader | None = None  # pre-parsed trees read in step with a chunked input (open_trees)
         self.structures = {**self.cfg.data.structures, **self.model.required_structures()}
         if parser_overrides and not self.structures:
             flags = " and ".join(f"--parse-{k.split('_')[0]}" for k in parser_overrides)
@@ -446,14 +448,14 @@ class Translator:
         if self.parser_cfg is None or (self.pieces_without_prefix and prefix is None and lang is None):
             return [((None, None), self.src_vocab.word_of_piece(ids)) for ids in self.src_vocab.encode(texts)]
 
-        needs = tuple(sorted({t for spec in self.structures.values() for t in FEATURES[spec.feature].needs}))
         if self.parse_cache is not None:
 
             parsed = cached_parses(self.parse_cache, self.parse_cache_path, self.parser_cfg, texts)
+        elif self.trees is not None:  # a chunk of a longer input: the next trees of the files
+            parsed = self.trees.take(len(texts))
         else:
-            backend = build_parser(self.parser_cfg, needs)  # the trees this model's features read, no others
             # exhausted: pre-parsed files get their count check; {prefix}/{lang} in their paths are filled in
-            parsed = list(backend.parse(iter(texts), prefix=prefix, lang=lang))
+            parsed = list(self._backend().parse(iter(texts), prefix=prefix, lang=lang))
         out = []
         for text, p, spans in zip(texts, parsed, self.src_vocab.encode_spans(texts)):
             try:
@@ -464,6 +466,32 @@ class Translator:
                 continue
             out.append(((dep, const), al.word_of_piece))
         return out
+
+    def _backend(self):
+        """The parser backend for the trees this model's features read, no others (made once)."""
+        needs = tuple(sorted({t for spec in self.structures.values() for t in FEATURES[spec.feature].needs}))
+        if needs not in self._backends:
+            self._backends[needs] = build_parser(self.parser_cfg, needs)
+        return self._backends[needs]
+
+    def reads_tree_files(self) -> bool:
+        """Whether this model's input comes with pre-parsed trees in files (parser ``file`` or ``synthetic``)."""
+        return (self.parser_cfg is not None and self.parse_cache is None and not self.pieces_without_prefix
+                and isinstance(self._backend(), FileParser))
+
+    def open_trees(self, skip: int = 0) -> None:
+        """Read the pre-parsed files' trees in step with an input translated a chunk at a time
+        (:mod:`structnmt.decode.stream`): each :meth:`translate` call takes the next trees, after the first ``skip``
+        (the non-blank lines of a resumed run's done part). No-op for a model without tree files."""
+        if self.reads_tree_files():
+            self.trees = self._backend().open()
+            self.trees.take(skip)
+
+    def close_trees(self) -> None:
+        """At the end of a chunked input: tree files with trees left over are one sentence."""
+        if self.trees is not None:
+            trees, self.trees = self.trees, None
+            trees.finish()
 
     def translate(self, lines: Iterable[str], dcfg: DecodeConfig | None = None, progress: bool = False, *,
                   parse_prefix: str | None = None, parse_lang: str | None = None) -> list[list[Translation]]:

@@ -170,48 +170,87 @@ class FileParser(ParserBackend):
                               f"input has none: pass its trees with {flags} (one tree per input line).")
         return Path(template.format(prefix=prefix or "", lang=lang or ""))
 
+    def open(self, prefix: str | None = None, lang: str | None = None) -> TreeReader:
+        """A :class:`TreeReader` over the pre-parsed files (``{prefix}``/``{lang}`` filled in), for an input read a
+        chunk at a time (streaming translation)."""
+        return TreeReader(self, prefix, lang)
+
     def parse(self, lines, *, prefix=None, lang=None):
 
         lines = iter(lines)
-        dep_it = const_it = None
-        if self.cfg.dependency_file:
-            dep_path = self._path(self.cfg.dependency_file, prefix, lang)
+        reader = self.open(prefix, lang)
+        for _ in lines:
+            parsed = reader.next()
+            if parsed is None:
+                rest = sum(1 for _ in lines)
+                raise ParserError(
+                    f"{reader.short} has {reader.n} trees but the corpus has {reader.n + 1 + rest} "
+                    "non-empty source lines; the pre-parsed file must hold one tree per non-empty line."
+                )
+            yield parsed
+        reader.finish()
+
+
+class TreeReader:
+    """The trees of a :class:`FileParser`'s pre-parsed files, read one non-empty input line at a time, so that an
+    input translated a chunk at a time takes its trees in step without reading the files again."""
+
+    def __init__(self, parser: FileParser, prefix: str | None, lang: str | None):
+        cfg = parser.cfg
+        self.cfg = cfg
+        self.n = 0  # trees read
+        self.short: Path | None = None  # the file that ran out of trees, if one did
+        self.files: list[tuple[str, Path, Iterator]] = []  # (tree kind, file, its trees)
+        if cfg.dependency_file:
+            dep_path = parser._path(cfg.dependency_file, prefix, lang)
             if not dep_path.exists():
                 raise ParserError(f"{dep_path}: pre-parsed CoNLL-U file not found; check parser.dependency_file.")
-            dep_it = read_conllu(dep_path)
-        if self.cfg.constituency_file:
-            const_path = self._path(self.cfg.constituency_file, prefix, lang)
+            self.files.append(("dependency", dep_path, read_conllu(dep_path)))
+        if cfg.constituency_file:
+            const_path = parser._path(cfg.constituency_file, prefix, lang)
             if not const_path.exists():
                 raise ParserError(f"{const_path}: pre-parsed PTB file not found; check parser.constituency_file.")
-            const_it = read_ptb(const_path)
-        n = 0
-        for _ in lines:
-            dep = next(dep_it, None) if dep_it is not None else None
-            const = next(const_it, None) if const_it is not None else None
-            for it, tree, path in ((dep_it, dep, self.cfg.dependency_file), (const_it, const, self.cfg.constituency_file)):
-                if it is not None and tree is None:
-                    rest = sum(1 for _ in lines)
-                    raise ParserError(
-                        f"{self._path(path, prefix, lang)} has {n} trees but the corpus has {n + 1 + rest} "
-                        "non-empty source lines; the pre-parsed file must hold one tree per non-empty line."
-                    )
-            n += 1
-            if dep is not None and const is not None and dep.words != const.words:
+            self.files.append(("constituency", const_path, read_ptb(const_path)))
+
+    def next(self) -> Parsed | None:
+        """The next non-empty line's trees; None when a file has no tree left (:attr:`short` names it)."""
+        trees = {}
+        for kind, path, it in self.files:
+            trees[kind] = next(it, None)
+            if trees[kind] is None:
+                self.short = path
+                return None
+        self.n += 1
+        dep, const = trees.get("dependency"), trees.get("constituency")
+        if dep is not None and const is not None and dep.words != const.words:
+            raise ParserError(
+                f"tree {self.n}: the CoNLL-U words {dep.words[:6]}... differ from the PTB words {const.words[:6]}...; "
+                "both files must tokenise the same way."
+            )
+        if const is None and dep is not None:
+            const = dependency_to_constituency(dep, self.cfg.conversion_style)
+        return Parsed(dep, const, None)
+
+    def take(self, count: int) -> list[Parsed]:
+        """The trees of the next ``count`` non-empty lines; a file that runs out is one sentence."""
+        out = []
+        for _ in range(count):
+            parsed = self.next()
+            if parsed is None:
+                raise ParserError(f"{self.short} has {self.n} trees but the input has more non-empty lines; the "
+                                  "pre-parsed file must hold one tree per non-empty line.")
+            out.append(parsed)
+        return out
+
+    def finish(self) -> None:
+        """At the end of the input: a file with trees left over is one sentence."""
+        for _, path, it in self.files:
+            extra = sum(1 for _ in it)
+            if extra:
                 raise ParserError(
-                    f"tree {n}: the CoNLL-U words {dep.words[:6]}... differ from the PTB words {const.words[:6]}...; "
-                    "both files must tokenise the same way."
+                    f"{path} has {self.n + extra} trees but the corpus has {self.n} "
+                    "non-empty source lines; the pre-parsed file must hold one tree per non-empty line."
                 )
-            if const is None and dep is not None:
-                const = dependency_to_constituency(dep, self.cfg.conversion_style)
-            yield Parsed(dep, const, None)
-        for it, path in ((dep_it, self.cfg.dependency_file), (const_it, self.cfg.constituency_file)):
-            if it is not None:
-                extra = sum(1 for _ in it)
-                if extra:
-                    raise ParserError(
-                        f"{self._path(path, prefix, lang)} has {n + extra} trees but the corpus has {n} "
-                        "non-empty source lines; the pre-parsed file must hold one tree per non-empty line."
-                    )
 
 
 PARSERS = ("none", "spacy", "file", "synthetic")

@@ -1,0 +1,246 @@
+"""Streaming translation (structnmt.decode.stream): the input read a chunk at a time and written in input
+order, memory bounded by the chunk, and --resume after an interruption (docs/large_data.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import assert_user_error, cli
+
+from structnmt.config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig
+from structnmt.data.prepare import PrepareConfig, prepare
+from structnmt.data.synthetic import SynthConfig, write_corpus
+from structnmt.decode import stream
+from structnmt.decode.stream import ChunkResult, StreamOptions, run_stream
+from structnmt.decode.translate import Translator
+from structnmt.resumable import partial_paths
+from structnmt.syntax.batching import StructureSpec
+from structnmt.syntax.parsers import ParserConfig
+from structnmt.training import train
+
+
+def _train(save: Path, data: Path, structures: dict | None = None) -> Path:
+    train(Config(data=DataConfig(path=str(data), max_tokens=600, structures=structures or {}),
+                 model=ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=1),
+                 train=TrainConfig(save_dir=str(save), max_updates=4, validate_interval_updates=4, warmup_updates=1,
+                                   tensorboard=False, progress=False),
+                 decode=DecodeConfig(beam=2, max_len_b=4)), log=lambda *_: None)
+    return save / "checkpoint_last.pt"
+
+
+@pytest.fixture(scope="module")
+def plain(synth_data, tmp_path_factory) -> tuple[Path, Path]:
+    """(a Transformer trained for 4 updates, an input of 60 lines with two blank ones and a repeated block)."""
+    root = tmp_path_factory.mktemp("stream")
+    lines = (synth_data.parent / "corpus" / "test.src").read_text().splitlines()
+    lines[7] = ""
+    lines[30] = "   "
+    (root / "in.txt").write_text("\n".join(lines + lines[:13]) + "\n")
+    return _train(root / "run", synth_data), root / "in.txt"
+
+
+def _translate(capsys, ckpt, src, out, *extra):
+    return cli(capsys, "translate", "--checkpoint", ckpt, "--input", src, "--output", out, "--no-progress",
+               "--workers", "1", *extra)
+
+
+def test_chunks_give_what_one_call_gives_and_line_numbers_stay_the_input_s(plain, tmp_path, capsys):
+    ckpt, src = plain
+    lines = src.read_text().splitlines()
+    whole = Translator(ckpt, workers=1).translate(lines)
+    for chunk_batches in ("1", "3", "100"):  # 4, 12 and every line a chunk (batches of 4)
+        out = tmp_path / f"out{chunk_batches}.txt"
+        code, _, err = _translate(capsys, ckpt, src, out, "--batch-size", "4", "--chunk-batches", chunk_batches)
+        assert code == 0, err
+        got = out.read_text().splitlines()
+        assert got == [w[0].text for w in whole]
+        assert got[7] == "" and got[30] == ""
+        assert not any(p.exists() for p in partial_paths(out))
+    # n-best lines carry the input line's own 0-based number, in every chunk
+    out = tmp_path / "nbest.txt"
+    code, _, err = _translate(capsys, ckpt, src, out, "--batch-size", "4", "--chunk-batches", "1", "--nbest", "2")
+    assert code == 0, err
+    numbers = [int(line.split(" ||| ")[0]) for line in out.read_text().splitlines()]
+    assert numbers == sorted(numbers) and numbers[-1] == len(lines) - 1 and len(set(numbers)) == len(lines)
+
+
+def test_over_long_lines_are_reported_by_their_input_line_across_chunks(plain, tmp_path, capsys):
+    ckpt, src = plain
+    lines = src.read_text().splitlines()
+    lines[41] = " ".join(["w"] * 1100)  # over the model's positions, in the 11th chunk of 4 lines
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    code, _, err = _translate(capsys, ckpt, tmp_path / "in.txt", tmp_path / "out.txt", "--batch-size", "4",
+                              "--chunk-batches", "1")
+    assert code == 0, err
+    assert "1 input line(s) longer than model.max_positions" in err and "line 42." in err
+    assert (tmp_path / "out.txt").read_text().splitlines()[41] == ""
+
+
+def test_workers_give_the_same_bytes_as_one_process(plain, tmp_path, capsys):
+    ckpt, src = plain
+    one, two = tmp_path / "one.txt", tmp_path / "two.txt"
+    assert _translate(capsys, ckpt, src, one, "--batch-size", "2", "--chunk-batches", "4")[0] == 0
+    code, _, err = cli(capsys, "translate", "--checkpoint", ckpt, "--input", src, "--output", two, "--no-progress",
+                       "--workers", "2", "--batch-size", "2", "--chunk-batches", "4")
+    assert code == 0, err
+    assert one.read_bytes() == two.read_bytes()
+
+
+class _Stop(KeyboardInterrupt):
+    pass
+
+
+def _interrupt_at_chunk(monkeypatch, k: int) -> None:
+    """Ctrl-C while the k-th chunk (1-based) is being translated."""
+    calls = {"n": 0}
+    real = Translator.translate
+
+    def translate(self, lines, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] == k:
+            raise _Stop()
+        return real(self, lines, *a, **kw)
+
+    monkeypatch.setattr(Translator, "translate", translate)
+
+
+def test_an_interrupted_run_keeps_complete_lines_and_resume_finishes_it_byte_for_byte(plain, tmp_path, capsys,
+                                                                                      monkeypatch):
+    ckpt, src = plain
+    opts = ("--batch-size", "4", "--chunk-batches", "2")  # chunks of 8 lines
+    ref = tmp_path / "ref.txt"
+    assert _translate(capsys, ckpt, src, ref, *opts)[0] == 0
+    out = tmp_path / "out.txt"
+    partial, record = partial_paths(out)
+    with monkeypatch.context() as m:
+        _interrupt_at_chunk(m, 4)
+        code, _, err = _translate(capsys, ckpt, src, out, *opts)
+    assert code != 0 and not out.exists()
+    assert partial.read_text() == "".join(ref.read_text().splitlines(keepends=True)[:24])  # 3 chunks, whole lines
+    assert json.loads(record.read_text())["input_lines"] == 24
+    # run again without --resume: refused, nothing lost
+    code, _, err = _translate(capsys, ckpt, src, out, *opts)
+    assert_user_error(code, err, str(partial), "add --resume")
+    # a chunk being written when the process was killed: a half line after the recorded part is cut
+    with open(partial, "a", encoding="utf-8") as f:
+        f.write("half a li")
+    code, _, err = _translate(capsys, ckpt, src, out, *opts, "--resume")
+    assert code == 0, err
+    assert "resumed after line 24" in err
+    assert out.read_bytes() == ref.read_bytes()
+    assert not partial.exists() and not record.exists()
+    # nothing left to resume: one sentence
+    code, _, err = _translate(capsys, ckpt, src, out, *opts, "--resume")
+    assert_user_error(code, err, "no interrupted run writing", "it is complete", "drop --resume")
+
+
+def test_resume_refuses_another_input_checkpoint_options_or_a_changed_output(plain, tmp_path, capsys, monkeypatch,
+                                                                            synth_data):
+    ckpt, src = plain
+    opts = ("--batch-size", "4", "--chunk-batches", "2")
+    out = tmp_path / "out.txt"
+    partial, record = partial_paths(out)
+    with monkeypatch.context() as m:
+        _interrupt_at_chunk(m, 3)
+        assert _translate(capsys, ckpt, src, out, *opts)[0] != 0
+    kept = partial.read_bytes()
+    lines = src.read_text().splitlines()
+    changed = tmp_path / "changed.txt"
+    changed.write_text("\n".join(["other words"] + lines[1:]) + "\n")
+    code, _, err = _translate(capsys, ckpt, changed, out, *opts, "--resume")
+    assert_user_error(code, err, "--resume", "does not begin with the 16 lines already done")
+    short = tmp_path / "short.txt"
+    short.write_text("\n".join(lines[:10]) + "\n")
+    code, _, err = _translate(capsys, ckpt, short, out, *opts, "--resume")
+    assert_user_error(code, err, "has 10 lines, fewer than the 16")
+    code, _, err = _translate(capsys, ckpt, src, out, *opts, "--resume", "--beam", "3")
+    assert_user_error(code, err, "other settings (decode)")
+    code, _, err = _translate(capsys, ckpt, src, out, "--batch-size", "4", "--chunk-batches", "3", "--resume")
+    assert_user_error(code, err, "other settings (chunk_lines)")
+    other = _train(tmp_path / "other", synth_data)
+    code, _, err = _translate(capsys, other, src, out, *opts, "--resume")
+    assert_user_error(code, err, "another checkpoint")
+    assert partial.read_bytes() == kept  # every refusal leaves the interrupted run as it was
+    partial.write_bytes(kept.replace(b"\n", b" x\n", 1))
+    code, _, err = _translate(capsys, ckpt, src, out, *opts, "--resume")
+    assert_user_error(code, err, "is not what the interrupted run wrote")
+    code, _, err = cli(capsys, "translate", "--checkpoint", ckpt, "--input", src, "--resume", "--no-progress")
+    assert_user_error(code, err, "--resume goes on with an interrupted --output FILE")
+
+
+def test_memory_is_bounded_by_the_chunk_the_input_is_read_as_it_goes():
+    """The input is read lazily: when a chunk is translated, no line past it has been read, and each chunk's
+    output is written before the next chunk is read."""
+    read = {"n": 0}
+    events = []
+
+    def lines():
+        for i in range(1, 10_001):
+            read["n"] = i
+            yield f"line {i}"
+
+    def chunk(texts):
+        events.append(("translate", len(texts), read["n"]))
+        return ChunkResult([[type("H", (), {"text": t.upper(), "score": 0.0})()] for t in texts])
+
+    written = []
+    opts = StreamOptions(input=None, output=None, checkpoint="-", settings={}, chunk_lines=256, progress=False)
+    got = []
+    summary = stream.translate_stream(chunk, lines(), chunk_lines=opts.chunk_lines, nbest=1,
+                                      write=lambda text, src: (written.append(read["n"]), got.append(text)))
+    assert summary.lines == 10_000 and len(events) == 40
+    assert all(size <= 256 and seen <= 256 * (k + 1) for k, (_, size, seen) in enumerate(events))
+    assert written == [min(256 * (k + 1), 10_000) for k in range(40)]
+    assert "".join(got).splitlines()[-1] == "LINE 10000"
+
+
+def test_standard_output_gets_each_chunk_as_it_is_done(capsys):
+    def chunk(texts):
+        return ChunkResult([[type("H", (), {"text": t[::-1], "score": 0.0})()] for t in texts])
+
+    opts = StreamOptions(input="-", output=None, checkpoint="-", settings={}, chunk_lines=2, progress=False)
+    summary = run_stream(chunk, opts, lambda path: iter(["ab", "", "cd"]))
+    assert summary.lines == 3 and capsys.readouterr().out == "ba\n\ndc\n"
+
+
+@pytest.fixture(scope="module")
+def tree_model(tmp_path_factory) -> tuple[Path, Path]:
+    """A model reading dependency trees from files (parser 'synthetic'), and the corpus directory."""
+    root = tmp_path_factory.mktemp("trees")
+    write_corpus(SynthConfig(seed=2, n_train=300, n_valid=20, n_test=20), root / "c")
+    prepare(PrepareConfig(source_lang="src", target_lang="tgt", trainpref=str(root / "c" / "train"),
+                          validpref=str(root / "c" / "valid"), testprefs=[str(root / "c" / "test")], vocab_size=300,
+                          parser=ParserConfig(name="synthetic")), root / "bin", progress=False, log=lambda *_: None)
+    return _train(root / "model", root / "bin", {"dep": StructureSpec("dep_mask")}), root / "c"
+
+
+def test_a_model_reading_tree_files_takes_its_trees_in_step_across_chunks_and_on_resume(tree_model, tmp_path,
+                                                                                        capsys, monkeypatch):
+    ckpt, corpus = tree_model
+    src, trees = corpus / "test.src", ["--parse-dependency", corpus / "test.src.conllu"]
+    ref = tmp_path / "ref.txt"
+    assert _translate(capsys, ckpt, src, ref, *trees, "--chunk-batches", "100")[0] == 0
+    out = tmp_path / "out.txt"
+    code, _, err = _translate(capsys, ckpt, src, out, *trees, "--batch-size", "2", "--chunk-batches", "2")
+    assert code == 0, err
+    assert out.read_text() == ref.read_text()
+    resumed = tmp_path / "resumed.txt"
+    with monkeypatch.context() as m:
+        _interrupt_at_chunk(m, 3)
+        assert _translate(capsys, ckpt, src, resumed, *trees, "--batch-size", "2", "--chunk-batches", "2")[0] != 0
+    code, _, err = _translate(capsys, ckpt, src, resumed, *trees, "--batch-size", "2", "--chunk-batches", "2",
+                              "--resume")
+    assert code == 0, err
+    assert resumed.read_text() == ref.read_text()
+    # a tree file with a tree too few, or one too many: one sentence, as without chunks
+    conllu = (corpus / "test.src.conllu").read_text().strip().split("\n\n")
+    (tmp_path / "few.conllu").write_text("\n\n".join(conllu[:-1]) + "\n\n")
+    code, _, err = _translate(capsys, ckpt, src, tmp_path / "few.txt", "--parse-dependency", tmp_path / "few.conllu",
+                              "--batch-size", "2", "--chunk-batches", "2")
+    assert_user_error(code, err, "few.conllu has 19 trees but the input has more non-empty lines")
+    (tmp_path / "many.conllu").write_text("\n\n".join(conllu + conllu[:1]) + "\n\n")
+    code, _, err = _translate(capsys, ckpt, src, tmp_path / "many.txt", "--parse-dependency",
+                              tmp_path / "many.conllu", "--batch-size", "2", "--chunk-batches", "2")
+    assert_user_error(code, err, "many.conllu has 21 trees but the corpus has 20 non-empty source lines")

@@ -13,6 +13,7 @@ from structnmt.cli import main
 from structnmt.config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig
 from structnmt.data.prepare import PrepareConfig, prepare
 from structnmt.decode.translate import Translator
+from structnmt.errors import UserError
 from structnmt.syntax import parsers
 from structnmt.syntax.batching import StructureSpec
 from structnmt.syntax.parse_cache import (
@@ -146,3 +147,38 @@ def test_parse_cache_bad_input_through_the_cli(model, tmp_path, capsys):
                  str(tmp_path / "in.en"), "--parse-cache", str(tmp_path / "p.jsonl")]) == 2
     assert "reads no parses (its attention uses no structure), so the parses would be ignored; drop --parse-cache" \
         in capsys.readouterr().err
+
+
+def test_parse_streams_in_chunks_and_resume_finishes_an_interrupted_run(tmp_path, monkeypatch):
+    """Chunks of 4 lines: a line repeated in a later chunk is written once; a run stopped in its third chunk
+    keeps two chunks (whole gzip members) and --resume ends with the same parses as one run."""
+    cfg = ParserConfig(name="spacy")
+    lines = EN[:10] + ["", EN[0], "  " + EN[3] + " "] + EN[10:14]
+    one = tmp_path / "one.jsonl.gz"
+    assert write_parse_cache(cfg, lines, one, chunk_lines=4) == 14
+    assert write_parse_cache(cfg, lines, tmp_path / "whole.jsonl.gz") == 14
+    assert read_parse_cache(one) == read_parse_cache(tmp_path / "whole.jsonl.gz")
+    with gzip.open(one, "rt") as f:
+        assert len(f.read().splitlines()) == 14
+    real, calls = parsers.SpacyParser.parse, {"n": 0}
+
+    def stopping(self, texts, **kw):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(self, texts, **kw)
+
+    out = tmp_path / "out.jsonl.gz"
+    with monkeypatch.context() as m:
+        m.setattr(parsers.SpacyParser, "parse", stopping)
+        with pytest.raises(KeyboardInterrupt):
+            write_parse_cache(cfg, lines, out, chunk_lines=4, input_name="in")
+    partial = tmp_path / "out.jsonl.gz.partial"
+    with gzip.open(partial, "rt") as f:
+        assert len(f.read().splitlines()) == 8  # two chunks of 4 distinct lines
+    with pytest.raises(UserError, match="an interrupted `structnmt parse` is there; add --resume"):
+        write_parse_cache(cfg, lines, out, chunk_lines=4, input_name="in")
+    with pytest.raises(UserError, match="other settings \\(chunk_lines\\)"):
+        write_parse_cache(cfg, lines, out, chunk_lines=5, input_name="in", resume=True)
+    assert write_parse_cache(cfg, lines, out, chunk_lines=4, input_name="in", resume=True) == 14
+    assert read_parse_cache(out) == read_parse_cache(one) and not partial.exists()

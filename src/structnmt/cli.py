@@ -247,12 +247,9 @@ def cmd_parse(args) -> int:
 
     check_output_file(args.out, "--out", "parse", [("an input file", path) for path in args.input],
                       own=is_parse_cache)
-    texts = [line for path in args.input for line in read_lines(path)]
+    texts = (line for path in args.input for line in read_lines(path))
     n = write_parse_cache(dataclasses.replace(parser, n_process=args.spacy_processes), texts, args.out,
-                          progress=not args.no_progress)
-    from .files import record_output_file
-
-    record_output_file(args.out, "parse")
+                          progress=not args.no_progress, resume=args.resume, input_name=" ".join(args.input))
     print(f"parse: {n:,} distinct lines of {len(args.input)} file(s) parsed with {parser.pipeline} into "
           f"{args.out}")
     return 0
@@ -265,6 +262,8 @@ def _parser_parse(sub) -> None:
     s.add_argument("--input", nargs="+", required=True, help="text files (.gz ok), one sentence per line")
     s.add_argument("--out", required=True, help="the parse cache to write (.jsonl, or .jsonl.gz)")
     s.add_argument("--spacy-processes", type=_at_least(1), default=1, help="spaCy worker processes")
+    s.add_argument("--resume", action="store_true",
+                   help="go on with an interrupted run into --out (its FILE.partial), after the chunks it finished")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_parse)
 

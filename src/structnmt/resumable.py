@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -182,3 +182,15 @@ class PartialOutput:
             os.replace(self.partial, self.output)
             self.record_path.unlink(missing_ok=True)
             record_output_file(self.given, self.command)
+
+
+def chunked(lines: Iterable[str], size: int) -> Iterator[list[str]]:
+    """``lines`` in lists of ``size`` (the last shorter), read lazily."""
+    chunk: list[str] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from ..errors import UserError
 from ..files import errors_name
-from ..resumable import PartialOutput
+from ..resumable import PartialOutput, chunked
 
 CHUNK_BATCHES = 64
 """Batches per chunk (``--chunk-batches``): the window sorted by length. Measured with
@@ -65,18 +65,6 @@ def checkpoint_sha256(path: str | Path) -> str:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
     return h.hexdigest()
-
-
-def chunked(lines: Iterable[str], size: int) -> Iterator[list[str]]:
-    """``lines`` in lists of ``size`` (the last shorter), read lazily."""
-    chunk: list[str] = []
-    for line in lines:
-        chunk.append(line)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def format_results(results: list, nbest: int, first: int) -> str:

@@ -25,9 +25,11 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from tqdm import tqdm
+
 from ..config import build_dataclass
 from ..errors import UserError
-from ..files import atomic_path
+from ..resumable import PartialOutput, chunked
 from .parsers import Parsed, ParserConfig, build_parser
 from .trees import ConstituencyTree, DependencyTree, Node
 
@@ -88,24 +90,72 @@ def _open_text(path: Path, mode: str, gz: bool):
     return gzip.open(path, mode + "t", encoding="utf-8") if gz else open(path, mode, encoding="utf-8")
 
 
-def write_parse_cache(cfg: ParserConfig, texts: Iterable[str], path: str | Path, progress: bool = False) -> int:
-    """Parse every distinct stripped, non-empty line of ``texts`` with ``cfg`` into ``path`` (written whole
-    or not at all: a temporary file renamed at the end); returns the number of parses written."""
+PARSE_CHUNK_LINES = 20_000
+"""Input lines ``structnmt parse`` reads, parses and writes at a time (``--resume`` goes on after the last one)."""
 
-    lines = list(dict.fromkeys(t.strip() for t in texts if t.strip()))
+
+def write_parse_cache(cfg: ParserConfig, texts: Iterable[str], path: str | Path, progress: bool = False, *,
+                      resume: bool = False, input_name: str = "", chunk_lines: int = PARSE_CHUNK_LINES) -> int:
+    """Parse every distinct stripped, non-empty line of ``texts`` with ``cfg`` into ``path``; returns the number
+    of parses written.
+
+    Streamed: ``chunk_lines`` input lines at a time are parsed and appended to ``path.partial``
+    (:class:`structnmt.resumable.PartialOutput`; a ``.gz`` output gets one gzip member per chunk), renamed to
+    ``path`` at the end. Memory holds one chunk and a 16-byte digest per distinct line written (about 80 bytes
+    of Python set per line). ``resume``: go on with an interrupted run's ``path.partial`` (the same texts,
+    ``input_name`` and parser settings), after the chunks it finished."""
     settings = settings_key(cfg)
-    parsed = build_parser(cfg).parse(iter(lines))
-    if progress:
-        from tqdm import tqdm
+    gz = str(path).endswith(".gz")
+    out = PartialOutput(path, input_name=input_name, model_hash=hashlib.sha256(settings.encode()).hexdigest(),
+                        settings={"chunk_lines": chunk_lines, "gzip": gz}, command="parse",
+                        model_what="parser settings")
+    texts = iter(texts)
+    seen: set[int] = set()
+    if resume:
+        out.resume(texts)
+        seen = _written_keys(out.partial, gz)
+    else:
+        out.start()
+    backend, written, finished = build_parser(cfg), len(seen), False
+    bar = tqdm(desc="parse", unit=" lines", mininterval=1.0, initial=written) if progress else None
+    try:
+        for chunk in chunked(texts, chunk_lines):
+            fresh = _fresh_lines(chunk, settings, seen)
+            text = "".join(json.dumps(parsed_to_json(line_key(settings, line), parsed), ensure_ascii=False) + "\n"
+                           for line, parsed in zip(fresh, backend.parse(iter(fresh)), strict=True))
+            out.append(gzip.compress(text.encode("utf-8"), mtime=0) if gz and text else text, chunk)
+            written += len(fresh)
+            if bar is not None:
+                bar.update(len(fresh))
+        finished = True
+    finally:
+        out.close(finished=finished)
+        if bar is not None:
+            bar.close()
+    return written
 
-        parsed = tqdm(parsed, total=len(lines), desc="parse", unit=" lines", mininterval=1.0)
-    path, n = Path(path), 0
-    with atomic_path(path) as tmp:
-        with _open_text(tmp, "w", gz=path.name.endswith(".gz")) as f:
-            for text, p in zip(lines, parsed, strict=True):
-                f.write(json.dumps(parsed_to_json(line_key(settings, text), p), ensure_ascii=False) + "\n")
-                n += 1
-    return n
+
+def _digest(key: str) -> int:
+    return int(key[:32], 16)  # the key's first 16 bytes
+
+
+def _fresh_lines(chunk: list[str], settings: str, seen: set[int]) -> list[str]:
+    """The distinct stripped, non-empty lines of ``chunk`` not written before (``seen`` updated)."""
+    fresh = []
+    for line in chunk:
+        line = line.strip()
+        if line:
+            d = _digest(line_key(settings, line))
+            if d not in seen:
+                seen.add(d)
+                fresh.append(line)
+    return fresh
+
+
+def _written_keys(partial: Path, gz: bool) -> set[int]:
+    """The digests of the lines an interrupted run's ``.partial`` cache holds (read back to go on without them)."""
+    with _open_text(partial, "r", gz) as f:
+        return {_digest(json.loads(line)["key"]) for line in f}
 
 
 def is_parse_cache(path: str | Path) -> bool:

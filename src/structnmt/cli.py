@@ -74,14 +74,15 @@ def cmd_synth(args) -> int:
             return _err("--n-gen must be at least 1 and --train-max-len at least 3.")
         meta = write_benchmark(BenchmarkConfig(seed=args.seed, n_train=args.n_train, n_valid=args.n_valid,
                                                n_test=args.n_test, n_gen=args.n_gen,
-                                               train_max_len=args.train_max_len), args.out)
+                                               train_max_len=args.train_max_len), args.out,
+                               progress=not args.no_progress)
         for name, s in meta["splits"].items():
             print(f"synth: {name:>13}: {s['sentences']:>6,} sentences, {s['length'][0]}-{s['length'][1]} words; "
                   f"{s['statement']}")
         print(f"synth: benchmark in {args.out} (checked: {meta['checked']}; see benchmark.json)")
         return 0
     cfg = SynthConfig(seed=args.seed, n_train=args.n_train, n_valid=args.n_valid, n_test=args.n_test)
-    counts = write_corpus(cfg, args.out)
+    counts = write_corpus(cfg, args.out, progress=not args.no_progress)
     print(f"synth: wrote {counts} to {args.out}")
     return 0
 
@@ -99,6 +100,7 @@ def _parser_synth(sub) -> None:
     s.add_argument("--n-gen", type=int, default=500, help="sentences per held-out split (--generalization)")
     s.add_argument("--train-max-len", type=int, default=20,
                    help="longest training sentence in words; the length split is longer (--generalization)")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_synth)
 
 

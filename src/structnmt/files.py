@@ -26,6 +26,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
+from typing import TextIO
 
 from .data.corpus import note_bom
 from .errors import NoNewFilesError, UserError
@@ -465,6 +466,29 @@ class OutputDir:
         atomic_write_text(p, text)
         self.record(name)
         return p
+
+    @contextlib.contextmanager
+    def writing(self, names: tuple[str, ...]) -> Iterator[dict[str, TextIO]]:
+        """Open all of ``names`` at once for writing text (UTF-8), each as a temporary file beside its name (see
+        :func:`atomic_path`), for output written as it is made rather than held in memory: ``{name: file}``.
+        When the block ends normally every file is renamed over its name and recorded; on any failure (an
+        error, an interrupt) every temporary file is removed, and the directory too if this call made it and
+        it is empty, so that no partial file is ever left under one of the names."""
+        made = not self.path.exists()
+        paths = [self.claim(name) for name in names]
+        try:
+            with contextlib.ExitStack() as stack:
+                files = {}
+                for name, path in zip(names, paths):
+                    tmp = stack.enter_context(atomic_path(path))
+                    files[name] = stack.enter_context(open(tmp, "w", encoding="utf-8"))
+                yield files
+        except BaseException:
+            if made:
+                with contextlib.suppress(OSError):
+                    self.path.rmdir()  # only when empty: a file of another writer's stays
+            raise
+        self.record(*names)
 
     def write_with(self, name: str, writer) -> Path:
         """``writer(path)`` writes the file (a picture, say) to a temporary path, renamed over ``name``."""

@@ -28,26 +28,30 @@ The training distribution is the corpus's grammar; the held-out splits are drawn
 more nesting (PPs and relative clauses on NPs more likely, :data:`GEN_NESTING`) so that
 rare structures (4 attractors: about 0.3 % of the plain grammar's sentences) cost few
 draws; they are then filtered by their predicate. Sentences are unique across all splits.
-:func:`check_benchmark` verifies at generation time (and in the tests) that every split
-satisfies its predicate and that no training or validation sentence has a held-out
-property.
+:func:`write_benchmark` writes each example as it is drawn, and checks it against its split's
+predicate (:class:`SplitSummary`: no training or validation sentence has a held-out property);
+:func:`check_benchmark` checks a benchmark held in memory (:func:`generate_benchmark`) the same
+way, and that no sentence occurs twice.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..errors import UserError
 from ..syntax.io import parse_ptb, read_conllu
 from ..syntax.trees import Node
-from .synthetic import SynthExample, corpus_dir, split_files, write_examples
+from .synthetic import SynthExample, corpus_dir, split_files
 from .synthetic.grammar import _Sampler
 from .synthetic.lexicon import _lexicon
 from .synthetic.render import _build_example
+from .synthetic.seen import SeenSentences
 from .synthetic.splits import _split_rng
+from .synthetic.writing import progress_bar, write_example
 
 #: nesting probabilities (PP on an NP, relative clause on an NP, by depth) of the held-out splits
 GEN_NESTING = {"np_pp": (0.6, 0.5, 0.4), "np_rc": (0.5, 0.4, 0.3)}
@@ -67,30 +71,34 @@ class BenchmarkConfig:
     max_depth: int = 3
 
 
+def _top_subjects(node: Node) -> list[Node]:
+    """The subject NPs of the top-level clauses of the clause ``node`` (``S -> S CC S`` coordinates them)."""
+    if any(k.label == "S" for k in node.children):
+        return [np for k in node.children if k.label == "S" for np in _top_subjects(k)]
+    return [k for k in node.children if k.label == "NP"]
+
+
+def _nesting(node: Node) -> int:
+    """How deeply PPs and relative clauses nest below ``node``."""
+    return max([(k.label in ("PP", "SBAR")) + _nesting(k) for k in node.children], default=0)
+
+
+def _contains(node: Node, label: str) -> bool:
+    """Whether a node below ``node`` has ``label``."""
+    return any(k.label == label or _contains(k, label) for k in node.children)
+
+
 def example_properties(ex: SynthExample) -> dict:
-    """``{"length", "attractors", "subject_depth", "subject_rc"}`` of one example (module docstring)."""
-    subjects: list[Node] = []
+    """``{"length", "attractors", "subject_depth", "subject_rc"}`` of one example (module docstring).
 
-    def top_clauses(node: Node) -> None:
-        if any(k.label == "S" for k in node.children):  # S -> S CC S
-            for k in node.children:
-                if k.label == "S":
-                    top_clauses(k)
-            return
-        subjects.extend(k for k in node.children if k.label == "NP")
-
-    def nesting(node: Node) -> int:
-        return max([(k.label in ("PP", "SBAR")) + nesting(k) for k in node.children], default=0)
-
-    def contains(node: Node, label: str) -> bool:
-        return any(k.label == label or contains(k, label) for k in node.children)
-
-    top_clauses(parse_ptb(ex.tree).root)
+    Its helpers are module functions, not nested ones: a recursive nested function is a reference
+    cycle, which would keep each parsed tree until the garbage collector runs."""
+    subjects = _top_subjects(parse_ptb(ex.tree).root)
     return {
         "length": len(ex.src),
         "attractors": max((item["attractors"] for item in ex.agreement), default=0),
-        "subject_depth": max((nesting(s) for s in subjects), default=0),
-        "subject_rc": any(contains(s, "SBAR") for s in subjects),
+        "subject_depth": max((_nesting(s) for s in subjects), default=0),
+        "subject_rc": any(_contains(s, "SBAR") for s in subjects),
     }
 
 
@@ -126,14 +134,18 @@ SPLITS: tuple[Split, ...] = (
 )
 
 
-def _draw(rng: random.Random, sampler: _Sampler, lex: dict, n: int, keep: Callable[[dict], bool],
-          seen: set[str], max_len: int, what: str) -> tuple[list[SynthExample], list[dict]]:
-    examples, props = [], []
-    draws = 0
-    while len(examples) < n:
+def _drawn(sampler: _Sampler, lex: dict, n: int, keep: Callable[[dict], bool], seen: SeenSentences,
+           max_len: int, what: str) -> Iterator[tuple[SynthExample, dict]]:
+    """``n`` examples of ``sampler`` and their properties, one at a time: samples longer than ``max_len``
+    words, already in ``seen`` or whose properties ``keep`` refuses are re-drawn; every example yielded is
+    added to ``seen``."""
+    drawn = draws = 0
+    while drawn < n:
         draws += 1
         if draws > 2000 * max(n, 10):
-            raise RuntimeError(f"could not draw {n} unique {what} sentences in {draws - 1} draws")
+            option = "--n-gen" if what not in ("train", "valid", "test") else f"--n-{what}"
+            raise UserError(f"could not draw {n:,} different {what} sentences in {draws - 1:,} draws; ask for fewer "
+                            f"({option}) or give another --train-max-len.")
         ex = _build_example(sampler.clause(True), lex)
         key = " ".join(ex.src)
         if len(ex.src) > max_len or key in seen:
@@ -141,77 +153,135 @@ def _draw(rng: random.Random, sampler: _Sampler, lex: dict, n: int, keep: Callab
         p = example_properties(ex)
         if keep(p):
             seen.add(key)
-            examples.append(ex)
-            props.append(p)
-    return examples, props
+            drawn += 1
+            yield ex, p
 
 
-def generate_benchmark(cfg: BenchmarkConfig) -> dict[str, tuple[list[SynthExample], list[dict]]]:
-    """Every split of the benchmark: name -> (examples, their properties); deterministic in ``cfg``.
+def _split_sizes(cfg: BenchmarkConfig) -> dict[str, int]:
+    """Sentences per split, in the order they are drawn and written (held-out splits, test, valid, train)."""
+    return {**{s.name: cfg.n_gen for s in SPLITS if s.held_out}, "test": cfg.n_test, "valid": cfg.n_valid,
+            "train": cfg.n_train}
 
-    Held-out splits are drawn first (each from its own random stream), then the i.i.d.
-    test, valid and train splits, so that no sentence occurs twice."""
+
+def stream_benchmark(cfg: BenchmarkConfig) -> Iterator[tuple[str, Iterator[tuple[SynthExample, dict]]]]:
+    """Every split of the benchmark with the stream of its (example, properties), drawn as it is read;
+    deterministic in ``cfg``. Read each stream to its end before the next.
+
+    Held-out splits come first (each from its own random stream), then the i.i.d. test, valid and
+    train splits, so that no sentence occurs twice. Memory: the example being read, and 12 bytes per
+    sentence of the benchmark for the sentences drawn so far (:class:`~.synthetic.seen.SeenSentences`)."""
     lex = _lexicon(cfg.seed)
-    seen: set[str] = set()
-    out: dict[str, tuple[list[SynthExample], list[dict]]] = {}
+    seen = SeenSentences(sum(_split_sizes(cfg).values()))
     for i, split in enumerate(s for s in SPLITS if s.held_out):
         rng = random.Random(cfg.seed * 1_000_003 + 7_919 * (i + 1))
         sampler = _Sampler(rng, cfg.max_depth, **GEN_NESTING)
-        out[split.name] = _draw(rng, sampler, lex, cfg.n_gen, lambda p, s=split: s.predicate(p, cfg), seen,
-                                cfg.max_len, split.name)
-    for name, n in (("test", cfg.n_test), ("valid", cfg.n_valid), ("train", cfg.n_train)):
-        rng = _split_rng(cfg.seed, name)
-        out[name] = _draw(rng, _Sampler(rng, cfg.max_depth), lex, n, lambda p: in_training_distribution(p, cfg),
-                          seen, cfg.max_len, name)
+        yield split.name, _drawn(sampler, lex, cfg.n_gen, lambda p, s=split: s.predicate(p, cfg), seen,
+                                 cfg.max_len, split.name)
+    for name in ("test", "valid", "train"):
+        sampler = _Sampler(_split_rng(cfg.seed, name), cfg.max_depth)
+        yield name, _drawn(sampler, lex, _split_sizes(cfg)[name], lambda p: in_training_distribution(p, cfg),
+                           seen, cfg.max_len, name)
+
+
+def generate_benchmark(cfg: BenchmarkConfig) -> dict[str, tuple[list[SynthExample], list[dict]]]:
+    """Every split of the benchmark in lists: name -> (examples, their properties); deterministic in ``cfg``
+    (:func:`stream_benchmark`, the whole benchmark held in memory)."""
+    out = {}
+    for name, stream in stream_benchmark(cfg):
+        pairs = list(stream)
+        out[name] = ([ex for ex, _ in pairs], [p for _, p in pairs])
     return out
+
+
+def _rule(name: str) -> Callable[[dict, BenchmarkConfig], bool]:
+    """The predicate every sentence of split ``name`` satisfies (train and valid: the training distribution)."""
+    return next((s.predicate for s in SPLITS if s.name == name), in_training_distribution)
+
+
+@dataclass
+class SplitSummary:
+    """The checked summary of one split in ``benchmark.json``, gathered one example at a time (:meth:`add`)."""
+
+    name: str
+    cfg: BenchmarkConfig
+    sentences: int = 0
+    max_attractors: int = 0
+    max_subject_depth: int = 0
+    with_subject_rc: int = 0
+    shortest: int | None = None
+    longest: int | None = None
+
+    def add(self, p: dict) -> None:
+        """Count an example with properties ``p``; raise if it breaks the split's rule."""
+        if not _rule(self.name)(p, self.cfg):
+            raise AssertionError(f"split {self.name}: sentence {self.sentences + 1} breaks its rule: {p}")
+        self.sentences += 1
+        self.max_attractors = max(self.max_attractors, p["attractors"])
+        self.max_subject_depth = max(self.max_subject_depth, p["subject_depth"])
+        self.with_subject_rc += int(p["subject_rc"])
+        self.shortest = p["length"] if self.shortest is None else min(self.shortest, p["length"])
+        self.longest = p["length"] if self.longest is None else max(self.longest, p["length"])
+
+    def as_json(self) -> dict:
+        return {"sentences": self.sentences, "max_attractors": self.max_attractors,
+                "max_subject_depth": self.max_subject_depth, "with_subject_rc": self.with_subject_rc,
+                "length": [self.shortest, self.longest]}
 
 
 def check_benchmark(splits: dict[str, tuple[list[SynthExample], list[dict]]], cfg: BenchmarkConfig) -> dict:
     """Recompute every example's properties from its tree; raise if a split breaks its
     predicate, a training or validation sentence has a held-out property, or a sentence
     occurs twice. Returns a summary for ``benchmark.json``."""
-    by_name = {s.name: s for s in SPLITS}
     seen: dict[str, str] = {}
     summary = {}
     for name, (examples, _) in splits.items():
-        rule = by_name[name].predicate if name in by_name else in_training_distribution
-        props = [example_properties(ex) for ex in examples]
-        bad = [i for i, p in enumerate(props) if not rule(p, cfg)]
-        if bad:
-            raise AssertionError(f"split {name}: sentence {bad[0] + 1} breaks its rule: {props[bad[0]]}")
+        split = SplitSummary(name, cfg)
         for ex in examples:
+            split.add(example_properties(ex))
             key = " ".join(ex.src)
             if key in seen:
                 raise AssertionError(f"sentence in both {seen[key]} and {name}: {key}")
             seen[key] = name
-        summary[name] = {
-            "sentences": len(examples),
-            "max_attractors": max(p["attractors"] for p in props),
-            "max_subject_depth": max(p["subject_depth"] for p in props),
-            "with_subject_rc": sum(p["subject_rc"] for p in props),
-            "length": [min(p["length"] for p in props), max(p["length"] for p in props)],
-        }
+        summary[name] = split.as_json()
     return summary
 
 
-def write_benchmark(cfg: BenchmarkConfig, out_dir: str | Path) -> dict:
-    """Generate, check and write every split (the files of
-    :func:`structnmt.data.synthetic.write_corpus`, plus ``{split}.props.jsonl``) and
-    ``benchmark.json`` (config, statements, checks). Returns the summary."""
-    splits = generate_benchmark(cfg)
-    summary = check_benchmark(splits, cfg)
-    # a file of the user's under one of the names is refused before anything is written
-    out = corpus_dir(out_dir, tuple(n for name in splits for n in (*split_files(name), f"{name}.props.jsonl"))
-                     + ("benchmark.json",))
-    for name, (examples, props) in splits.items():
-        write_examples(examples, out, name)
-        out.write_text(f"{name}.props.jsonl", "".join(json.dumps(p) + "\n" for p in props))
+def _benchmark_files(name: str) -> tuple[str, ...]:
+    """The files of split ``name``: those of :func:`structnmt.data.synthetic.split_files` and the properties."""
+    return (*split_files(name), f"{name}.props.jsonl")
+
+
+def _benchmark_meta(cfg: BenchmarkConfig, summary: dict[str, dict]) -> dict:
+    """The content of ``benchmark.json``: config, each split's statement and summary, what was checked."""
     statements = {s.name: s.statement.replace("train_max_len", str(cfg.train_max_len)) for s in SPLITS}
     statements["train"] = statements["valid"] = statements["test"]
-    meta = {"config": asdict(cfg), "splits": {n: {"statement": statements[n], **summary[n]} for n in splits},
+    return {"config": asdict(cfg), "splits": {n: {"statement": statements[n], **summary[n]} for n in summary},
             "checked": "every split satisfies its rule; no training/valid sentence has a held-out property; "
                        "no sentence occurs twice"}
-    out.write_text("benchmark.json", json.dumps(meta, indent=2) + "\n")
+
+
+def write_benchmark(cfg: BenchmarkConfig, out_dir: str | Path, *, progress: bool = False) -> dict:
+    """Generate, check and write every split (the files of
+    :func:`structnmt.data.synthetic.write_corpus`, plus ``{split}.props.jsonl``) and
+    ``benchmark.json`` (config, statements, checks), each example as it is drawn (memory: 12 bytes per
+    sentence, :func:`stream_benchmark`). Every example is checked against its split's rule as it is
+    written; no sentence occurs twice because the draw never repeats one. ``progress``: a progress bar
+    on standard error. Returns the content of ``benchmark.json``."""
+    sizes = _split_sizes(cfg)
+    names = tuple(n for name in sizes for n in _benchmark_files(name)) + ("benchmark.json",)
+    out = corpus_dir(out_dir, names)  # a file of the user's under one of the names is refused before any work
+    summary: dict[str, dict] = {}
+    with out.writing(names) as files, progress_bar(sum(sizes.values()), progress) as bar:
+        for name, stream in stream_benchmark(cfg):
+            split = SplitSummary(name, cfg)
+            for ex, p in stream:
+                split.add(p)
+                write_example(files, name, ex)
+                files[f"{name}.props.jsonl"].write(json.dumps(p) + "\n")
+                bar.update()
+            summary[name] = split.as_json()
+        meta = _benchmark_meta(cfg, summary)
+        files["benchmark.json"].write(json.dumps(meta, indent=2) + "\n")
     return meta
 
 

@@ -82,9 +82,11 @@ Modules
   :class:`~structnmt.syntax.trees.DependencyTree`, target, agreement probes);
 * :mod:`.reading` -- :func:`realize`: a PTB tree (read by :func:`structnmt.syntax.io.parse_ptb`)
   back into an example;
-* :mod:`.splits` -- :class:`SynthConfig` and :func:`generate` (train / valid / test);
-* :mod:`.writing` -- the corpus files (:func:`write_examples`, :func:`write_corpus`; CoNLL-U by
-  :func:`structnmt.syntax.io.format_conllu`);
+* :mod:`.splits` -- :class:`SynthConfig`, :func:`stream_splits` (train / valid / test, drawn as
+  they are read) and :func:`generate` (the same in lists);
+* :mod:`.seen` -- :class:`SeenSentences`, the sentences drawn so far as 64-bit keys (12 bytes each);
+* :mod:`.writing` -- the corpus files, written as the examples are drawn (:func:`write_example`,
+  :func:`write_examples`, :func:`write_corpus`; CoNLL-U by :func:`structnmt.syntax.io.format_conllu`);
 * :mod:`.agreement` -- the agreement metric (:func:`agreement_outcomes`, :func:`agreement_accuracy`).
 
 Every public name is importable from ``structnmt.data.synthetic``.
@@ -103,15 +105,28 @@ from .lexicon import (
 )
 from .reading import realize
 from .render import SynthExample
-from .splits import SynthConfig, generate
-from .writing import corpus_dir, split_files, write_corpus, write_examples
+from .seen import SeenSentences
+from .splits import SynthConfig, generate, split_sizes, stream_splits
+from .writing import (
+    corpus_dir,
+    progress_bar,
+    split_files,
+    write_corpus,
+    write_example,
+    write_examples,
+)
 
 __all__ = [
     "SynthConfig",
     "SynthExample",
     "generate",
+    "stream_splits",
+    "split_sizes",
+    "SeenSentences",
     "write_corpus",
+    "write_example",
     "write_examples",
+    "progress_bar",
     "split_files",
     "corpus_dir",
     "agreement_accuracy",

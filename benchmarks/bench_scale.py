@@ -208,6 +208,31 @@ def bench_translate(work: Path, n_lines: list[int], logs: Path) -> dict:
     return res
 
 
+def bench_chunks(work: Path, lines: int, chunk_batches: list[int], rounds: int, logs: Path) -> dict:
+    """What sorting within chunks costs: ``translate`` of ``lines`` Multi30k sources (beam 5, the checkpoint's
+    lengths) at each ``--chunk-batches``, rounds alternated; CPU seconds per setting (median of the rounds) and
+    whether every setting wrote the same bytes."""
+    ckpt = sorted(work.glob("train_plain*/checkpoint_last.pt"))[0]
+    src = gzip.open(SHARED / "train.en.gz", "rt", encoding="utf-8").read().splitlines()
+    inp = work / f"chunks{lines}.en"
+    rng = random.Random(1)
+    inp.write_text("".join(src[rng.randrange(len(src))] + "\n" for _ in range(lines)))
+    cpu: dict[int, list[float]] = {c: [] for c in chunk_batches}
+    outputs = {}
+    for _ in range(rounds):
+        for c in chunk_batches:
+            out = work / f"chunks{lines}_{c}.de"
+            out.unlink(missing_ok=True)
+            cost = measure(structnmt("translate", "--checkpoint", ckpt, "--input", inp, "--output", out, "--beam", 5,
+                                     "--workers", 1, "--chunk-batches", c, "--no-progress"),
+                           env={"OMP_NUM_THREADS": "1"}, log=logs / f"chunks{c}.log")
+            cpu[c].append(cost.cpu_s)
+            outputs[c] = out.read_bytes()
+    same = len(set(outputs.values())) == 1
+    return {"lines": lines, "rounds": rounds, "cpu_s": {c: float(np.median(v)) for c, v in cpu.items()},
+            "all_rounds": cpu, "identical_outputs": same}
+
+
 def fit(sizes: list[int], values: list[float]) -> dict:
     """Growth exponent (slope of log value on log size) and the value at 4.5M pairs: a cost that grows
     (exponent >= 0.3) extrapolated by the least-squares line through the measurements, a flat one (a start-up's
@@ -245,10 +270,21 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="prepare --workers counts (trees)")
     ap.add_argument("--translate-lines", type=int, nargs="+", default=[2_000, 200_000])
     ap.add_argument("--out", type=Path, help="directory for results.json and results.md")
+    ap.add_argument("--chunk-batches", type=int, nargs="+",
+                    help="instead: translate --chunk-batches settings compared (after one run of the sizes)")
+    ap.add_argument("--chunk-lines", type=int, default=8192, help="lines translated for --chunk-batches")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of --chunk-batches, alternated")
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     logs = args.work / "logs"
     logs.mkdir(exist_ok=True)
+    if args.chunk_batches:
+        res = bench_chunks(args.work, args.chunk_lines, args.chunk_batches, args.rounds, logs)
+        print(json.dumps(res, indent=1))
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "chunks.json").write_text(json.dumps(res, indent=1) + "\n")
+        return 0
     results: dict = {"machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(),
                                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}}
     for n in args.sizes:

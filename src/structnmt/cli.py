@@ -5,6 +5,7 @@ Each command's function (``cmd_<name>``) has its parser beside it (``_parser_<na
 
     synth         write the synthetic syntactic-transduction corpus and its gold trees
     prepare       parallel text -> SentencePiece-encoded, memory-mapped dataset (and parses)
+    features      structure features of a dataset computed once, into memory-mapped stores beside it
     train         train from a YAML config with dotted overrides (torchrun-compatible)
     translate     beam search / greedy decoding from a file or standard input
     export        a plain Transformer checkpoint -> CTranslate2 model directory
@@ -176,6 +177,31 @@ def _parser_prepare(sub) -> None:
                         "the conversion style (bracket F1 on the PTB sample in docs/syntax.md; default hybrid)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_prepare)
+
+
+def cmd_features(args) -> int:
+    from .store_features import requests_of, store_features
+
+    data, requests = requests_of(args.feature or [], args.config, args.overrides, args.data)
+    if not requests:
+        print(f"features: {args.config} reads no structure features; nothing to store.")
+        return 0
+    store_features(data, requests, force=args.force, progress=not args.no_progress)
+    return 0
+
+
+def _parser_features(sub) -> None:
+    s = sub.add_parser("features", help="compute structure features once per dataset (memory-mapped stores that "
+                                        "every training process reads instead of computing them)")
+    s.add_argument("--data", help="the prepared dataset (default with --for: the config's data.path)")
+    s.add_argument("--feature", action="append", metavar="NAME[:k=v,...]",
+                   help="a feature and its parameters, e.g. lpea_positions:k=2,rule=rule2 or dep_mask; may be repeated")
+    s.add_argument("--for", dest="config", metavar="CONFIG.yaml",
+                   help="store every feature a training of this config reads (its mechanisms', data.structures, hooks')")
+    s.add_argument("overrides", nargs="*", default=[], help="section.key=value overrides of the --for config")
+    s.add_argument("--force", action="store_true", help="rebuild stores that are up to date")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_features)
 
 
 def cmd_train(args) -> int:
@@ -1027,7 +1053,7 @@ def _parser_demo(sub) -> None:
 
 #: every command's parser, in the order of `structnmt -h` (each lives beside its command)
 PARSERS = (
-    _parser_synth, _parser_prepare, _parser_train, _parser_parse, _parser_translate, _parser_export,
+    _parser_synth, _parser_prepare, _parser_features, _parser_train, _parser_parse, _parser_translate, _parser_export,
     _parser_average, _parser_score, _parser_experiment, _parser_probe, _parser_tag, _parser_induce,
     _parser_induce_table, _parser_head_roles, _parser_sweep_plot, _parser_delta_plot, _parser_plan_seeds, _parser_compare,
     _parser_analyze, _parser_gate,

@@ -29,9 +29,10 @@ import numpy as np
 import torch
 
 from ..errors import UserError
-from ..syntax.batching import feature_values, pad_structures
+from ..syntax.batching import check_structures, feature_values, pad_structures
 from ..syntax.features import FEATURES
 from ..syntax.trees import trees_from_json
+from .feature_store import FeatureStore, open_store
 from .vocab import BOS, EOS, PAD, Vocab, VocabError, vocab_pair
 
 
@@ -70,6 +71,8 @@ class PreparedSplit:
         self.structure_cache_bytes = int(structure_cache_mb * 2**20)
         self._feature_cache: dict[tuple, dict[int, object]] = {}
         self._feature_cache_used = 0
+        # requests read from their feature store (structnmt features) instead: see open_feature_stores
+        self._stores: dict[tuple, FeatureStore] = {}
         self.src_vocab = src_vocab  # derives word boundaries from pieces when there are no parses
         self.data = {}
         self.offsets = {}
@@ -115,11 +118,26 @@ class PreparedSplit:
         trees = [self.trees(int(i), kinds) for i in ids] if kinds else [(None, None)] * len(ids)
         return trees, [self.word_of_piece(int(i)) for i in ids]
 
+    def open_feature_stores(self, structures: dict) -> dict[str, Path]:
+        """Read each request of ``structures`` that has a feature store (``structnmt features``) from it from now
+        on: memory-mapped, nothing computed, nothing kept in this process. Returns ``{key: store directory}``
+        of those; the others are computed as before. A store made for another dataset or another version of
+        the feature's code is refused (:class:`~structnmt.data.feature_store.FeatureStoreError`)."""
+        check_structures(structures)
+        found: dict[str, Path] = {}
+        for key, spec in structures.items():
+            store = open_store(self.root, spec, self.split, len(self))
+            if store is not None:
+                self._stores[_spec_key(spec)] = store
+                found[key] = store.path
+        return found
+
     def structure_values(self, ids, structures: dict) -> dict[str, list]:
         """Unpadded feature values (key -> one value per sentence of ``ids``) of the
         requested structures.
 
-        A feature is a pure function of the stored trees and alignment, so each
+        A request with an open feature store (:meth:`open_feature_stores`) is read from it.
+        Otherwise, a feature is a pure function of the stored trees and alignment, so each
         (feature, params, sentence) is computed once and kept, up to
         ``structure_cache_mb`` (after that, sentences not yet kept are computed every
         time they are batched). The trainer fills it before the first update
@@ -130,6 +148,10 @@ class PreparedSplit:
         out: dict[str, list] = {}
         ids = [int(i) for i in ids]
         for key, spec in structures.items():
+            store = self._stores.get(_spec_key(spec))
+            if store is not None:
+                out[key] = [store.value(i) for i in ids]
+                continue
             cache = self._feature_cache.setdefault(_spec_key(spec), {})
             missing = [i for i in dict.fromkeys(ids) if i not in cache]
             extra: dict[int, object] = {}  # past the memory bound: this call only
@@ -154,9 +176,10 @@ class PreparedSplit:
     def precompute_structures(self, structures: dict, *, chunk: int = 1000, progress: bool = False) -> int:
         """Compute and keep the requested features of every sentence, before training
         (within ``structure_cache_mb``); returns how many sentences are kept. Batches then
-        only pad (see :meth:`structure_values`)."""
+        only pad (see :meth:`structure_values`). Requests read from a feature store are skipped."""
+        structures = {k: s for k, s in structures.items() if _spec_key(s) not in self._stores}
         if not structures:
-            return 0
+            return len(self)
         from tqdm import tqdm
 
         n = len(self)

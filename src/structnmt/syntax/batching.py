@@ -47,7 +47,8 @@ class StructureSpec:
     params: dict[str, Any] = field(default_factory=dict)
 
 
-def _check(specs: dict[str, StructureSpec]) -> None:
+def check_structures(specs: dict[str, StructureSpec]) -> None:
+    """Every request names a registered feature (plugins imported first); else one sentence listing them."""
     if any(spec.feature not in FEATURES for spec in specs.values()):
 
         load_plugins()  # a plugin's feature (--user-dir, an entry point) not imported in this process yet
@@ -71,7 +72,7 @@ def build_structures(
     label_ids: dict[str, int] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Padded structure tensors for one batch (see the module docstring)."""
-    _check(specs)
+    check_structures(specs)
     return pad_structures(specs, {key: feature_values(spec, trees, wops) for key, spec in specs.items()},
                           S, label_ids)
 
@@ -85,7 +86,7 @@ def pad_structures(
     """Pad per-sentence feature values (``values_of[key]``, one per sentence, as
     :func:`feature_values` returns them) into the batch tensors of the module docstring, each
     feature by its own declared :class:`~structnmt.syntax.features.Padding`."""
-    _check(specs)
+    check_structures(specs)
     out: dict[str, torch.Tensor] = {}
     for key, spec in specs.items():
         out.update(FEATURES[spec.feature].batch(key, values_of[key], S, label_ids))

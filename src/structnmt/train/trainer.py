@@ -288,6 +288,12 @@ class Trainer:
         self.structures = {**cfg.data.structures, **self.model.required_structures()}
         for hook in self.hooks:
             self.structures.update(hook.required_structures(self))
+        # the requests with a feature store (structnmt features) are read from it, memory-mapped; a store made
+        # for another dataset or feature code is refused now, before the model is trained
+        self.stored: dict[str, Path] = {}
+        for split in (self.train_split, self.valid_split):
+            if split is not None:
+                self.stored.update(split.open_feature_stores(self.structures))
         self.ddp = (torch.nn.parallel.DistributedDataParallel(
             self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
             if self.distributed else self.model)
@@ -466,18 +472,34 @@ class Trainer:
         return None
 
     def _precompute_structures(self) -> None:
-        """Every requested structure of every train and valid sentence, kept up to data.structure_cache_mb."""
+        """Compute the requests without a feature store for every train and valid sentence before the first
+        update (kept up to data.structure_cache_mb), and say where each request comes from."""
         t0 = time.time()
         splits = [sp for sp in (self.train_split, self.valid_split) if sp is not None]
-        for split in splits:
-            kept = split.precompute_structures(self.structures, progress=self.is_main and self.cfg.train.progress)
-            if self.is_main and kept < len(split):
-                self.log(f"structures: data.structure_cache_mb={self.cfg.data.structure_cache_mb:g} holds "
-                         f"{kept:,} of {len(split):,} {split.split} sentences; the others are computed "
-                         "per batch (raise it to keep all).")
+        progress = self.is_main and self.cfg.train.progress
+        kept = [(sp, sp.precompute_structures(self.structures, progress=progress)) for sp in splits]
         if self.is_main:
-            self.log(f"structures {', '.join(sorted(self.structures))}: computed for every sentence in "
-                     f"{time.time() - t0:.1f} s ({sum(sp.structures_kept_mb for sp in splits):.1f} MB kept).")
+            for line in self._structure_lines(kept, time.time() - t0):
+                self.log(line)
+
+    def _structure_lines(self, kept: list[tuple], seconds: float) -> list[str]:
+        """The log lines on the structures: read from a store, or computed (``kept``: (split, sentences kept))."""
+        lines = [f"structures {key}: read from the feature store {self.stored[key]} (memory-mapped, shared by every "
+                 "process; nothing computed)." for key in sorted(self.stored)]
+        computed = sorted(set(self.structures) - set(self.stored))
+        if not computed:
+            return lines
+        kept_mb = sum(sp.structures_kept_mb for sp, _ in kept)
+        head = (f"structures {', '.join(computed)}: no feature store (`structnmt features --data {self.cfg.data.path} "
+                "...` makes one); ")
+        if all(n == len(sp) for sp, n in kept):
+            return [*lines, f"{head}computed for every sentence in {seconds:.1f} s ({kept_mb:.1f} MB kept)."]
+        lines += [f"structures: data.structure_cache_mb={self.cfg.data.structure_cache_mb:g} holds {n:,} of "
+                  f"{len(sp):,} {sp.split} sentences; the others are computed per batch (raise it to keep all)."
+                  for sp, n in kept if n < len(sp)]
+        done = ", ".join(f"{n:,} of {len(sp):,} {sp.split}" for sp, n in kept)
+        return [*lines, f"{head}computed and kept for {done} sentences in {seconds:.1f} s ({kept_mb:.1f} MB); the "
+                        "others are computed in every batch that holds them."]
 
     def train(self) -> RunState:
         tc = self.cfg.train

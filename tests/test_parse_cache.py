@@ -182,3 +182,11 @@ def test_parse_streams_in_chunks_and_resume_finishes_an_interrupted_run(tmp_path
         write_parse_cache(cfg, lines, out, chunk_lines=5, input_name="in", resume=True)
     assert write_parse_cache(cfg, lines, out, chunk_lines=4, input_name="in", resume=True) == 14
     assert read_parse_cache(out) == read_parse_cache(one) and not partial.exists()
+
+
+def test_parse_into_a_device_writes_in_place_and_is_not_resumed(tmp_path):
+    cfg = ParserConfig(name="spacy")
+    assert write_parse_cache(cfg, EN[:5] + EN[:2], "/dev/null", chunk_lines=2) == 5
+    assert Path("/dev/null").is_char_device() and not Path("/dev/null.partial").exists()
+    with pytest.raises(UserError, match="/dev/null is a device or a pipe, written as it goes"):
+        write_parse_cache(cfg, EN[:5], "/dev/null", resume=True)

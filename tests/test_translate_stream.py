@@ -4,6 +4,8 @@ order, memory bounded by the chunk, and --resume after an interruption (docs/lar
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from structnmt.data.synthetic import SynthConfig, write_corpus
 from structnmt.decode import stream
 from structnmt.decode.stream import ChunkResult, StreamOptions, run_stream
 from structnmt.decode.translate import Translator
+from structnmt.errors import UserError
 from structnmt.resumable import partial_paths
 from structnmt.syntax.batching import StructureSpec
 from structnmt.syntax.parsers import ParserConfig
@@ -181,7 +184,8 @@ def test_memory_is_bounded_by_the_chunk_the_input_is_read_as_it_goes():
             read["n"] = i
             yield f"line {i}"
 
-    def chunk(texts):
+    def chunk(texts, first):
+        assert first == 256 * len(events)
         events.append(("translate", len(texts), read["n"]))
         return ChunkResult([[type("H", (), {"text": t.upper(), "score": 0.0})()] for t in texts])
 
@@ -189,7 +193,7 @@ def test_memory_is_bounded_by_the_chunk_the_input_is_read_as_it_goes():
     opts = StreamOptions(input=None, output=None, checkpoint="-", settings={}, chunk_lines=256, progress=False)
     got = []
     summary = stream.translate_stream(chunk, lines(), chunk_lines=opts.chunk_lines, nbest=1,
-                                      write=lambda text, src: (written.append(read["n"]), got.append(text)))
+                                      write=lambda text, src, notes: (written.append(read["n"]), got.append(text)))
     assert summary.lines == 10_000 and len(events) == 40
     assert all(size <= 256 and seen <= 256 * (k + 1) for k, (_, size, seen) in enumerate(events))
     assert written == [min(256 * (k + 1), 10_000) for k in range(40)]
@@ -197,7 +201,7 @@ def test_memory_is_bounded_by_the_chunk_the_input_is_read_as_it_goes():
 
 
 def test_standard_output_gets_each_chunk_as_it_is_done(capsys):
-    def chunk(texts):
+    def chunk(texts, first):
         return ChunkResult([[type("H", (), {"text": t[::-1], "score": 0.0})()] for t in texts])
 
     opts = StreamOptions(input="-", output=None, checkpoint="-", settings={}, chunk_lines=2, progress=False)
@@ -244,3 +248,88 @@ def test_a_model_reading_tree_files_takes_its_trees_in_step_across_chunks_and_on
     code, _, err = _translate(capsys, ckpt, src, tmp_path / "many.txt", "--parse-dependency",
                               tmp_path / "many.conllu", "--batch-size", "2", "--chunk-batches", "2")
     assert_user_error(code, err, "many.conllu has 21 trees but the corpus has 20 non-empty source lines")
+    assert not (tmp_path / "many.txt").exists()  # the check comes before the output is complete
+    # resuming with other trees than the interrupted run read: refused
+    changed = tmp_path / "changed.conllu"
+    changed.write_text((corpus / "test.src.conllu").read_text().replace("\troot\t", "\tROOT\t", 1))
+    again = tmp_path / "again.txt"
+    with monkeypatch.context() as m:
+        _interrupt_at_chunk(m, 2)
+        assert _translate(capsys, ckpt, src, again, *trees, "--batch-size", "2", "--chunk-batches", "2")[0] != 0
+    code, _, err = _translate(capsys, ckpt, src, again, "--parse-dependency", changed, "--batch-size", "2",
+                              "--chunk-batches", "2", "--resume")
+    assert_user_error(code, err, "other settings (parse)")
+
+
+def test_a_line_a_tree_model_cannot_truncate_is_named_by_its_input_line(tree_model, tmp_path, capsys):
+    ckpt, corpus = tree_model
+    lines = (corpus / "test.src").read_text().splitlines()
+    lines[9] = " ".join(["w"] * 1100)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    code, _, err = _translate(capsys, ckpt, tmp_path / "in.txt", tmp_path / "out.txt", "--parse-dependency",
+                              corpus / "test.src.conllu", "--batch-size", "2", "--chunk-batches", "2",
+                              "--too-long", "truncate")
+    assert_user_error(code, err, "line 10: cannot be truncated")
+
+
+def test_a_pipe_as_input_is_read_once_and_translated_whole(plain, tmp_path, capsys):
+    ckpt, src = plain
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(src.read_bytes()))
+    writer.start()
+    code, _, err = cli(capsys, "translate", "--checkpoint", ckpt, "--input", fifo, "--output", tmp_path / "out.txt",
+                       "--workers", "1", "--batch-size", "4", "--chunk-batches", "2")  # with a progress bar
+    writer.join()
+    assert code == 0, err
+    assert len((tmp_path / "out.txt").read_text().splitlines()) == len(src.read_text().splitlines())
+
+
+def test_a_run_that_fails_before_its_first_chunk_is_done_leaves_nothing(plain, tmp_path, capsys, monkeypatch):
+    ckpt, src = plain
+    out = tmp_path / "out.txt"
+
+    def refuse(self, lines, *a, **kw):
+        raise UserError("this input cannot be translated")
+
+    with monkeypatch.context() as m:
+        m.setattr(Translator, "translate", refuse)
+        code, _, err = _translate(capsys, ckpt, src, out, "--batch-size", "4", "--chunk-batches", "2")
+    assert_user_error(code, err, "this input cannot be translated")
+    assert not any(p.exists() for p in (out, *partial_paths(out)))
+    assert _translate(capsys, ckpt, src, out, "--batch-size", "4", "--chunk-batches", "2")[0] == 0  # no --resume
+
+
+def test_lines_reported_before_the_resume_point_are_reported_after_it(plain, tmp_path, capsys, monkeypatch):
+    ckpt, src = plain
+    lines = src.read_text().splitlines()
+    lines[2] = " ".join(["w"] * 1100)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out.txt"
+    with monkeypatch.context() as m:
+        _interrupt_at_chunk(m, 3)
+        assert _translate(capsys, ckpt, tmp_path / "in.txt", out, "--batch-size", "4", "--chunk-batches", "1")[0] != 0
+    code, _, err = _translate(capsys, ckpt, tmp_path / "in.txt", out, "--batch-size", "4", "--chunk-batches", "1",
+                              "--resume")
+    assert code == 0, err
+    assert "1 input line(s) longer than model.max_positions" in err and "line 3." in err
+
+
+def test_a_device_output_is_written_in_place_and_cannot_be_resumed(plain, tmp_path, capsys):
+    ckpt, src = plain
+    code, _, err = cli(capsys, "translate", "--checkpoint", ckpt, "--input", src, "--output", "/dev/null",
+                       "--resume", "--no-progress")
+    assert_user_error(code, err, "--resume goes on with an interrupted --output FILE (a file, not standard output")
+
+
+def test_a_damaged_resume_record_is_one_sentence(plain, tmp_path, capsys, monkeypatch):
+    ckpt, src = plain
+    out = tmp_path / "out.txt"
+    with monkeypatch.context() as m:
+        _interrupt_at_chunk(m, 2)
+        assert _translate(capsys, ckpt, src, out, "--batch-size", "4", "--chunk-batches", "2")[0] != 0
+    record = partial_paths(out)[1]
+    data = json.loads(record.read_text())
+    record.write_text(json.dumps({**data, "input_lines": "eight"}))
+    code, _, err = _translate(capsys, ckpt, src, out, "--batch-size", "4", "--chunk-batches", "2", "--resume")
+    assert_user_error(code, err, "not a record of an interrupted `structnmt translate`", "input_lines")

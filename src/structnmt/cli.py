@@ -349,16 +349,15 @@ def _translate_with(tr, args) -> int:
     _apply_decode_options(args, d)
     used = []
 
-    def chunk(lines):
+    def chunk(lines, first):
         from .decode.stream import ChunkResult
 
-        results = tr.translate(lines, d)
+        results = tr.translate(lines, d, first_line=first)
         used.append(tr.workers_used)
         return ChunkResult(results, list(tr.too_long), list(tr.unaligned))
 
     tr.open_trees()
-    summary = _stream(args, chunk, d, skip_trees=tr.open_trees)
-    tr.close_trees()
+    summary = _stream(args, chunk, d, args.checkpoint, skip_trees=tr.skip_trees, finish=tr.close_trees)
     most = max(used, default=1)
     if tr.workers is None and most > 1:
         print(f"translate: decoding with {most} processes of one thread each, one per core "
@@ -366,9 +365,9 @@ def _translate_with(tr, args) -> int:
     if tr.workers is not None and tr.workers > 1 and most < tr.workers:
         print(f"translate: --workers {tr.workers}, but the input makes {most} batch(es) of up to "
               f"{d.batch_size} sentences: decoded with {most} process(es).", file=sys.stderr)
-    if summary.unaligned:
-        shown = ", ".join(map(str, summary.unaligned[:20])) + (", ..." if len(summary.unaligned) > 20 else "")
-        print(f"translate: {len(summary.unaligned)} input line(s) whose parse cannot be aligned with the text got an "
+    if summary.unaligned_count:
+        shown = ", ".join(map(str, summary.unaligned)) + (", ..." if summary.unaligned_count > 20 else "")
+        print(f"translate: {summary.unaligned_count} input line(s) whose parse cannot be aligned with the text got an "
               f"empty translation (check that the pre-parsed input matches the input lines): line {shown}.",
               file=sys.stderr)
     _report_too_long(summary, args.too_long, tr.cfg.model.max_positions)
@@ -376,28 +375,31 @@ def _translate_with(tr, args) -> int:
 
 
 def _report_too_long(summary, policy: str, max_positions: int) -> None:
-    if summary.too_long:
-        shown = ", ".join(map(str, summary.too_long[:20])) + (", ..." if len(summary.too_long) > 20 else "")
+    if summary.too_long_count:
+        shown = ", ".join(map(str, summary.too_long)) + (", ..." if summary.too_long_count > 20 else "")
         done = ("were cut to their first pieces" if policy == "truncate"
                 else "got an empty translation (--too-long truncate translates their beginning)")
-        print(f"translate: {len(summary.too_long)} input line(s) longer than model.max_positions="
+        print(f"translate: {summary.too_long_count} input line(s) longer than model.max_positions="
               f"{max_positions} pieces {done}: line {shown}.", file=sys.stderr)
 
 
-def _stream(args, chunk, d, *, skip_trees=None):
+def _stream(args, chunk, d, identity: str, *, skip_trees=None, finish=None):
     """Translate ``args.input`` into ``args.output`` a chunk of ``--chunk-batches`` batches at a time
-    (:func:`structnmt.decode.stream.run_stream`); ``--resume`` goes on with an interrupted ``--output``."""
+    (:func:`structnmt.decode.stream.run_stream`); ``--resume`` goes on with an interrupted ``--output``.
+    ``identity``: the file that identifies the model (its hash is in the resume record)."""
     import dataclasses
 
+    from .data.corpus import file_digest
     from .decode.stream import StreamOptions, run_stream
 
     chunk_lines = args.chunk_batches * d.batch_size
+    parses = [args.parse_dependency, args.parse_constituency, args.parse_cache]
     settings = {"decode": dataclasses.asdict(d), "too_long": args.too_long, "chunk_lines": chunk_lines,
-                "parse": [args.parse_dependency, args.parse_constituency, args.parse_cache]}
-    opts = StreamOptions(input=args.input, output=args.output, checkpoint=args.checkpoint, settings=settings,
+                "parse": [file_digest(p)["sha256"] if p and Path(p).is_file() else p for p in parses]}
+    opts = StreamOptions(input=args.input, output=args.output, checkpoint=identity, settings=settings,
                          chunk_lines=chunk_lines, nbest=d.nbest, resume=args.resume,
                          progress=not args.no_progress and args.output is not None)
-    summary = run_stream(chunk, opts, _input_lines, skip_trees=skip_trees)
+    summary = run_stream(chunk, opts, _input_lines, skip_trees=skip_trees, finish=finish)
     if summary.resumed_from:
         print(f"translate: resumed after line {summary.resumed_from:,}; {summary.lines:,} lines translated in all.",
               file=sys.stderr)
@@ -444,12 +446,14 @@ def _translate_ctranslate2(args) -> int:
     d = tr.decode
     _apply_decode_options(args, d)
 
-    def chunk(lines):
+    def chunk(lines, first):
         from .decode.stream import ChunkResult
 
         return ChunkResult(tr.translate(lines, d), list(tr.too_long))
 
-    summary = _stream(args, chunk, d)
+    from .export import MARKER
+
+    summary = _stream(args, chunk, d, str(Path(args.checkpoint) / MARKER))
     _report_too_long(summary, "empty", tr.max_positions)
     return 0
 

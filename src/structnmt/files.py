@@ -45,6 +45,12 @@ def _special(path: Path) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
+def is_device(path: str | Path) -> bool:
+    """Whether ``path`` is a device or a pipe (``/dev/stdout``, a FIFO): an output written in place, never
+    replaced or given a temporary file beside it."""
+    return _special(Path(path))
+
+
 def _naming(err: OSError, path: Path) -> OSError:
     """``err`` (same kind and errno) naming ``path``, the output the user gave."""
     if isinstance(err, NoNewFilesError):

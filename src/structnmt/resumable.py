@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import UserError
@@ -37,12 +37,20 @@ class ResumeRecord:
     output_sha256: str
     model_sha256: str  # the checkpoint's hash (translate), or the parser settings' (parse)
     settings: dict
+    #: what the done lines left to report (e.g. ``{"too_long": [line numbers], ...}``), kept for the resumed run
+    notes: dict = field(default_factory=dict)
     version: int = RECORD_VERSION
 
     @classmethod
     def read(cls, path: Path, command: str) -> ResumeRecord:
+        """The record at ``path``; one that is not a record (damaged, edited) is one sentence."""
+        types = {"input": str, "input_lines": int, "input_sha256": str, "output_bytes": int, "output_sha256": str,
+                 "model_sha256": str, "settings": dict, "notes": dict, "version": int}
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
+            wrong = [k for k, kind in types.items() if k in data and not isinstance(data[k], kind)]
+            if not isinstance(data, dict) or wrong:
+                raise TypeError(f"field {wrong[0] if wrong else ''} has the wrong type")
             return cls(**data)
         except (OSError, ValueError, TypeError) as err:
             raise UserError(f"{path}: not a record of an interrupted `structnmt {command}` ({err}); remove it and "
@@ -57,6 +65,7 @@ def partial_paths(output: str | Path) -> tuple[Path, Path]:
 
 
 def _line_bytes(line: str) -> bytes:
+    """A line as it is hashed: UTF-8 with its newline."""
     return line.encode("utf-8", "surrogatepass") + b"\n"
 
 
@@ -80,7 +89,11 @@ class PartialOutput:
         self._file = None
 
     def start(self) -> None:
-        """A new ``FILE.partial``; refused when one is there (an interrupted run: ``--resume`` goes on with it)."""
+        """A new ``FILE.partial``; refused when one is there (an interrupted run: ``--resume`` goes on with it). A
+        record left without its ``.partial`` file (a run stopped while it finished) is removed."""
+        if self.record_path.is_file() and not self.partial.exists() and self.output.is_file():
+            ResumeRecord.read(self.record_path, self.command)  # ours, or a sentence
+            self.record_path.unlink()
         if self.partial.exists() or self.record_path.exists():
             raise UserError(f"{self.partial}: an interrupted `structnmt {self.command}` is there; add --resume to go on "
                             "with it, or remove it (and its .json record) to start over.")
@@ -108,6 +121,7 @@ class PartialOutput:
         return saved.input_lines, non_blank
 
     def _check_same(self, saved: ResumeRecord) -> None:
+        """The same record version, model and settings as this run's, or one sentence naming what differs."""
         why = None
         if saved.version != RECORD_VERSION:
             why = f"was written by another version of structnmt (record version {saved.version})"
@@ -122,6 +136,7 @@ class PartialOutput:
                             "remove it and its .json record to start over.")
 
     def _check_input(self, saved: ResumeRecord, lines: Iterator[str]) -> int:
+        """Read the done lines off ``lines`` and compare their hash with the record's; the non-blank ones' count."""
         n = non_blank = 0
         while n < saved.input_lines:
             line = next(lines, None)
@@ -138,6 +153,7 @@ class PartialOutput:
         return non_blank
 
     def _check_output(self, saved: ResumeRecord) -> None:
+        """The ``.partial`` file's first recorded bytes hash as the record says, or one sentence."""
         size = self.partial.stat().st_size
         if size >= saved.output_bytes:
             with open(self.partial, "rb") as f:
@@ -150,9 +166,9 @@ class PartialOutput:
             raise UserError(f"--resume: {self.partial} is not what the interrupted run wrote (its lines were changed "
                             "since); remove it and its .json record to start over.")
 
-    def append(self, text: str | bytes, input_lines: list[str]) -> None:
+    def append(self, text: str | bytes, input_lines: list[str], notes: dict | None = None) -> None:
         """One finished chunk: its output (text, or bytes such as a gzip member) written and flushed to disk, then
-        the record updated."""
+        the record updated (with ``notes``, what the lines done so far leave to report, when given)."""
         data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
         self._file.write(data)
         self._file.flush()
@@ -164,14 +180,18 @@ class PartialOutput:
         self.record.output_bytes += len(data)
         self.record.input_sha256 = self._in.hexdigest()
         self.record.output_sha256 = self._out.hexdigest()
+        if notes is not None:
+            self.record.notes = notes
         self._save()
 
     def _save(self) -> None:
+        """The record, written atomically."""
         atomic_write_text(self.record_path, json.dumps(asdict(self.record), indent=1) + "\n")
 
     def close(self, *, finished: bool) -> None:
-        """Close; when ``finished``, ``FILE.partial`` becomes ``FILE`` (recorded as translate's) and the record
-        goes. Interrupted, whatever followed the last recorded chunk is cut, so only complete lines stay."""
+        """Close; when ``finished``, ``FILE.partial`` becomes ``FILE`` (recorded as the command's) and the record
+        goes. Interrupted, whatever followed the last recorded chunk is cut, so only complete lines stay; a run
+        that failed before finishing any chunk leaves nothing (there is nothing to go on with)."""
         if self._file is None:
             return
         if not finished:
@@ -180,8 +200,11 @@ class PartialOutput:
         self._file = None
         if finished:
             os.replace(self.partial, self.output)
-            self.record_path.unlink(missing_ok=True)
             record_output_file(self.given, self.command)
+            self.record_path.unlink(missing_ok=True)
+        elif self.record.input_lines == 0:
+            self.partial.unlink(missing_ok=True)
+            self.record_path.unlink(missing_ok=True)
 
 
 def chunked(lines: Iterable[str], size: int) -> Iterator[list[str]]:

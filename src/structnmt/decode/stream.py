@@ -25,7 +25,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..errors import UserError
-from ..files import errors_name
+from ..files import errors_name, is_device
 from ..resumable import PartialOutput, chunked
 
 CHUNK_BATCHES = 64
@@ -46,24 +46,39 @@ class ChunkResult:
 
 @dataclass
 class StreamSummary:
-    """A finished (or interrupted) stream: lines done, and the 1-based input line numbers to report."""
+    """A finished (or interrupted) stream: lines done, and the 1-based input line numbers to report (the first
+    :data:`SHOWN` of each kind, and how many there are)."""
 
     lines: int = 0
     resumed_from: int = 0
     too_long: list[int] = field(default_factory=list)
+    too_long_count: int = 0
     unaligned: list[int] = field(default_factory=list)
+    unaligned_count: int = 0
+
+    def add(self, offset: int, done: ChunkResult) -> None:
+        """The report of a chunk whose first line is input line ``offset`` + 1."""
+        self.too_long = (self.too_long + [offset + n for n in done.too_long])[:SHOWN]
+        self.too_long_count += len(done.too_long)
+        self.unaligned = (self.unaligned + [offset + n for n in done.unaligned])[:SHOWN]
+        self.unaligned_count += len(done.unaligned)
+
+    def notes(self) -> dict:
+        """What the resume record keeps of the report, so a resumed run reports the lines before it too."""
+        return {k: getattr(self, k) for k in ("too_long", "too_long_count", "unaligned", "unaligned_count")}
+
+
+SHOWN = 20
+"""Line numbers of each kind a report names (the rest are counted)."""
 
 
 def checkpoint_sha256(path: str | Path) -> str:
-    """SHA-256 of a checkpoint file, or of every file of an export directory (names and bytes, sorted)."""
+    """SHA-256 of the file that identifies the model: a checkpoint, or an export's description (which holds every
+    file's hash, so outputs written into the export's directory do not change it)."""
     h = hashlib.sha256()
-    path = Path(path)
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for f in files:
-        h.update(str(f.relative_to(path)).encode() if path.is_dir() else b"")
-        with open(f, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
     return h.hexdigest()
 
 
@@ -79,19 +94,19 @@ def format_results(results: list, nbest: int, first: int) -> str:
     return "".join(out)
 
 
-def translate_stream(translate_chunk: Callable[[list[str]], ChunkResult], lines: Iterator[str], *,
-                     chunk_lines: int, nbest: int, write: Callable[[str, list[str]], None], first: int = 0,
-                     progress=None) -> StreamSummary:
-    """Translate ``lines`` a chunk of ``chunk_lines`` at a time with ``translate_chunk``, handing each chunk's output
-    text and input lines to ``write`` in input order. ``first``: how many input lines were done before (a resumed
-    run; ``lines`` starts after them). ``progress``: a tqdm bar (or None) advanced per chunk."""
-    summary = StreamSummary(lines=first, resumed_from=first)
+def translate_stream(translate_chunk: Callable[[list[str], int], ChunkResult], lines: Iterator[str], *,
+                     chunk_lines: int, nbest: int, write: Callable[[str, list[str], dict], None],
+                     summary: StreamSummary | None = None, progress=None) -> StreamSummary:
+    """Translate ``lines`` a chunk of ``chunk_lines`` at a time with ``translate_chunk(chunk, first)`` (``first``: the
+    0-based input line number of the chunk's first line), handing each chunk's output text, its input lines and the
+    report so far (:meth:`StreamSummary.notes`) to ``write``, in input order. ``summary``: a resumed run's (its
+    ``lines`` done before; ``lines`` starts after them). ``progress``: a tqdm bar (or None) advanced per chunk."""
+    summary = summary or StreamSummary()
     for chunk in chunked(lines, chunk_lines):
-        done = translate_chunk(chunk)
         offset = summary.lines
-        summary.too_long += [offset + n for n in done.too_long]
-        summary.unaligned += [offset + n for n in done.unaligned]
-        write(format_results(done.results, nbest, offset), chunk)
+        done = translate_chunk(chunk, offset)
+        summary.add(offset, done)
+        write(format_results(done.results, nbest, offset), chunk, summary.notes())
         summary.lines += len(chunk)
         if progress is not None:
             progress.update(len(chunk))
@@ -106,7 +121,7 @@ class StreamOptions:
 
     input: str | None
     output: str | None
-    checkpoint: str
+    checkpoint: str  # the file identifying the model (a checkpoint; an export's structnmt_export.json)
     settings: dict
     chunk_lines: int
     nbest: int = 1
@@ -114,74 +129,88 @@ class StreamOptions:
     progress: bool = True
 
 
-def run_stream(translate_chunk: Callable[[list[str]], ChunkResult], opts: StreamOptions,
-               read: Callable[[str | None], Iterator[str]], *,
-               skip_trees: Callable[[int], None] | None = None) -> StreamSummary:
+def run_stream(translate_chunk: Callable[[list[str], int], ChunkResult], opts: StreamOptions,
+               read: Callable[[str | None], Iterator[str]], *, skip_trees: Callable[[int], None] | None = None,
+               finish: Callable[[], None] | None = None) -> StreamSummary:
     """Translate ``opts.input`` (its lines from ``read(path)``) into ``opts.output`` a chunk at a time
-    (:func:`translate_stream`): to standard output as each chunk is done, or through ``FILE.partial``
-    (:class:`PartialOutput`), resumed with ``opts.resume``. ``skip_trees(n)``: told, on resuming, how many
-    non-blank lines were done (a model reading pre-parsed trees skips theirs)."""
-    if opts.resume and not opts.output:
-        raise UserError("--resume goes on with an interrupted --output FILE; give the --output of that run.")
-    lines = read(opts.input)
-    total = None if opts.input in (None, "-") else sum(1 for _ in read(opts.input))
+    (:func:`translate_stream`): to standard output (or a device, a pipe) as each chunk is done, or through
+    ``FILE.partial`` (:class:`PartialOutput`), resumed with ``opts.resume``. ``skip_trees(n)``: told, on resuming,
+    how many non-blank lines were done (a model reading pre-parsed trees skips theirs). ``finish()``: the last
+    checks once the input is done, before the output is complete (tree files with trees left over)."""
+    device = not opts.output or is_device(opts.output)
+    if opts.resume and device:
+        raise UserError("--resume goes on with an interrupted --output FILE (a file, not standard output or a "
+                        "device); give the --output of that run.")
+    # the total only for a file a bar is shown for: a pipe (--input <(...)) can be read once
+    total = (sum(1 for _ in read(opts.input)) if opts.progress and opts.input not in (None, "-")
+             and Path(opts.input).is_file() else None)
     bar = _progress_bar(total, opts.progress)
-    if not opts.output or _is_device(opts.output):
-        stream = open(opts.output, "w", encoding="utf-8") if opts.output else None  # noqa: SIM115
-        out = stream or _stdout()
+    try:
+        if device:
+            return _to_stream(translate_chunk, opts, read(opts.input), bar, finish)
+        return _to_partial(translate_chunk, opts, read(opts.input), bar, skip_trees, finish)
+    finally:
+        if bar is not None:
+            bar.close()
 
-        def write(text: str, _: list[str]) -> None:
-            out.write(text)
-            out.flush()
-        try:
-            with errors_name(Path(opts.output or "<stdout>"), Path(opts.output or "<stdout>")):
-                summary = translate_stream(translate_chunk, lines, chunk_lines=opts.chunk_lines, nbest=opts.nbest,
-                                           write=write, progress=bar)
-                if stream is not None:
-                    stream.close()
-                return summary
-        finally:
-            if stream is not None and not stream.closed:
-                with contextlib.suppress(OSError):  # the error being raised says what went wrong
-                    stream.close()
-            if bar is not None:
-                bar.close()
+
+def _to_stream(translate_chunk, opts: StreamOptions, lines: Iterator[str], bar, finish) -> StreamSummary:
+    """:func:`run_stream` to standard output, or written in place into a device or a pipe."""
+    stream = open(opts.output, "w", encoding="utf-8") if opts.output else None  # noqa: SIM115
+    out = stream or _stdout()
+
+    def write(text: str, *_) -> None:
+        out.write(text)
+        out.flush()
+    name = Path(opts.output or "<stdout>")
+    try:
+        with errors_name(name, name):
+            summary = translate_stream(translate_chunk, lines, chunk_lines=opts.chunk_lines, nbest=opts.nbest,
+                                       write=write, progress=bar)
+            if finish is not None:
+                finish()
+            if stream is not None:
+                stream.close()
+            return summary
+    finally:
+        if stream is not None and not stream.closed:
+            with contextlib.suppress(OSError):  # the error being raised says what went wrong
+                stream.close()
+
+
+def _to_partial(translate_chunk, opts: StreamOptions, lines: Iterator[str], bar, skip_trees, finish) -> StreamSummary:
+    """:func:`run_stream` into ``FILE.partial``, renamed to ``FILE`` once the input is done and checked."""
     partial = PartialOutput(opts.output, input_name=str(opts.input), model_hash=checkpoint_sha256(opts.checkpoint),
                             settings=opts.settings)
-    first = 0
+    summary = StreamSummary()
     if opts.resume:
-        first, non_blank = partial.resume(lines)
+        summary.lines, non_blank = partial.resume(lines)
+        summary.resumed_from = summary.lines
+        for k, v in partial.record.notes.items():
+            setattr(summary, k, v)
         if skip_trees is not None:
             skip_trees(non_blank)
         if bar is not None:
-            bar.update(first)
+            bar.update(summary.lines)
     else:
         partial.start()
     finished = False
     try:
         with errors_name(partial.partial, partial.partial):
-            summary = translate_stream(translate_chunk, lines, chunk_lines=opts.chunk_lines, nbest=opts.nbest,
-                                       write=partial.append, first=first, progress=bar)
+            translate_stream(translate_chunk, lines, chunk_lines=opts.chunk_lines, nbest=opts.nbest,
+                             write=partial.append, summary=summary, progress=bar)
+        if finish is not None:
+            finish()
         finished = True
         return summary
     finally:
         partial.close(finished=finished)
-        if bar is not None:
-            bar.close()
 
 
 def _progress_bar(total: int | None, show: bool):
     if not show:
         return None
     return tqdm(total=total, desc="translate", unit=" lines", mininterval=1.0)
-
-
-def _is_device(path: str) -> bool:
-    """Whether ``path`` is a device or a pipe (``/dev/stdout``): written in place, as a Unix tool would."""
-    try:
-        return not Path(path).is_file() and Path(path).exists() and not Path(path).is_dir()
-    except OSError:
-        return False
 
 
 def _stdout():

@@ -479,13 +479,17 @@ class Translator:
         return (self.parser_cfg is not None and self.parse_cache is None and not self.pieces_without_prefix
                 and isinstance(self._backend(), FileParser))
 
-    def open_trees(self, skip: int = 0) -> None:
+    def open_trees(self) -> None:
         """Read the pre-parsed files' trees in step with an input translated a chunk at a time
-        (:mod:`structnmt.decode.stream`): each :meth:`translate` call takes the next trees, after the first ``skip``
-        (the non-blank lines of a resumed run's done part). No-op for a model without tree files."""
+        (:mod:`structnmt.decode.stream`): each :meth:`translate` call takes the next trees. No-op for a model
+        without tree files."""
         if self.reads_tree_files():
             self.trees = self._backend().open()
-            self.trees.take(skip)
+
+    def skip_trees(self, count: int) -> None:
+        """Pass over the trees of ``count`` non-blank lines (a resumed run's done part), keeping none."""
+        if self.trees is not None:
+            self.trees.skip(count)
 
     def close_trees(self) -> None:
         """At the end of a chunked input: tree files with trees left over are one sentence."""
@@ -494,11 +498,14 @@ class Translator:
             trees.finish()
 
     def translate(self, lines: Iterable[str], dcfg: DecodeConfig | None = None, progress: bool = False, *,
-                  parse_prefix: str | None = None, parse_lang: str | None = None) -> list[list[Translation]]:
+                  parse_prefix: str | None = None, parse_lang: str | None = None,
+                  first_line: int = 0) -> list[list[Translation]]:
         """Translate raw lines; an empty line gives an empty translation, kept in place.
 
         ``parse_prefix`` / ``parse_lang`` fill ``{prefix}`` / ``{lang}`` in the paths of
-        pre-parsed trees (parser ``file`` or ``synthetic``), as ``prepare`` does for a split."""
+        pre-parsed trees (parser ``file`` or ``synthetic``), as ``prepare`` does for a split.
+        ``first_line``: how many input lines came before ``lines`` (a chunk of a longer input), for the line
+        numbers of error messages; :attr:`too_long` and :attr:`unaligned` count from ``lines``' first."""
         dcfg = dcfg or self.cfg.decode
         lines = list(lines)
         keep = [i for i, line in enumerate(lines) if line.strip()]
@@ -508,7 +515,7 @@ class Translator:
         self.too_long = [keep[j] + 1 for j, s in enumerate(sources) if len(s) > limit]
         if self.too_long and self.too_long_policy == "truncate":
             if self.structures:
-                raise UserError(f"line {self.too_long[0]}: cannot be truncated for a model that reads parses (the "
+                raise UserError(f"line {first_line + self.too_long[0]}: cannot be truncated for a model that reads parses (the "
                                 "parse covers the whole sentence); drop --too-long truncate to give it an empty output.")
             sources = [s if len(s) <= limit else s[: limit - 1] + [EOS] for s in sources]
         parsed: list = []

@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from ..config import build_dataclass
 from ..errors import UserError
+from ..files import errors_name, is_device
 from ..resumable import PartialOutput, chunked
 from .parsers import Parsed, ParserConfig, build_parser
 from .trees import ConstituencyTree, DependencyTree, Node
@@ -106,6 +107,11 @@ def write_parse_cache(cfg: ParserConfig, texts: Iterable[str], path: str | Path,
     ``input_name`` and parser settings), after the chunks it finished."""
     settings = settings_key(cfg)
     gz = str(path).endswith(".gz")
+    backend = build_parser(cfg)  # a missing pipeline is said before any file is made
+    if is_device(path):
+        if resume:
+            raise UserError(f"--resume: {path} is a device or a pipe, written as it goes; resume only a file output.")
+        return _parse_in_place(backend, settings, texts, path, chunk_lines)
     out = PartialOutput(path, input_name=input_name, model_hash=hashlib.sha256(settings.encode()).hexdigest(),
                         settings={"chunk_lines": chunk_lines, "gzip": gz}, command="parse",
                         model_what="parser settings")
@@ -116,13 +122,12 @@ def write_parse_cache(cfg: ParserConfig, texts: Iterable[str], path: str | Path,
         seen = _written_keys(out.partial, gz)
     else:
         out.start()
-    backend, written, finished = build_parser(cfg), len(seen), False
+    written, finished = len(seen), False
     bar = tqdm(desc="parse", unit=" lines", mininterval=1.0, initial=written) if progress else None
     try:
         for chunk in chunked(texts, chunk_lines):
             fresh = _fresh_lines(chunk, settings, seen)
-            text = "".join(json.dumps(parsed_to_json(line_key(settings, line), parsed), ensure_ascii=False) + "\n"
-                           for line, parsed in zip(fresh, backend.parse(iter(fresh)), strict=True))
+            text = _cache_lines(backend, settings, fresh)
             out.append(gzip.compress(text.encode("utf-8"), mtime=0) if gz and text else text, chunk)
             written += len(fresh)
             if bar is not None:
@@ -132,6 +137,25 @@ def write_parse_cache(cfg: ParserConfig, texts: Iterable[str], path: str | Path,
         out.close(finished=finished)
         if bar is not None:
             bar.close()
+    return written
+
+
+def _cache_lines(backend, settings: str, lines: list[str]) -> str:
+    """The cache's JSON lines of ``lines``, parsed by ``backend``."""
+    return "".join(json.dumps(parsed_to_json(line_key(settings, line), parsed), ensure_ascii=False) + "\n"
+                   for line, parsed in zip(lines, backend.parse(iter(lines)), strict=True))
+
+
+def _parse_in_place(backend, settings: str, texts: Iterable[str], path: str | Path, chunk_lines: int) -> int:
+    """``write_parse_cache`` into a device or a pipe: plain JSON lines written as each chunk is parsed."""
+    seen: set[int] = set()
+    written = 0
+    with errors_name(Path(path), Path(path)), open(path, "w", encoding="utf-8") as f:
+        for chunk in chunked(texts, chunk_lines):
+            fresh = _fresh_lines(chunk, settings, seen)
+            f.write(_cache_lines(backend, settings, fresh))
+            f.flush()
+            written += len(fresh)
     return written
 
 

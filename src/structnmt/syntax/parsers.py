@@ -242,6 +242,15 @@ class TreeReader:
             out.append(parsed)
         return out
 
+    def skip(self, count: int) -> None:
+        """Pass over the trees of ``count`` non-empty lines without building or keeping them."""
+        for _ in range(count):
+            for _, path, it in self.files:
+                if next(it, None) is None:
+                    raise ParserError(f"{path} has {self.n} trees but the input has more non-empty lines; the "
+                                      "pre-parsed file must hold one tree per non-empty line.")
+            self.n += 1
+
     def finish(self) -> None:
         """At the end of the input: a file with trees left over is one sentence."""
         for _, path, it in self.files:

@@ -51,6 +51,7 @@ class Cost:
     anon_mb: float  # peak RssAnon summed over the process tree
     file_mb: float  # peak RssFile summed over the process tree
     exit: int
+    anon_by_process: list[float]  # each process's own peak RssAnon, largest first
 
 
 def _status(pid: int) -> tuple[int, int]:
@@ -85,12 +86,16 @@ def measure(cmd: list[str], *, env: dict | None = None, log: Path | None = None)
     out = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT)
     peak = [0, 0]
+    by_pid: dict[int, int] = {}
     done = threading.Event()
 
     def sample():
         while not done.is_set():
-            totals = [sum(x) for x in zip(*(_status(p) for p in _tree(proc.pid)))] or [0, 0]
+            status = {p: _status(p) for p in _tree(proc.pid)}
+            totals = [sum(x) for x in zip(*status.values())] or [0, 0]
             peak[0], peak[1] = max(peak[0], totals[0]), max(peak[1], totals[1])
+            for p, (anon, _) in status.items():
+                by_pid[p] = max(by_pid.get(p, 0), anon)
             done.wait(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -102,7 +107,8 @@ def measure(cmd: list[str], *, env: dict | None = None, log: Path | None = None)
         out.close()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Cost(cpu, time.perf_counter() - start, peak[0] / 1024, peak[1] / 1024, code)
+    return Cost(cpu, time.perf_counter() - start, peak[0] / 1024, peak[1] / 1024, code,
+                sorted((v / 1024 for v in by_pid.values() if v), reverse=True))
 
 
 def structnmt(*args) -> list[str]:
@@ -168,23 +174,39 @@ def bench_prepare(work: Path, n: int, workers: list[int], logs: Path) -> dict:
     return res
 
 
-def train_command(work: Path, data: Path, name: str, structures: bool) -> list[str]:
+DEA_CONFIG = ROOT / "configs" / "rhe" / "table1_dea_rhe.yaml"
+
+
+def train_command(work: Path, data: Path, name: str, structures: bool, ranks: int = 0) -> list[str]:
     """One update of the tiny recipe on ``data`` (``configs/rhe/table1_dea_rhe.yaml``, DEA + RHE in encoder layer 1,
-    when ``structures``), checkpointed so that ``translate`` has a model."""
-    config = ROOT / "configs" / ("rhe/table1_dea_rhe.yaml" if structures else "multi30k_transformer_tiny.yaml")
+    when ``structures``), checkpointed so that ``translate`` has a model; ``ranks`` > 0: under ``torchrun`` with
+    that many processes."""
+    config = DEA_CONFIG if structures else ROOT / "configs" / "multi30k_transformer_tiny.yaml"
     save = work / f"train_{name}"
     shutil.rmtree(save, ignore_errors=True)
-    return structnmt("train", config, f"data.path={data}", f"train.save_dir={save}", "train.max_updates=1",
-                     "train.warmup_updates=1", "train.validate_interval_updates=1000", "train.save_interval_updates=1",
-                     "train.tensorboard=false", "train.threads=1", "--no-progress")
+    launch = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), "-m",
+               "structnmt.cli"] if ranks else structnmt())
+    args = ("train", config, f"data.path={data}", f"train.save_dir={save}", "train.max_updates=1",
+            "train.warmup_updates=1", "train.validate_interval_updates=1000", "train.save_interval_updates=1",
+            "train.tensorboard=false", "train.threads=1", "--no-progress")
+    return launch + [str(a) for a in args]
 
 
 def bench_train(work: Path, n: int, logs: Path) -> dict:
     """Training start-up (one update) on the plain corpus and, with DEA, on the tree corpus."""
     res = {}
-    for name, data, structures in (("plain", work / f"bin_plain{n}", False),
-                                   ("trees_dea", work / f"bin_trees{n}_w1", True)):
+    trees = work / f"bin_trees{n}_w1"
+    shutil.rmtree(trees / "features", ignore_errors=True)
+    for name, data, structures in (("plain", work / f"bin_plain{n}", False), ("trees_dea", trees, True)):
         c = measure(train_command(work, data, f"{name}{n}", structures), env={"OMP_NUM_THREADS": "1"},
+                    log=logs / f"train_{name}{n}.log")
+        res[f"train_{name}"] = asdict(c)
+    c = measure(structnmt("features", "--for", DEA_CONFIG, f"data.path={trees}", "--no-progress"),
+                log=logs / f"features{n}.log")
+    res["features_dea"] = {**asdict(c), "disk_mb": disk_mb(trees / "features")}
+    for ranks in (0, 2):
+        name = f"trees_dea_store{'_ddp' + str(ranks) if ranks else ''}"
+        c = measure(train_command(work, trees, f"{name}{n}", True, ranks), env={"OMP_NUM_THREADS": "1"},
                     log=logs / f"train_{name}{n}.log")
         res[f"train_{name}"] = asdict(c)
     return res
@@ -251,7 +273,7 @@ def report(results: dict, sizes: list[int]) -> str:
     """The Markdown table of every measured cost, with fits and the targets' verdicts."""
     rows = ["| stage | metric | " + " | ".join(f"{n:,}" for n in sizes) + " | growth exponent | at 4.5M pairs |",
             "|---|---|" + "---:|" * (len(sizes) + 2)]
-    stages = sorted({k for n in sizes for k in results[str(n)] if k.startswith(("prepare", "train"))})
+    stages = sorted({k for n in sizes for k in results[str(n)] if k.startswith(("prepare", "train", "features"))})
     for stage in stages:
         for metric in ("cpu_s", "anon_mb", "file_mb", "disk_mb"):
             vals = [results[str(n)].get(stage, {}).get(metric) for n in sizes]
@@ -310,6 +332,15 @@ def _summary(results: dict, args) -> str:
              f"translate peak anonymous memory: {lo['anon_mb']:,.0f} MiB at {min(args.translate_lines):,} lines, "
              f"{hi['anon_mb']:,.0f} MiB at {max(args.translate_lines):,} lines "
              f"(ratio {hi['anon_mb'] / lo['anon_mb']:.2f}; target <= 1.2); CPU {lo['cpu_s']:.0f} s / {hi['cpu_s']:.0f} s."]
+    for n in sizes:
+        one, two = (results[str(n)].get(k) for k in ("train_trees_dea_store", "train_trees_dea_store_ddp2"))
+        if one and two:
+            ranks = two["anon_by_process"][:2]
+            lines.append(f"training start-up with the feature store at {n:,} pairs, peak RssAnon per process: one "
+                         f"process {one['anon_by_process'][0]:,.0f} MiB; two torchrun ranks "
+                         + " and ".join(f"{r:,.0f}" for r in ranks) + " MiB (the launcher "
+                         f"{two['anon_by_process'][2] if len(two['anon_by_process']) > 2 else 0:,.0f} MiB); without "
+                         f"the store one process {results[str(n)]['train_trees_dea']['anon_by_process'][0]:,.0f} MiB.")
     if 1 in args.workers and 2 in args.workers:
         speed = [results[str(n)]["prepare_trees_w1"]["wall_s"] / results[str(n)]["prepare_trees_w2"]["wall_s"]
                  for n in sizes]

@@ -126,7 +126,7 @@ def cmd_prepare(args) -> int:
         max_len=args.max_len, eval_too_long=args.eval_too_long, parser=parser, lowercase=args.lowercase,
         moses=args.moses, subword=args.subword,
     )
-    manifest = prepare(cfg, args.destdir, progress=not args.no_progress)
+    manifest = prepare(cfg, args.destdir, workers=args.workers, progress=not args.no_progress)
     for split, c in manifest["counts"].items():
         print(f"prepare {split}: {c['kept']:,} pairs kept of {c['lines']:,} lines "
               f"({c['dropped_empty']} empty, {c['dropped_too_long']} too long"
@@ -169,12 +169,19 @@ def _parser_prepare(sub) -> None:
                         "stays whole for BLEU; default) or drop them; either way counted")
     s.add_argument("--parser", default="none", help="parse the source side: none | spacy | file | synthetic")
     s.add_argument("--spacy-pipeline", default="en_core_web_sm", help="spaCy pipeline package (parser spacy)")
-    s.add_argument("--spacy-processes", type=_at_least(1), default=1, help="spaCy worker processes")
+    s.add_argument("--spacy-processes", type=_at_least(1), default=1,
+                   help="spaCy's own processes (parser spacy): they parse while one process aligns and encodes; "
+                        "--workers N does both in N processes, so give one or the other")
     s.add_argument("--parse-dependency", help="parser file: CoNLL-U, may use {prefix} and {lang}")
     s.add_argument("--parse-constituency", help="parser file: PTB trees one per line, may use {prefix} and {lang}")
     s.add_argument("--conversion-style", choices=["hybrid", "flat", "xbar"], default="hybrid",
                    help="constituency trees converted from dependency trees (spacy, or file without a PTB file): "
                         "the conversion style (bracket F1 on the PTB sample in docs/syntax.md; default hybrid)")
+    s.add_argument("--workers", type=_at_least(1), default=1,
+                   help="processes that encode each split, each a contiguous part of it: with a parser they also "
+                        "parse it with spaCy or read its given trees, and align the trees to the pieces; the "
+                        "dataset is the same byte for byte as with 1 (default 1). Use it instead of "
+                        "--spacy-processes, which must then stay 1")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_prepare)
 

@@ -13,7 +13,10 @@ the dataset manifest:
 * an empty corpus (nothing left)             -> error
 
 Files ending in ``.gz`` are decompressed on the fly. Nothing is held in memory: the
-functions are generators over lines.
+functions are generators over lines. A reader can start at any line whose place in the
+file is known (:class:`LinePosition`, found by :func:`raw_lines`), numbering lines as
+the whole file does, so that several processes can read parts of one file and still
+name the line of the file in their errors (``prepare --workers``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 from ..errors import UserError
@@ -43,6 +47,16 @@ class PairStats:
     empty_examples: list[int] = field(default_factory=list)  # first few 1-based line numbers
     no_pieces_examples: list[int] = field(default_factory=list)
 
+    def add(self, other: PairStats) -> None:
+        """Count ``other``, the stats of the lines that follow, in these (examples: still the first 10)."""
+        self.lines += other.lines
+        self.kept += other.kept
+        self.empty += other.empty
+        self.too_long += other.too_long
+        self.no_pieces += other.no_pieces
+        self.empty_examples = (self.empty_examples + other.empty_examples)[:10]
+        self.no_pieces_examples = (self.no_pieces_examples + other.no_pieces_examples)[:10]
+
     def as_dict(self) -> dict:
         return {
             "lines": self.lines,
@@ -53,6 +67,14 @@ class PairStats:
             "first_empty_lines": self.empty_examples,
             "first_no_pieces_lines": self.no_pieces_examples,
         }
+
+
+@dataclass(frozen=True)
+class LinePosition:
+    """Where a line starts in a file: its byte offset in the (decompressed) text and its 1-based number."""
+
+    offset: int = 0
+    line: int = 1
 
 
 def resolve(prefix: str | Path, lang: str) -> Path:
@@ -113,7 +135,7 @@ def note_bom(path: str | Path) -> None:
           file=sys.stderr)
 
 
-def read_lines(path: str | Path) -> Iterator[str]:
+def read_lines(path: str | Path, start: LinePosition | None = None) -> Iterator[str]:
     """Yield the lines of a text file (plain or gzip) without the line ending.
 
     Only ``\\n`` ends a line (``\\r``, ``\\u2028``, ``\\x0b``... stay inside it, so that
@@ -121,17 +143,21 @@ def read_lines(path: str | Path) -> Iterator[str]:
     the file, with a one-line note (:func:`note_bom`). Gzip is recognised by
     its magic bytes. Raises :class:`CorpusError` naming the file (and the line and
     column) on invalid UTF-8, on truncated or corrupt gzip data, and on a file named
-    ``.gz`` that is not gzip.
+    ``.gz`` that is not gzip. ``start``: begin at that line (errors number lines as in the whole file).
     """
     path = Path(path)
+    start = start or LinePosition()
     with _open_binary(path) as f:
-        yield from decode_lines(f, path)
+        if start.offset:
+            f.seek(start.offset)  # gzip: decompressed and skipped
+        yield from decode_lines(f, path, first_line=start.line)
 
 
-def decode_lines(f, path: str | Path) -> Iterator[str]:
+def decode_lines(f, path: str | Path, first_line: int = 1) -> Iterator[str]:
     """The lines of the binary stream ``f`` (a file, gzip data, standard input's ``sys.stdin.buffer``) as
-    :func:`read_lines` yields them; errors name ``path`` (``<stdin>`` for standard input)."""
-    lineno = 0
+    :func:`read_lines` yields them; errors name ``path`` (``<stdin>`` for standard input) and number the
+    lines from ``first_line``, the number of the stream's first line."""
+    lineno = first_line - 1
     try:
         for raw in f:
             lineno += 1
@@ -144,25 +170,76 @@ def decode_lines(f, path: str | Path) -> Iterator[str]:
                 note_bom(path)
             yield text.rstrip("\r\n")
     except (EOFError, OSError, zlib.error) as err:
-        where = f"after line {lineno}" if lineno else "in its first line"
-        raise CorpusError(
-            f"{path} {where}: the gzip data is truncated or corrupt ({err}); re-download or re-compress the file."
-        ) from None
+        raise _gzip_error(path, lineno, err) from None
+
+
+def _gzip_error(path: str | Path, lineno: int, err: Exception) -> CorpusError:
+    where = f"after line {lineno}" if lineno else "in its first line"
+    return CorpusError(
+        f"{path} {where}: the gzip data is truncated or corrupt ({err}); re-download or re-compress the file."
+    )
+
+
+def raw_lines(path: str | Path) -> Iterator[bytes]:
+    """Every line of a text file (plain or gzip) as its bytes, line ending included and nothing decoded: for
+    finding places in a file fast (the sum of the lengths before a line is its :class:`LinePosition` offset);
+    :func:`read_lines` reads the text from any of them."""
+    path = Path(path)
+    lineno = 0
+    with _open_binary(path) as f:
+        try:
+            for raw in f:
+                lineno += 1
+                yield raw
+        except (EOFError, OSError, zlib.error) as err:
+            raise _gzip_error(path, lineno, err) from None
+
+
+def raw_blocks(path: str | Path, size: int = 1 << 22) -> Iterator[bytes]:
+    """The bytes of a text file (plain or gzip) in blocks of whole lines (each ends with a line's ``\\n``, or
+    at the end of the file) of about ``size`` bytes: for scanning a file of many short lines fast."""
+    path = Path(path)
+    with _open_binary(path) as f:
+        try:
+            while block := f.read(size):
+                yield block + (b"" if block.endswith(b"\n") else f.readline())
+        except (EOFError, OSError, zlib.error) as err:
+            raise _gzip_error(path, 0, err) from None
+
+
+#: the ASCII characters ``str.strip`` removes (the separators 0x1c-0x1f included)
+_ASCII_SPACE = b"\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f "
+
+
+def is_blank(raw: bytes, first: bool = False) -> bool:
+    """Whether a raw line (:func:`raw_lines`) is empty once read and stripped as :func:`read_lines` and
+    ``str.strip`` do (``first``: the file's first line, whose byte-order mark is not text)."""
+    if first and raw.startswith(BOM.encode("utf-8")):
+        raw = raw[len(BOM.encode("utf-8")):]
+    if raw.isascii():
+        return not raw.strip(_ASCII_SPACE)
+    return not raw.decode("utf-8", errors="replace").strip()
 
 
 def count_lines(path: str | Path) -> int:
     return sum(1 for _ in read_lines(path))
 
 
-def read_pairs(src_path: str | Path, tgt_path: str | Path, stats: PairStats) -> Iterator[tuple[int, str, str]]:
+def read_pairs(src_path: str | Path, tgt_path: str | Path, stats: PairStats, *,
+               start: tuple[LinePosition, LinePosition] | None = None,
+               count: int | None = None) -> Iterator[tuple[int, str, str]]:
     """Yield ``(line_number, source, target)`` for non-empty pairs, in order.
 
     Empty pairs are dropped and counted in ``stats``. Files of different lengths
-    raise :class:`CorpusError` with both names and both line counts.
+    raise :class:`CorpusError` with both names and both line counts. ``start``: where
+    to begin in the source and target files (the same line of both); ``count``: how many
+    lines to read from there (None: to the end).
     """
     src_path, tgt_path = Path(src_path), Path(tgt_path)
-    src_it, tgt_it = read_lines(src_path), read_lines(tgt_path)
-    lineno = 0
+    src_at, tgt_at = start or (LinePosition(), LinePosition())
+    src_it = islice(read_lines(src_path, src_at), count)
+    tgt_it = islice(read_lines(tgt_path, tgt_at), count)
+    lineno = src_at.line - 1
     while True:
         s = next(src_it, None)
         t = next(tgt_it, None)
@@ -171,12 +248,9 @@ def read_pairs(src_path: str | Path, tgt_path: str | Path, stats: PairStats) -> 
                 break
             n_src = lineno + (0 if s is None else 1 + sum(1 for _ in src_it))
             n_tgt = lineno + (0 if t is None else 1 + sum(1 for _ in tgt_it))
-            raise CorpusError(
-                f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}; parallel files must be "
-                "aligned line by line — fix or re-extract the shorter one."
-            )
+            raise line_count_error(src_path, n_src, tgt_path, n_tgt)
         lineno += 1
-        stats.lines = lineno
+        stats.lines += 1
         s, t = s.strip(), t.strip()
         if not s or not t:
             stats.empty += 1
@@ -184,6 +258,12 @@ def read_pairs(src_path: str | Path, tgt_path: str | Path, stats: PairStats) -> 
                 stats.empty_examples.append(lineno)
             continue
         yield lineno, s, t
+
+
+def line_count_error(src_path: Path, n_src: int, tgt_path: Path, n_tgt: int) -> CorpusError:
+    """The error of parallel files whose line counts differ."""
+    return CorpusError(f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}; parallel files must be "
+                       "aligned line by line — fix or re-extract the shorter one.")
 
 
 def file_digest(path: str | Path) -> dict:

@@ -28,6 +28,13 @@ of pairs never sits in memory. Re-running with the same config on inputs with th
 SHA-256 reuses the directory; a changed input or config is detected and the dataset
 is rebuilt (and the reason printed).
 
+``workers`` (``prepare --workers N``) encodes each split in N processes, each a contiguous part of
+it (:mod:`structnmt.data.shards`): the encoding, the parsing (spaCy) or the reading of the given
+trees, and their alignment with the pieces. Each part is written to files of its own and the parts
+are concatenated in order: the dataset is the same, byte for byte, as one process writes (the
+manifest too, but for its ``seconds``), so a dataset's fingerprint does not depend on ``workers``,
+which the manifest does not record.
+
 Over-long pairs (more than ``max_len`` pieces on either side) are dropped from the
 training split. In valid/test splits they are kept with their pieces cut to
 ``max_len`` (``eval_too_long="truncate"``, the default: the raw text stays whole, so
@@ -48,12 +55,14 @@ import os
 import shutil
 import time
 from collections import deque
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from itertools import islice
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
 import numpy as np
+from tqdm import tqdm
 
 from ..files import errors_name, temp_dir_beside
 from ..syntax.align import AlignmentError, align_trees
@@ -62,6 +71,7 @@ from ..syntax.trees import node_to_list
 from .corpus import CorpusError, PairStats, file_digest, read_lines, read_pairs, resolve
 from .lock import claim_dataset
 from .moses import has_rules, moses_pretokenize
+from .shards import Shard, merge_shard_files, plan_shards, run_shards
 from .vocab import Vocab, train_sentencepiece, train_subword_nmt
 
 FORMAT_VERSION = 2
@@ -136,9 +146,9 @@ def _manifest_key(cfg: PrepareConfig, digests: dict) -> dict:
             "parser_version": _parser_version(cfg.parser)}
 
 
-def _nonempty_source_lines(path: Path, numbers: deque) -> Iterator[str]:
-    """Stripped non-empty lines of ``path``; their line numbers are appended to ``numbers``."""
-    for lineno, line in enumerate(read_lines(path), start=1):
+def _nonempty_source_lines(path: Path, numbers: deque, shard: Shard) -> Iterator[str]:
+    """Stripped non-empty lines of ``path`` (of its ``shard``); their line numbers are appended to ``numbers``."""
+    for lineno, line in enumerate(islice(read_lines(path, shard.src), shard.count), start=shard.src.line):
         text = line.strip()
         if text:
             numbers.append(lineno)
@@ -166,9 +176,14 @@ def _chunks(pairs: Iterator[tuple[int, str, str]], size: int) -> Iterator[list[t
         yield buf
 
 
-def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, log=print) -> dict:
-    """Build (or reuse) the dataset in ``out_dir``; returns the manifest."""
+def prepare(cfg: PrepareConfig, out_dir: str | Path, *, workers: int = 1, progress: bool = True, log=print) -> dict:
+    """Build (or reuse) the dataset in ``out_dir``; returns the manifest.
+
+    ``workers``: processes encoding each split, each a contiguous part (the same dataset as with 1). They
+    are spawned: a script that calls this with ``workers`` above 1 needs Python's ``if __name__ ==
+    "__main__":`` guard."""
     out = Path(out_dir)
+    _check_workers(workers, cfg.parser)
     if cfg.eval_too_long not in ("truncate", "drop"):
         raise CorpusError(f"eval_too_long={cfg.eval_too_long!r}: choose truncate or drop.")
     if cfg.subword not in SUBWORDS:
@@ -202,7 +217,7 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
     alive = _hold(tmp)  # while this prepare lives, its directory is not a leftover
     try:
         with errors_name(out, tmp):
-            manifest = _build_dataset(cfg, splits, backend, key, tmp, progress=progress, log=log)
+            manifest = _build_dataset(cfg, splits, backend, key, tmp, workers=workers, progress=progress, log=log)
         _install(tmp, out, old)
     finally:
         if tmp.exists():
@@ -212,6 +227,15 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, progress: bool = True, l
         if held is not None:
             held.close()
     return manifest
+
+
+def _check_workers(workers: int, parser: ParserConfig) -> None:
+    """Refuse a worker count below 1, and spaCy's own processes beside several workers."""
+    if workers < 1:
+        raise CorpusError(f"--workers {workers}: give 1 or more processes.")
+    if workers > 1 and parser.n_process > 1:
+        raise CorpusError(f"--workers {workers} with --spacy-processes {parser.n_process}: each worker parses its "
+                          "own part of the corpus with spaCy, so give --workers alone (--spacy-processes 1).")
 
 
 def _lock_of(tmp: Path) -> Path:
@@ -253,7 +277,8 @@ def _remove_leftovers(out: Path, log) -> None:
         log(f"prepare: removed {d}, left by an interrupted prepare of {out}.")
 
 
-def _build_dataset(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, progress: bool, log) -> dict:
+def _build_dataset(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Path, *, workers: int, progress: bool,
+                   log) -> dict:
     """Train the vocabularies and encode every split into the empty directory ``tmp``."""
     t0 = time.time()
 
@@ -267,9 +292,10 @@ def _build_dataset(cfg: PrepareConfig, splits: dict, backend, key: dict, tmp: Pa
                 **{("test" if i == 0 else f"test{i}"): p for i, p in enumerate(cfg.testprefs)}}
     counts = {}
     for split, (sp, tp) in splits.items():
-        tally, n_tok = _encode_split(cfg, split, sp, tp, vocabs, backend, prefixes[split], tmp, labels,
-                                     progress=progress)
-        counts[split] = _split_counts(cfg, split, sp, tp, tally, n_tok, parsing, log)
+        job = _ShardJob(cfg, split, sp, tp, prefixes[split], _vocab_specs(vocabs), Shard(), tmp)
+        tally = _encode_split(job, vocabs, backend, workers=workers, progress=progress)
+        labels |= tally.labels
+        counts[split] = _split_counts(cfg, split, sp, tp, tally, parsing, log)
 
     manifest = {
         **key,
@@ -421,12 +447,25 @@ def _no_pairs(sample: _TrainSample) -> CorpusError:
 
 @dataclass
 class _SplitTally:
-    """What encoding one split dropped, cut and merged (besides the counts of ``stats``)."""
+    """What encoding one split (or a shard of it) kept, dropped, cut and merged, and what it wrote."""
 
     stats: PairStats = field(default_factory=PairStats)
     truncated: int = 0  # valid/test pairs kept with their pieces cut to max_len
-    unaligned: list[int] = field(default_factory=list)  # line numbers of pairs dropped: parse not aligned
+    unaligned: int = 0  # pairs dropped: parse not aligned
+    unaligned_examples: list[int] = field(default_factory=list)  # the line numbers of the first 10 of them
     merged_words: int = 0
+    labels: set[str] = field(default_factory=set)  # the constituent labels of the trees written
+    n_tok: dict[str, int] = field(default_factory=lambda: {"src": 0, "tgt": 0})  # pieces written per side
+
+    def add(self, other: _SplitTally) -> None:
+        """Count ``other``, the tally of the shard that follows, in this one (examples: the first 10 in order)."""
+        self.stats.add(other.stats)
+        self.truncated += other.truncated
+        self.unaligned += other.unaligned
+        self.unaligned_examples = (self.unaligned_examples + other.unaligned_examples)[:10]
+        self.merged_words += other.merged_words
+        self.labels |= other.labels
+        self.n_tok = {side: self.n_tok[side] + other.n_tok[side] for side in self.n_tok}
 
 
 @dataclass
@@ -490,52 +529,105 @@ class _SplitFiles:
                 f.close()
 
 
-def _parsed_stream(backend, path: Path, prefix: str | None, lang: str) -> Iterator[tuple[int, Parsed]]:
-    """(line number, Parsed) of every non-empty source line of ``path``, from ``backend``."""
+def _parsed_stream(backend, path: Path, prefix: str | None, lang: str, shard: Shard) -> Iterator[tuple[int, Parsed]]:
+    """(line number, Parsed) of every non-empty source line of ``path`` (of its ``shard``), from ``backend``."""
     numbers: deque = deque()
     # the backend may read ahead (spaCy batches): line numbers queue up in order
     return ((numbers.popleft(), p) for p in backend.parse(
-        _nonempty_source_lines(path, numbers), prefix=prefix, lang=lang))
+        _nonempty_source_lines(path, numbers, shard), prefix=prefix, lang=lang, start=shard.trees))
 
 
-def _encode_split(cfg: PrepareConfig, split: str, sp: Path, tp: Path, vocabs: dict[str, Vocab], backend,
-                  prefix: str | None, tmp: Path, labels: set[str], *,
-                  progress: bool) -> tuple[_SplitTally, dict[str, int]]:
-    """Encode (and parse) the pairs of one split into its files in ``tmp``; its tally and piece counts per side.
+@dataclass(frozen=True)
+class _ShardJob:
+    """A split, or one shard of it, to encode into the directory ``out``: all that a spawned process needs."""
 
-    The constituent labels of its trees are added to ``labels``."""
+    cfg: PrepareConfig
+    split: str
+    src: Path
+    tgt: Path
+    prefix: str | None  # the corpus prefix (pre-parsed file names may hold it)
+    vocabs: dict[str, tuple[Path, dict]]  # side -> (model file, Vocab options)
+    shard: Shard
+    out: Path
+
+
+def _vocab_specs(vocabs: dict[str, Vocab]) -> dict[str, tuple[Path, dict]]:
+    """What rebuilds ``vocabs`` in another process: side -> (model file, options)."""
+    return {side: (v.path, v.options()) for side, v in vocabs.items()}
+
+
+def _encode_split(job: _ShardJob, vocabs: dict[str, Vocab], backend, *, workers: int,
+                  progress: bool) -> _SplitTally:
+    """Encode (and parse) the pairs of the split of ``job`` into its files in ``job.out``, in one pass or in
+    ``workers`` processes (one per shard, their files merged in order); its tally."""
+    shards = [Shard()]
+    if workers > 1:
+        shards = plan_shards(job.src, job.tgt, workers, grain=backend.grain,
+                             tree_files=backend.tree_files(job.prefix, job.cfg.source_lang))
+    bar = tqdm(desc=f"prepare {job.split}", unit=" pairs", mininterval=1.0, disable=not progress)
+    try:
+        if len(shards) == 1:
+            tally = _encode_shard(job, vocabs, backend, bar.update)
+        else:
+            tally = _encode_shards(job, shards, bar.update)
+    finally:
+        bar.close()
+    stats = tally.stats
+    if stats.kept == 0:
+        raise CorpusError(
+            f"{job.src} / {job.tgt}: no usable sentence pairs ({stats.lines} lines, {stats.empty} empty, "
+            f"{stats.too_long} too long); check the files or raise max_len."
+        )
+    return tally
+
+
+def _encode_shards(job: _ShardJob, shards: list[Shard], advance: Callable[[int], None]) -> _SplitTally:
+    """Encode every shard of the split of ``job`` in its own process and directory, then merge their files
+    into ``job.out`` in order; the split's tally."""
+    jobs = [replace(job, shard=shard, out=job.out / f".{job.split}.shard{shard.index}") for shard in shards]
+    for j in jobs:
+        j.out.mkdir()
+    tallies = run_shards(_encode_shard_process, jobs, [j.out for j in jobs], [s.place(job.src) for s in shards],
+                         advance=advance)
+    merge_shard_files([j.out for j in jobs], job.out)
+    for j in jobs:
+        shutil.rmtree(j.out)
+    tally = tallies[0]
+    for other in tallies[1:]:
+        tally.add(other)
+    return tally
+
+
+def _encode_shard_process(job: _ShardJob, advance: Callable[[int], None]) -> _SplitTally:
+    """:func:`_encode_shard` in a shard's own process: the vocabularies and the parser built there."""
+    vocabs = {side: Vocab(path, **options) for side, (path, options) in job.vocabs.items()}
+    return _encode_shard(job, vocabs, build_parser(job.cfg.parser), advance)
+
+
+def _encode_shard(job: _ShardJob, vocabs: dict[str, Vocab], backend, advance: Callable[[int], None]) -> _SplitTally:
+    """Encode (and parse) the pairs of ``job``'s shard into its split's files in ``job.out``; its tally.
+    ``advance(n)`` is called as ``n`` more pairs are done."""
+    cfg, shard = job.cfg, job.shard
     parsing = backend.produces_trees
     tally = _SplitTally()
-    parsed_stream = _parsed_stream(backend, sp, prefix, cfg.source_lang) if parsing else None
-    out = _SplitFiles.open(tmp, split, parsing)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(desc=f"prepare {split}", unit=" pairs", mininterval=1.0)
+    parsed_stream = _parsed_stream(backend, job.src, job.prefix, cfg.source_lang, shard) if parsing else None
+    out = _SplitFiles.open(job.out, job.split, parsing)
     try:
-        for chunk in _chunks(read_pairs(sp, tp, tally.stats), cfg.chunk):
-            enc, spans, keep = _encode_chunk(cfg, split, chunk, vocabs, parsing, tally)
+        pairs = read_pairs(job.src, job.tgt, tally.stats, start=(shard.src, shard.tgt), count=shard.count)
+        for chunk in _chunks(pairs, cfg.chunk):
+            enc, spans, keep = _encode_chunk(cfg, job.split, chunk, vocabs, parsing, tally)
             if parsing:
-                keep = _align_kept(chunk, keep, spans, parsed_stream, out, tally, labels)
+                keep = _align_kept(chunk, keep, spans, parsed_stream, out, tally)
             out.write_pairs(chunk, enc, keep)
             tally.stats.kept += len(keep)
-            if bar is not None:
-                bar.update(len(chunk))
+            advance(len(chunk))
         if parsing:
             for _ in parsed_stream:  # let the backend check the tree count of pre-parsed files
                 pass
     finally:
         out.close()
-        if bar is not None:
-            bar.close()
-    stats = tally.stats
-    if stats.kept == 0:
-        raise CorpusError(
-            f"{sp} / {tp}: no usable sentence pairs ({stats.lines} lines, {stats.empty} empty, "
-            f"{stats.too_long} too long); check the files or raise max_len."
-        )
-    return tally, out.n_tok
+    tally.n_tok = dict(out.n_tok)
+    return tally
 
 
 def _encode_chunk(cfg: PrepareConfig, split: str, chunk: list[tuple[int, str, str]], vocabs: dict[str, Vocab],
@@ -570,7 +662,7 @@ def _encode_chunk(cfg: PrepareConfig, split: str, chunk: list[tuple[int, str, st
 
 
 def _align_kept(chunk: list[tuple[int, str, str]], keep: list[int], spans: list, parsed_stream,
-                out: _SplitFiles, tally: _SplitTally, labels: set[str]) -> list[int]:
+                out: _SplitFiles, tally: _SplitTally) -> list[int]:
     """Align the parse of every kept pair's source with its pieces and write its trees; the pairs
     that aligned (the others are counted in ``tally.unaligned``)."""
     aligned_keep = []
@@ -581,29 +673,31 @@ def _align_kept(chunk: list[tuple[int, str, str]], keep: list[int], spans: list,
             dep, const, al = align_trees(text, [(b, e) for _, b, e in spans[i]],
                                          parsed.dependency, parsed.constituency, parsed.spans)
         except AlignmentError:
-            tally.unaligned.append(lineno)
+            tally.unaligned += 1
+            if len(tally.unaligned_examples) < 10:
+                tally.unaligned_examples.append(lineno)
             continue
         tally.merged_words += al.merged
         parsed = Parsed(dep, const)
         if parsed.constituency is not None:
-            labels.update(n.label for n in parsed.constituency.root.walk() if not n.is_preterminal)
+            tally.labels.update(n.label for n in parsed.constituency.root.walk() if not n.is_preterminal)
         out.write_tree(parsed, al.word_of_piece)
         aligned_keep.append(i)
     return aligned_keep
 
 
-def _split_counts(cfg: PrepareConfig, split: str, sp: Path, tp: Path, tally: _SplitTally, n_tok: dict[str, int],
-                  parsing: bool, log) -> dict:
+def _split_counts(cfg: PrepareConfig, split: str, sp: Path, tp: Path, tally: _SplitTally, parsing: bool,
+                  log) -> dict:
     """The manifest's counts of one encoded split; what was dropped or cut is logged."""
     stats, truncated, unaligned = tally.stats, tally.truncated, tally.unaligned
-    counts = {**stats.as_dict(), "truncated_too_long": truncated, "src_tokens": n_tok["src"],
-              "tgt_tokens": n_tok["tgt"], "src_file": str(sp), "tgt_file": str(tp)}
+    counts = {**stats.as_dict(), "truncated_too_long": truncated, "src_tokens": tally.n_tok["src"],
+              "tgt_tokens": tally.n_tok["tgt"], "src_file": str(sp), "tgt_file": str(tp)}
     if parsing:
-        counts.update(dropped_unaligned=len(unaligned), first_unaligned_lines=unaligned[:10],
+        counts.update(dropped_unaligned=unaligned, first_unaligned_lines=tally.unaligned_examples,
                       merged_words=tally.merged_words)
         if unaligned:
-            log(f"prepare {split}: dropped {len(unaligned)} pairs whose parse could not be aligned with the "
-                f"source text (first lines {unaligned[:10]}).")
+            log(f"prepare {split}: dropped {unaligned} pairs whose parse could not be aligned with the "
+                f"source text (first lines {tally.unaligned_examples}).")
     if stats.empty or stats.too_long:
         log(f"prepare {split}: dropped {stats.empty} empty pairs (first lines {stats.empty_examples}) "
             f"and {stats.too_long} pairs longer than {cfg.max_len} pieces, of {stats.lines}.")

@@ -19,6 +19,10 @@ Formats:
   archives read member by member; see :class:`PtbSample`.
 
 Malformed input raises :class:`TreeFormatError` naming the file, the line and the fix.
+
+The file readers can start at a tree in the middle of a file (:class:`TreePosition`,
+found without parsing by :func:`tree_positions`) and still number lines as in the whole
+file: ``prepare --workers`` reads the trees of each part of a corpus in its own process.
 """
 
 from __future__ import annotations
@@ -30,12 +34,13 @@ import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 from structnmt.errors import UserError
 from structnmt.syntax.trees import ConstituencyTree, DependencyTree, Node
 
-from ..data.corpus import read_lines
+from ..data.corpus import LinePosition, is_blank, raw_blocks, raw_lines, read_lines
 
 __all__ = [
     "TreeFormatError",
@@ -51,6 +56,8 @@ __all__ = [
     "write_conllu",
     "parse_malt_tab",
     "PtbSample",
+    "TreePosition",
+    "tree_positions",
 ]
 
 
@@ -64,16 +71,20 @@ class TreeFormatError(UserError, ValueError):
         self.fix = fix
         super().__init__(f"{self.path}, line {line}: {problem}; {fix}.")
 
+    def __reduce__(self):
+        """Pickled by its parts, so that it crosses from a process (``prepare --workers``) whole."""
+        return type(self), (self.path, self.line, self.problem, self.fix)
+
 
 # ---------------------------------------------------------------------------- files
 
 
-def _read_lines(path: str) -> Iterator[str]:
+def _read_lines(path: str, start: LinePosition | None = None) -> Iterator[str]:
     """Lines without endings, read like parallel text (only ``\\n`` ends a line, gzip by
     its magic bytes); a missing file, invalid UTF-8 or broken gzip data raise
-    :class:`~structnmt.data.corpus.CorpusError` naming the file and line."""
+    :class:`~structnmt.data.corpus.CorpusError` naming the file and line. ``start``: from that line on."""
 
-    return read_lines(path)
+    return read_lines(path, start)
 
 
 def _open_text(path: str | Path, mode: str = "rt"):
@@ -253,24 +264,36 @@ def format_ptb(tree: ConstituencyTree) -> str:
     return "".join(out)
 
 
-def read_ptb(path: str | Path, *, strip_empty: bool = False,
-             strip_function_tags: bool = False) -> Iterator[ConstituencyTree]:
-    """Yield the trees of a bracket file (one per line, or multi-line ``.mrg``; ``.gz`` ok)."""
+def read_ptb(path: str | Path, *, strip_empty: bool = False, strip_function_tags: bool = False,
+             start: TreePosition | None = None) -> Iterator[ConstituencyTree]:
+    """Yield the trees of a bracket file (one per line, or multi-line ``.mrg``; ``.gz`` ok).
+    ``start``: from that tree on (:func:`tree_positions`)."""
     p = str(path)
-    yield from _iter_ptb_lines(_read_lines(p), p, strip_empty, strip_function_tags)
+    start = start or TreePosition()
+    trees = _iter_ptb_lines(_read_lines(p, start.at), p, strip_empty, strip_function_tags, start.at.line)
+    yield from islice(trees, start.skip, None)
+
+
+def _stray_close(path: str, line: int) -> TreeFormatError:
+    return TreeFormatError(path, line, "unbalanced ')' outside any tree", "remove the extra closing bracket")
+
+
+def _unclosed_at_end(path: str, start: int, depth: int) -> TreeFormatError:
+    return TreeFormatError(path, start, f"unbalanced brackets: tree starting at line {start} has "
+                           f"{depth} '(' not closed at the end of the file",
+                           "add the missing ')' or remove the extra '('")
 
 
 def _iter_ptb_lines(lines: Iterable[str], path: str, strip_empty: bool,
-                    strip_function_tags: bool) -> Iterator[ConstituencyTree]:
+                    strip_function_tags: bool, first_line: int = 1) -> Iterator[ConstituencyTree]:
     buf: list[tuple[str, int]] = []
     depth = 0
     start = 0
-    for lineno, line in enumerate(lines, 1):
+    for lineno, line in enumerate(lines, first_line):
         for tok, ln in _tokens_of_line(line, lineno):
             if depth == 0:
                 if tok == ")":
-                    raise TreeFormatError(path, ln, "unbalanced ')' outside any tree",
-                                          "remove the extra closing bracket")
+                    raise _stray_close(path, ln)
                 if tok != "(":
                     raise TreeFormatError(path, ln, f"text {tok!r} outside any bracket",
                                           "wrap each tree in brackets and remove stray text")
@@ -285,9 +308,7 @@ def _iter_ptb_lines(lines: Iterable[str], path: str, strip_empty: bool,
                     buf = []
                     yield _build_tree(raw, path, start, strip_empty, strip_function_tags)
     if depth > 0:
-        raise TreeFormatError(path, start, f"unbalanced brackets: tree starting at line {start} has "
-                              f"{depth} '(' not closed at the end of the file",
-                              "add the missing ')' or remove the extra '('")
+        raise _unclosed_at_end(path, start, depth)
 
 
 def write_ptb(trees: Iterable[ConstituencyTree], path: str | Path) -> int:
@@ -431,14 +452,21 @@ def _parse_conllu_block(block: list[tuple[int, str]], path: str, heads_optional:
                           multiword_tokens=mwt, start_line=start_line, words=words, upos=upos)
 
 
-def read_conllu_sentences(path: str | Path, *, heads_optional: bool = False) -> Iterator[ConlluSentence]:
+def read_conllu_sentences(path: str | Path, *, heads_optional: bool = False,
+                          start: TreePosition | None = None) -> Iterator[ConlluSentence]:
     """Yield every sentence with its comments, text and multi-word tokens, each checked: 10 columns,
     word IDs in order, integer heads in range, exactly one root, no cycle (:class:`TreeFormatError`
     names the file and line). ``heads_optional``: a sentence whose HEAD column is all ``_`` (a file of
-    IDs and forms to be parsed) is yielded with ``tree=None`` and its words."""
+    IDs and forms to be parsed) is yielded with ``tree=None`` and its words. ``start``: from that
+    sentence on (:func:`tree_positions`)."""
     p = str(path)
+    start = start or TreePosition()
+    yield from islice(_conllu_sentences(p, heads_optional, start.at), start.skip, None)
+
+
+def _conllu_sentences(p: str, heads_optional: bool, at: LinePosition) -> Iterator[ConlluSentence]:
     block: list[tuple[int, str]] = []
-    for lineno, line in enumerate(_read_lines(p), 1):
+    for lineno, line in enumerate(_read_lines(p, at), at.line):
         if not line.strip():
             if block:
                 yield _parse_conllu_block(block, p, heads_optional)
@@ -455,10 +483,102 @@ def read_conllu_with_text(path: str | Path) -> Iterator[tuple[DependencyTree, st
         yield s.tree, s.text
 
 
-def read_conllu(path: str | Path) -> Iterator[DependencyTree]:
-    """Yield the dependency trees of a CoNLL-U file (plain or ``.gz``)."""
-    for s in read_conllu_sentences(path):
+def read_conllu(path: str | Path, start: TreePosition | None = None) -> Iterator[DependencyTree]:
+    """Yield the dependency trees of a CoNLL-U file (plain or ``.gz``), from ``start`` on."""
+    for s in read_conllu_sentences(path, start=start):
         yield s.tree
+
+
+# ---------------------------------------------------------------------------- positions
+
+
+@dataclass(frozen=True)
+class TreePosition:
+    """Where to start reading a tree file to reach one of its trees: at the line ``at``, one that no earlier
+    tree runs into, then past ``skip`` trees (those beginning from there before it: several trees on a line)."""
+
+    at: LinePosition = LinePosition()
+    skip: int = 0
+
+
+#: every byte but the brackets, deleted to leave a bracket file's structure
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"()")
+
+
+def tree_positions(path: str | Path, fmt: str, wanted: Iterable[int]) -> tuple[dict[int, TreePosition], int]:
+    """Where each ``wanted`` tree (0-based index) of a CoNLL-U file (``fmt="conllu"``) or a bracket file
+    (``"ptb"``) begins, and how many trees the file holds; found without parsing a tree.
+
+    Trees are delimited as the readers delimit them (a CoNLL-U sentence is a run of non-blank lines; a
+    bracketed tree begins at a '(' outside any bracket), so that :func:`read_conllu` or :func:`read_ptb`
+    started at a position yields the trees from that one on. What the delimiting cannot get past (a ')'
+    outside any tree, a tree still open at the end of the file) raises the reader's :class:`TreeFormatError`."""
+    wanted = set(wanted)
+    starts = _conllu_starts(str(path)) if fmt == "conllu" else _ptb_starts(str(path))
+    positions = {}
+    count = 0
+    for offset, line, skip in starts:
+        if count in wanted:
+            positions[count] = TreePosition(LinePosition(offset, line), skip)
+        count += 1
+    return positions, count
+
+
+#: a line that may be blank (after its newline): only ASCII white space and non-ASCII bytes (decoded to decide)
+_MAYBE_BLANK = re.compile(rb"\n([\t\x0b\x0c\r\x1c-\x1f \x80-\xff]*)(?=\n|\Z)")
+
+
+def _conllu_starts(path: str, block_size: int = 1 << 22) -> Iterator[tuple[int, int, int]]:
+    """``(offset, line, 0)`` of the first line of every sentence of a CoNLL-U file: the first non-blank line
+    after a blank one. Found block by block (the blank lines by a regular expression, the line numbers by
+    counting newlines), not line by line: a CoNLL-U file has a line per word."""
+    base, line = 0, 1  # the offset of the block in the file, and the number of its first line
+    in_sentence = False
+    for block in raw_blocks(path, block_size):
+        start = counted = 0  # the first line of the block not yet looked at; where ``line`` is counted to
+        for m in _MAYBE_BLANK.finditer(b"\n" + block):  # m.start(): where the line begins in the block
+            text = m.group(1)
+            if m.start() == len(block) or not (text.isascii() or is_blank(text, base + m.start() == 0)):
+                continue  # no line (after the block's last newline), or a line of non-ASCII text
+            if m.start() > start and not in_sentence:  # non-blank lines from ``start``: a sentence
+                line += block.count(b"\n", counted, start)
+                counted = start
+                yield base + start, line, 0
+            in_sentence = False
+            start = m.end()
+        if start < len(block) and not in_sentence:
+            line += block.count(b"\n", counted, start)
+            counted = start
+            yield base + start, line, 0
+        in_sentence = in_sentence or start < len(block)
+        line += block.count(b"\n", counted)
+        base += len(block)
+
+
+def _ptb_starts(path: str) -> Iterator[tuple[int, int, int]]:
+    """For every tree of a bracket file: ``(offset, line, skip)`` of the last line before it that began
+    outside any tree, and how many trees begin from there before it."""
+    offset = depth = 0
+    clean, skip = (0, 1), 0
+    opened_at = 0  # the line of the latest tree's '('
+    for lineno, raw in enumerate(raw_lines(path), 1):
+        if depth == 0:
+            clean, skip = (offset, lineno), 0
+        if b"(" in raw or b")" in raw:
+            for bracket in raw.translate(None, _NOT_BRACKETS):
+                if bracket == 41:  # ')'
+                    if depth == 0:
+                        raise _stray_close(path, lineno)
+                    depth -= 1
+                    continue
+                if depth == 0:
+                    opened_at = lineno
+                    yield clean[0], clean[1], skip
+                    skip += 1
+                depth += 1
+        offset += len(raw)
+    if depth > 0:
+        raise _unclosed_at_end(path, opened_at, depth)
 
 
 def format_conllu(tree: DependencyTree, text: str | None = None, feats: list[str] | None = None) -> str:

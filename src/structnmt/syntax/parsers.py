@@ -28,12 +28,12 @@ import difflib
 import importlib.util
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
 from .convert import dependency_to_constituency
-from .io import read_conllu, read_ptb
+from .io import TreePosition, read_conllu, read_ptb
 from .trees import ConstituencyTree, DependencyTree
 
 
@@ -70,6 +70,18 @@ class Parsed:
         return tree.words
 
 
+@dataclass(frozen=True)
+class TreeStart:
+    """Where a part of a corpus begins in its pre-parsed files (``prepare --workers``, planned by
+    :func:`structnmt.data.shards.plan_shards`): ``index`` trees come before it; ``positions`` says where
+    its first tree is in each file (``"dependency"``, ``"constituency"``); ``last``: the part runs to
+    the end of the corpus, so it checks that no tree is left over."""
+
+    index: int = 0
+    positions: dict[str, TreePosition] = field(default_factory=dict)
+    last: bool = True
+
+
 class ParserBackend(ABC):
     """Base class: ``parse`` yields one :class:`Parsed` per line of ``lines``."""
 
@@ -77,15 +89,33 @@ class ParserBackend(ABC):
     produces_trees = True
 
     @abstractmethod
-    def parse(self, lines: Iterator[str], *, prefix: str | None = None, lang: str | None = None) -> Iterator[Parsed]:
-        """One :class:`Parsed` per line, in order."""
+    def parse(self, lines: Iterator[str], *, prefix: str | None = None, lang: str | None = None,
+              start: TreeStart | None = None) -> Iterator[Parsed]:
+        """One :class:`Parsed` per line, in order. ``start``: the lines are a part of the corpus that
+        begins there (read by the pre-parsed backends; the others parse the lines they are given)."""
+
+    @property
+    def grain(self) -> int:
+        """Parts of a corpus parsed apart begin at a multiple of this many lines, so that every line is
+        parsed with the same neighbours as in one pass (spaCy's batches)."""
+        return 1
+
+    def open(self, prefix: str | None = None, lang: str | None = None) -> TreeReader:
+        """A :class:`TreeReader` over the pre-parsed files (``{prefix}``/``{lang}`` filled in), for an input read a
+        chunk at a time (streaming translation)."""
+        return TreeReader(self, prefix, lang)
+
+    def tree_files(self, prefix: str | None, lang: str | None) -> dict[str, Path]:
+        """The pre-parsed files this backend reads for a corpus (``"dependency"``, ``"constituency"``);
+        none for a backend that parses."""
+        return {}
 
 
 class NoParser(ParserBackend):
     name = "none"
     produces_trees = False
 
-    def parse(self, lines, *, prefix=None, lang=None):
+    def parse(self, lines, *, prefix=None, lang=None, start=None):
         return iter(())
 
 
@@ -123,7 +153,11 @@ class SpacyParser(ParserBackend):
             )
         self.nlp = spacy.load(self.pipeline, exclude=["ner", "lemmatizer"])
 
-    def parse(self, lines, *, prefix=None, lang=None):
+    @property
+    def grain(self) -> int:
+        return self.cfg.batch_size
+
+    def parse(self, lines, *, prefix=None, lang=None, start=None):
 
         for doc in self.nlp.pipe(lines, batch_size=self.cfg.batch_size, n_process=self.cfg.n_process):
             toks = [t for t in doc if not t.is_space]
@@ -175,20 +209,55 @@ class FileParser(ParserBackend):
         chunk at a time (streaming translation)."""
         return TreeReader(self, prefix, lang)
 
-    def parse(self, lines, *, prefix=None, lang=None):
+    def tree_files(self, prefix: str | None, lang: str | None) -> dict[str, Path]:
+        """The configured pre-parsed files of the corpus ``prefix``, each checked to exist."""
+        files = {}
+        for kind, template, what, option in (
+                ("dependency", self.cfg.dependency_file, "CoNLL-U", "dependency_file"),
+                ("constituency", self.cfg.constituency_file, "PTB", "constituency_file")):
+            if template:
+                path = self._path(template, prefix, lang)
+                if not path.exists():
+                    raise ParserError(f"{path}: pre-parsed {what} file not found; check parser.{option}.")
+                files[kind] = path
+        return files
 
+    def parse(self, lines, *, prefix=None, lang=None, start=None):
         lines = iter(lines)
-        reader = self.open(prefix, lang)
+        start = start or TreeStart()
+        files = self.tree_files(prefix, lang)
+        dep_it = const_it = None
+        if "dependency" in files:
+            dep_it = read_conllu(files["dependency"], start.positions.get("dependency"))
+        if "constituency" in files:
+            const_it = read_ptb(files["constituency"], start=start.positions.get("constituency"))
+        n = start.index
         for _ in lines:
-            parsed = reader.next()
-            if parsed is None:
-                rest = sum(1 for _ in lines)
+            dep = next(dep_it, None) if dep_it is not None else None
+            const = next(const_it, None) if const_it is not None else None
+            for it, tree, kind in ((dep_it, dep, "dependency"), (const_it, const, "constituency")):
+                if it is not None and tree is None:
+                    raise tree_count_error(files[kind], n, n + 1 + sum(1 for _ in lines))
+            n += 1
+            if dep is not None and const is not None and dep.words != const.words:
                 raise ParserError(
-                    f"{reader.short} has {reader.n} trees but the corpus has {reader.n + 1 + rest} "
-                    "non-empty source lines; the pre-parsed file must hold one tree per non-empty line."
+                    f"tree {n}: the CoNLL-U words {dep.words[:6]}... differ from the PTB words {const.words[:6]}...; "
+                    "both files must tokenise the same way."
                 )
-            yield parsed
-        reader.finish()
+            if const is None and dep is not None:
+                const = dependency_to_constituency(dep, self.cfg.conversion_style)
+            yield Parsed(dep, const, None)
+        for it, kind in ((dep_it, "dependency"), (const_it, "constituency")):
+            if it is not None and start.last:
+                extra = sum(1 for _ in it)
+                if extra:
+                    raise tree_count_error(files[kind], n + extra, n)
+
+
+def tree_count_error(path: Path, trees: int, lines: int) -> ParserError:
+    """The error of a pre-parsed file whose tree count is not the corpus's count of non-empty source lines."""
+    return ParserError(f"{path} has {trees} trees but the corpus has {lines} non-empty source lines; the "
+                       "pre-parsed file must hold one tree per non-empty line.")
 
 
 class TreeReader:
@@ -196,21 +265,13 @@ class TreeReader:
     input translated a chunk at a time takes its trees in step without reading the files again."""
 
     def __init__(self, parser: FileParser, prefix: str | None, lang: str | None):
-        cfg = parser.cfg
-        self.cfg = cfg
+        self.cfg = parser.cfg
         self.n = 0  # trees read
         self.short: Path | None = None  # the file that ran out of trees, if one did
-        self.files: list[tuple[str, Path, Iterator]] = []  # (tree kind, file, its trees)
-        if cfg.dependency_file:
-            dep_path = parser._path(cfg.dependency_file, prefix, lang)
-            if not dep_path.exists():
-                raise ParserError(f"{dep_path}: pre-parsed CoNLL-U file not found; check parser.dependency_file.")
-            self.files.append(("dependency", dep_path, read_conllu(dep_path)))
-        if cfg.constituency_file:
-            const_path = parser._path(cfg.constituency_file, prefix, lang)
-            if not const_path.exists():
-                raise ParserError(f"{const_path}: pre-parsed PTB file not found; check parser.constituency_file.")
-            self.files.append(("constituency", const_path, read_ptb(const_path)))
+        readers = {"dependency": read_conllu, "constituency": read_ptb}
+        #: (tree kind, file, its trees)
+        self.files: list[tuple[str, Path, Iterator]] = [(kind, path, readers[kind](path))
+                                                        for kind, path in parser.tree_files(prefix, lang).items()]
 
     def next(self) -> Parsed | None:
         """The next non-empty line's trees; None when a file has no tree left (:attr:`short` names it)."""
@@ -231,14 +292,17 @@ class TreeReader:
             const = dependency_to_constituency(dep, self.cfg.conversion_style)
         return Parsed(dep, const, None)
 
+    def _short(self, path: Path) -> ParserError:
+        return ParserError(f"{path} has {self.n} trees but the input has more non-empty lines; the pre-parsed file "
+                           "must hold one tree per non-empty line.")
+
     def take(self, count: int) -> list[Parsed]:
         """The trees of the next ``count`` non-empty lines; a file that runs out is one sentence."""
         out = []
         for _ in range(count):
             parsed = self.next()
             if parsed is None:
-                raise ParserError(f"{self.short} has {self.n} trees but the input has more non-empty lines; the "
-                                  "pre-parsed file must hold one tree per non-empty line.")
+                raise self._short(self.short)
             out.append(parsed)
         return out
 
@@ -247,8 +311,7 @@ class TreeReader:
         for _ in range(count):
             for _, path, it in self.files:
                 if next(it, None) is None:
-                    raise ParserError(f"{path} has {self.n} trees but the input has more non-empty lines; the "
-                                      "pre-parsed file must hold one tree per non-empty line.")
+                    raise self._short(path)
             self.n += 1
 
     def finish(self) -> None:
@@ -256,10 +319,7 @@ class TreeReader:
         for _, path, it in self.files:
             extra = sum(1 for _ in it)
             if extra:
-                raise ParserError(
-                    f"{path} has {self.n + extra} trees but the corpus has {self.n} "
-                    "non-empty source lines; the pre-parsed file must hold one tree per non-empty line."
-                )
+                raise tree_count_error(path, self.n + extra, self.n)
 
 
 PARSERS = ("none", "spacy", "file", "synthetic")

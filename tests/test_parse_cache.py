@@ -18,6 +18,7 @@ from structnmt.syntax import parsers
 from structnmt.syntax.batching import StructureSpec
 from structnmt.syntax.parse_cache import (
     ParseCacheError,
+    ParseCacheIndex,
     cached_parses,
     read_parse_cache,
     settings_key,
@@ -190,3 +191,28 @@ def test_parse_into_a_device_writes_in_place_and_is_not_resumed(tmp_path):
     assert Path("/dev/null").is_char_device() and not Path("/dev/null.partial").exists()
     with pytest.raises(UserError, match="/dev/null is a device or a pipe, written as it goes"):
         write_parse_cache(cfg, EN[:5], "/dev/null", resume=True)
+
+
+def test_the_index_reads_parts_on_demand_and_equals_the_whole_cache(tmp_path, monkeypatch):
+    cfg = ParserConfig(name="spacy")
+    for name in ("p.jsonl.gz", "p.jsonl"):
+        write_parse_cache(cfg, EN[:12], tmp_path / name, chunk_lines=5)  # gzip: 3 members
+        whole = read_parse_cache(tmp_path / name)
+        monkeypatch.setattr(ParseCacheIndex, "BLOCK_LINES", 4)  # plain: 3 blocks
+        index = ParseCacheIndex(tmp_path / name)
+        assert len(index.parts) == 3 and len(index) == 12 and set(index) == set(whole)
+        assert all(index[k] == whole[k] for k in reversed(list(whole)))  # any order, two parts kept at a time
+        assert len(index._kept) <= ParseCacheIndex.MEMBERS_KEPT
+    lines = (tmp_path / "p.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "bad.jsonl").write_text("".join(lines[:7]) + lines[7][:70] + "\n" + "".join(lines[8:]))
+    bad = ParseCacheIndex(tmp_path / "bad.jsonl")
+    key = json.loads(lines[7])["key"]
+    with pytest.raises(ParseCacheError, match=r"bad.jsonl, line 8: not a parse of `structnmt parse`"):
+        bad[key]
+    (tmp_path / "nokey.jsonl").write_text("".join(lines[:2]) + "{}\n")
+    with pytest.raises(ParseCacheError, match=r"nokey.jsonl, line 3: not a parse of `structnmt parse` \(no key"):
+        ParseCacheIndex(tmp_path / "nokey.jsonl")
+    raw = (tmp_path / "p.jsonl.gz").read_bytes()
+    (tmp_path / "cut.jsonl.gz").write_bytes(raw[: len(raw) - 30])
+    with pytest.raises(ParseCacheError, match="cut.jsonl.gz: the gzip data is damaged or truncated"):
+        ParseCacheIndex(tmp_path / "cut.jsonl.gz")

@@ -31,7 +31,7 @@ from ..errors import CheckpointError, UserError
 from ..syntax.align import AlignmentError, align_trees
 from ..syntax.batching import build_structures
 from ..syntax.features import FEATURES
-from ..syntax.parse_cache import cached_parses, read_parse_cache
+from ..syntax.parse_cache import ParseCacheIndex, cached_parses
 from ..syntax.parsers import FileParser, ParserConfig, TreeReader, build_parser
 from .beam import beam_search, greedy_search
 
@@ -344,7 +344,8 @@ class Translator:
         self.model.to(self.device)
         self._cast: dict[str, torch.nn.Module] = {}  # decode.dtype -> the model in that format (made on first use)
         self.parser_cfg = None
-        self.parse_cache: dict | None = None  # parses made beforehand (structnmt parse), read instead of parsing
+        # parses made beforehand (structnmt parse), read instead of parsing, on demand (bounded memory)
+        self.parse_cache: ParseCacheIndex | None = None
         self.parse_cache_path = str(parse_cache or "")
         self.label_ids: dict[str, int] = {}
         self._backends: dict[tuple[str, ...], object] = {}  # the parser backends made so far (spaCy loads once)
@@ -436,7 +437,7 @@ class Translator:
             raise UserError(f"--parse-cache {path}: this model's dataset was parsed by '{parser_cfg.name}', whose "
                             "parses come from files already; the cache is for spaCy-parsed datasets, drop it.")
 
-        self.parse_cache = read_parse_cache(path)
+        self.parse_cache = ParseCacheIndex(path)
 
     def _parse(self, texts: list[str], prefix: str | None = None, lang: str | None = None):
         """((dependency, constituency), word_of_piece) of every (non-empty, stripped) text;

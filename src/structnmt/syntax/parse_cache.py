@@ -20,9 +20,11 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
+import itertools
 import json
 import re
-from collections.abc import Iterable
+import zlib
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from tqdm import tqdm
@@ -217,7 +219,108 @@ def read_parse_cache(path: str | Path) -> dict[str, Parsed]:
     return out
 
 
-def cached_parses(cache: dict[str, Parsed], where: str, cfg: ParserConfig, texts: list[str]) -> list[Parsed]:
+_KEY = re.compile(rb'^\{"key": "([0-9a-f]{40})"')
+
+
+class ParseCacheIndex(Mapping):
+    """A parse cache read on demand, for an input too large to hold every parse (about 10 KB a line) in memory:
+    key -> parse, like :func:`read_parse_cache`'s dict, holding per line only where it is (a dict entry of
+    about 100 bytes) and the lines of the last :data:`MEMBERS_KEPT` parts read.
+
+    The file's parts are its gzip members (``structnmt parse`` writes one per chunk) or, for a plain ``.jsonl``
+    file, blocks of :data:`BLOCK_LINES` lines; a part is decompressed when a line of it is asked for, so an input
+    translated in the order it was parsed reads each part about once. A bad line is one sentence naming it,
+    when it is read."""
+
+    MEMBERS_KEPT = 2
+    BLOCK_LINES = 20_000
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ParseCacheError(f"{self.path}: no such parse cache; make it with `structnmt parse --data DATASET "
+                                  "--input FILE ... --out FILE`.")
+        self.where: dict[str, tuple[int, int]] = {}  # key -> (part, line within the part)
+        self.parts: list[tuple[int, int, int]] = []  # (byte offset, bytes, first line number) of each part
+        self._kept: dict[int, list[bytes]] = {}
+        self._index()
+
+    def _raw_parts(self):
+        """``(offset, size, lines)`` of each part of the file in turn, its lines as bytes (read a part at a time)."""
+        with open(self.path, "rb") as f:
+            if not self.path.name.endswith(".gz"):
+                offset = 0
+                while block := list(itertools.islice(f, self.BLOCK_LINES)):
+                    size = sum(map(len, block))
+                    yield offset, size, block
+                    offset += size
+                return
+            offset, pending = 0, b""
+            while buf := pending or f.read(1 << 20):
+                size, text, pending = self._member(f, buf)
+                yield offset, size, text.splitlines(keepends=True)
+                offset += size
+
+    def _member(self, f, buf: bytes) -> tuple[int, bytes, bytes]:
+        """One gzip member starting at ``buf`` (more read from ``f`` as needed): its compressed size, its text and
+        the bytes read past it."""
+        d, out, size = zlib.decompressobj(wbits=31), [], 0
+        try:
+            while True:
+                out.append(d.decompress(buf))
+                if d.eof:
+                    return size + len(buf) - len(d.unused_data), b"".join(out), d.unused_data
+                size += len(buf)
+                buf = f.read(1 << 20)
+                if not buf:
+                    raise zlib.error("the file ends inside a gzip member")
+        except zlib.error as err:
+            raise ParseCacheError(f"{self.path}: the gzip data is damaged or truncated ({err}); make the file again "
+                                  "with `structnmt parse`.") from None
+
+    def _index(self) -> None:
+        line = 0
+        for part, (offset, size, lines) in enumerate(self._raw_parts()):
+            self.parts.append((offset, size, line))
+            for i, raw in enumerate(lines):
+                m = _KEY.match(raw)
+                if m is None:
+                    raise ParseCacheError(f"{self.path}, line {line + i + 1}: not a parse of `structnmt parse` (no "
+                                          "key at its start); make the file again with `structnmt parse`.")
+                self.where[m.group(1).decode()] = (part, i)
+            line += len(lines)
+
+    def _lines(self, part: int) -> list[bytes]:
+        if part not in self._kept:
+            offset, size, _ = self.parts[part]
+            with open(self.path, "rb") as f:
+                f.seek(offset)
+                raw = f.read(size)
+            text = gzip.decompress(raw) if self.path.name.endswith(".gz") else raw
+            if len(self._kept) >= self.MEMBERS_KEPT:
+                self._kept.pop(next(iter(self._kept)))
+            self._kept[part] = text.splitlines()
+        return self._kept[part]
+
+    def __getitem__(self, key: str) -> Parsed:
+        part, i = self.where[key]
+        try:
+            return parsed_from_json(json.loads(self._lines(part)[i]))
+        except (ValueError, KeyError, TypeError) as err:
+            raise ParseCacheError(f"{self.path}, line {self.parts[part][2] + i + 1}: not a parse of `structnmt parse` "
+                                  f"({type(err).__name__}: {err}); make the file again with `structnmt parse`.") from None
+
+    def __contains__(self, key) -> bool:
+        return key in self.where
+
+    def __iter__(self):
+        return iter(self.where)
+
+    def __len__(self) -> int:
+        return len(self.where)
+
+
+def cached_parses(cache: Mapping[str, Parsed], where: str, cfg: ParserConfig, texts: list[str]) -> list[Parsed]:
     """The parses of ``texts`` (stripped lines) from ``cache``, in order; a line it lacks is an error."""
     settings = settings_key(cfg)
     keys = [line_key(settings, t) for t in texts]

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from bench_fairseq import cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "multi30k"
@@ -307,7 +308,7 @@ def main(argv=None) -> int:
             args.out.mkdir(parents=True, exist_ok=True)
             (args.out / "chunks.json").write_text(json.dumps(res, indent=1) + "\n")
         return 0
-    results: dict = {"machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(),
+    results: dict = {"machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
                                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}}
     for n in args.sizes:
         print(f"== {n:,} pairs", flush=True)
@@ -347,16 +348,6 @@ def _summary(results: dict, args) -> str:
         lines.append("prepare with trees, 2 workers against 1 (wall time): "
                      + ", ".join(f"{s:.2f}x at {n:,}" for s, n in zip(speed, sizes)) + " (target >= 1.7x).")
     return "\n".join(lines)
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 if __name__ == "__main__":

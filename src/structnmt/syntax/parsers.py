@@ -239,19 +239,25 @@ class FileParser(ParserBackend):
                 if it is not None and tree is None:
                     raise tree_count_error(files[kind], n, n + 1 + sum(1 for _ in lines))
             n += 1
-            if dep is not None and const is not None and dep.words != const.words:
-                raise ParserError(
-                    f"tree {n}: the CoNLL-U words {dep.words[:6]}... differ from the PTB words {const.words[:6]}...; "
-                    "both files must tokenise the same way."
-                )
-            if const is None and dep is not None:
-                const = dependency_to_constituency(dep, self.cfg.conversion_style)
-            yield Parsed(dep, const, None)
+            yield file_trees(dep, const, n, self.cfg.conversion_style)
         for it, kind in ((dep_it, "dependency"), (const_it, "constituency")):
             if it is not None and start.last:
                 extra = sum(1 for _ in it)
                 if extra:
                     raise tree_count_error(files[kind], n + extra, n)
+
+
+def file_trees(dep: DependencyTree | None, const: ConstituencyTree | None, n: int, style: str) -> Parsed:
+    """The ``n``-th line's trees from pre-parsed files: both files' words must agree; a missing constituency tree
+    is converted from the dependency tree (``style``)."""
+    if dep is not None and const is not None and dep.words != const.words:
+        raise ParserError(
+            f"tree {n}: the CoNLL-U words {dep.words[:6]}... differ from the PTB words {const.words[:6]}...; "
+            "both files must tokenise the same way."
+        )
+    if const is None and dep is not None:
+        const = dependency_to_constituency(dep, style)
+    return Parsed(dep, const, None)
 
 
 def tree_count_error(path: Path, trees: int, lines: int) -> ParserError:
@@ -282,15 +288,7 @@ class TreeReader:
                 self.short = path
                 return None
         self.n += 1
-        dep, const = trees.get("dependency"), trees.get("constituency")
-        if dep is not None and const is not None and dep.words != const.words:
-            raise ParserError(
-                f"tree {self.n}: the CoNLL-U words {dep.words[:6]}... differ from the PTB words {const.words[:6]}...; "
-                "both files must tokenise the same way."
-            )
-        if const is None and dep is not None:
-            const = dependency_to_constituency(dep, self.cfg.conversion_style)
-        return Parsed(dep, const, None)
+        return file_trees(trees.get("dependency"), trees.get("constituency"), self.n, self.cfg.conversion_style)
 
     def _short(self, path: Path) -> ParserError:
         return ParserError(f"{path} has {self.n} trees but the input has more non-empty lines; the pre-parsed file "

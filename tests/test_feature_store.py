@@ -304,3 +304,21 @@ def test_two_torchrun_ranks_read_the_store_and_train_as_without_it(tmp_path, cap
         assert sum(m["Rss"] for m in maps.values()) > 0
         assert read["anon_growth_kb"] < read["values_kb"] / 4, rec
     assert run_records(tmp_path / "computed") == run_records(tmp_path / "stored")
+
+
+def test_a_dataset_being_rebuilt_is_refused_and_a_partial_feature_is_versioned_by_its_arguments(data, tmp_path):
+    import functools
+
+    spec = StructureSpec("dep_mask")
+    store_features(data, [spec], progress=False, log=lambda *_: None)
+    manifest = json.loads((data / "manifest.json").read_text())
+    (data / "manifest.json").write_text(json.dumps({**manifest, "installing": True}))
+    with pytest.raises(FeatureStoreError, match="being rebuilt by `structnmt prepare`"):
+        open_store(data, spec, "train", 200)
+
+    def scaled(word_of_piece, trees, k=1):
+        return np.asarray(word_of_piece, dtype=np.int64) * k
+
+    versions = [feature_code_version(Feature("toy_feature", functools.partial(scaled, k=k), (), (), "toy",
+                                             Padding("sequence", np.int64, pad=-1))) for k in (1, 2, 2)]
+    assert versions[0] != versions[1] and versions[1] == versions[2]

@@ -92,9 +92,9 @@ def store_features(data: str | Path, requests: list[StructureSpec], *, force: bo
     """Build the store of every request (one per distinct request) for ``data``; returns their directories.
     The dataset is held (:func:`~structnmt.data.lock.hold_dataset`) so that ``prepare`` does not replace it
     meanwhile."""
+    held = hold_dataset(data)  # before the dataset is read, so that a rebuild under way ends first
     dataset = PreparedDataset(data)
     unique = {store_name(spec): spec for spec in requests}
-    held = hold_dataset(dataset.root)
     try:
         out = []
         for spec in unique.values():

@@ -21,6 +21,8 @@ for this dataset (:func:`dataset_identity`) by this version of the feature's cod
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import inspect
 import json
@@ -49,6 +51,7 @@ from .feature_columns import (
     parts_of,
     value_of,
 )
+from .vocab import Vocab
 
 if TYPE_CHECKING:
     from .dataset import PreparedDataset, PreparedSplit
@@ -118,10 +121,12 @@ def store_name(spec: StructureSpec) -> str:
 
 
 def store_dir(root: Path, spec: StructureSpec) -> Path:
+    """Where the store of ``spec`` for the dataset in ``root`` lives."""
     return Path(root) / FEATURES_DIR / store_name(spec)
 
 
 def rebuild_hint(root: Path, spec: StructureSpec) -> str:
+    """The command that rebuilds the store of ``spec``, for the end of a refusal."""
     return f"rerun `structnmt features --data {root} --feature {request_text(spec)}` to rebuild it"
 
 
@@ -135,7 +140,10 @@ def dataset_identity(root: Path) -> str:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise FeatureStoreError(f"{path}: unreadable ({type(err).__name__}); prepare the dataset again.") from None
-    kept = {k: v for k, v in manifest.items() if k not in ("seconds", "files", "installing")}
+    if manifest.get("installing"):
+        raise FeatureStoreError(f"{path}: the dataset is being rebuilt by `structnmt prepare` (or its rebuild was "
+                                "interrupted); wait for it to end, or prepare the dataset again.")
+    kept = {k: v for k, v in manifest.items() if k not in ("seconds", "files")}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 
@@ -144,18 +152,72 @@ def feature_code_version(feature: Feature) -> str:
     its package (or of structnmt) that it reaches through the names it uses, transitively, and
     :func:`~structnmt.syntax.trees.trees_from_json` (how the stored trees are read), with the store format.
     Any edit to that code (comments and docstrings included) gives another version."""
-    packages = {"structnmt", (getattr(feature.func, "__module__", None) or "").split(".")[0]}
-    sources = _reachable_sources([feature.func, trees_from_json], packages)
-    h = hashlib.sha256(f"store format {STORE_FORMAT}\n".encode())
-    for text in sorted(sources):
+    func, bound = _unwrap(feature.func)
+    packages = {"structnmt", (getattr(func, "__module__", None) or "").split(".")[0]}
+    reached = _reachable(_roots(func) + [trees_from_json, Vocab], packages)
+    h = hashlib.sha256(f"store format {STORE_FORMAT}\n{bound}\n".encode())
+    for text in sorted(reached):
         h.update(text.encode("utf-8"))
     return h.hexdigest()
 
 
-def _reachable_sources(roots: list[Callable], packages: set[str]) -> list[str]:
-    """``qualname + source`` of every function and class reachable from ``roots`` through global names."""
-    seen: set[int] = set()
+def _unwrap(func: Any) -> tuple[Any, str]:
+    """``(the function to read, the repr of what is bound to it)``: a ``functools.partial``'s function and
+    arguments; a decorated function's original (``__wrapped__``)."""
+    bound = []
+    while isinstance(func, functools.partial) or hasattr(func, "__wrapped__"):
+        if isinstance(func, functools.partial):
+            bound.append(repr((func.args, sorted(func.keywords.items()))))
+            func = func.func
+        else:
+            func = func.__wrapped__
+    return func, "|".join(bound)
+
+
+def _roots(func: Any) -> list[Any]:
+    """The function itself, or for a callable object its class."""
+    if inspect.isfunction(func) or inspect.isclass(func) or inspect.ismethod(func):
+        return [func]
+    return [type(func)]
+
+
+def _reachable(roots: list[Any], packages: set[str]) -> list[str]:
+    """The whole source file of every module of ``packages`` that holds a function or class reachable from
+    ``roots`` through global names (so its constants count too), and the values of closures met on the way."""
+    files: set[str] = set()
     out: list[str] = []
+    for obj in _reachable_objects(roots, packages):
+        try:
+            files.add(inspect.getsourcefile(obj) or "")
+        except TypeError:  # made at run time: no file
+            out.append(f"{obj.__module__}.{obj.__qualname__} (no source)")
+        for cell in getattr(obj, "__closure__", None) or ():
+            with contextlib.suppress(ValueError):  # an empty cell
+                out.append(f"closure {obj.__qualname__}: {_stable_repr(cell.cell_contents)}")
+    for name in sorted(files - {""}):
+        try:
+            out.append(Path(name).read_text(encoding="utf-8"))
+        except OSError:
+            out.append(f"{Path(name).name} (unreadable)")
+    return out
+
+
+def _stable_repr(value: Any) -> str:
+    """A closure value as text that is the same in every process: plain data by value, code by its name."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return repr(value)
+    if isinstance(value, (tuple, list, frozenset, set)):
+        return f"{type(value).__name__}({', '.join(sorted(_stable_repr(v) for v in value))})"
+    if isinstance(value, dict):
+        return "{" + ", ".join(sorted(f"{_stable_repr(k)}: {_stable_repr(v)}" for k, v in value.items())) + "}"
+    name = getattr(value, "__qualname__", None) or type(value).__qualname__
+    return f"<{getattr(value, '__module__', '')}.{name}>"
+
+
+def _reachable_objects(roots: list[Any], packages: set[str]) -> list[Any]:
+    """Every function and class of ``packages`` reachable from ``roots`` through global names, transitively."""
+    seen: set[int] = set()
+    out: list[Any] = []
     todo: list[Any] = list(roots)
     while todo:
         obj = todo.pop()
@@ -163,10 +225,7 @@ def _reachable_sources(roots: list[Callable], packages: set[str]) -> list[str]:
         if id(obj) in seen or (getattr(obj, "__module__", None) or "").split(".")[0] not in packages:
             continue
         seen.add(id(obj))
-        try:
-            out.append(f"{obj.__qualname__}\n{inspect.getsource(obj)}")
-        except (OSError, TypeError):  # made at run time (a dataclass's __init__): no source of its own
-            continue
+        out.append(obj)
         if isinstance(obj, type):
             todo.extend(v for v in vars(obj).values() if inspect.isfunction(getattr(v, "__func__", v)))
         elif inspect.isfunction(obj):
@@ -230,7 +289,7 @@ def open_store(root: Path, spec: StructureSpec, split: str, n: int) -> FeatureSt
                                 f"which has {n:,}; {rebuild_hint(root, spec)}.")
     try:
         return FeatureStore(directory, meta, split)
-    except ValueError as err:
+    except (ValueError, EOFError, OSError) as err:
         raise FeatureStoreError(f"{err}: the feature store is damaged; {rebuild_hint(root, spec)}.") from None
 
 
@@ -281,6 +340,7 @@ def write_store(dataset: PreparedDataset, spec: StructureSpec, directory: Path, 
     """Compute ``spec`` for every sentence of every split of ``dataset`` into the empty ``directory``."""
     feature = FEATURES[spec.feature]
     what = f"feature {request_text(spec)}"
+    identity = dataset_identity(dataset.root)  # what the values are computed from
     splits = [dataset.split(s, structure_cache_mb=0) for s in dataset.splits]
     layout: tuple[str, list[Column]] | None = None
     total = 0
@@ -288,9 +348,11 @@ def write_store(dataset: PreparedDataset, spec: StructureSpec, directory: Path, 
         layout, size = _write_split(sp, spec, directory, layout, what, progress)
         total += size
     assert layout is not None  # a prepared dataset has training sentences
+    if dataset_identity(dataset.root) != identity:
+        raise FeatureStoreError(f"{dataset.root}: the dataset was prepared again while its features were computed; "
+                                "run `structnmt features` again.")
     return StoreMeta(STORE_FORMAT, spec.feature, json.loads(json.dumps(spec.params)), feature_code_version(feature),
-                     dataset_identity(dataset.root), layout[0], layout[1], {sp.split: len(sp) for sp in splits},
-                     total)
+                     identity, layout[0], layout[1], {sp.split: len(sp) for sp in splits}, total)
 
 
 def _check_trees(dataset: PreparedDataset, spec: StructureSpec) -> None:

@@ -9,6 +9,7 @@ kernel drops a lock when its process dies, however it dies.
 from __future__ import annotations
 
 import fcntl
+import os
 from pathlib import Path
 
 from ..errors import UserError
@@ -23,12 +24,18 @@ def hold_dataset(data_dir: str | Path):
     a training holds it, so that ``structnmt prepare`` does not replace the data under it. Returns None
     for a directory without a manifest (nothing to protect)."""
     manifest = Path(data_dir) / "manifest.json"
-    try:
-        f = open(manifest, "rb")  # noqa: SIM115 (held open for the run's life)
-    except OSError:
-        return None
-    fcntl.flock(f, fcntl.LOCK_SH)
-    return f
+    while True:
+        try:
+            f = open(manifest, "rb")  # noqa: SIM115 (held open for the run's life)
+        except OSError:
+            return None
+        fcntl.flock(f, fcntl.LOCK_SH)
+        try:
+            if os.fstat(f.fileno()).st_ino == os.stat(manifest).st_ino:
+                return f
+        except OSError:
+            pass
+        f.close()  # a prepare replaced the manifest while this waited: lock the new one
 
 
 def claim_dataset(data_dir: str | Path):

@@ -249,8 +249,9 @@ class Trainer:
         np.random.seed(tc.seed)
         torch.manual_seed(tc.seed)
 
+        # held before the data is read: `prepare` does not rebuild it under this run, nor while it is being read
+        self.data_lock = hold_dataset(cfg.data.path)
         self.data = PreparedDataset(cfg.data.path)
-        self.data_lock = hold_dataset(cfg.data.path)  # `prepare` does not rebuild the data under this run
         cache = cfg.data.structure_cache_mb
         self.train_split = self.data.split("train", structure_cache_mb=cache)
         self.valid_split = self.data.split("valid", structure_cache_mb=cache) if "valid" in self.data.splits else None

@@ -302,3 +302,28 @@ def test_marks_stay_bounded_and_on_their_stride():
     assert marks.stride == 3 * 2 ** 5 and len(marks.found) <= 8
     assert all(i % marks.stride == 0 and at.line == i + 1 for i, at in marks.found.items())
     assert list(marks.found) == list(range(0, 500, marks.stride))
+
+
+def test_a_shard_whose_prepare_died_stops_at_its_next_progress_count(tmp_path, monkeypatch):
+    import multiprocessing
+
+    from structnmt.data import shards
+
+    class Dead:
+        def is_alive(self):
+            return False
+
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: Dead())
+    reached = []
+
+    def target(job, advance):
+        advance(1)
+        reached.append("after")  # not reached: the parent is gone
+        return job
+
+    try:
+        with pytest.raises(SystemExit):
+            shards._shard_main(target, "job", tmp_path, [0], 0)
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    assert reached == [] and not any(tmp_path.iterdir())  # no result written for nobody

@@ -64,10 +64,12 @@ class Column:
     ndim: int = 0
 
     def to_json(self) -> dict:
+        """The column as ``meta.json`` lists it."""
         return {"name": self.name, "kind": self.kind, "dtype": self.dtype, "ndim": self.ndim}
 
     @classmethod
     def from_json(cls, obj: dict) -> Column:
+        """The column ``meta.json`` lists."""
         return cls(str(obj["name"]), str(obj["kind"]), str(obj.get("dtype", "")), int(obj.get("ndim", 0)))
 
 
@@ -136,6 +138,7 @@ def encode_data(part: Any, what: str) -> bytes:
 
 
 def decode_data(payload: np.ndarray) -> Any:
+    """A JSON part (labels, spans) from its stored bytes, lists and tuples as they were."""
     return _untagged(json.loads(payload.tobytes().decode("utf-8")))
 
 
@@ -250,6 +253,7 @@ class ColumnReader:
             self.table, self.table_offsets = (loaded[3], loaded[4]) if len(loaded) > 3 else (None, None)
 
     def get(self, i: int) -> Any:
+        """Sentence ``i``'s part of the value, decoded."""
         payload = self.data[self.offsets[i]:self.offsets[i + 1]]
         if self.column.kind == "data":
             return decode_data(payload)

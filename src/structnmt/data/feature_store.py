@@ -87,10 +87,12 @@ class StoreMeta:
     bytes: int
 
     def to_json(self) -> dict:
+        """The record as ``meta.json`` holds it."""
         return {**asdict(self), "columns": [c.to_json() for c in self.columns]}
 
     @classmethod
     def read(cls, path: Path) -> StoreMeta:
+        """The record in ``path``; an unreadable one is one sentence."""
         try:
             obj = json.loads(path.read_text(encoding="utf-8"))
             obj["columns"] = [Column.from_json(c) for c in obj["columns"]]

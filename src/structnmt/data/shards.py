@@ -242,11 +242,14 @@ def _shard_main(target: Callable, job: Any, out: Path, done, k: int) -> None:
     """Process ``k``: ``target(job, advance)``, its result, or the error its input caused (a
     :class:`UserError` or an ``OSError``), pickled into ``out``; the pairs it got through counted in
     ``done[k]``. Any other exception is a bug: it keeps its traceback. Ctrl-C is the parent's to handle (it
-    stops every shard)."""
+    stops every shard); a process whose parent died (killed, out of memory) stops at its next progress count."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
 
     def advance(n: int) -> None:
         done[k] += n
+        if parent is not None and not parent.is_alive():  # prepare itself was killed: nobody will merge this
+            raise SystemExit(1)
 
     try:
         result = target(job, advance)

@@ -1,0 +1,228 @@
+"""The GPU check: what one GPU does with structnmt's Transformer, against the hardware's limit, in a few minutes.
+
+    python benchmarks/gpu_check.py --out DIR                    # on a GPU machine (about 3 minutes on an H100/H200)
+    python benchmarks/gpu_check.py --device cpu --smoke --out DIR   # the same code on a CPU, in seconds
+
+Measured, one after another, and printed as one table (also DIR/gpu_check.json and DIR/gpu_check.md) with the
+device's name and the torch and CUDA versions:
+
+* **Transformer-base training** (the papers' size: d 512, 8 heads, 6 + 6 layers, FFN 2048, a 32,000-piece
+  shared vocabulary) in bf16 autocast (float32 on a CPU) at 4k, 8k and 16k target tokens per batch, on sentences of
+  Multi30k's lengths (drawn from a fixed distribution, mean about 14 pieces): target tokens per second and MFU,
+  the model's FLOPs per second (:mod:`structnmt.flops`: matrix products over the real tokens, three forward
+  passes a step) over the device's dense bf16 peak (:data:`PEAK_BF16`; none known: no MFU).
+* **Decoding** at beam 5, 128 sentences a batch, a fixed 20 steps per sentence (a random model never ends on its
+  own): sentences per second.
+* **transformer_tiny training** (4 + 4 layers, d 128, the Multi30k recipe's 4,096-token batches): updates per second.
+
+Timing: ``torch.cuda.synchronize`` around ``--steps`` steps after ``--warmup`` untimed ones; each figure is the
+median of ``--rounds`` rounds. On a CPU, Transformer-base at 16k tokens a batch needs more than 24 GiB (float32);
+``--sizes 2048`` runs the full-size path there (2,048 tokens: 171 target tok/s on a 2-core AMD EPYC). Not here yet (issue 64): the cross-paper rows against the baseline one at a time,
+and the launch-overhead remedies (CUDA graphs) for transformer_tiny.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from structnmt.config import ModelConfig
+from structnmt.decode.beam import beam_search
+from structnmt.flops import mfu, transformer_training_flops
+from structnmt.models import build_model
+
+#: dense bf16 peak FLOP/s by device name (NVIDIA's data sheets, SXM parts, without sparsity)
+PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
+
+BASE = ModelConfig(d_model=512, ffn_dim=2048, heads=8, encoder_layers=6, decoder_layers=6, dropout=0.1,
+                   share_all_embeddings=True, tie_output=True)
+TINY = ModelConfig(d_model=128, ffn_dim=256, heads=4, encoder_layers=4, decoder_layers=4, dropout=0.3,
+                   share_all_embeddings=True, tie_output=True)
+SMOKE = ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=1, dropout=0.1,
+                    share_all_embeddings=True, tie_output=True)
+
+
+@dataclass
+class Batch:
+    src: torch.Tensor
+    mask: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+    src_lens: list[int]
+    tgt_lens: list[int]
+
+    @property
+    def target_tokens(self) -> int:
+        return sum(self.tgt_lens)
+
+
+def make_batches(n: int, tokens: int, vocab: int, device: torch.device, seed: int = 1) -> list[Batch]:
+    """``n`` batches of about ``tokens`` target tokens each, as the trainer batches: sentence pairs of Multi30k-like
+    lengths (source ~ N(14, 5), target ~ source + N(1, 2), 3 to 60 pieces) sorted by length and cut into batches,
+    so a batch's sentences have similar lengths; random pieces, padded (0) to the batch's longest."""
+    rng = np.random.default_rng(seed)
+    pool, total = [], 0
+    while total < (n + 2) * tokens:  # enough for n whole batches
+        s = int(np.clip(rng.normal(14, 5), 3, 60))
+        pool.append((s, int(np.clip(s + rng.normal(1, 2), 3, 60))))
+        total += pool[-1][1]
+    pool.sort()
+    groups, group, size = [], [], 0
+    for pair in pool:
+        group.append(pair)
+        size += pair[1]
+        if size >= tokens:
+            groups.append(group)
+            group, size = [], 0
+    out = [_batch(g, vocab, rng, device) for g in groups[:n]]
+    return [out[i] for i in rng.permutation(len(out))]
+
+
+def _batch(pairs: list[tuple[int, int]], vocab: int, rng, device: torch.device) -> Batch:
+    """One padded batch of random pieces with these (source, target) lengths."""
+    src_lens, tgt_lens = [s for s, _ in pairs], [t for _, t in pairs]
+    src = torch.zeros(len(pairs), max(src_lens), dtype=torch.long)
+    tgt = torch.zeros(len(pairs), max(tgt_lens) + 1, dtype=torch.long)
+    for i, (s, t) in enumerate(pairs):
+        src[i, :s] = torch.from_numpy(rng.integers(4, vocab, s))
+        tgt[i, : t + 1] = torch.from_numpy(rng.integers(4, vocab, t + 1))
+    return Batch(src.to(device), (src != 0).to(device), tgt[:, :-1].to(device), tgt[:, 1:].to(device),
+                 src_lens, tgt_lens)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train_rate(cfg: ModelConfig, vocab: int, tokens: int, device: torch.device, args) -> dict:
+    """Target tokens/s, updates/s and model FLOP/s of training ``cfg`` on ``tokens``-token batches."""
+    print(f"gpu_check: training d={cfg.d_model} {cfg.encoder_layers}+{cfg.decoder_layers} layers, {tokens:,} "
+          "tokens a batch ...", file=sys.stderr, flush=True)
+    torch.manual_seed(1)
+    model = build_model(cfg, vocab, vocab).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+    batches = make_batches(args.warmup + args.steps, tokens, vocab, device)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast(
+        "cpu", enabled=False)
+
+    def step(b: Batch) -> None:
+        with autocast:
+            logits = model(b.src, b.mask, b.tgt_in).logits
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), b.tgt_out.reshape(-1),
+                                   ignore_index=0, label_smoothing=0.1)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    rounds = []
+    for _ in range(args.rounds):
+        for b in batches[: args.warmup]:
+            step(b)
+        sync(device)
+        t0 = time.perf_counter()
+        for b in batches[args.warmup:]:
+            step(b)
+        sync(device)
+        rounds.append(time.perf_counter() - t0)
+    seconds = statistics.median(rounds)
+    timed = batches[args.warmup:]
+    flops = sum(transformer_training_flops(cfg, b.src_lens, b.tgt_lens, vocab) for b in timed)
+    return {"tokens_per_batch": tokens, "target_tok_s": sum(b.target_tokens for b in timed) / seconds,
+            "updates_s": len(timed) / seconds, "model_flops_s": flops / seconds, "rounds_s": rounds}
+
+
+def decode_rate(cfg: ModelConfig, vocab: int, device: torch.device, args) -> dict:
+    """Sentences/s of beam search (beam 5, 128 sentences a batch, 20 steps) with a random ``cfg`` model."""
+    print(f"gpu_check: decoding d={cfg.d_model} ...", file=sys.stderr, flush=True)
+    torch.manual_seed(1)
+    model = build_model(cfg, vocab, vocab).to(device).eval()
+    sents = 128 if not args.smoke else 8
+    srcs = [b.src[:sents] for b in make_batches(args.warmup + args.decode_batches, sents * 16, vocab, device)]
+    rounds = []
+    with torch.no_grad(), (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
+                           else torch.autocast("cpu", enabled=False)):
+        for _ in range(args.rounds):
+            for src in srcs[: args.warmup]:
+                beam_search(model, src, src != 0, beam=5, max_len_a=0, max_len_b=20)
+            sync(device)
+            t0 = time.perf_counter()
+            for src in srcs[args.warmup:]:
+                beam_search(model, src, src != 0, beam=5, max_len_a=0, max_len_b=20)
+            sync(device)
+            rounds.append(time.perf_counter() - t0)
+    return {"sentences_s": sum(len(s) for s in srcs[args.warmup:]) / statistics.median(rounds), "rounds_s": rounds}
+
+
+def device_info(device: torch.device) -> dict:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "CPU")
+    peak = next((v for k, v in PEAK_BF16.items() if k in name), None) if device.type == "cuda" else None
+    return {"device": name, "torch": torch.__version__, "cuda": torch.version.cuda, "peak_bf16": peak,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def table(info: dict, results: dict) -> str:
+    lines = [f"GPU check on {info['device']} (torch {info['torch']}, CUDA {info['cuda']}), {info['date']}", "",
+             "| measurement | rate | MFU |", "|---|---:|---:|"]
+    for r in results["base_train"]:
+        m = f"{mfu(r['model_flops_s'], info['peak_bf16']):.1%}" if info["peak_bf16"] else "-"
+        lines.append(f"| {results['base_name']} training, {r['tokens_per_batch']:,} tokens/batch | "
+                     f"{r['target_tok_s']:,.0f} target tok/s | {m} |")
+    lines.append(f"| {results['base_name']} decoding, beam 5, batch {results['decode_batch']} | "
+                 f"{results['decode']['sentences_s']:,.1f} sent/s | - |")
+    lines.append(f"| {results['tiny_name']} training | {results['tiny_train']['updates_s']:,.2f} updates/s | - |")
+    lines.append("| transformer_tiny with CUDA graphs | not built yet (issue 64 item 3) | - |")
+    lines.append("| cross-paper rows against the baseline | not measured by this version | - |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True, help="directory for gpu_check.json and gpu_check.md")
+    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    ap.add_argument("--smoke", action="store_true", help="tiny models and batches: the code path in seconds")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps per round (default 20; smoke 1)")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed steps per round (default 5; smoke 1)")
+    ap.add_argument("--rounds", type=int, default=None, help="rounds, median taken (default 3; smoke 1)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=None,
+                    help="target tokens per batch of the Transformer-base rows (default 4096 8192 16384; smoke "
+                         "256 512 1024)")
+    args = ap.parse_args(argv)
+    for name, full, smoke in (("steps", 20, 1), ("warmup", 5, 1), ("rounds", 3, 1)):
+        if getattr(args, name) is None:
+            setattr(args, name, smoke if args.smoke else full)
+    args.decode_batches = args.steps
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("gpu_check: no CUDA device here; give --device cpu (with --smoke for a quick run).", file=sys.stderr)
+        return 2
+    info = device_info(device)
+    base, vocab = (SMOKE, 200) if args.smoke else (BASE, 32_000)
+    sizes = args.sizes or ((256, 512, 1024) if args.smoke else (4096, 8192, 16384))
+    results = {"base_name": "smoke model" if args.smoke else "Transformer-base",
+               "tiny_name": "smoke model (in transformer_tiny's place)" if args.smoke else "transformer_tiny",
+               "decode_batch": 8 if args.smoke else 128,
+               "base_train": [train_rate(base, vocab, n, device, args) for n in sizes],
+               "decode": decode_rate(base, vocab, device, args),
+               "tiny_train": train_rate(SMOKE if args.smoke else TINY, 200 if args.smoke else 10_000,
+                                        256 if args.smoke else 4096, device, args)}
+    text = table(info, results)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "gpu_check.json").write_text(json.dumps({"info": info, **results}, indent=1) + "\n")
+    (args.out / "gpu_check.md").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -216,3 +216,14 @@ def test_the_index_reads_parts_on_demand_and_equals_the_whole_cache(tmp_path, mo
     (tmp_path / "cut.jsonl.gz").write_bytes(raw[: len(raw) - 30])
     with pytest.raises(ParseCacheError, match="cut.jsonl.gz: the gzip data is damaged or truncated"):
         ParseCacheIndex(tmp_path / "cut.jsonl.gz")
+
+
+def test_parse_resume_through_the_command_line(model, tmp_path, capsys):
+    (tmp_path / "in.en").write_text("".join(x + "\n" for x in EN[:6]))
+    parse = ["parse", "--data", str(model / "bin"), "--input", str(tmp_path / "in.en"), "--no-progress", "--out",
+             str(tmp_path / "p.jsonl")]
+    assert main([*parse, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "--resume:" in err and "no interrupted run writing" in err and "Traceback" not in err
+    assert not (tmp_path / "p.jsonl").exists() and not (tmp_path / "p.jsonl.partial").exists()
+    assert main(parse) == 0 and len(read_parse_cache(tmp_path / "p.jsonl")) == 6

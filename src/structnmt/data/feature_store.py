@@ -310,8 +310,8 @@ def build_store(dataset: PreparedDataset, spec: StructureSpec, *, force: bool = 
             if all(meta.splits.get(s) == len(dataset.split(s, structure_cache_mb=0)) for s in dataset.splits):
                 log(f"features: {target} is up to date; kept.")
                 return target, None
-        except FeatureStoreError:
-            pass  # stale or damaged: rebuilt
+        except FeatureStoreError as err:  # stale or damaged: rebuilt, and said why
+            log(f"features: rebuilding {target}: {str(err).split('; rerun')[0]}.")
     tmp = temp_dir_beside(target, ".tmp-")
     try:
         with errors_name(target, tmp):

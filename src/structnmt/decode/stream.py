@@ -16,7 +16,6 @@ goes on from the next input line, refusing an input, checkpoint, option or outpu
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from ..data.corpus import file_digest
 from ..errors import UserError
 from ..files import errors_name, is_device
 from ..resumable import PartialOutput, chunked
@@ -70,16 +70,6 @@ class StreamSummary:
 
 SHOWN = 20
 """Line numbers of each kind a report names (the rest are counted)."""
-
-
-def checkpoint_sha256(path: str | Path) -> str:
-    """SHA-256 of the file that identifies the model: a checkpoint, or an export's description (which holds every
-    file's hash, so outputs written into the export's directory do not change it)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def format_results(results: list, nbest: int, first: int) -> str:
@@ -180,7 +170,7 @@ def _to_stream(translate_chunk, opts: StreamOptions, lines: Iterator[str], bar, 
 
 def _to_partial(translate_chunk, opts: StreamOptions, lines: Iterator[str], bar, skip_trees, finish) -> StreamSummary:
     """:func:`run_stream` into ``FILE.partial``, renamed to ``FILE`` once the input is done and checked."""
-    partial = PartialOutput(opts.output, input_name=str(opts.input), model_hash=checkpoint_sha256(opts.checkpoint),
+    partial = PartialOutput(opts.output, input_name=str(opts.input), model_hash=file_digest(opts.checkpoint)["sha256"],
                             settings=opts.settings)
     summary = StreamSummary()
     if opts.resume:

@@ -31,7 +31,7 @@ from ..errors import CheckpointError, UserError
 from ..syntax.align import AlignmentError, align_trees
 from ..syntax.batching import build_structures
 from ..syntax.features import FEATURES
-from ..syntax.parse_cache import ParseCacheIndex, cached_parses
+from ..syntax.parse_cache import ParseCacheIndex, cached_parses, read_parse_cache
 from ..syntax.parsers import FileParser, ParserConfig, TreeReader, build_parser
 from .beam import beam_search, greedy_search
 
@@ -437,7 +437,7 @@ class Translator:
             raise UserError(f"--parse-cache {path}: this model's dataset was parsed by '{parser_cfg.name}', whose "
                             "parses come from files already; the cache is for spaCy-parsed datasets, drop it.")
 
-        self.parse_cache = ParseCacheIndex(path)
+        self.parse_cache = read_parse_cache(path)
 
     def _parse(self, texts: list[str], prefix: str | None = None, lang: str | None = None):
         """((dependency, constituency), word_of_piece) of every (non-empty, stripped) text;

@@ -127,13 +127,11 @@ def write_parse_cache(cfg: ParserConfig, texts: Iterable[str], path: str | Path,
     written, finished = len(seen), False
     bar = tqdm(desc="parse", unit=" lines", mininterval=1.0, initial=written) if progress else None
     try:
-        for chunk in chunked(texts, chunk_lines):
-            fresh = _fresh_lines(chunk, settings, seen)
-            text = _cache_lines(backend, settings, fresh)
+        for text, chunk, n in _parsed_chunks(backend, settings, texts, chunk_lines, seen):
             out.append(gzip.compress(text.encode("utf-8"), mtime=0) if gz and text else text, chunk)
-            written += len(fresh)
+            written += n
             if bar is not None:
-                bar.update(len(fresh))
+                bar.update(n)
         finished = True
     finally:
         out.close(finished=finished)
@@ -142,22 +140,24 @@ def write_parse_cache(cfg: ParserConfig, texts: Iterable[str], path: str | Path,
     return written
 
 
-def _cache_lines(backend, settings: str, lines: list[str]) -> str:
-    """The cache's JSON lines of ``lines``, parsed by ``backend``."""
-    return "".join(json.dumps(parsed_to_json(line_key(settings, line), parsed), ensure_ascii=False) + "\n"
-                   for line, parsed in zip(lines, backend.parse(iter(lines)), strict=True))
+def _parsed_chunks(backend, settings: str, texts: Iterable[str], chunk_lines: int, seen: set[int]):
+    """Per chunk of ``chunk_lines`` input lines: the cache's JSON lines of its distinct lines not in ``seen``
+    (parsed by ``backend``; ``seen`` updated), the chunk, and how many lines were parsed."""
+    for chunk in chunked(texts, chunk_lines):
+        fresh = _fresh_lines(chunk, settings, seen)
+        text = "".join(json.dumps(parsed_to_json(line_key(settings, line), parsed), ensure_ascii=False) + "\n"
+                       for line, parsed in zip(fresh, backend.parse(iter(fresh)), strict=True))
+        yield text, chunk, len(fresh)
 
 
 def _parse_in_place(backend, settings: str, texts: Iterable[str], path: str | Path, chunk_lines: int) -> int:
     """``write_parse_cache`` into a device or a pipe: plain JSON lines written as each chunk is parsed."""
-    seen: set[int] = set()
     written = 0
     with errors_name(Path(path), Path(path)), open(path, "w", encoding="utf-8") as f:
-        for chunk in chunked(texts, chunk_lines):
-            fresh = _fresh_lines(chunk, settings, seen)
-            f.write(_cache_lines(backend, settings, fresh))
+        for text, _, n in _parsed_chunks(backend, settings, texts, chunk_lines, set()):
+            f.write(text)
             f.flush()
-            written += len(fresh)
+            written += n
     return written
 
 
@@ -198,25 +198,10 @@ def is_parse_cache(path: str | Path) -> bool:
     return first == "" or re.match(r'\{"key": "[0-9a-f]{40}"', first) is not None
 
 
-def read_parse_cache(path: str | Path) -> dict[str, Parsed]:
-    """key -> parse of a file written by :func:`write_parse_cache`; a bad line is one sentence naming it."""
-    path = Path(path)
-    if not path.is_file():
-        raise ParseCacheError(f"{path}: no such parse cache; make it with `structnmt parse --data DATASET "
-                              "--input FILE ... --out FILE`.")
-    out: dict[str, Parsed] = {}
-    n = 0
-    try:
-        with _open_text(path, "r", gz=path.name.endswith(".gz")) as f:
-            for line in f:
-                n += 1  # the line a bad one is reported at
-                d = json.loads(line)
-                out[d["key"]] = parsed_from_json(d)
-    except (ValueError, KeyError, TypeError, gzip.BadGzipFile, EOFError) as err:
-        raise ParseCacheError(f"{path}{f', line {n}' if n else ''}: not a parse of "
-                              f"`structnmt parse` ({type(err).__name__}: {err}); make the file again with "
-                              "`structnmt parse`.") from None
-    return out
+def read_parse_cache(path: str | Path) -> ParseCacheIndex:
+    """key -> parse of a file written by :func:`write_parse_cache` (:class:`ParseCacheIndex`: read on demand); a
+    bad line is one sentence naming it."""
+    return ParseCacheIndex(path)
 
 
 _KEY = re.compile(rb'^\{"key": "([0-9a-f]{40})"')

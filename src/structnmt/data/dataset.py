@@ -47,6 +47,10 @@ class Batch:
 
     @property
     def n_tgt_tokens(self) -> int:
+        """The target tokens (EOS included, padding not); counted by numpy while the batch is on the CPU, so
+        that counting it there is no read of a tensor (the trainer counts before it moves the batch)."""
+        if self.tgt_out.device.type == "cpu":
+            return int(np.count_nonzero(self.tgt_out.numpy() != PAD))
         return int((self.tgt_out != PAD).sum())
 
     def to(self, device: torch.device) -> Batch:

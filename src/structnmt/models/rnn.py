@@ -77,6 +77,18 @@ class RNNEncoderOutput(EncoderOutput):
         return RNNEncoderOutput(base.memory, base.mask, base.structures, init=init, syntax=syntax)
 
 
+@dataclass
+class _StepInputs:
+    """What every decoder step reads, prepared once per :meth:`RNNModel.decode` call: the annotations S
+    (B, n, d), the padding positions (B, n) bool, M (B, n, d) or None, and what alpha_t reads (S, or S and M
+    side by side (B, n, 2d) with shared attention)."""
+
+    memory: Tensor
+    pad: Tensor
+    syntax: Tensor | None
+    values: Tensor
+
+
 SYNTAX = ("none", "sa", "fa")
 ANNOTATIONS = ("shared", "separate", "one_set")
 ROOTS = ("self", "learned")
@@ -200,41 +212,44 @@ class RNNModel(nn.Module):
         return m, beta, phi
 
     def _state(self, enc: RNNEncoderOutput, cache: IncrementalCache | None, B: int, like: Tensor):
+        """The decoder's state before the first new step: h, c (layers, B, d), the LSTM's own layout, and u (B, d)."""
         entry = cache.get(CACHE_KEY) if cache is not None else None
         if entry is not None:
-            return entry["h"], entry["c"], entry["u"]
-        layers, d = self.cfg.decoder_layers, self.cfg.d_model
-        if enc.init is not None:
-            h, c = enc.init
+            h, c, u = entry["h"], entry["c"], entry["u"]
         else:
-            h = c = like.new_zeros(B, layers, d)
-        return h, c, like.new_zeros(B, d)
+            layers, d = self.cfg.decoder_layers, self.cfg.d_model
+            h, c = enc.init if enc.init is not None else (like.new_zeros(B, layers, d),) * 2
+            u = like.new_zeros(B, d)
+        return h.transpose(0, 1).contiguous(), c.transpose(0, 1).contiguous(), u
 
-    def step(self, y_prev: Tensor, h: Tensor, c: Tensor, u: Tensor, enc: RNNEncoderOutput):
-        """One decoder step: y_prev (B,) -> u_t (B, d), new (h, c) (B, layers, d), alpha_t (B, n) and
-        the syntactic gate sigma(W_gate h_t) (B, d) of eq. 17 (None without a syntactic annotation)."""
-        emb = drop.dropout(self.tgt_embed(y_prev), self.cfg.dropout, self.training)
-        inp = torch.cat([emb, u], dim=-1)[:, None]  # input feeding
-        out, (h2, c2) = self.decoder(inp, (h.transpose(0, 1).contiguous(), c.transpose(0, 1).contiguous()))
-        top = out[:, 0]  # h_t of the top layer (B, d)
-        scores = torch.einsum("bd,bnd->bn", self.w_a(top), enc.memory)  # eq. 3: h_t^T W_a S
-        alpha = torch.softmax(scores.float().masked_fill(~enc.mask, float("-inf")), -1).to(top.dtype)
-        ctx = torch.einsum("bn,bnd->bd", alpha, enc.memory)  # eq. 4
+    def step(self, emb: Tensor, h: Tensor, c: Tensor, u: Tensor, enc: _StepInputs):
+        """One decoder step: the embedding of y_{t-1} (B, d) (before dropout), h, c (layers, B, d) -> u_t (B, d),
+        the new h, c (layers, B, d), alpha_t (B, n) and the syntactic gate sigma(W_gate h_t) (B, d) of eq. 17
+        (None without a syntactic annotation)."""
+        emb = drop.dropout(emb, self.cfg.dropout, self.training)
+        inp = torch.cat([emb, u], dim=-1).unsqueeze(1)  # input feeding
+        out, (h2, c2) = self.decoder(inp, (h, c))
+        top = out.squeeze(1)  # h_t of the top layer (B, d)
+        scores = torch.bmm(enc.memory, self.w_a(top).unsqueeze(2)).squeeze(2)  # eq. 3: h_t^T W_a S (B, n)
+        alpha = torch.softmax(scores.float().masked_fill(enc.pad, float("-inf")), -1).to(top.dtype)
+        # eq. 4 (c_t = S alpha_t), and with shared attention eq. 16's d_t = M alpha_t, in one product
+        read = torch.bmm(alpha.unsqueeze(1), enc.values).squeeze(1)  # (B, d) or (B, 2d)
         gate = None
         if enc.syntax is None:
-            u_t = torch.tanh(self.w_g(torch.cat([top, ctx], dim=-1)))  # eq. 2
+            u_t = torch.tanh(self.w_g(torch.cat([top, read], dim=-1)))  # eq. 2
         else:
             if self.w_m is None:  # shared attention, eq. 16
-                d_t = torch.einsum("bn,bnd->bd", alpha, enc.syntax)
+                ctx, d_t = read.chunk(2, dim=-1)
             else:  # separate attention, eqs. 19-20
-                g = torch.einsum("bd,bnd->bn", self.w_m(top), enc.syntax)
-                gamma = torch.softmax(g.float().masked_fill(~enc.mask, float("-inf")), -1).to(top.dtype)
-                d_t = torch.einsum("bn,bnd->bd", gamma, enc.syntax)
+                ctx = read
+                g = torch.bmm(enc.syntax, self.w_m(top).unsqueeze(2)).squeeze(2)
+                gamma = torch.softmax(g.float().masked_fill(enc.pad, float("-inf")), -1).to(top.dtype)
+                d_t = torch.bmm(gamma.unsqueeze(1), enc.syntax).squeeze(1)
             gate = torch.sigmoid(self.w_gate(top))
             d_hat = d_t * gate  # eq. 17
             u_t = torch.tanh(self.w_g(torch.cat([top, ctx, d_hat], dim=-1)))  # eq. 18
         u_t = drop.dropout(u_t, self.cfg.dropout, self.training)
-        return u_t, h2.transpose(0, 1), c2.transpose(0, 1), alpha, gate
+        return u_t, h2, c2, alpha, gate
 
     def decode(self, tgt_in: Tensor, enc: RNNEncoderOutput, *, cache: IncrementalCache | None = None,
                offset: int = 0, need_weights: bool = False) -> ModelOutput:
@@ -245,18 +260,25 @@ class RNNModel(nn.Module):
         the gate that lets the syntactic context into the prediction of target position t. The
         paper writes h_{t-1} for the state that predicts y_t; here that state is called h_t
         (computed from y_{t-1}), the one eq. 17's gate reads, so z_t is the gate of the
-        prediction of y_t in both readings."""
-        B, T = tgt_in.shape
-        h, c, u = self._state(enc, cache, B, enc.memory)
+        prediction of y_t in both readings.
+
+        The loop over the target runs :meth:`step` once per position (input feeding makes every step need
+        the one before); what does not depend on the step is done once before it: the embeddings of the
+        whole target, the padding mask, and (shared attention) the annotations S and M side by side, read
+        with one product a step."""
+        h, c, u = self._state(enc, cache, tgt_in.shape[0], enc.memory)
+        shared = enc.syntax is not None and self.w_m is None
+        inputs = _StepInputs(memory=enc.memory, pad=~enc.mask, syntax=enc.syntax,
+                             values=torch.cat([enc.memory, enc.syntax], dim=-1) if shared else enc.memory)
         outs, alphas, gates = [], [], []
-        for t in range(T):
-            u, h, c, alpha, gate = self.step(tgt_in[:, t], h, c, u, enc)
+        for emb in self.tgt_embed(tgt_in).unbind(1):  # (B, d) each: one lookup, one unbind (one stack backward)
+            u, h, c, alpha, gate = self.step(emb, h, c, u, inputs)
             outs.append(u)
             alphas.append(alpha)
             if need_weights and gate is not None:
                 gates.append(gate.float().norm(dim=-1))
         if cache is not None:
-            cache.set(CACHE_KEY, {"h": h, "c": c, "u": u})
+            cache.set(CACHE_KEY, {"h": h.transpose(0, 1), "c": c.transpose(0, 1), "u": u})
         logits = self.output_proj(torch.stack(outs, dim=1))  # eq. 5
         attn = {"cross": [torch.stack(alphas, dim=1)[:, None]]} if need_weights else {}  # (B, 1, T, n)
         if gates:

@@ -123,8 +123,9 @@ def marginals(scores: Tensor, lengths: Tensor) -> Tensor:
     raw = x - col_max  # the elimination path works in log space: it needs no floor
     shifted = raw.clamp_min(FLOOR).masked_fill(~pair, float("-inf"))
     beta, ok = _closed_form(shifted, valid, pair)
-    STATS["sentences"] += int(valid.any(dim=1).sum())
-    if bool(ok.all()):
+    all_ok, sentences = torch.stack([ok.all().long(), valid.any(dim=1).sum()]).tolist()  # one read of the device
+    STATS["sentences"] += sentences
+    if all_ok:
         return beta.masked_fill(~pair, 0.0).to(scores.dtype)
     # some sentences fail the check: each path's graph holds only the sentences it resolves (the failed
     # closed form's non-finite intermediates would turn the gradients of the whole batch into NaN)
@@ -169,47 +170,53 @@ NEG = -1e30
 
 def _gth_log_partition(shifted: Tensor, valid: Tensor) -> Tensor:
     """log Z (B,) of the single-root trees of column-shifted float64 log-scores (B, n, n) (anything outside
-    the sentence is ignored), by one Grassmann-Taksar-Heyman elimination carried out in log space (Markov
-    chain tree theorem).
+    the sentence is ignored): Gaussian elimination of L-hat (eq. 13) in the Grassmann-Taksar-Heyman manner,
+    carried out in log space.
 
-    Read the arcs as a Markov chain in which word d moves to h at rate A[h, d] (R[d, h] = A[h, d]): the
-    stationary vector u of that chain is proportional to the trees rooted at each word (u_r ∝ det L^(r),
-    L^(r) the arc Laplacian without r's row and column), and eliminating the words n-1, ..., 1 gives both
-    det L^(0) (the product of the pivots) and u (back-substitution from u_0 = 1), so
-    log Z = logsumexp_r (phi_rr + log det L^(0) + log u_r). Eliminating word k: its pivot is the rate
-    out of k into the words still there, s_k = sum_{j<k} R[k, j]; its mass moves on, R[i, j] +=
-    R[i, k] R[k, j] / s_k (i, j < k; what returns to i itself is a self-loop, never counted); back-
-    substitution: u_k = sum_{i<k} u_i R[i, k] / s_k with R as it was when k was eliminated.
+    Read the arcs as a Markov chain in which word d moves to h at rate A[h, d] (R[d, h] = A[h, d]), and
+    eliminate the words n-1, ..., 1 from L-hat. Rows 1.. of L-hat are the arc Laplacian's, so eliminating
+    word k from them is GTH's step on the chain: its pivot is the rate out of k into the words still there,
+    s_k = sum_{j<k} R[k, j] (the Laplacian's diagonal, read off the off-diagonal rates, never computed by a
+    subtraction), and its mass moves on, R[i, j] += R[i, k] R[k, j] / s_k (i, j < k; what returns to i
+    itself is a self-loop, never counted). Row 0 of L-hat holds the root scores r (eq. 13); the same step
+    turns it into r_j += r_k R[j, k] / s_k — again a sum of positive terms: it is the update of one more
+    destination column of R, "the root", with R[j, root] = r_j, left out of the pivots. After the last step
+    L-hat is the 1 x 1 matrix r_0, so det L-hat = Z = r_0 prod_k s_k.
 
     Every quantity is kept as its logarithm and every sum is a logsumexp, so nothing underflows however far
     apart the scores are (no floor), no step subtracts (relative accuracy whatever the conditioning), and
     the first and second derivatives are bounded weights (no reciprocals of tiny pivots). Eliminating k
-    touches only the words before it, so the step works on the k x k block of the words still there:
-    sum_k k^2 ~ n^3 / 3 operations per sentence; a graph of as many numbers when training."""
+    touches only the words before it, so the step works on the k x (k + 1) block of the words still there
+    and the root: sum_k k^2 ~ n^3 / 3 operations per sentence; a graph of as many numbers when training.
+
+    Operator calls: the loop runs over positions (elimination is sequential), so a step is kept to the five
+    computing calls it needs and nothing in it depends on the sentence: a padding word (k at or past its
+    sentence's length) has one arc, rate 1 to word 0, no arc into it and no root score, so eliminating it
+    is exactly a no-op (pivot log 1 = 0, and what it moves is below log 0's stand-in, which a logsumexp
+    drops bit for bit); no mask is read inside the loop."""
     B, n, _ = shifted.shape
     eye = torch.eye(n, dtype=torch.bool, device=shifted.device)
     pair = valid[:, :, None] & valid[:, None, :]
-    log_rates = torch.where(eye | ~pair, torch.full_like(shifted, NEG), shifted).transpose(1, 2)  # log R[d, h]
-    logdet = shifted.new_zeros(B)
-    log_pivots, log_into = [shifted.new_zeros(B)] * n, [None] * n
+    log_rates = torch.where(eye | ~pair, NEG, shifted).transpose(1, 2)  # log R[d, h]
+    pad_to_first = (~valid)[:, :, None] & (torch.arange(n, device=shifted.device) == 0)[None, None, :]
+    log_rates = torch.where(pad_to_first, 0.0, log_rates)  # padding word d: rate 1 to word 0, none else
+    log_root = torch.where(valid, torch.diagonal(shifted, dim1=1, dim2=2), NEG)  # (B, n) log r_d
+    # columns: the root, then the words 0..n-1 as heads; rows: the words as movers
+    log_rates = torch.cat([log_root[:, :, None], log_rates], dim=2)  # (B, n, n + 1)
+    log_pivots = []
     for k in range(n - 1, 0, -1):
-        # log_rates is (B, k+1, k+1): the words 0..k still there (eliminating k touches only the block before it)
-        act = valid[:, k]  # (B,): k is a word of this sentence
-        log_out = log_rates[:, k, :k]  # (B, k) log R[k, j], j < k
-        log_into[k] = log_rates[:, :k, k]  # (B, k) log R[i, k], i < k
-        log_pivot = torch.where(act, torch.logsumexp(log_out, dim=-1), torch.zeros_like(logdet))
-        logdet = logdet + log_pivot
-        log_pivots[k] = log_pivot
-        moved = log_into[k][:, :, None] + (log_out - log_pivot[:, None])[:, None, :]  # (B, k, k)
+        # log_rates is (B, k+1, k+2): the words 0..k still there and the root
+        rows, last_row = log_rates.split([k, 1], dim=1)  # (B, k, k+2), (B, 1, k+2)
+        block, log_into = rows.split([k + 1, 1], dim=2)  # (B, k, k+1); (B, k, 1) log R[i, k], i < k
+        log_out = last_row.split([k + 1, 1], dim=2)[0]  # (B, 1, k+1) log r_k, log R[k, j] for j < k
+        log_pivot = torch.logsumexp(log_out.split([1, k], dim=2)[1], dim=-1, keepdim=True)  # (B, 1, 1)
+        log_pivots.append(log_pivot)
+        moved = log_into + (log_out - log_pivot)  # (B, k, k+1)
         # a stacked logsumexp, not logaddexp: the latter's double backward is NaN for far-apart inputs
-        summed = torch.logsumexp(torch.stack([log_rates[:, :k, :k], moved]), dim=0)
-        log_rates = torch.where(act[:, None, None], summed, log_rates[:, :k, :k])
-    log_u = [shifted.new_zeros(B)]
-    for k in range(1, n):
-        share = torch.logsumexp(torch.stack(log_u, dim=1) + log_into[k], dim=-1) - log_pivots[k]
-        log_u.append(torch.where(valid[:, k], share, torch.full_like(share, NEG)))
-    log_root = torch.where(valid, torch.diagonal(shifted, dim1=1, dim2=2), torch.full_like(logdet[:, None], NEG))
-    return torch.logsumexp(log_root + torch.stack(log_u, dim=1) + logdet[:, None], dim=1)
+        log_rates = torch.logsumexp(torch.stack([block, moved]), dim=0)
+    # log_rates is (B, 1, 2): [log r_0 as the root's column, word 0's self-rate]
+    log_z = log_rates[:, 0, 0]
+    return log_z + torch.cat(log_pivots, dim=1).sum(dim=(1, 2)) if log_pivots else log_z
 
 
 def _gth_marginals(shifted: Tensor, valid: Tensor, pair: Tensor) -> tuple[Tensor, Tensor]:

@@ -370,14 +370,18 @@ class Trainer:
         return t.tolist()
 
     def train_step(self, group: list[np.ndarray]) -> dict | None:
-        """One update over the batches of ``group``; returns stats, or None if skipped."""
+        """One update over the batches of ``group``; returns stats, or None if skipped.
+
+        The host reads the device's numbers once a step (the losses, the auxiliary losses and the gradient norm
+        together, after clipping): on a GPU every read waits for the kernels launched before it."""
         tc = self.cfg.train
         self.ddp.train()
-        batches = [collate(self.train_split, ids, self.structures, self.label_ids).to(self.device) for ids in group]
-        local_tokens = sum(b.n_tgt_tokens for b in batches)
+        batches = [collate(self.train_split, ids, self.structures, self.label_ids) for ids in group]
+        local_tokens = sum(b.n_tgt_tokens for b in batches)  # counted on the CPU, before the batches move
+        batches = [b.to(self.device) for b in batches]
         (total_tokens,) = self._all_reduce([float(local_tokens)])
-        loss_sum = nll_sum = 0.0
-        aux_totals: dict[str, float] = {}
+        sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # label-smoothed loss, nll
+        aux_sums: dict[str, torch.Tensor] = {}
         for i, batch in enumerate(batches):
             sync = i == len(batches) - 1
             ctx = self.ddp.no_sync() if (self.distributed and not sync) else nullcontext()
@@ -388,14 +392,16 @@ class Trainer:
                 objective = loss * (self.world / total_tokens)
                 for name, aux in out.aux_losses.items():
                     objective = objective + aux / len(batches)
-                    aux_totals[name] = aux_totals.get(name, 0.0) + float(aux.detach()) / len(batches)
+                    aux_sums[name] = aux_sums.get(name, 0.0) + aux.detach().double() / len(batches)
                 objective.backward()
-            loss_sum += float(loss.detach())
-            nll_sum += float(nll.detach())
-        loss_all, nll_all = self._all_reduce([loss_sum, nll_sum])
+            sums = sums + torch.stack([loss.detach(), nll.detach()]).double()
         grad_norm = torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), tc.clip_norm if tc.clip_norm > 0 else float("inf"))
-        finite = math.isfinite(loss_all) and bool(torch.isfinite(grad_norm))
+        loss_sum, nll_sum, grad_norm, *aux = torch.cat(  # the step's one read of the device
+            [sums, grad_norm.detach().double().reshape(1), *(v.reshape(1) for v in aux_sums.values())]).tolist()
+        aux_totals = dict(zip(aux_sums, aux))
+        loss_all, nll_all = self._all_reduce([loss_sum, nll_sum])
+        finite = math.isfinite(loss_all) and math.isfinite(grad_norm)
         (finite_all,) = self._all_reduce([1.0 if finite else 0.0])
         if finite_all < self.world:
             self.optimizer.zero_grad(set_to_none=True)
@@ -418,7 +424,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.state.num_updates += 1
         return {"loss": loss_all / total_tokens / math.log(2), "nll": nll_all / total_tokens / math.log(2),
-                "lr": lr, "gnorm": float(grad_norm), "tokens": total_tokens,
+                "lr": lr, "gnorm": grad_norm, "tokens": total_tokens,
                 **{f"aux_{k}": v for k, v in aux_totals.items()}}
 
     # ---------------------------------------------------------------- validation

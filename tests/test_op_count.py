@@ -1,0 +1,127 @@
+"""Operator calls (what a GPU launches) of the mechanisms' hot paths: structnmt.op_count and benchmarks/op_counts.py.
+
+Counts, not timings: they do not depend on the machine or its load (torch is pinned below 2.14). The bounds
+below would fail for the code they replaced (in brackets: its count), so a change that puts work back into a
+loop over positions fails here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from structnmt.config import ModelConfig, RNNConfig
+from structnmt.models import build_model
+from structnmt.nn import matrix_tree
+from structnmt.op_count import OpCounter
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+import op_counts  # noqa: E402
+from behaviour_check import prepare_corpus  # noqa: E402
+from grid_rows import grid_rows, row_trainer, step_groups  # noqa: E402
+
+GRID = Path(__file__).resolve().parents[1] / "configs" / "grids" / "cross_paper_multi30k.yaml"
+
+
+def test_the_counter_counts_calls_views_and_reads():
+    x = torch.randn(3, 4, requires_grad=True)
+    with OpCounter() as ops:
+        y = (x * 2).t().sum()  # mul, t (a view), sum
+        y.backward()  # the backward's calls are counted too
+        value = y.detach().item()  # a read
+        ok = bool(x.grad.amax() > 0)  # amax, gt, a read
+    assert ops.counts["aten.mul"] >= 2 and ops.counts["aten.t"] >= 1 and ops.counts["aten.amax"] == 1
+    assert ops.views >= 1 and ops.kernels == ops.total - ops.views
+    assert ops.reads == 2 and ok and value == pytest.approx(float((x.detach() * 2).sum()))
+
+
+def _marginal_calls(n: int, std: float) -> tuple[int, int]:
+    """Calls of the marginals of 8 sentences of n words and the backward of a weighted sum (training's path),
+    and how many of the sentences took the exact elimination."""
+    gen = torch.Generator().manual_seed(n)
+    scores = (torch.randn(8, n, n, dtype=torch.float64, generator=gen) * std).requires_grad_(True)
+    weights = torch.randn(8, n, n, dtype=torch.float64, generator=gen)
+    lengths = torch.full((8,), n)
+    before = matrix_tree.STATS["exact_elimination"]
+    with OpCounter() as ops:
+        (matrix_tree.marginals(scores, lengths) * weights).sum().backward()
+    return ops.total, matrix_tree.STATS["exact_elimination"] - before
+
+
+def test_the_closed_form_costs_the_same_calls_at_every_length():
+    (short, eliminated_short), (long, eliminated_long) = _marginal_calls(6, 0.1), _marginal_calls(24, 0.1)
+    assert eliminated_short == eliminated_long == 0
+    assert short == long
+
+
+def test_the_exact_elimination_costs_few_calls_per_position():
+    """The elimination is a loop over positions (forward, gradient, and training's second derivative through
+    it): about 110 calls a position, every one needed (the elimination loop with a back-substitution loop and
+    three slices a step took 290)."""
+    (short, eliminated_short), (long, eliminated_long) = _marginal_calls(8, 100.0), _marginal_calls(24, 100.0)
+    assert eliminated_short > 0 and eliminated_long > 0
+    assert (long - short) / 16 <= 115
+
+
+@pytest.mark.parametrize("syntax, bound", [("none", 121), ("sa", 141)])
+def test_the_rnn_decoder_step_calls(syntax, bound):
+    """Calls per target position of a training step (forward and backward) of the RNN decoder: the state stays in
+    the LSTM's layout, the embeddings are looked up once, S and M are read with one product (165 and 210 before)."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(family="rnn", d_model=32, encoder_layers=2, decoder_layers=2, dropout=0.3,
+                      share_all_embeddings=True, tie_output=True, rnn=RNNConfig(init_range=0.1, syntax=syntax))
+    model = build_model(cfg, 50, 50)
+    src = torch.randint(4, 50, (4, 7))
+    totals = []
+    for length in (6, 12):
+        with OpCounter() as ops:
+            model(src, src != 0, torch.randint(4, 50, (4, length))).logits.logsumexp(-1).sum().backward()
+        totals.append(ops.total)
+    assert (totals[1] - totals[0]) / 6 <= bound
+
+
+@pytest.fixture(scope="module")
+def parsed_data(tmp_path_factory) -> Path:
+    """The behaviour check's synthetic corpus with gold trees, prepared (the structure rows need trees)."""
+    return prepare_corpus(tmp_path_factory.mktemp("ops"))[1]
+
+
+def test_a_training_step_reads_the_device_once(parsed_data):
+    """The trainer reads losses and gradient norm together, once a step; the batch's token count is read on the
+    host before the batch moves (the second read counted here: on a GPU it is no sync)."""
+    ((_, cfg),) = grid_rows(GRID, parsed_data, ["data.max_tokens=300"], ["Transformer"])
+    with row_trainer(cfg) as trainer:
+        first, second = step_groups(trainer, 2)
+        trainer.train_step(first)
+        with OpCounter() as ops:
+            stats = trainer.train_step(second)
+    assert ops.reads == 2 and stats["gnorm"] > 0 and stats["loss"] > 0
+
+
+def test_the_matrix_tree_rows_against_their_baselines(parsed_data):
+    """benchmarks/op_counts.py's table on a small dataset: structured attention costs at most 1.5 times the
+    Transformer's calls a step at initialisation, and SA-NMT at most 1.5 times the RNN's even when every step
+    takes the exact elimination (its arc scorer's weights scaled up; 1.81 times before)."""
+    names = ["Transformer", "Structured attention (Transformer, layer 1)", "SA-NMT (shared)", "RNN (NMT)"]
+    rows = {name: op_counts.count_row(cfg, 2) for name, cfg in grid_rows(GRID, parsed_data, ["data.max_tokens=300"],
+                                                                          names)}
+    assert rows[names[1]]["ops"] <= 1.5 * rows["Transformer"]["ops"]
+    table = op_counts.table(rows, "Transformer", 2)
+    assert f"| {names[2]} | initial |" in table and "(RNN (NMT))" in table
+    ((_, cfg),) = grid_rows(GRID, parsed_data, ["data.max_tokens=300"], [names[2]])
+    with row_trainer(cfg) as trainer:
+        with torch.no_grad():
+            trainer.model.w_q.weight.mul_(100.0)
+            trainer.model.w_k.weight.mul_(100.0)
+        first, *rest = step_groups(trainer, 3)
+        trainer.train_step(first)
+        before = matrix_tree.STATS["exact_elimination"]
+        with OpCounter() as ops:
+            for group in rest:
+                trainer.train_step(group)
+        eliminated = matrix_tree.STATS["exact_elimination"] - before
+    assert eliminated > 0
+    assert ops.total / 2 <= 1.5 * rows["RNN (NMT)"]["ops"]

@@ -13,12 +13,16 @@ device's name and the torch and CUDA versions:
   passes a step) over the device's dense bf16 peak (:data:`PEAK_BF16`; none known: no MFU).
 * **Decoding** at beam 5, 128 sentences a batch, a fixed 20 steps per sentence (a random model never ends on its
   own): sentences per second.
-* **transformer_tiny training** (4 + 4 layers, d 128, the Multi30k recipe's 4,096-token batches): updates per second.
+* **transformer_tiny training** (4 + 4 layers, d 128, the Multi30k recipe's 4,096-token batches): updates per second,
+  without and with CUDA graphs (:mod:`structnmt.train.cuda_graphs`: batches padded to shape buckets, the step
+  compiled with TorchDynamo's ``cudagraphs`` backend; on a CPU the same code with the ``eager`` backend).
+* **The cross-paper rows** (with ``--data``, a prepared parsed dataset such as data-bin/multi30k_en_de_spacy): each
+  row of ``--grid`` trained alone by the toolkit's own trainer (its config as the experiment runner resolves it,
+  bf16 autocast on a GPU), updates per second and the ratio of its time per update to the baseline's.
 
 Timing: ``torch.cuda.synchronize`` around ``--steps`` steps after ``--warmup`` untimed ones; each figure is the
 median of ``--rounds`` rounds. On a CPU, Transformer-base at 16k tokens a batch needs more than 24 GiB (float32);
-``--sizes 2048`` runs the full-size path there (2,048 tokens: 171 target tok/s on a 2-core AMD EPYC). Not here yet (issue 64): the cross-paper rows against the baseline one at a time,
-and the launch-overhead remedies (CUDA graphs) for transformer_tiny.
+``--sizes 2048`` runs the full-size path there (2,048 tokens: 171 target tok/s on a 2-core AMD EPYC).
 """
 
 from __future__ import annotations
@@ -37,9 +41,13 @@ import torch
 import torch.nn.functional as F
 
 from structnmt.config import ModelConfig
+from structnmt.data.vocab import BOS, EOS
 from structnmt.decode.beam import beam_search
 from structnmt.flops import mfu, transformer_training_flops
 from structnmt.models import build_model
+from structnmt.train.cuda_graphs import BUCKET, compiled_step
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 #: dense bf16 peak FLOP/s by device name (NVIDIA's data sheets, SXM parts, without sparsity)
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
@@ -66,10 +74,11 @@ class Batch:
         return sum(self.tgt_lens)
 
 
-def make_batches(n: int, tokens: int, vocab: int, device: torch.device, seed: int = 1) -> list[Batch]:
+def make_batches(n: int, tokens: int, vocab: int, device: torch.device, seed: int = 1, bucket: int = 1) -> list[Batch]:
     """``n`` batches of about ``tokens`` target tokens each, as the trainer batches: sentence pairs of Multi30k-like
     lengths (source ~ N(14, 5), target ~ source + N(1, 2), 3 to 60 pieces) sorted by length and cut into batches,
-    so a batch's sentences have similar lengths; random pieces, padded (0) to the batch's longest."""
+    so a batch's sentences have similar lengths; random pieces, padded (0) to the batch's longest, rounded up to a
+    multiple of ``bucket`` (the CUDA-graph buckets; sentences are not added: these batches are the rate's own)."""
     rng = np.random.default_rng(seed)
     pool, total = [], 0
     while total < (n + 2) * tokens:  # enough for n whole batches
@@ -84,15 +93,19 @@ def make_batches(n: int, tokens: int, vocab: int, device: torch.device, seed: in
         if size >= tokens:
             groups.append(group)
             group, size = [], 0
-    out = [_batch(g, vocab, rng, device) for g in groups[:n]]
+    out = [_batch(g, vocab, rng, device, bucket) for g in groups[:n]]
     return [out[i] for i in rng.permutation(len(out))]
 
 
-def _batch(pairs: list[tuple[int, int]], vocab: int, rng, device: torch.device) -> Batch:
-    """One padded batch of random pieces with these (source, target) lengths."""
+def _batch(pairs: list[tuple[int, int]], vocab: int, rng, device: torch.device, bucket: int = 1) -> Batch:
+    """One padded batch of random pieces with these (source, target) lengths; with ``bucket`` > 1 every dimension
+    rounded up to a multiple of it as :func:`structnmt.train.cuda_graphs.bucketed` rounds them (extra sentences:
+    a source of EOS, a target of BOS, outputs of padding)."""
     src_lens, tgt_lens = [s for s, _ in pairs], [t for _, t in pairs]
-    src = torch.zeros(len(pairs), max(src_lens), dtype=torch.long)
-    tgt = torch.zeros(len(pairs), max(tgt_lens) + 1, dtype=torch.long)
+    rows = -(-len(pairs) // bucket) * bucket
+    src = torch.zeros(rows, -(-max(src_lens) // bucket) * bucket, dtype=torch.long)
+    tgt = torch.zeros(rows, -(-max(tgt_lens) // bucket) * bucket + 1, dtype=torch.long)
+    src[len(pairs):, 0], tgt[len(pairs):, 0] = EOS, BOS
     for i, (s, t) in enumerate(pairs):
         src[i, :s] = torch.from_numpy(rng.integers(4, vocab, s))
         tgt[i, : t + 1] = torch.from_numpy(rng.integers(4, vocab, t + 1))
@@ -105,26 +118,32 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def train_rate(cfg: ModelConfig, vocab: int, tokens: int, device: torch.device, args) -> dict:
-    """Target tokens/s, updates/s and model FLOP/s of training ``cfg`` on ``tokens``-token batches."""
+def train_rate(cfg: ModelConfig, vocab: int, tokens: int, device: torch.device, args, graphs: bool = False) -> dict:
+    """Target tokens/s, updates/s and model FLOP/s of training ``cfg`` on ``tokens``-token batches; ``graphs``:
+    with CUDA graphs (the batches padded to the trainer's shape buckets, the model compiled as train.cuda_graphs
+    compiles it; the ``eager`` backend off a GPU)."""
     print(f"gpu_check: training d={cfg.d_model} {cfg.encoder_layers}+{cfg.decoder_layers} layers, {tokens:,} "
-          "tokens a batch ...", file=sys.stderr, flush=True)
+          f"tokens a batch{', CUDA graphs' if graphs else ''} ...", file=sys.stderr, flush=True)
     torch.manual_seed(1)
     model = build_model(cfg, vocab, vocab).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, fused=device.type == "cuda")
-    batches = make_batches(args.warmup + args.steps, tokens, vocab, device)
+    batches = make_batches(args.warmup + args.steps, tokens, vocab, device, bucket=BUCKET if graphs else 1)
+    run = compiled_step(model, "cudagraphs" if device.type == "cuda" else "eager") if graphs else model
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast(
         "cpu", enabled=False)
 
     def step(b: Batch) -> None:
         with autocast:
-            logits = model(b.src, b.mask, b.tgt_in).logits
+            logits = run(b.src, b.mask, b.tgt_in).logits
             loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), b.tgt_out.reshape(-1),
                                    ignore_index=0, label_smoothing=0.1)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    if graphs:  # every shape compiled and recorded once, untimed: what a long run pays once per shape
+        for b in batches:
+            step(b)
     rounds = []
     for _ in range(args.rounds):
         for b in batches[: args.warmup]:
@@ -164,6 +183,34 @@ def decode_rate(cfg: ModelConfig, vocab: int, device: torch.device, args) -> dic
     return {"sentences_s": sum(len(s) for s in srcs[args.warmup:]) / statistics.median(rounds), "rounds_s": rounds}
 
 
+def row_rates(args, device: torch.device) -> list[dict]:
+    """Updates/s of every row of ``args.grid`` on ``args.data``, one row at a time, with the toolkit's trainer, and
+    each row's time per update over the baseline's (the grid's ``baseline``)."""
+    from grid_rows import grid_rows, row_trainer, step_groups
+
+    from structnmt.experiment.grid import load_grid
+
+    baseline = load_grid(args.grid)[0].baseline
+    out = []
+    overrides = [f"train.device={device.type}", *(["data.max_tokens=300"] if args.smoke else [])]
+    for name, cfg in grid_rows(args.grid, args.data, overrides, args.rows):
+        print(f"gpu_check: row {name} ...", file=sys.stderr, flush=True)
+        with row_trainer(cfg) as trainer:
+            groups = step_groups(trainer, args.warmup + args.steps)
+            for group in groups[: args.warmup]:
+                trainer.train_step(group)
+            sync(device)
+            t0 = time.perf_counter()
+            for group in groups[args.warmup:]:
+                trainer.train_step(group)
+            sync(device)
+            out.append({"row": name, "updates_s": args.steps / (time.perf_counter() - t0)})
+    base = next((r["updates_s"] for r in out if r["row"] == baseline), None)
+    for r in out:
+        r["time_x_baseline"] = base / r["updates_s"] if base else None
+    return out
+
+
 def device_info(device: torch.device) -> dict:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "CPU")
     peak = next((v for k, v in PEAK_BF16.items() if k in name), None) if device.type == "cuda" else None
@@ -181,8 +228,14 @@ def table(info: dict, results: dict) -> str:
     lines.append(f"| {results['base_name']} decoding, beam 5, batch {results['decode_batch']} | "
                  f"{results['decode']['sentences_s']:,.1f} sent/s | - |")
     lines.append(f"| {results['tiny_name']} training | {results['tiny_train']['updates_s']:,.2f} updates/s | - |")
-    lines.append("| transformer_tiny with CUDA graphs | not built yet (issue 64 item 3) | - |")
-    lines.append("| cross-paper rows against the baseline | not measured by this version | - |")
+    graphs = results["tiny_graphs"]["updates_s"]
+    lines.append(f"| {results['tiny_name']} training, CUDA graphs (train.cuda_graphs) | {graphs:,.2f} updates/s "
+                 f"({graphs / results['tiny_train']['updates_s']:.2f}x) | - |")
+    if not results["rows"]:
+        lines.append("| cross-paper rows, one at a time | not measured (give --data) | - |")
+    for r in results["rows"]:
+        ratio = f", {r['time_x_baseline']:.2f}x the baseline's time per update" if r["time_x_baseline"] else ""
+        lines.append(f"| {r['row']} training (the toolkit's trainer) | {r['updates_s']:,.2f} updates/s{ratio} | - |")
     return "\n".join(lines)
 
 
@@ -197,6 +250,11 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=None,
                     help="target tokens per batch of the Transformer-base rows (default 4096 8192 16384; smoke "
                          "256 512 1024)")
+    ap.add_argument("--data", type=Path, default=None,
+                    help="a prepared parsed dataset: also time every row of --grid on it, one at a time")
+    ap.add_argument("--grid", type=Path, default=Path(__file__).resolve().parents[1] / "configs" / "grids"
+                    / "cross_paper_multi30k.yaml", help="the grid whose rows --data times (default: the cross-paper one)")
+    ap.add_argument("--rows", nargs="+", default=None, help="only these rows of --grid (names as in the grid)")
     args = ap.parse_args(argv)
     for name, full, smoke in (("steps", 20, 1), ("warmup", 5, 1), ("rounds", 3, 1)):
         if getattr(args, name) is None:
@@ -215,7 +273,10 @@ def main(argv=None) -> int:
                "base_train": [train_rate(base, vocab, n, device, args) for n in sizes],
                "decode": decode_rate(base, vocab, device, args),
                "tiny_train": train_rate(SMOKE if args.smoke else TINY, 200 if args.smoke else 10_000,
-                                        256 if args.smoke else 4096, device, args)}
+                                        256 if args.smoke else 4096, device, args),
+               "tiny_graphs": train_rate(SMOKE if args.smoke else TINY, 200 if args.smoke else 10_000,
+                                         256 if args.smoke else 4096, device, args, graphs=True),
+               "rows": row_rates(args, device) if args.data else []}
     text = table(info, results)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)

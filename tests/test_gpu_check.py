@@ -16,17 +16,34 @@ def test_the_smoke_run_measures_every_row_and_writes_its_table(tmp_path, capsys)
     assert [r["tokens_per_batch"] for r in record["base_train"]] == [256, 512, 1024]
     assert all(r["target_tok_s"] > 0 and r["model_flops_s"] > 0 for r in record["base_train"])
     assert record["decode"]["sentences_s"] > 0 and record["tiny_train"]["updates_s"] > 0
+    assert record["tiny_graphs"]["updates_s"] > 0 and record["rows"] == []
     text = (tmp_path / "gpu_check.md").read_text()
     assert text == capsys.readouterr().out
     assert "smoke model training, 1,024 tokens/batch" in text and "decoding, beam 5, batch 8" in text
+    assert "training, CUDA graphs (train.cuda_graphs)" in text and "not measured (give --data)" in text
+
+
+def test_the_rows_of_the_grid_are_timed_one_at_a_time_against_the_baseline(tmp_path, capsys):
+    from behaviour_check import prepare_corpus
+
+    data = prepare_corpus(tmp_path / "corpus")[1]
+    rows = ["Transformer", "Structured attention (Transformer, layer 1)"]
+    assert gpu_check.main(["--device", "cpu", "--smoke", "--out", str(tmp_path / "out"), "--data", str(data),
+                           "--rows", *rows]) == 0
+    record = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    assert [r["row"] for r in record["rows"]] == rows
+    assert record["rows"][0]["time_x_baseline"] == 1.0 and record["rows"][1]["time_x_baseline"] > 0
+    assert f"| {rows[1]} training (the toolkit's trainer) |" in capsys.readouterr().out
 
 
 def test_mfu_is_the_model_flops_over_the_devices_peak():
     info = {"device": "NVIDIA H200", "torch": "x", "cuda": "y", "date": "d", "peak_bf16": 1e15}
     results = {"base_name": "B", "tiny_name": "T", "decode_batch": 128, "decode": {"sentences_s": 1.0},
-               "tiny_train": {"updates_s": 1.0},
+               "tiny_train": {"updates_s": 1.0}, "tiny_graphs": {"updates_s": 2.5}, "rows": [],
                "base_train": [{"tokens_per_batch": 4096, "target_tok_s": 1.0, "model_flops_s": 2.5e14}]}
-    assert "| B training, 4,096 tokens/batch | 1 target tok/s | 25.0% |" in gpu_check.table(info, results)
+    text = gpu_check.table(info, results)
+    assert "| B training, 4,096 tokens/batch | 1 target tok/s | 25.0% |" in text
+    assert "| T training, CUDA graphs (train.cuda_graphs) | 2.50 updates/s (2.50x) | - |" in text
     assert gpu_check.PEAK_BF16["H200"] == 989e12
     batches = gpu_check.make_batches(2, 1000, 50, gpu_check.torch.device("cpu"))
     assert all(b.target_tokens >= 1000 and int((b.tgt_out != 0).sum()) == b.target_tokens for b in batches)

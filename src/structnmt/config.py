@@ -175,6 +175,9 @@ class TrainConfig:
     patience: int = 0  # validations without improvement before stopping; 0 = never
     max_consecutive_nonfinite: int = 5  # NaN/inf losses in a row before the run stops
     bf16: bool = True  # autocast to bf16 on CUDA (ignored on CPU)
+    # CUDA graphs for the training step: batches padded to shape buckets, the forward and backward recorded once
+    # per shape and replayed (structnmt.train.cuda_graphs); CUDA only, models without source structures
+    cuda_graphs: bool = False
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 0  # torch.set_num_threads on CPU; 0 = leave the default
     log_interval: int = 50

@@ -52,6 +52,7 @@ from ..device import get_device, set_threads
 from ..errors import TrainingError
 from ..files import METRICS_RECORD, TORCH_FILE, OutputDir
 from ..models import build_model
+from .cuda_graphs import bucketed, check_cuda_graphs, compiled_step
 from .hooks import TrainingHook
 from .lock import SaveDirLock
 from .loss import label_smoothed_nll
@@ -298,6 +299,9 @@ class Trainer:
         self.ddp = (torch.nn.parallel.DistributedDataParallel(
             self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
             if self.distributed else self.model)
+        check_cuda_graphs(cfg, self.device, self.structures)
+        # what a training step calls: the model (through DDP), or its CUDA-graph compilation (train.cuda_graphs)
+        self.step_model = compiled_step(self.ddp) if tc.cuda_graphs else self.ddp
         groups = self.model.optimizer_groups()
         # fused: one kernel per step over all parameters instead of ~10 small ops per tensor
         # (1.02-1.05x a CPU step, benchmarks/bench_train.py); the same update rule
@@ -378,7 +382,7 @@ class Trainer:
         self.ddp.train()
         batches = [collate(self.train_split, ids, self.structures, self.label_ids) for ids in group]
         local_tokens = sum(b.n_tgt_tokens for b in batches)  # counted on the CPU, before the batches move
-        batches = [b.to(self.device) for b in batches]
+        batches = [(bucketed(b) if tc.cuda_graphs else b).to(self.device) for b in batches]
         (total_tokens,) = self._all_reduce([float(local_tokens)])
         sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # label-smoothed loss, nll
         aux_sums: dict[str, torch.Tensor] = {}
@@ -387,7 +391,7 @@ class Trainer:
             ctx = self.ddp.no_sync() if (self.distributed and not sync) else nullcontext()
             with ctx:
                 with self.autocast:
-                    out = self.ddp(batch.src, batch.src_mask, batch.tgt_in, batch.structures)
+                    out = self.step_model(batch.src, batch.src_mask, batch.tgt_in, batch.structures)
                 loss, nll = label_smoothed_nll(out.logits, batch.tgt_out, tc.label_smoothing)
                 objective = loss * (self.world / total_tokens)
                 for name, aux in out.aux_losses.items():

@@ -18,8 +18,9 @@ What it does, in one run:
 3. **Training speed.** ``fairseq-train`` and ``structnmt train`` alternate ``--rounds``
    times, ``--updates`` each, with the same number of threads; each reports target
    tokens/s per log interval (fairseq's ``wps``, structnmt's ``tok_per_s``); the median
-   over the intervals after the first ``--skip`` is taken, and the ratio of the medians
-   over rounds is printed. With ``--processes N`` (default 2; 1 leaves it out) both also
+   over the intervals after the first ``--skip`` (the warm-up) is taken; the order of the two
+   alternates from round to round (ABBA), and the ratio printed is the median of the rounds'
+   own ratios, with their range and each toolkit's spread over rounds. With ``--processes N`` (default 2; 1 leaves it out) both also
    train as N processes of one thread each with 4,096 / N tokens per process (the same
    tokens per update): structnmt under ``torchrun --standalone`` (DistributedDataParallel,
    gloo), fairseq as N ``fairseq-train`` processes joined over TCP with gloo and its
@@ -237,7 +238,9 @@ def _build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--fairseq-venv", default=os.path.expanduser("~/.cache/structnmt/fairseq-venv"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--updates", type=int, default=200)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=4,
+                    help="rounds of both trainings, in alternating order (ABBA); the ratio is the median of the "
+                         "rounds' ratios, printed with their range")
     ap.add_argument("--log-interval", type=int, default=10)
     ap.add_argument("--skip", type=int, default=2, help="log intervals left out at the start (warm-up)")
     ap.add_argument("--work", help="working directory (default: a temporary one, removed at the end)")
@@ -407,18 +410,33 @@ class Measured:
     ct2_dec: dict[str, float]  # CTranslate2 export quantization -> sentences/s
 
 
+def ratio_spread(fairseq: list[float], structnmt: list[float]) -> str:
+    """The training ratio as the table gives it: the median of the rounds' own ratios (each round runs both, one
+    after the other, so a round's ratio is the least disturbed by what else the machine does), and with two or
+    more rounds their range and, from three rounds, the spread of each toolkit's rate (max / min - 1)."""
+    ratios = [s / f for f, s in zip(fairseq, structnmt)]
+    text = f"{statistics.median(ratios):.2f}"
+    if len(ratios) > 1:
+        text += f" (rounds {min(ratios):.2f}-{max(ratios):.2f}"
+        if len(ratios) > 2:
+            text += (f"; rate spread fairseq {max(fairseq) / min(fairseq) - 1:.0%}, "
+                     f"structnmt {max(structnmt) / min(structnmt) - 1:.0%}")
+        text += ")"
+    return text
+
+
 def report_lines(m: Measured) -> list[str]:
     """The benchmark's Markdown table (and its per-round line) from what it measured."""
     lines = ["| measure | fairseq 0.12 | structnmt | ratio structnmt / fairseq |", "|---|---|---|---|"]
     if m.fs_rates:
         fs, sn = statistics.median(m.fs_rates), statistics.median(m.sn_rates)
         lines.append(f"| training target tok/s (median), 1 process x {m.threads} threads | {fs:.0f} | {sn:.0f} | "
-                     f"{sn / fs:.2f} |")
+                     f"{ratio_spread(m.fs_rates, m.sn_rates)} |")
     if m.fs_mp:
         fm, sm = statistics.median(m.fs_mp), statistics.median(m.sn_mp)
         n = m.processes
         lines.append(f"| training target tok/s (median), {n} processes x 1 thread, {4096 // n} tokens each | "
-                     f"{fm:.0f} | {sm:.0f} | {sm / fm:.2f} |")
+                     f"{fm:.0f} | {sm:.0f} | {ratio_spread(m.fs_mp, m.sn_mp)} |")
         if m.fs_rates:
             lines.append(f"| training: structnmt {n} processes x 1 thread against fairseq 1 process x {m.threads} "
                          f"threads | {fs:.0f} | {sm:.0f} | {sm / fs:.2f} |")

@@ -37,8 +37,10 @@ def test_the_report_of_a_full_run_training_and_decoding():
     bench = load_bench()
     lines = bench.report_lines(measured(bench))
     assert lines[:2] == ["| measure | fairseq 0.12 | structnmt | ratio structnmt / fairseq |", "|---|---|---|---|"]
-    assert "| training target tok/s (median), 1 process x 2 threads | 1100 | 1700 | 1.55 |" in lines
-    assert "| training target tok/s (median), 2 processes x 1 thread, 2048 tokens each | 1000 | 2100 | 2.10 |" in lines
+    # the ratio is the median of the rounds' own ratios (1.50 and 1.58), with their range
+    assert "| training target tok/s (median), 1 process x 2 threads | 1100 | 1700 | 1.54 (rounds 1.50-1.58) |" in lines
+    assert ("| training target tok/s (median), 2 processes x 1 thread, 2048 tokens each | 1000 | 2100 | "
+            "2.11 (rounds 2.00-2.22) |") in lines
     assert "| training: structnmt 2 processes x 1 thread against fairseq 1 process x 2 threads | 1100 | 2100 | 1.91 |" \
         in lines
     assert "| decoding sentences/s (beam 5, batch 128) | 100.0 | 150.0 | 1.50 |" in lines
@@ -60,6 +62,13 @@ def test_the_report_of_a_full_run_training_and_decoding():
         in lines
     assert lines[-1] == ("(per round: fairseq 1000, 1200; structnmt 1500, 1900 target tok/s; 2 processes: "
                          "fairseq 900, 1100, structnmt 2000, 2200)")
+
+
+def test_three_rounds_or_more_also_give_each_toolkits_spread():
+    bench = load_bench()
+    assert bench.ratio_spread([1000.0, 1300.0, 1100.0], [1500.0, 1600.0, 1650.0]) == (
+        "1.50 (rounds 1.23-1.50; rate spread fairseq 30%, structnmt 10%)")
+    assert bench.ratio_spread([1000.0], [1500.0]) == "1.50"
 
 
 def test_the_report_of_a_decoding_only_run_has_no_training_rows():

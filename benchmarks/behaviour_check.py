@@ -123,6 +123,24 @@ def run_one(cfg, corpus: Path) -> dict:
             "translations": [[h.text, repr(h.score)] for hyps in out for h in hyps]}
 
 
+def how_far(before: dict | None, now: dict | None) -> str:
+    """How two records of one config differ, in one line: the largest relative difference of any logged number
+    (losses, gradient norms, ...) of the same records, and whether the translations and parameters are the same
+    (for a change that alters the arithmetic's order: is it rounding, or another result?)."""
+    if not before or not now or "losses" not in before or "losses" not in now:
+        return "only in one record, or a 'same_as' entry"
+    if len(before["losses"]) != len(now["losses"]):
+        return f"{len(before['losses'])} against {len(now['losses'])} metrics records"
+    worst = 0.0
+    for a, b in zip(before["losses"], now["losses"]):
+        for key in set(a) & set(b):
+            x, y = a[key], b[key]
+            if isinstance(x, float) and isinstance(y, float) and x != y:
+                worst = max(worst, abs(x - y) / max(abs(x), abs(y), 1e-30))
+    same = [what for what in ("translations", "parameters") if before.get(what) == now.get(what)]
+    return f"largest relative difference of a logged number {worst:.1e}; same {', '.join(same) or 'nothing else'}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", required=True, type=Path, help="a scratch directory (corpus, dataset, runs)")
@@ -152,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     differ = [n for n in sorted(set(before) | set(records)) if before.get(n) != records.get(n)
               and not (args.only and n not in records)]
     for n in differ:
-        print(f"DIFFERS: {n}\n  before: {json.dumps(before.get(n))[:300]}\n  now:    {json.dumps(records.get(n))[:300]}")
+        print(f"DIFFERS: {n}: {how_far(before.get(n), records.get(n))}\n  before: {json.dumps(before.get(n))[:300]}\n"
+              f"  now:    {json.dumps(records.get(n))[:300]}")
     print(f"{len(records)} configs compared, {len(differ)} differ")
     return 1 if differ else 0
 

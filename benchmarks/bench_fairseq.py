@@ -172,6 +172,12 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
+ISA_LIMITS = {"native": {},
+              # what PyTorch's own kernels (ATen), oneDNN and MKL may use: an AVX2-only CPU's code paths
+              "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}}
+"""``--cpu-isa``: environment variables that hold both toolkits' kernels to an instruction set (the same for both)."""
+
+
 def gpu_name() -> str:
     import torch
 
@@ -248,6 +254,9 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="also train both as this many processes of one thread each (1: leave it out)")
     ap.add_argument("--decode-only", action="store_true",
                     help="skip training: decode with the models a previous run left in --work")
+    ap.add_argument("--cpu-isa", choices=sorted(ISA_LIMITS), default="native",
+                    help="avx2: hold PyTorch's, oneDNN's and MKL's kernels of both toolkits to AVX2 (the code paths of "
+                         "a CPU without AVX-512, on this one; not the other CPU's caches and clocks)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="cuda: train and decode on the GPU in mixed precision (fairseq --fp16, structnmt bf16 "
                          "autocast); the CPU-only rows are left out")
@@ -377,7 +386,8 @@ def main() -> None:
     data = Path(args.data).resolve()
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-fairseq-"))
     work.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
+    env = {**os.environ, **ISA_LIMITS[args.cpu_isa], "OMP_NUM_THREADS": str(args.threads),
+           "MKL_NUM_THREADS": str(args.threads),
            # fairseq 0.12 checkpoints hold an argparse.Namespace, which torch >= 2.6 refuses to unpickle by default
            "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
     try:
@@ -389,6 +399,8 @@ def main() -> None:
     gpu = f", GPU {gpu_name()}, mixed precision (fairseq --fp16, structnmt bf16)" if args.device == "cuda" else ""
     print(f"# bench_fairseq {datetime.date.today()} {platform.machine()} {cpu_name()}, {os.cpu_count()} cores{gpu}, "
           f"{args.threads} thread(s), {args.updates} updates x {args.rounds} rounds each, data {args.data}"
+          + (f", kernels held to {args.cpu_isa} ({' '.join(f'{k}={v}' for k, v in ISA_LIMITS[args.cpu_isa].items())})"
+             if args.cpu_isa != "native" else "")
           + (" (decoding only: the models of an earlier run)" if args.decode_only else ""))
     print("\n".join(report_lines(measured)))
 

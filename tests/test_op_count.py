@@ -59,8 +59,8 @@ def test_the_closed_form_costs_the_same_calls_at_every_length():
 
 def test_the_exact_elimination_costs_few_calls_per_position():
     """The elimination is a loop over positions (forward, gradient, and training's second derivative through
-    it): about 110 calls a position, every one needed (the elimination loop with a back-substitution loop and
-    three slices a step took 290)."""
+    it): 98 calls a position (the elimination loop with a back-substitution loop, three slices and two masks a
+    step took 296)."""
     (short, eliminated_short), (long, eliminated_long) = _marginal_calls(8, 100.0), _marginal_calls(24, 100.0)
     assert eliminated_short > 0 and eliminated_long > 0
     assert (long - short) / 16 <= 115

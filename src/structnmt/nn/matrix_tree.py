@@ -51,10 +51,10 @@ check alone left gradients off by up to 10^3-10^4 times the largest true one (st
 values off by 1 (std 300 and more).
 
 Every other sentence is recomputed exactly by a second path that forms no such sums
-(:func:`_gth_marginals`): log Z by one Grassmann-Taksar-Heyman elimination of the arcs read as
-a Markov chain (:func:`_gth_log_partition`: by the Markov chain tree theorem the chain's
-stationary vector weighs the trees rooted at each word, and the pivots give one root's
-determinant), carried out in log space — every sum a logsumexp, so nothing underflows (no
+(:func:`_gth_marginals`): log Z = log det L-hat by Gaussian elimination in the
+Grassmann-Taksar-Heyman manner, the arcs read as a Markov chain (:func:`_gth_log_partition`: every
+pivot is a sum of the rates still there, never a difference, and the root row of eq. 13 is updated
+like one more column of rates), carried out in log space — every sum a logsumexp, so nothing underflows (no
 floor: it reads the unfloored shifted scores), nothing is subtracted, and the first and second
 derivatives are bounded weights; O(n^3) per sentence — and the marginals as the gradient of
 log Z with respect to the scores (autograd, with a graph when training). An elimination in
@@ -65,11 +65,11 @@ random matrices per std, 2026-11-25): nothing is tempered at any std from 1 to 1
 enumeration, its gradients within 1e-9 of the largest (an independent review, 9,000 matrices
 and an mpmath reference up to n = 12: elimination values within 2e-12 and gradients within 3e-12,
 closed-form gradients within 2e-8 relative where the largest true one is at least 1e-6). On
-batches of 64 sentences of 10-30 words the elimination took 14 of 64 at std 10, 40 at std 20,
-53-62 at std 50-1,000; the whole call with its backward took 0.02 s at std 1 and 0.15-0.45 s at
-std 10-1,000 (one thread, AMD EPYC Zen 4, two trainings running beside it), and the elimination's
-graph holds O(n^3) numbers (725 MiB more for 16 sentences of 100 words, where the closed form
-needs 36 MiB).
+batches of 64 sentences of 10-30 words the elimination took 22 of 64 at std 10, 41 at std 20,
+55-61 at std 50-1,000; the whole call with its backward took 0.005 s at std 1 and 0.013-0.046 s at
+std 5-1,000 (one thread, AMD EPYC, 2026-11-28: benchmarks/results/2026-11-28-matrix-tree-calls.txt),
+and the elimination's graph holds O(n^3) numbers (725 MiB more than the closed form's 36 MiB for 16
+sentences of 100 words, measured with the elimination's earlier form, whose blocks had one column less).
 
 What neither path resolves (non-finite scores) gets the last resort: its shifted scores
 multiplied by the largest power 2^-k (k >= 1) that passes the closed form's checks, the

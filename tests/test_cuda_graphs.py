@@ -62,6 +62,12 @@ def test_cuda_graphs_are_refused_on_a_cpu_and_for_models_with_structures():
     cuda_graphs.check_cuda_graphs(from_dict({}), torch.device("cpu"), {"heads": object()})  # off: no check
 
 
+def test_the_option_may_change_when_a_run_resumes_as_the_device_may():
+    from structnmt.train.lock import RESUMABLE_KEYS
+
+    assert {"train.cuda_graphs", "train.device"} <= RESUMABLE_KEYS
+
+
 def test_training_with_the_option_on_a_cpu_is_one_sentence(synth_data, tmp_path):
     cfg = from_dict({"data": {"path": str(synth_data), "max_tokens": 300},
                      "model": {"d_model": 32, "ffn_dim": 64, "heads": 4, "encoder_layers": 1, "decoder_layers": 1},

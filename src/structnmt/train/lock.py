@@ -27,7 +27,8 @@ from ..errors import UserError
 RESUMABLE_KEYS = frozenset({
     "train.max_updates", "train.max_epochs", "train.max_time_minutes", "train.max_target_tokens", "train.patience",
     "train.log_interval", "train.tensorboard", "train.progress", "train.head_roles", "train.head_roles_sentences",
-    "train.threads", "train.device", "train.save_dir", "data.structure_cache_mb", "decode.batch_size",
+    "train.threads", "train.device", "train.cuda_graphs", "train.save_dir", "data.structure_cache_mb",
+    "decode.batch_size",
 })
 
 

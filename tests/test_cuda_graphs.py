@@ -60,6 +60,22 @@ def test_cuda_graphs_are_refused_on_a_cpu_and_for_models_with_structures():
     with pytest.raises(ConfigError, match="reads source structures \\(heads\\)"):
         cuda_graphs.check_cuda_graphs(cfg, torch.device("cuda"), {"heads": object()})
     cuda_graphs.check_cuda_graphs(from_dict({}), torch.device("cpu"), {"heads": object()})  # off: no check
+    with pytest.raises(ConfigError, match="RNN family's packed LSTM"):
+        cuda_graphs.check_cuda_graphs(from_dict({"model": {"family": "rnn"}, "train": {"cuda_graphs": True}}),
+                                      torch.device("cuda"), {})
+    with pytest.raises(ConfigError, match="train.update_freq=2: a replayed graph"):
+        cuda_graphs.check_cuda_graphs(from_dict({"train": {"cuda_graphs": True, "update_freq": 2}}),
+                                      torch.device("cuda"), {})
+    cuda_graphs.check_cuda_graphs(cfg, torch.device("cuda"), {})  # a plain Transformer on a GPU: allowed
+
+
+def test_bucketed_never_pads_past_the_models_positions():
+    """A batch as long as the model's positions (100, not a multiple of 8) keeps its length: padded to 104 the
+    model would refuse it."""
+    batch = _batch(3, 100, 100)
+    padded = cuda_graphs.bucketed(batch, max_len=100)
+    assert padded.src.shape == (8, 100) and padded.tgt_in.shape == (8, 100)
+    assert cuda_graphs.bucketed(_batch(3, 90, 90), max_len=100).src.shape == (8, 96)
 
 
 def test_the_option_may_change_when_a_run_resumes_as_the_device_may():

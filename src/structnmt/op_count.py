@@ -4,10 +4,11 @@ On a GPU, a small model's step is bound by the Python process that launches its 
 every ATen operator call costs the dispatcher and (for a computing operator) a kernel launch of a few
 microseconds, whatever the tensor's size. :class:`OpCounter` counts the calls below autograd (torch's
 ``TorchDispatchMode``), so the backward pass's operators are counted too, and the count is the same on a CPU
-and a GPU for the same work (the CPU is where it is measured and tested), with two exceptions: a composite
+and a GPU for the same work (the CPU is where it is measured and tested), with three exceptions: a composite
 operator that has its own backward formula (``logsumexp``, ``lstm`` cells, ...) counts as one call although it
-may launch several kernels, and an operator whose GPU version is one fused call (cuDNN's LSTM) may be a
-different call on the CPU (oneDNN's, one per layer and direction). Operators that only make a view
+may launch several kernels; an operator whose GPU version is one fused call (cuDNN's LSTM) may be a different
+call on the CPU (oneDNN's, one per layer and direction); and bf16 autocast, the trainer's default on CUDA, adds
+the casts (``_to_copy``) of its inputs there. Operators that only make a view
 (``view``, ``transpose``, ``expand``, ...: no kernel) are counted apart, in :attr:`OpCounter.views`.
 
     with OpCounter() as ops:
@@ -64,7 +65,8 @@ class OpCounter:
     reads of tensor values (``.tolist()``, ``.item()``, ``bool(t)``, ``.cpu()``, ...): on a GPU those of device
     tensors are syncs, which stall the launch queue; counted on the CPU, where every tensor is a host tensor,
     they also include reads of data that never leaves the host (a batch before it moves, an LSTM's packed
-    lengths), so they bound a GPU's syncs from above."""
+    lengths). They are not every sync: an operator whose output's size depends on values (``nonzero``,
+    boolean-mask indexing) waits for the device too and is counted only as a call."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()

@@ -193,7 +193,8 @@ def _gth_log_partition(shifted: Tensor, valid: Tensor) -> Tensor:
     computing calls it needs and nothing in it depends on the sentence: a padding word (k at or past its
     sentence's length) has one arc, rate 1 to word 0, no arc into it and no root score, so eliminating it
     is exactly a no-op (pivot log 1 = 0, and what it moves is below log 0's stand-in, which a logsumexp
-    drops bit for bit); no mask is read inside the loop."""
+    drops bit for bit; only the pivots' sum may differ in its last bit from the sentence's alone, being
+    added in another order); no mask is read inside the loop."""
     B, n, _ = shifted.shape
     eye = torch.eye(n, dtype=torch.bool, device=shifted.device)
     pair = valid[:, :, None] & valid[:, None, :]

@@ -12,10 +12,13 @@ reused if the shapes repeat: :func:`bucketed` pads a batch's sentence count and 
 outputs of padding only), so a run meets a few dozen shapes instead of hundreds. The losses of a padded batch equal the
 unpadded one's up to float rounding (dropout draws other masks for the larger tensors: another random stream).
 
-Where it applies: a CUDA device, a model that reads no source structures (their shapes are the model's own,
-per sentence) and no host reads inside its forward (the matrix-tree rows decide a path on the host: they break
-the graph). It stays off on the CPU, where compiling measured 0.82 times the eager step (benchmarks/README.md):
-``train.cuda_graphs`` on a CPU is refused. Whether it pays on a GPU is what benchmarks/gpu_check.py measures
+Where it applies (refused elsewhere, in one sentence): a CUDA device, a model that reads no source structures
+(their shapes are the model's own, per sentence), not of the RNN family (its packed LSTM and its loop over target
+steps break the graph at every step), and one batch an update (a replayed graph writes its gradients into memory
+the next replay overwrites, so ``train.update_freq`` > 1 would lose some). A model that reads values on the
+host inside its forward (the matrix-tree rows decide their path there) is compiled in pieces between those reads
+(TorchDynamo's graph breaks), with less to gain. It stays off on the CPU, where compiling measured 0.82 times the
+eager step (benchmarks/README.md). Whether it pays on a GPU is what benchmarks/gpu_check.py measures
 (``transformer_tiny`` with and without); until a GPU run shows it does, it is off by default.
 """
 
@@ -44,17 +47,27 @@ def check_cuda_graphs(cfg: Config, device: torch.device, structures: dict) -> No
     if structures:
         raise ConfigError(f"train.cuda_graphs=true: this model reads source structures ({', '.join(sorted(structures))}),"
                           " whose shapes vary with every batch; set train.cuda_graphs=false.")
+    if cfg.model.family == "rnn":
+        raise ConfigError("train.cuda_graphs=true: the RNN family's packed LSTM and its loop over target steps break "
+                          "the recorded graph at every step, so there is nothing to replay; set train.cuda_graphs=false.")
+    if cfg.train.update_freq > 1:
+        raise ConfigError(f"train.cuda_graphs=true with train.update_freq={cfg.train.update_freq}: a replayed graph "
+                          "writes its gradients into memory the next replay overwrites, so accumulating them over "
+                          "batches would lose some; set train.update_freq=1 (and data.max_tokens for the batch size) or "
+                          "train.cuda_graphs=false.")
 
 
-def bucketed(batch: Batch, multiple: int = BUCKET) -> Batch:
-    """``batch`` (without structures) padded to B, S and T that are multiples of ``multiple``: extra positions are
-    padding, extra sentences have a source of EOS and a target of BOS (their outputs are padding: no loss, no
-    gradient)."""
+def bucketed(batch: Batch, multiple: int = BUCKET, max_len: int | None = None) -> Batch:
+    """``batch`` (without structures) padded to B, S and T that are multiples of ``multiple`` (S and T at most
+    ``max_len``, the model's positions, when rounding up would pass it): extra positions are padding, extra
+    sentences have a source of EOS and a target of BOS (their outputs are padding: no loss, no gradient)."""
     if batch.structures:
         raise ValueError("bucketed: a batch with structures cannot be padded here")
     B, S = batch.src.shape
     T = batch.tgt_in.shape[1]
     B2, S2, T2 = (-(-x // multiple) * multiple for x in (B, S, T))
+    if max_len is not None:
+        S2, T2 = max(S, min(S2, max_len)), max(T, min(T2, max_len))
     if (B2, S2, T2) == (B, S, T):
         return batch
 
@@ -76,5 +89,7 @@ def compiled_step(module: torch.nn.Module, backend: str = "cudagraphs") -> torch
     tests, which run the same code on the CPU with the ``eager`` backend."""
     import torch._dynamo  # only where the option is on: importing it costs a second
 
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # torch < 2.7: the old name
+    setattr(config, name, max(getattr(config, name), RECOMPILE_LIMIT))
     return torch.compile(module, backend=backend, dynamic=False)

@@ -382,7 +382,8 @@ class Trainer:
         self.ddp.train()
         batches = [collate(self.train_split, ids, self.structures, self.label_ids) for ids in group]
         local_tokens = sum(b.n_tgt_tokens for b in batches)  # counted on the CPU, before the batches move
-        batches = [(bucketed(b) if tc.cuda_graphs else b).to(self.device) for b in batches]
+        batches = [(bucketed(b, max_len=self.cfg.model.max_positions) if tc.cuda_graphs else b).to(self.device)
+                   for b in batches]
         (total_tokens,) = self._all_reduce([float(local_tokens)])
         sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # label-smoothed loss, nll
         aux_sums: dict[str, torch.Tensor] = {}

@@ -156,13 +156,15 @@ class PhraseLayout:
         """ids (B, S) long, contiguous phrase ids 0..M_b-1 per sentence, -1 at padding."""
         B, S = ids.shape
         count = ids.max(dim=1).values + 1  # (B,) phrases per sentence
-        M = max(int(count.max()), 1) if B else 1
         valid = ids >= 0
+        # every phrase's length in a slot per possible phrase (at most S), so that the number of phrases M and
+        # the longest phrase L are read off the device together, once
+        lengths = ids.new_zeros(B, S + 1).scatter_add_(1, torch.where(valid, ids, S), valid.long())[:, :S]
+        M, L = (max(int(x), 1) for x in torch.stack([count.max(), lengths.max()]).tolist()) if B and S else (1, 1)
         index = torch.where(valid, ids, torch.full_like(ids, M))
-        length = ids.new_zeros(B, M + 1).scatter_add_(1, index, valid.long())[:, :M]
+        length = lengths[:, :M]  # (B, M): a sentence's phrases are at most its tokens
         mask = torch.arange(M, device=ids.device)[None, :] < count[:, None]
         start = torch.cumsum(length, 1) - length  # phrases are contiguous and in order
-        L = max(int(length.max()), 1) if B else 1
         slot = torch.arange(L, device=ids.device)
         offset = torch.minimum(slot[None, None, :], (length - 1).clamp_min(0)[..., None])  # (B, M, L)
         token_index = (torch.arange(B, device=ids.device)[:, None, None] * S + start[..., None] + offset).clamp(
@@ -516,14 +518,14 @@ class MGSAAttention(MultiHeadAttention):
     def _tag_loss(self, logits: Tensor, labels: Tensor) -> Tensor:
         """Eqs. 9-10: mean NLL of the phrase tags over non-ignored phrases (0 when there are none)."""
         keep = labels != IGNORE_LABEL
-        if keep.any():
-            bad = labels[keep]
-            if int(bad.max()) >= self.options.num_tags or int(bad.min()) < 0:
-                raise ValueError(
-                    f"mgsa ({self.dims.cache_key}): phrase label id {int(bad.max())} is outside "
-                    f"[0, num_tags={self.options.num_tags}); set the mgsa option num_tags to at least the "
-                    "number of syntax labels in the dataset's manifest."
-                )
+        outside = keep & ((labels < 0) | (labels >= self.options.num_tags))
+        if bool(outside.any()):  # one read of the device a call; the offending ids only when there are some
+            bad = labels[outside]
+            raise ValueError(
+                f"mgsa ({self.dims.cache_key}): phrase label id {int(bad.max())} is outside "
+                f"[0, num_tags={self.options.num_tags}); set the mgsa option num_tags to at least the "
+                "number of syntax labels in the dataset's manifest."
+            )
         nll = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_LABEL, reduction="sum")
         return nll / keep.sum().clamp_min(1)
 

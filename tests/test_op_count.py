@@ -125,3 +125,16 @@ def test_the_matrix_tree_rows_against_their_baselines(parsed_data):
         eliminated = matrix_tree.STATS["exact_elimination"] - before
     assert eliminated > 0
     assert ops.total / 2 <= 1.5 * rows["RNN (NMT)"]["ops"]
+
+
+def test_a_phrase_layout_reads_the_device_once():
+    """MG-SA's layout needs its number of phrases and its longest phrase on the host (they are shapes): one read
+    for both (two before)."""
+    from structnmt.nn.mgsa import PhraseLayout
+
+    ids = torch.tensor([[0, 0, 1, 2, 2, -1], [0, 1, 1, 1, -1, -1]])
+    with OpCounter() as ops:
+        layout = PhraseLayout.from_ids(ids)
+    assert ops.reads == 1
+    assert layout.num_phrases == 3 and layout.max_length == 3
+    assert layout.length.tolist() == [[2, 1, 2], [1, 3, 0]]

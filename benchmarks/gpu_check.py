@@ -21,7 +21,8 @@ device's name and the torch and CUDA versions:
   bf16 autocast on a GPU), updates per second and the ratio of its time per update to the baseline's.
 
 Timing: ``torch.cuda.synchronize`` around ``--steps`` steps after ``--warmup`` untimed ones; each figure is the
-median of ``--rounds`` rounds. On a CPU, Transformer-base at 16k tokens a batch needs more than 24 GiB (float32);
+median of ``--rounds`` rounds. The outputs are rewritten after every measurement, and ``--deadline SECONDS`` starts
+none after that many seconds (marked "not measured"), so a loan's time limit keeps what was measured. On a CPU, Transformer-base at 16k tokens a batch needs more than 24 GiB (float32);
 ``--sizes 2048`` runs the full-size path there (2,048 tokens: 171 target tok/s on a 2-core AMD EPYC).
 """
 
@@ -183,32 +184,32 @@ def decode_rate(cfg: ModelConfig, vocab: int, device: torch.device, args) -> dic
     return {"sentences_s": sum(len(s) for s in srcs[args.warmup:]) / statistics.median(rounds), "rounds_s": rounds}
 
 
-def row_rates(args, device: torch.device) -> list[dict]:
-    """Updates/s of every row of ``args.grid`` on ``args.data``, one row at a time, with the toolkit's trainer, and
-    each row's time per update over the baseline's (the grid's ``baseline``)."""
+def row_rates(args, device: torch.device):
+    """Updates/s of every row of ``args.grid`` on ``args.data``, one row at a time, with the toolkit's trainer: yields
+    ``(name, measure)``, ``measure()`` timing that row (so that the caller may stop between rows)."""
     from grid_rows import grid_rows, row_trainer, step_groups
 
-    from structnmt.experiment.grid import load_grid
-
-    baseline = load_grid(args.grid)[0].baseline
-    out = []
     overrides = [f"train.device={device.type}", *(["data.max_tokens=300"] if args.smoke else [])]
     for name, cfg in grid_rows(args.grid, args.data, overrides, args.rows):
-        print(f"gpu_check: row {name} ...", file=sys.stderr, flush=True)
-        with row_trainer(cfg) as trainer:
-            groups = step_groups(trainer, args.warmup + args.steps)
-            for group in groups[: args.warmup]:
-                trainer.train_step(group)
-            sync(device)
-            t0 = time.perf_counter()
-            for group in groups[args.warmup:]:
-                trainer.train_step(group)
-            sync(device)
-            out.append({"row": name, "updates_s": args.steps / (time.perf_counter() - t0)})
-    base = next((r["updates_s"] for r in out if r["row"] == baseline), None)
-    for r in out:
-        r["time_x_baseline"] = base / r["updates_s"] if base else None
-    return out
+        def measure(name=name, cfg=cfg) -> dict:
+            print(f"gpu_check: row {name} ...", file=sys.stderr, flush=True)
+            with row_trainer(cfg) as trainer:
+                groups = step_groups(trainer, args.warmup + args.steps)
+                for group in groups[: args.warmup]:
+                    trainer.train_step(group)
+                sync(device)
+                t0 = time.perf_counter()
+                for group in groups[args.warmup:]:
+                    trainer.train_step(group)
+                sync(device)
+                return {"row": name, "updates_s": args.steps / (time.perf_counter() - t0)}
+        yield name, measure
+
+
+def with_baseline(rows: list[dict], baseline: str) -> list[dict]:
+    """``rows`` with each row's time per update over the baseline's (None until the baseline is measured)."""
+    base = next((r["updates_s"] for r in rows if r["row"] == baseline), None)
+    return [{**r, "time_x_baseline": base / r["updates_s"] if base else None} for r in rows]
 
 
 def device_info(device: torch.device) -> dict:
@@ -218,25 +219,36 @@ def device_info(device: torch.device) -> dict:
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
+SKIPPED = "not measured (past --deadline)"
+
+
 def table(info: dict, results: dict) -> str:
+    """The check's table; a measurement left out (None, or named in ``results["skipped"]``) says so."""
     lines = [f"GPU check on {info['device']} (torch {info['torch']}, CUDA {info['cuda']}), {info['date']}", "",
              "| measurement | rate | MFU |", "|---|---:|---:|"]
     for r in results["base_train"]:
         m = f"{mfu(r['model_flops_s'], info['peak_bf16']):.1%}" if info["peak_bf16"] else "-"
         lines.append(f"| {results['base_name']} training, {r['tokens_per_batch']:,} tokens/batch | "
                      f"{r['target_tok_s']:,.0f} target tok/s | {m} |")
+    decode, tiny, graphs = results["decode"], results["tiny_train"], results["tiny_graphs"]
     lines.append(f"| {results['base_name']} decoding, beam 5, batch {results['decode_batch']} | "
-                 f"{results['decode']['sentences_s']:,.1f} sent/s | - |")
-    lines.append(f"| {results['tiny_name']} training | {results['tiny_train']['updates_s']:,.2f} updates/s | - |")
-    graphs = results["tiny_graphs"]["updates_s"]
-    lines.append(f"| {results['tiny_name']} training, CUDA graphs (train.cuda_graphs) | {graphs:,.2f} updates/s "
-                 f"({graphs / results['tiny_train']['updates_s']:.2f}x) | - |")
-    if not results["rows"]:
+                 + (f"{decode['sentences_s']:,.1f} sent/s" if decode else SKIPPED) + " | - |")
+    lines.append(f"| {results['tiny_name']} training | "
+                 + (f"{tiny['updates_s']:,.2f} updates/s" if tiny else SKIPPED) + " | - |")
+    ratio = f" ({graphs['updates_s'] / tiny['updates_s']:.2f}x)" if graphs and tiny else ""
+    lines.append(f"| {results['tiny_name']} training, CUDA graphs (train.cuda_graphs) | "
+                 + (f"{graphs['updates_s']:,.2f} updates/s{ratio}" if graphs else SKIPPED) + " | - |")
+    if not results["rows"] and not results.get("rows_asked"):
         lines.append("| cross-paper rows, one at a time | not measured (give --data) | - |")
     for r in results["rows"]:
         ratio = f", {r['time_x_baseline']:.2f}x the baseline's time per update" if r["time_x_baseline"] else ""
         lines.append(f"| {r['row']} training (the toolkit's trainer) | {r['updates_s']:,.2f} updates/s{ratio} | - |")
+    lines += [f"| {name} | {SKIPPED} | - |" for name in results.get("skipped", [])]
     return "\n".join(lines)
+
+
+clock = time.monotonic
+"""The check's clock for ``--deadline`` (the tests give it a fake one)."""
 
 
 def main(argv=None) -> int:
@@ -255,6 +267,9 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", type=Path, default=Path(__file__).resolve().parents[1] / "configs" / "grids"
                     / "cross_paper_multi30k.yaml", help="the grid whose rows --data times (default: the cross-paper one)")
     ap.add_argument("--rows", nargs="+", default=None, help="only these rows of --grid (names as in the grid)")
+    ap.add_argument("--deadline", type=float, default=0.0,
+                    help="seconds after which no measurement starts (the rest is marked not measured; 0: none); "
+                         "the outputs are rewritten after every measurement, so a run cut short keeps what it measured")
     args = ap.parse_args(argv)
     for name, full, smoke in (("steps", 20, 1), ("warmup", 5, 1), ("rounds", 3, 1)):
         if getattr(args, name) is None:
@@ -267,23 +282,47 @@ def main(argv=None) -> int:
     info = device_info(device)
     base, vocab = (SMOKE, 200) if args.smoke else (BASE, 32_000)
     sizes = args.sizes or ((256, 512, 1024) if args.smoke else (4096, 8192, 16384))
+    tiny, tiny_vocab, tiny_tokens = (SMOKE, 200, 256) if args.smoke else (TINY, 10_000, 4096)
     results = {"base_name": "smoke model" if args.smoke else "Transformer-base",
                "tiny_name": "smoke model (in transformer_tiny's place)" if args.smoke else "transformer_tiny",
-               "decode_batch": 8 if args.smoke else 128,
-               "base_train": [train_rate(base, vocab, n, device, args) for n in sizes],
-               "decode": decode_rate(base, vocab, device, args),
-               "tiny_train": train_rate(SMOKE if args.smoke else TINY, 200 if args.smoke else 10_000,
-                                        256 if args.smoke else 4096, device, args),
-               "tiny_graphs": train_rate(SMOKE if args.smoke else TINY, 200 if args.smoke else 10_000,
-                                         256 if args.smoke else 4096, device, args, graphs=True),
-               "rows": row_rates(args, device) if args.data else []}
-    text = table(info, results)
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "gpu_check.json").write_text(json.dumps({"info": info, **results}, indent=1) + "\n")
-    (args.out / "gpu_check.md").write_text(text + "\n")
+               "decode_batch": 8 if args.smoke else 128, "base_train": [], "decode": None, "tiny_train": None,
+               "tiny_graphs": None, "rows": [], "rows_asked": bool(args.data), "skipped": []}
+    plan = [(f"{results['base_name']} training, {n:,} tokens/batch", "base_train",
+             lambda n=n: train_rate(base, vocab, n, device, args)) for n in sizes]
+    plan += [(f"{results['base_name']} decoding", "decode", lambda: decode_rate(base, vocab, device, args)),
+             (f"{results['tiny_name']} training", "tiny_train",
+              lambda: train_rate(tiny, tiny_vocab, tiny_tokens, device, args)),
+             (f"{results['tiny_name']} training, CUDA graphs", "tiny_graphs",
+              lambda: train_rate(tiny, tiny_vocab, tiny_tokens, device, args, graphs=True))]
+    if args.data:
+        plan += [(f"{name} training (the toolkit's trainer)", "rows", measure)
+                 for name, measure in row_rates(args, device)]
+    baseline = None
+    if args.data:
+        from structnmt.experiment.grid import load_grid
+
+        baseline = load_grid(args.grid)[0].baseline
+    start = clock()
+    for label, key, measure in plan:
+        if args.deadline and clock() - start >= args.deadline:
+            if isinstance(results[key], list):  # the others stay None, and their own lines say so
+                results["skipped"].append(label)
+        elif isinstance(results[key], list):
+            results[key].append(measure())
+        else:
+            results[key] = measure()
+        if baseline:
+            results["rows"] = with_baseline(results["rows"], baseline)
+        write_outputs(args.out, info, results)  # after every measurement: a run cut short keeps what it measured
+    print(table(info, results))
     return 0
 
+
+def write_outputs(out: Path, info: dict, results: dict) -> None:
+    """DIR/gpu_check.json and DIR/gpu_check.md as they stand."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_check.json").write_text(json.dumps({"info": info, **results}, indent=1) + "\n")
+    (out / "gpu_check.md").write_text(table(info, results) + "\n")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,7 +3,7 @@
 # carried wheels, unpack the datasets and run the GPU check (benchmarks/gpu_check.py) with every cross-paper row
 # timed on the spaCy-parsed Multi30k dataset, its table and JSON written to $OUT. Options go to gpu_check.py.
 #
-#   bash scripts/gpu_check.sh                     # the whole check
+#   bash scripts/gpu_check.sh --deadline 420      # the whole check; nothing new starts after 7 minutes
 #   bash scripts/gpu_check.sh --rows Transformer 'SA-NMT (shared)' 'RNN (NMT)'
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \

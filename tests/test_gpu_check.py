@@ -47,3 +47,20 @@ def test_mfu_is_the_model_flops_over_the_devices_peak():
     assert gpu_check.PEAK_BF16["H200"] == 989e12
     batches = gpu_check.make_batches(2, 1000, 50, gpu_check.torch.device("cpu"))
     assert all(b.target_tokens >= 1000 and int((b.tgt_out != 0).sum()) == b.target_tokens for b in batches)
+
+
+def test_past_the_deadline_nothing_more_starts_and_what_was_measured_is_kept(tmp_path, monkeypatch, capsys):
+    """--deadline: the first measurement starts (the clock reads 0), the clock then reads 100 s, past a 10 s
+    deadline: the rest is marked not measured, and the outputs hold the one measurement."""
+    times = iter([0.0, 0.0] + [100.0] * 20)
+    monkeypatch.setattr(gpu_check, "clock", lambda: next(times))
+    assert gpu_check.main(["--device", "cpu", "--smoke", "--out", str(tmp_path), "--deadline", "10"]) == 0
+    record = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert [r["tokens_per_batch"] for r in record["base_train"]] == [256]
+    assert record["decode"] is None and record["tiny_train"] is None and record["tiny_graphs"] is None
+    assert record["skipped"] == ["smoke model training, 512 tokens/batch", "smoke model training, 1,024 tokens/batch"]
+    text = (tmp_path / "gpu_check.md").read_text()
+    assert "| smoke model training, 256 tokens/batch |" in text
+    assert "| smoke model training, 1,024 tokens/batch | not measured (past --deadline) | - |" in text
+    assert text.count("not measured (past --deadline)") == 2 + 3  # the two sizes; decoding, tiny, graphs
+    assert text == capsys.readouterr().out

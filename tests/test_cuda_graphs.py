@@ -84,6 +84,20 @@ def test_the_option_may_change_when_a_run_resumes_as_the_device_may():
     assert {"train.cuda_graphs", "train.device"} <= RESUMABLE_KEYS
 
 
+def test_the_command_line_refuses_the_option_on_a_cpu_in_one_sentence(synth_data, tmp_path, capsys):
+    import yaml
+    from conftest import assert_user_error, cli
+
+    config = tmp_path / "cfg.yaml"
+    config.write_text(yaml.safe_dump({
+        "data": {"path": str(synth_data), "max_tokens": 300},
+        "model": {"d_model": 32, "ffn_dim": 64, "heads": 4, "encoder_layers": 1, "decoder_layers": 1},
+        "train": {"save_dir": str(tmp_path / "run"), "device": "cpu", "tensorboard": False, "max_updates": 2}}))
+    code, _, err = cli(capsys, "train", config, "train.cuda_graphs=true", "--no-progress")
+    assert_user_error(code, err, "train.cuda_graphs=true needs a CUDA device", "set it to false")
+    assert not (tmp_path / "run" / "checkpoint_last.pt").exists()
+
+
 def test_training_with_the_option_on_a_cpu_is_one_sentence(synth_data, tmp_path):
     cfg = from_dict({"data": {"path": str(synth_data), "max_tokens": 300},
                      "model": {"d_model": 32, "ffn_dim": 64, "heads": 4, "encoder_layers": 1, "decoder_layers": 1},

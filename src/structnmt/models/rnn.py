@@ -80,13 +80,14 @@ class RNNEncoderOutput(EncoderOutput):
 @dataclass
 class _StepInputs:
     """What every decoder step reads, prepared once per :meth:`RNNModel.decode` call: the annotations S
-    (B, n, d), the padding positions (B, n) bool, M (B, n, d) or None, and what alpha_t reads (S, or S and M
-    side by side (B, n, 2d) with shared attention)."""
+    (B, n, d), the padding positions (B, n) bool, M (B, n, d) or None, and ``joint``: S and M side by side
+    (B, n, 2d), for shared attention over several steps (teacher forcing), read with one product a step; None
+    otherwise (a decoding step reads S and M apart rather than copy both for one step)."""
 
     memory: Tensor
     pad: Tensor
     syntax: Tensor | None
-    values: Tensor
+    joint: Tensor | None
 
 
 SYNTAX = ("none", "sa", "fa")
@@ -232,16 +233,18 @@ class RNNModel(nn.Module):
         top = out.squeeze(1)  # h_t of the top layer (B, d)
         scores = torch.bmm(enc.memory, self.w_a(top).unsqueeze(2)).squeeze(2)  # eq. 3: h_t^T W_a S (B, n)
         alpha = torch.softmax(scores.float().masked_fill(enc.pad, float("-inf")), -1).to(top.dtype)
-        # eq. 4 (c_t = S alpha_t), and with shared attention eq. 16's d_t = M alpha_t, in one product
-        read = torch.bmm(alpha.unsqueeze(1), enc.values).squeeze(1)  # (B, d) or (B, 2d)
+        # eq. 4 (c_t = S alpha_t); with ``joint``, eq. 16's d_t = M alpha_t beside it, in one product
+        ctx = torch.bmm(alpha.unsqueeze(1), enc.memory if enc.joint is None else enc.joint).squeeze(1)
         gate = None
         if enc.syntax is None:
-            u_t = torch.tanh(self.w_g(torch.cat([top, read], dim=-1)))  # eq. 2
+            u_t = torch.tanh(self.w_g(torch.cat([top, ctx], dim=-1)))  # eq. 2
         else:
             if self.w_m is None:  # shared attention, eq. 16
-                ctx, d_t = read.chunk(2, dim=-1)
+                if enc.joint is None:
+                    d_t = torch.bmm(alpha.unsqueeze(1), enc.syntax).squeeze(1)
+                else:
+                    ctx, d_t = ctx.chunk(2, dim=-1)
             else:  # separate attention, eqs. 19-20
-                ctx = read
                 g = torch.bmm(enc.syntax, self.w_m(top).unsqueeze(2)).squeeze(2)
                 gamma = torch.softmax(g.float().masked_fill(enc.pad, float("-inf")), -1).to(top.dtype)
                 d_t = torch.bmm(gamma.unsqueeze(1), enc.syntax).squeeze(1)
@@ -264,12 +267,12 @@ class RNNModel(nn.Module):
 
         The loop over the target runs :meth:`step` once per position (input feeding makes every step need
         the one before); what does not depend on the step is done once before it: the embeddings of the
-        whole target, the padding mask, and (shared attention) the annotations S and M side by side, read
-        with one product a step."""
+        whole target, the padding mask, and (shared attention, several steps) the annotations S and M side by
+        side, read with one product a step."""
         h, c, u = self._state(enc, cache, tgt_in.shape[0], enc.memory)
-        shared = enc.syntax is not None and self.w_m is None
+        joint = enc.syntax is not None and self.w_m is None and tgt_in.shape[1] > 1
         inputs = _StepInputs(memory=enc.memory, pad=~enc.mask, syntax=enc.syntax,
-                             values=torch.cat([enc.memory, enc.syntax], dim=-1) if shared else enc.memory)
+                             joint=torch.cat([enc.memory, enc.syntax], dim=-1) if joint else None)
         outs, alphas, gates = [], [], []
         for emb in self.tgt_embed(tgt_in).unbind(1):  # (B, d) each: one lookup, one unbind (one stack backward)
             u, h, c, alpha, gate = self.step(emb, h, c, u, inputs)

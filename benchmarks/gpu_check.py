@@ -12,7 +12,9 @@ device's name and the torch and CUDA versions:
   the model's FLOPs per second (:mod:`structnmt.flops`: matrix products over the real tokens, three forward
   passes a step) over the device's dense bf16 peak (:data:`PEAK_BF16`; none known: no MFU).
 * **Decoding** at beam 5, 128 sentences a batch, a fixed 20 steps per sentence (a random model never ends on its
-  own): sentences per second.
+  own), in bfloat16 on a GPU (``decode.dtype=bfloat16``), for Transformer-base and transformer_tiny, each without
+  and with CUDA graphs (``decode.cuda_graphs``, :mod:`structnmt.decode.cuda_graphs`; on a CPU its fixed-shape
+  steps without the capture): sentences per second.
 * **transformer_tiny training** (4 + 4 layers, d 128, the Multi30k recipe's 4,096-token batches): updates per second,
   without and with CUDA graphs (:mod:`structnmt.train.cuda_graphs`: batches padded to shape buckets, the step
   compiled with TorchDynamo's ``cudagraphs`` backend; on a CPU the same code with the ``eager`` backend).
@@ -44,6 +46,7 @@ import torch.nn.functional as F
 from structnmt.config import ModelConfig
 from structnmt.data.vocab import BOS, EOS
 from structnmt.decode.beam import beam_search
+from structnmt.decode.translate import model_for_dtype
 from structnmt.flops import mfu, transformer_training_flops
 from structnmt.models import build_model
 from structnmt.train.cuda_graphs import BUCKET, compiled_step
@@ -162,25 +165,30 @@ def train_rate(cfg: ModelConfig, vocab: int, tokens: int, device: torch.device, 
             "updates_s": len(timed) / seconds, "model_flops_s": flops / seconds, "rounds_s": rounds}
 
 
-def decode_rate(cfg: ModelConfig, vocab: int, device: torch.device, args) -> dict:
-    """Sentences/s of beam search (beam 5, 128 sentences a batch, 20 steps) with a random ``cfg`` model."""
-    print(f"gpu_check: decoding d={cfg.d_model} ...", file=sys.stderr, flush=True)
+def decode_rate(cfg: ModelConfig, vocab: int, device: torch.device, args, graphs: bool = False) -> dict:
+    """Sentences/s of beam search (beam 5, 128 sentences a batch, 20 steps) with a random ``cfg`` model, in bfloat16
+    on a GPU (``decode.dtype=bfloat16``: the model cast, as ``translate`` does), float32 on a CPU. ``graphs``: with
+    ``decode.cuda_graphs`` (one capture per batch, timed with it); on a CPU the same fixed-shape steps without the
+    capture."""
+    print(f"gpu_check: decoding d={cfg.d_model}{' with CUDA graphs' if graphs else ''} ...", file=sys.stderr, flush=True)
     torch.manual_seed(1)
     model = build_model(cfg, vocab, vocab).to(device).eval()
+    if device.type == "cuda":
+        model = model_for_dtype(model, "bfloat16")
     sents = 128 if not args.smoke else 8
     srcs = [b.src[:sents] for b in make_batches(args.warmup + args.decode_batches, sents * 16, vocab, device)]
+    kw = dict(beam=5, max_len_a=0, max_len_b=20,
+              **({"cuda_graphs": True} if graphs and device.type == "cuda" else {"fixed_shapes": graphs}))
     rounds = []
-    with torch.no_grad(), (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
-                           else torch.autocast("cpu", enabled=False)):
-        for _ in range(args.rounds):
-            for src in srcs[: args.warmup]:
-                beam_search(model, src, src != 0, beam=5, max_len_a=0, max_len_b=20)
-            sync(device)
-            t0 = time.perf_counter()
-            for src in srcs[args.warmup:]:
-                beam_search(model, src, src != 0, beam=5, max_len_a=0, max_len_b=20)
-            sync(device)
-            rounds.append(time.perf_counter() - t0)
+    for _ in range(args.rounds):
+        for src in srcs[: args.warmup]:
+            beam_search(model, src, src != 0, **kw)
+        sync(device)
+        t0 = time.perf_counter()
+        for src in srcs[args.warmup:]:
+            beam_search(model, src, src != 0, **kw)
+        sync(device)
+        rounds.append(time.perf_counter() - t0)
     return {"sentences_s": sum(len(s) for s in srcs[args.warmup:]) / statistics.median(rounds), "rounds_s": rounds}
 
 
@@ -231,8 +239,13 @@ def table(info: dict, results: dict) -> str:
         lines.append(f"| {results['base_name']} training, {r['tokens_per_batch']:,} tokens/batch | "
                      f"{r['target_tok_s']:,.0f} target tok/s | {m} |")
     decode, tiny, graphs = results["decode"], results["tiny_train"], results["tiny_graphs"]
-    lines.append(f"| {results['base_name']} decoding, beam 5, batch {results['decode_batch']} | "
-                 + (f"{decode['sentences_s']:,.1f} sent/s" if decode else SKIPPED) + " | - |")
+    for name, plain, fixed in ((results["base_name"], decode, results["decode_graphs"]),
+                               (results["tiny_name"], results["tiny_decode"], results["tiny_decode_graphs"])):
+        what = f"| {name} decoding, beam 5, batch {results['decode_batch']}"
+        lines.append(f"{what} | " + (f"{plain['sentences_s']:,.1f} sent/s" if plain else SKIPPED) + " | - |")
+        ratio = f" ({fixed['sentences_s'] / plain['sentences_s']:.2f}x)" if fixed and plain else ""
+        lines.append(f"{what}, {results['graphs_name']} | "
+                     + (f"{fixed['sentences_s']:,.1f} sent/s{ratio}" if fixed else SKIPPED) + " | - |")
     lines.append(f"| {results['tiny_name']} training | "
                  + (f"{tiny['updates_s']:,.2f} updates/s" if tiny else SKIPPED) + " | - |")
     ratio = f" ({graphs['updates_s'] / tiny['updates_s']:.2f}x)" if graphs and tiny else ""
@@ -286,10 +299,18 @@ def main(argv=None) -> int:
     results = {"base_name": "smoke model" if args.smoke else "Transformer-base",
                "tiny_name": "smoke model (in transformer_tiny's place)" if args.smoke else "transformer_tiny",
                "decode_batch": 8 if args.smoke else 128, "base_train": [], "decode": None, "tiny_train": None,
-               "tiny_graphs": None, "rows": [], "rows_asked": bool(args.data), "skipped": []}
+               "tiny_graphs": None, "rows": [], "rows_asked": bool(args.data), "skipped": [], "decode_graphs": None,
+               "tiny_decode": None, "tiny_decode_graphs": None,
+               "graphs_name": ("CUDA graphs (decode.cuda_graphs)" if device.type == "cuda"
+                               else "fixed shapes (decode.cuda_graphs's steps, no capture off a GPU)")}
     plan = [(f"{results['base_name']} training, {n:,} tokens/batch", "base_train",
              lambda n=n: train_rate(base, vocab, n, device, args)) for n in sizes]
     plan += [(f"{results['base_name']} decoding", "decode", lambda: decode_rate(base, vocab, device, args)),
+             (f"{results['base_name']} decoding, CUDA graphs", "decode_graphs",
+              lambda: decode_rate(base, vocab, device, args, graphs=True)),
+             (f"{results['tiny_name']} decoding", "tiny_decode", lambda: decode_rate(tiny, tiny_vocab, device, args)),
+             (f"{results['tiny_name']} decoding, CUDA graphs", "tiny_decode_graphs",
+              lambda: decode_rate(tiny, tiny_vocab, device, args, graphs=True)),
              (f"{results['tiny_name']} training", "tiny_train",
               lambda: train_rate(tiny, tiny_vocab, tiny_tokens, device, args)),
              (f"{results['tiny_name']} training, CUDA graphs", "tiny_graphs",

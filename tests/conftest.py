@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from structnmt.data.prepare import PrepareConfig, prepare
 from structnmt.data.synthetic import SynthConfig, write_corpus
@@ -20,6 +21,17 @@ def make_synth_dataset(root: Path, n_train: int = 1500, n_eval: int = 60, vocab_
         out, progress=False, log=lambda *_: None,
     )
     return out
+
+
+def random_sources(seed: int = 0, n: int = 6, S: int = 9, vocab: int = 40, shortest: int = 3):
+    """(src (n, S) ids from 4 to ``vocab``, mask (n, S) bool): n padded sources of random lengths shortest..S."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, vocab, (n, S), generator=g)
+    mask = torch.ones_like(src, dtype=torch.bool)
+    for i in range(n):
+        mask[i, int(torch.randint(shortest, S + 1, (1,), generator=g)) :] = False
+    src[~mask] = 0
+    return src, mask
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from conftest import random_sources
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -228,13 +229,7 @@ def test_cache_reorder_with_the_sentences_that_stay():
 
 
 def _varied_batch(seed: int, n: int = 5, S: int = 9, vocab: int = 30):
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, vocab, (n, S), generator=g)
-    mask = torch.ones_like(src, dtype=torch.bool)
-    for i in range(n):
-        mask[i, int(torch.randint(2, S + 1, (1,), generator=g)) :] = False
-    src[~mask] = 0
-    return src, mask
+    return random_sources(seed, n, S, vocab, shortest=2)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

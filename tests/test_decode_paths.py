@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from conftest import random_sources
 from torch.testing import assert_close
 
 from structnmt.config import (
@@ -118,13 +119,7 @@ def _model(seed: int = 0, **kw) -> torch.nn.Module:
 
 
 def _batch(seed: int = 0, n: int = 6, S: int = 9):
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, 40, (n, S), generator=g)
-    mask = torch.ones_like(src, dtype=torch.bool)
-    for i in range(n):
-        mask[i, int(torch.randint(3, S + 1, (1,), generator=g)) :] = False
-    src[~mask] = 0
-    return src, mask
+    return random_sources(seed, n, S)
 
 
 def test_bfloat16_copy_leaves_the_model_alone_and_keeps_tied_weights():

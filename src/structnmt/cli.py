@@ -325,6 +325,9 @@ def _parser_translate(sub) -> None:
                         "is refused, being slower than float32 (benchmarks/README.md)")
     s.add_argument("--allow-slow-dtype", action="store_true",
                    help="decode in --dtype even where it is slower than float32 on this machine")
+    s.add_argument("--cuda-graphs", action="store_true",
+                   help="on a GPU, replay each decoding step as one CUDA graph (decode.cuda_graphs; Transformer "
+                        "decoders of plain attention or Rel_Pos, and RNNs)")
     s.add_argument("--too-long", choices=["empty", "truncate"], default="empty",
                    help="a line longer than the model's positions: empty output (default) or translate its beginning; "
                         "either way its line number is reported")
@@ -433,6 +436,8 @@ def _apply_decode_options(args, d) -> None:
         d.beam, d.nbest = 1, 1
     if args.allow_slow_dtype:
         d.allow_slow_dtype = True
+    if args.cuda_graphs:
+        d.cuda_graphs = True
     validate_decode(d, "translate options (--beam, --nbest, --batch-size, ...)")
 
 

@@ -143,6 +143,10 @@ class DecodeConfig:
     # bfloat16 on a CPU without bfloat16 arithmetic (no AVX512-BF16 or AMX) is refused, being several times
     # slower than float32; true decodes in it anyway (to study its numbers, say)
     allow_slow_dtype: bool = False
+    # CUDA only: every decoding step after the first replays one CUDA graph of the decoder over fixed-shape slots
+    # (structnmt.decode.cuda_graphs): one launch instead of a few hundred a step. Transformer decoders of plain
+    # attention or Rel_Pos, and the RNN family; off by default until a GPU run measures it (docs/speed.md)
+    cuda_graphs: bool = False
 
 
 @dataclass

@@ -31,6 +31,7 @@ from torch import Tensor
 
 from ..data.vocab import BOS, EOS, PAD
 from ..nn.attention import IncrementalCache
+from .cuda_graphs import StaticSteps, cuda_graphs_refusal, static_decoding_refusal
 
 
 @dataclass
@@ -193,16 +194,52 @@ def _drop_done(
     return rows[keep_rows], tokens[keep_rows], scores[keep], active[keep]
 
 
-def _reorder_state(
-    cache: IncrementalCache, enc, rows: Tensor, keep: Tensor, kept_all: bool, shared: bool
-):
-    """Reorder the cache and the encoder output to the new hypotheses ``rows``; -> the encoder output."""
-    # the sentences that stay, given: after the first step rows and sentences are not K to one
-    stay = None if kept_all else keep.nonzero().squeeze(1)  # one host sync, shared by both reorders
-    cache.reorder(rows, sentences=stay)
-    if not shared:
-        return enc.reorder(rows)
-    return enc if stay is None else enc.reorder(stay)
+class _GrowingSteps:
+    """The ordinary decoding steps: the model's ``decode_step`` on the compact rows, with a cache that grows by a
+    position every step and drops the sentences that finish (see the module docstring)."""
+
+    def __init__(self, model, enc, *, beam: int, shared: bool) -> None:
+        self.model = model
+        self.enc = enc
+        self.shared = shared
+        # not shared: enc keeps one row per hypothesis, made by the first step's reorder (one row per sentence
+        # before it)
+        self.cache = IncrementalCache(beam=beam if shared else 1)
+        # logits when the model can give them; log-probabilities are logits too (their log-sum-exp is 0)
+        self.takes_flag = "log_probs" in inspect.signature(model.decode_step).parameters
+
+    def logits(self, tokens: Tensor, step: int) -> Tensor:
+        if self.takes_flag:
+            return self.model.decode_step(tokens, self.enc, self.cache, log_probs=False)
+        return self.model.decode_step(tokens, self.enc, self.cache)
+
+    def reorder(self, rows: Tensor, keep: Tensor, kept_all: bool, active: Tensor) -> None:
+        """Reorder the cache and the encoder output to the new hypotheses ``rows``."""
+        # the sentences that stay, given: after the first step rows and sentences are not K to one
+        stay = None if kept_all else keep.nonzero().squeeze(1)  # one host sync, shared by both reorders
+        self.cache.reorder(rows, sentences=stay)
+        if not self.shared:
+            self.enc = self.enc.reorder(rows)
+        elif stay is not None:
+            self.enc = self.enc.reorder(stay)
+
+
+class _SlotSteps(StaticSteps):
+    """:class:`~structnmt.decode.cuda_graphs.StaticSteps` with the search's reorder call."""
+
+    def reorder(self, rows: Tensor, keep: Tensor, kept_all: bool, active: Tensor) -> None:
+        super().reorder(rows, active)
+
+
+def _make_steps(model, enc, *, beam: int, shared: bool, max_lens: Tensor, fixed_shapes: bool, cuda_graphs: bool):
+    """The search's source of logits: fixed-shape slots (``fixed_shapes`` or ``cuda_graphs``) or growing rows."""
+    if not (fixed_shapes or cuda_graphs):
+        return _GrowingSteps(model, enc, beam=beam, shared=shared)
+    refusal = (cuda_graphs_refusal(model, enc.memory.device) if cuda_graphs else static_decoding_refusal(model))
+    if refusal:
+        raise ValueError(f"decoding in fixed shapes: {refusal}")
+    return _SlotSteps(model, enc, sentences=max_lens.numel(), beam=beam, capacity=int(max_lens.max()),
+                      shared=shared, graphs=cuda_graphs)
 
 
 def _nbest(finished: list[list[Hypothesis]], nbest: int) -> list[list[Hypothesis]]:
@@ -228,6 +265,8 @@ def beam_search(
     max_positions: int = 1024,
     structures: dict[str, Tensor] | None = None,
     share_source: bool = True,
+    fixed_shapes: bool = False,
+    cuda_graphs: bool = False,
 ) -> list[list[Hypothesis]]:
     """src (B, S), src_mask (B, S) bool -> per sentence, the ``nbest`` best hypotheses.
 
@@ -242,6 +281,10 @@ def beam_search(
     per sentence after it. float32 translations are the same as with ``beam`` rows at the
     first step; in bfloat16, where logits tie more often, ``topk`` may order tied candidates
     differently over the shorter row and so keep another of two equal-scoring tokens.
+
+    ``cuda_graphs`` (``decode.cuda_graphs``, CUDA only): every step after the first replays one CUDA graph of
+    the decoder over fixed-shape slots (:mod:`structnmt.decode.cuda_graphs`); ``fixed_shapes``: the same
+    slots without the graph (any device; the same translations as without it, sums in another order).
     """
     B = src.shape[0]
     K = beam
@@ -249,10 +292,8 @@ def beam_search(
     enc = model.encode(src, src_mask, structures or {})
     max_lens = _max_lens(src_mask, max_len_a, max_len_b, max_positions - 1)
     shared = share_source and K > 1 and bool(getattr(model, "shares_source_across_beam", lambda: False)())
-    # not shared: enc keeps one row per hypothesis, made by the first step's reorder (one row per sentence before it)
-    cache = IncrementalCache(beam=K if shared else 1)
-    # logits when the model can give them; log-probabilities are logits too (their log-sum-exp is 0)
-    takes_flag = "log_probs" in inspect.signature(model.decode_step).parameters
+    steps = _make_steps(model, enc, beam=K, shared=shared, max_lens=max_lens, fixed_shapes=fixed_shapes,
+                        cuda_graphs=cuda_graphs)
     width = 1  # rows per sentence: 1 at the first step (every hypothesis is the empty prefix), then K
     tokens = torch.full((B, 1), BOS, dtype=torch.long, device=device)
     scores = torch.zeros(B, 1, device=device)
@@ -263,8 +304,7 @@ def beam_search(
         n = active.numel()
         # (n*width, V) in float32: bfloat16 logits (decode.dtype) are converted once here, since reductions over
         # bfloat16 rows (the top-k's chunk maxima, the normaliser's sum) are several times slower on the CPU
-        logits = (model.decode_step(tokens, enc, cache, log_probs=False) if takes_flag
-                  else model.decode_step(tokens, enc, cache)).float()
+        logits = steps.logits(tokens, step).float()
         V = logits.shape[-1]
         c = min(2 * K, V)
         cand_lp, cand_tok, eos_lp = _top_extensions(logits, c)  # logits overwritten: not read again
@@ -286,7 +326,7 @@ def beam_search(
             rows, tokens, scores, active = _drop_done(keep, K, rows, tokens, scores, active)
         if active.numel() == 0:
             break
-        enc = _reorder_state(cache, enc, rows, keep, kept_all, shared)
+        steps.reorder(rows, keep, kept_all, active)
         width = K
         step += 1
     return _nbest(finished, nbest)
@@ -303,19 +343,23 @@ def greedy_search(
     max_positions: int = 1024,
     structures: dict[str, Tensor] | None = None,
     lenpen: float = 1.0,
+    fixed_shapes: bool = False,
+    cuda_graphs: bool = False,
 ) -> list[list[Hypothesis]]:
-    """Arg-max decoding; same output format as :func:`beam_search` (one hypothesis)."""
+    """Arg-max decoding; same output format as :func:`beam_search` (one hypothesis); ``fixed_shapes`` and
+    ``cuda_graphs`` as there."""
     B = src.shape[0]
     device = src.device
     enc = model.encode(src, src_mask, structures or {})
     max_lens = _max_lens(src_mask, max_len_a, max_len_b, max_positions - 1)
-    cache = IncrementalCache()
+    steps = _make_steps(model, enc, beam=1, shared=False, max_lens=max_lens, fixed_shapes=fixed_shapes,
+                        cuda_graphs=cuda_graphs)
     tokens = torch.full((B, 1), BOS, dtype=torch.long, device=device)
     logprob = torch.zeros(B, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
     lengths = torch.zeros(B, dtype=torch.long, device=device)
     for step in range(int(max_lens.max())):
-        lp = model.decode_step(tokens, enc, cache).float()
+        lp = torch.log_softmax(steps.logits(tokens, step).float(), dim=-1)
         lp[:, PAD] = float("-inf")
         lp[:, BOS] = float("-inf")
         force = max_lens <= step + 1

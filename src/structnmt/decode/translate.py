@@ -34,6 +34,7 @@ from ..syntax.features import FEATURES
 from ..syntax.parse_cache import ParseCacheIndex, cached_parses, read_parse_cache
 from ..syntax.parsers import FileParser, ParserConfig, TreeReader, build_parser
 from .beam import beam_search, greedy_search
+from .cuda_graphs import cuda_graphs_refusal
 
 
 @dataclass
@@ -85,6 +86,16 @@ def check_dtype_speed(dcfg: DecodeConfig, device: torch.device) -> None:
     if why:
         raise UserError(f"decode.dtype={dcfg.dtype}: {why}; decode in float32 (drop --dtype) or int8 (--dtype int8), "
                         "or add --allow-slow-dtype (decode.allow_slow_dtype=true) to decode in it anyway.")
+
+
+def check_decode_cuda_graphs(model, dcfg: DecodeConfig) -> None:
+    """Refuse ``decode.cuda_graphs`` where it cannot run (off a GPU, or a decoder that cannot keep its shapes
+    fixed): one sentence with the fix."""
+    if dcfg.cuda_graphs:
+        why = cuda_graphs_refusal(model, next(model.parameters()).device)
+        if why:
+            raise UserError(f"decode.cuda_graphs: {why}; decode without it (drop --cuda-graphs, or set "
+                            "decode.cuda_graphs=false).")
 
 
 def is_int8(model) -> bool:
@@ -148,7 +159,7 @@ def decode_batch(model, src: torch.Tensor, src_mask: torch.Tensor, dcfg: DecodeC
                  structures: dict | None = None):
     """Beam search (or greedy when ``beam == 1`` and ``nbest == 1``) on one padded batch."""
     kw = dict(max_len_a=dcfg.max_len_a, max_len_b=dcfg.max_len_b, max_positions=max_positions,
-              structures=structures, lenpen=dcfg.lenpen)
+              structures=structures, lenpen=dcfg.lenpen, cuda_graphs=dcfg.cuda_graphs)
     if dcfg.beam == 1 and dcfg.nbest == 1:
         return greedy_search(model, src, src_mask, **kw)
     return beam_search(model, src, src_mask, beam=dcfg.beam, nbest=dcfg.nbest, **kw)
@@ -185,6 +196,7 @@ def translate_ids(
         raise ValueError("a DecodePool decodes models that read no structures")
     check_dtype(model, dcfg.dtype)  # here too when a pool decodes: refused before any work is sent
     check_dtype_speed(dcfg, next(model.parameters()).device)
+    check_decode_cuda_graphs(model, dcfg)
 
     def decoded_here():
         model_d = model_for_dtype(model, dcfg.dtype)

@@ -293,6 +293,16 @@ class RNNModel(nn.Module):
         enc = self.encode(src, src_mask, structures, need_weights)
         return self.decode(tgt_in, enc, need_weights=need_weights)
 
+    def static_decoding_refusal(self) -> str | None:
+        """None: the decoder's state (h, c, u) has a fixed size, so every step has the same shapes."""
+        return None
+
+    @torch.no_grad()
+    def decode_static(self, last_tokens: Tensor, enc: RNNEncoderOutput, cache: IncrementalCache) -> Tensor:
+        """One decoding step in fixed shapes (:mod:`structnmt.decode.cuda_graphs`): last_tokens (N, 1) ->
+        logits (N, V); the state is read from and written back into the cache's tensors in place."""
+        return self.decode(last_tokens, enc, cache=cache).logits[:, -1]
+
     @torch.no_grad()
     def decode_step(self, prev_tokens: Tensor, enc: RNNEncoderOutput, cache: IncrementalCache,
                     log_probs: bool = True) -> Tensor:

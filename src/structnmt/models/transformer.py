@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +42,9 @@ from ..nn.attention import (
     collect_structures,
 )
 from ..nn.phrase_transformer import HypernodeSpec
+
+if TYPE_CHECKING:
+    from ..decode.cuda_graphs import StaticCache
 
 
 @dataclass
@@ -361,6 +365,35 @@ class TransformerModel(nn.Module):
             if not layer.cross_attn.groups_memory or collect_structures(layer.self_attn):
                 return False
         return True
+
+    def static_decoding_refusal(self) -> str | None:
+        """Why this decoder cannot run in fixed shapes (:mod:`structnmt.decode.cuda_graphs`), or None: every
+        decoder attention must declare ``decodes_in_fixed_shapes`` (plain multi-head attention and Rel_Pos; the
+        others read the step's position or their phrase boundaries on the host)."""
+        for i, layer in enumerate(self.decoder_layers):
+            for role, name, module in (("self-attention", "decoder_self", layer.self_attn),
+                                       ("cross-attention", "cross", layer.cross_attn)):
+                if not getattr(module, "decodes_in_fixed_shapes", False):
+                    mechanism = self.cfg.attention.spec(name, i).name
+                    return (f"decoder layer {i}'s {role} is {mechanism} (model.attention.{name}), and only plain "
+                            "multi-head attention (mha) and rel_pos decode in fixed shapes")
+        return None
+
+    @torch.no_grad()
+    def decode_static(self, last_tokens: Tensor, enc: EncoderOutput, cache: StaticCache) -> Tensor:
+        """One decoding step in fixed shapes: last_tokens (N, 1) at position ``cache.position`` (a device
+        tensor) -> logits (N, V). Self-attention reads the cache's ``capacity`` positions, those after this
+        one masked; nothing here reads a device value on the host (a CUDA graph replays it)."""
+        x = self.tgt_embed(last_tokens) * self.embed_scale + self.positions.index_select(0, cache.position.view(1))
+        x = drop.dropout(x, self.cfg.dropout, self.training)
+        group = last_tokens.shape[0] // enc.memory.shape[0]
+        self_ctx = AttentionContext(key_mask=cache.self_key_mask(), cache=cache, structures=enc.structures,
+                                    query_offset=cache.position)
+        cross_ctx = AttentionContext(key_mask=enc.mask, cache=cache, structures=enc.structures, memory_group=group,
+                                     query_offset=cache.position)
+        for layer in self.decoder_layers:
+            x = layer(x, enc.memory, self_ctx, cross_ctx)[0]
+        return self.output_proj(self.decoder_norm(x))[:, -1]
 
     @torch.no_grad()
     def decode_step(self, prev_tokens: Tensor, enc: EncoderOutput, cache: IncrementalCache,

@@ -179,7 +179,9 @@ class AttentionContext:
     structures:   the batch's structure tensors by name (built by the collator).
     cache:        incremental-decoding cache, or None during training / full passes.
     need_weights: return attention weights (forces the explicit path).
-    query_offset: absolute position of the first query (incremental decoding).
+    query_offset: absolute position of the first query (incremental decoding): an int, or in fixed-shape
+                  decoding (``decode.cuda_graphs``) a 0-dim device tensor, with ``causal`` off and the
+                  keys after it masked by ``key_mask`` (see ``Mechanism.decodes_in_fixed_shapes``).
     memory_group: query rows per memory row (cross-attention in beam search): the
                   memory holds one row per sentence and the queries ``memory_group``
                   consecutive rows (its hypotheses) per sentence. Only mechanisms whose
@@ -191,7 +193,7 @@ class AttentionContext:
     structures: Mapping[str, Tensor] = field(default_factory=dict)
     cache: IncrementalCache | None = None
     need_weights: bool = False
-    query_offset: int = 0
+    query_offset: int | Tensor = 0
     memory_group: int = 1
 
 
@@ -230,6 +232,10 @@ class Mechanism(nn.Module):
     Beam search
         :attr:`groups_memory` -- can read one memory row per sentence for ``memory_group``
         hypotheses (cross-attention). Default: False (plain MHA only).
+        :attr:`decodes_in_fixed_shapes` -- decodes with a :class:`~structnmt.decode.cuda_graphs.StaticCache`
+        (``decode.cuda_graphs``): keys and values written in place at ``ctx.query_offset``, then a 0-dim device
+        tensor that the mechanism reads in tensor arithmetic only (never ``int()``, ``if``, or a slice), with
+        the keys after it masked by ``ctx.key_mask``. Default: False (plain MHA and Rel_Pos).
     What analysis reads
         :meth:`memory_groups` -- the head groups whose weights are over their own phrase
         memories (MG-SA; the weights come back in ``extras["group_weights"]``). Default: None.
@@ -245,6 +251,8 @@ class Mechanism(nn.Module):
 
     #: reads a sentence-level memory for ``memory_group`` hypotheses per sentence (beam search)
     groups_memory: bool = False
+    #: decodes with a fixed-shape cache and a device-tensor position (``decode.cuda_graphs``)
+    decodes_in_fixed_shapes: bool = False
     #: the encoder layer gives this mechanism a second residual sublayer (:meth:`second_phase`)
     has_second_phase: bool = False
     #: attends over the S + N nodes of a stack whose hypernodes entered at an earlier layer
@@ -586,9 +594,12 @@ class MultiHeadAttention(Mechanism):
     #: plain MHA attends over hypernodes like over tokens; a subclass must opt in itself
     attends_hypernodes: bool = True
 
+    #: plain MHA's cache is keys and values only; a subclass (which may read the position on the host) must opt in
+    decodes_in_fixed_shapes: bool = True
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        for flag in ("groups_memory", "attends_hypernodes"):
+        for flag in ("groups_memory", "attends_hypernodes", "decodes_in_fixed_shapes"):
             if flag not in cls.__dict__:
                 setattr(cls, flag, False)
 

@@ -41,8 +41,10 @@ from ..config import ConfigError
 from .attention import AttentionContext, AttentionDims, MultiHeadAttention, register_attention
 
 
-def relative_index(T: int, S: int, k: int, query_offset: int = 0, device: torch.device | None = None) -> Tensor:
-    """(T, S) long ``clip(j - i, k) + k`` with ``i = query_offset + t`` (Shaw et al. eq. 5)."""
+def relative_index(T: int, S: int, k: int, query_offset: int | Tensor = 0, device: torch.device | None = None
+                   ) -> Tensor:
+    """(T, S) long ``clip(j - i, k) + k`` with ``i = query_offset + t`` (Shaw et al. eq. 5); ``query_offset`` an
+    int, or a 0-dim tensor on ``device`` (fixed-shape decoding: computed there, never read by the host)."""
     i = torch.arange(T, device=device)[:, None] + query_offset
     j = torch.arange(S, device=device)[None, :]
     return (j - i).clamp(-k, k) + k
@@ -107,6 +109,8 @@ class RelativePositionAttention(MultiHeadAttention):
         shared_table: bool = False  # True: one table for keys and values (OpenNMT-py), False: two (Shaw et al.)
 
     uses_value_term = True
+    #: the distances of a fixed-shape step are tensor arithmetic on its position (relative_index)
+    decodes_in_fixed_shapes = True
 
     def __init__(self, *, dims: AttentionDims, options: RelativePositionAttention.Options | None = None):
         super().__init__(dims=dims)

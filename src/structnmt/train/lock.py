@@ -28,7 +28,7 @@ RESUMABLE_KEYS = frozenset({
     "train.max_updates", "train.max_epochs", "train.max_time_minutes", "train.max_target_tokens", "train.patience",
     "train.log_interval", "train.tensorboard", "train.progress", "train.head_roles", "train.head_roles_sentences",
     "train.threads", "train.device", "train.cuda_graphs", "train.save_dir", "data.structure_cache_mb",
-    "decode.batch_size",
+    "decode.batch_size", "decode.cuda_graphs",
 })
 
 

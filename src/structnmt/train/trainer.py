@@ -47,7 +47,7 @@ from ..checkpoint import check_same_vocab, load_model_state, vocab_entry
 from ..config import Config, ConfigError, to_dict
 from ..data.dataset import EpochBatchIterator, PreparedDataset, collate, make_batches
 from ..data.lock import hold_dataset
-from ..decode.translate import check_dtype_speed
+from ..decode.translate import check_decode_cuda_graphs, check_dtype_speed
 from ..device import get_device, set_threads
 from ..errors import TrainingError
 from ..files import METRICS_RECORD, TORCH_FILE, OutputDir
@@ -286,6 +286,8 @@ class Trainer:
         self.vocab_models = vocab_entry(self.data.src_vocab, self.data.tgt_vocab)
         self.model = build_model(cfg.model, len(self.data.src_vocab), len(self.data.tgt_vocab)).to(self.device)
         self.n_params = param_count(self.model)
+        if tc.validate_bleu or tc.early_stop_metric == "bleu":  # refused now, not at the first BLEU validation
+            check_decode_cuda_graphs(self.model, cfg.decode)
         # what the collator builds: the config's structures plus what the attention asks for
         self.structures = {**cfg.data.structures, **self.model.required_structures()}
         for hook in self.hooks:

@@ -1,0 +1,200 @@
+"""Decoding steps of fixed shapes, replayed as one CUDA graph (``decode.cuda_graphs``).
+
+A decoding step of a small model launches a few hundred kernels (every attention, layer norm and
+projection of every layer), each costing the host a few microseconds whatever its size: on a GPU the step
+is bound by the Python process, not by the device. A CUDA graph records the step's kernels once and
+replays them with one call — but only if every replay runs the same kernels on the same memory: the same
+shapes, no allocation that moves, no value read back by the host. Two things of the ordinary search break
+that (:mod:`structnmt.decode.beam`): the self-attention cache grows by a position every step (a new,
+longer tensor each time), and the batch shrinks as sentences finish.
+
+Here both are fixed for the whole batch:
+
+* :class:`StaticCache`: every growing entry is allocated once at its full length (``capacity``, the batch's
+  longest possible output) and step ``t`` writes its position ``t`` in place; the position is a device
+  tensor (:attr:`StaticCache.position`), read by the step's kernels, never by the host. Self-attention reads
+  all ``capacity`` keys with the later ones masked (:meth:`StaticCache.self_key_mask`): the masked keys'
+  weights are exact zeros, so the outputs are those of the growing cache up to the order of float sums.
+  Fixed-size state (the RNN decoder's h, c, u) is overwritten in place.
+* :class:`StaticSteps`: the search keeps ``sentences x beam`` rows, a sentence's hypotheses in its own
+  ``beam`` *slots*, for the whole batch: a finished sentence's slots go on computing (their output is never
+  read) instead of leaving the tensors. The search itself still works on the compact rows of the sentences
+  left; each step its last tokens are written into their slots, the step runs on all slots, and the
+  compact rows' logits are read out of the slots; the beam's reorder is one in-place gather of each cache
+  tensor over the slots (outside the graph).
+
+On a CUDA device with ``graphs=True`` the step (the model's ``decode_static``) runs eagerly at step 0
+(which fills the source keys and values and allocates the cache), is captured at step 1 (after one untimed
+warm-up run whose writes are undone), and replayed from there on: one graph per batch. Without ``graphs``
+the same fixed-shape step runs eagerly — what the tests check on the CPU: the same translations as the
+ordinary search, the same kernels with the same shapes at every step, and no read of a device value.
+
+Models take part through two optional methods of the decoding protocol:
+``decode_static(last_tokens (N, 1), enc, cache: StaticCache) -> logits (N, V)`` and
+``static_decoding_refusal() -> str | None`` (why this model cannot, in words, or None).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..data.vocab import BOS
+from ..nn.attention import IncrementalCache
+
+
+class StaticCache(IncrementalCache):
+    """An :class:`IncrementalCache` whose tensors never change shape or address after their first step.
+
+    ``extend`` writes its one new position at :attr:`position` into a buffer of ``capacity`` positions;
+    ``set`` of an existing entry (fixed-size state) copies into its tensors; per-sentence entries (the
+    source keys and values, set once) stay as set. The beam's reorder is :meth:`reorder_slots`, in place.
+    """
+
+    def __init__(self, beam: int, capacity: int, device: torch.device) -> None:
+        super().__init__(beam=beam)
+        self.capacity = capacity
+        self.position = torch.zeros((), dtype=torch.long, device=device)  # the step being decoded
+        self._positions = torch.arange(capacity, device=device)
+
+    def self_key_mask(self) -> Tensor:
+        """(1, capacity) bool: the positions written so far, this step's included (what causality allows)."""
+        return (self._positions <= self.position)[None, :]
+
+    def get(self, key: str) -> dict[str, Tensor] | None:
+        return self.entries.get(key)
+
+    def set(self, key: str, value: dict[str, Tensor], *, per_sentence: bool = False) -> None:
+        entry = self.entries.get(key)
+        if entry is None or per_sentence:
+            super().set(key, {name: t.contiguous().clone() for name, t in value.items()}, per_sentence=per_sentence)
+            return
+        for name, t in value.items():
+            entry[name].copy_(t)
+
+    def extend(self, key: str, new: dict[str, Tensor], dim: int) -> dict[str, Tensor]:
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = {}
+            for name, t in new.items():
+                shape = list(t.shape)
+                shape[dim] = self.capacity
+                entry[name] = t.new_zeros(shape)  # zeros: a masked key's weight is 0, and 0 * 0 stays 0
+            self.entries[key] = entry
+        at = self.position.view(1)
+        for name, t in new.items():
+            if t.shape[dim] != 1:
+                raise ValueError(f"StaticCache.extend: one new position a step, got {t.shape[dim]} for {key}.{name}")
+            entry[name].index_copy_(dim, at, t)
+        return entry
+
+    def reorder(self, index: Tensor, sentences: Tensor | None = None) -> None:
+        raise TypeError("a StaticCache keeps its rows in place: reorder it with reorder_slots(index)")
+
+    def reorder_slots(self, index: Tensor) -> None:
+        """Every slot ``s`` takes the state of slot ``index[s]`` (in place); per-sentence entries stay."""
+        for key, entry in self.entries.items():
+            if key not in self.per_sentence:
+                for t in entry.values():
+                    t.copy_(t.index_select(0, index))
+
+    def snapshot(self) -> dict[str, dict[str, Tensor]]:
+        """Copies of the entries' tensors (to undo a warm-up run's writes with :meth:`restore`)."""
+        return {key: {name: t.clone() for name, t in entry.items()} for key, entry in self.entries.items()}
+
+    def restore(self, saved: dict[str, dict[str, Tensor]]) -> None:
+        for key, entry in saved.items():
+            for name, t in entry.items():
+                self.entries[key][name].copy_(t)
+
+
+def static_decoding_refusal(model) -> str | None:
+    """Why ``model`` cannot decode in fixed shapes (one clause), or None if it can."""
+    if not hasattr(model, "decode_static"):
+        return f"{type(model).__name__} has no fixed-shape decoding step (decode_static)"
+    refusal = getattr(model, "static_decoding_refusal", lambda: None)
+    return refusal()
+
+
+def cuda_graphs_refusal(model, device: torch.device) -> str | None:
+    """Why ``model`` cannot decode with CUDA graphs on ``device`` (one clause), or None if it can."""
+    if device.type != "cuda":
+        return (f"CUDA graphs are a CUDA feature and this model decodes on {device.type} (on a CPU there is no "
+                "kernel launch to save)")
+    return static_decoding_refusal(model)
+
+
+class StaticSteps:
+    """The model's decoding steps over ``sentences x beam`` fixed slots (see the module docstring).
+
+    ``enc``: the encoder output, one row per sentence; ``shared``: the model reads it so for all the beam's
+    hypotheses (else it is copied to one row per slot once, here). ``capacity``: the most steps the batch
+    can take. ``graphs``: capture the step at step 1 and replay it (CUDA only)."""
+
+    def __init__(self, model, enc, *, sentences: int, beam: int, capacity: int, shared: bool, graphs: bool) -> None:
+        device = enc.memory.device  # graphs on a CUDA device: the caller checks (cuda_graphs_refusal)
+        self.model = model
+        self.beam = beam
+        self.graphs = graphs
+        self.cache = StaticCache(beam if shared else 1, capacity, device)
+        slots = sentences * beam
+        self.enc = enc if shared or beam == 1 else enc.reorder(
+            torch.arange(sentences, device=device).repeat_interleave(beam))
+        self.tokens = torch.full((slots, 1), BOS, dtype=torch.long, device=device)  # each slot's last token
+        self.rows = torch.arange(sentences, device=device) * beam  # the slot of each compact row
+        self._all_slots = torch.arange(slots, device=device)
+        self._graph = None
+        self._out: Tensor | None = None
+
+    def _step(self) -> Tensor:
+        return self.model.decode_static(self.tokens, self.enc, self.cache)
+
+    def logits(self, tokens: Tensor, step: int) -> Tensor:
+        """tokens (n, t): the compact rows' prefixes -> their next-token logits (n, V), a fresh tensor."""
+        self.tokens.index_copy_(0, self.rows, tokens[:, -1:])
+        self.cache.position.fill_(step)
+        if self._graph is not None:
+            self._graph.replay()
+            out = self._out
+        elif self.graphs and step >= 1:
+            self._graph, out = _capture(self._step, self.cache)
+            self._graph.replay()
+            self._out = out
+        else:
+            out = self._step()
+        return out.index_select(0, self.rows)
+
+    def reorder(self, rows: Tensor, active: Tensor) -> None:
+        """rows (n' * beam,): the compact row of the last step each new row extends; active (n',): the sentences
+        left (their ids: slot groups). Moves every new hypothesis's state into its slot."""
+        parents = self.rows.index_select(0, rows)
+        new_rows = (active[:, None] * self.beam + torch.arange(self.beam, device=active.device)).view(-1)
+        index = self._all_slots.index_put((new_rows,), parents)
+        self.cache.reorder_slots(index)
+        self.rows = new_rows
+
+
+def _capture(step, cache: StaticCache):
+    """Record ``step()`` as a CUDA graph -> (graph, its output tensor). One warm-up run first (:func:`_warm_up`),
+    whose writes to the cache are undone: a fixed-size state updated in place would otherwise advance twice."""
+    saved = cache.snapshot()
+    _warm_up(step)
+    cache.restore(saved)
+    return _record(step)
+
+
+def _warm_up(step) -> None:
+    """Run ``step()`` once on a side stream, as capturing requires (lazy initialisations, cuBLAS workspaces)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+
+
+def _record(step):
+    """-> (a ``torch.cuda.CUDAGraph`` of ``step()``'s kernels, the tensor its replays write the output into)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    return graph, out

@@ -1,0 +1,235 @@
+"""decode.cuda_graphs (structnmt.decode.cuda_graphs): decoding steps of fixed shapes, checked on the CPU.
+
+A CUDA graph replays the kernels it recorded on the memory it recorded them on, so what must hold is checked
+here without a GPU: the fixed-shape search translates as the ordinary one; a step runs the same operators on
+tensors of the same shapes at every position and reads no device value on the host; and the capture-and-replay
+logic (warm-up undone, one capture per batch, replays writing into the captured output), with the CUDA calls
+replaced by a stand-in that replays by running the step again into the same output tensor."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import random_sources
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import structnmt.decode.beam as beam
+import structnmt.decode.cuda_graphs as graphs
+from structnmt.config import AttentionPlan, AttentionSpec, Config, DecodeConfig, from_dict
+from structnmt.data.vocab import EOS
+from structnmt.decode.beam import beam_search, greedy_search
+from structnmt.decode.translate import translate_ids
+from structnmt.errors import UserError
+from structnmt.models import build_model
+from structnmt.op_count import OpCounter
+
+FAMILIES = {
+    "transformer": {},
+    "rel_pos decoder": {"attention": {"decoder_self": {"name": "rel_pos", "options": {"k": 4}}}},
+    "rnn": {"family": "rnn"},
+    "sa-nmt": {"family": "rnn", "rnn": {"syntax": "sa", "annotations": "shared"}},
+}
+
+
+def _model(family: str = "transformer", eos_scale: float = 2.5, **extra):
+    """A random model whose EOS embedding is scaled so that some sentences end early and others run to their
+    longest (random weights would otherwise run every sentence to its maximum length)."""
+    torch.manual_seed(0)
+    cfg = from_dict({"model": dict(d_model=32, ffn_dim=64, heads=4, encoder_layers=2, decoder_layers=2,
+                                   dropout=0.0, share_all_embeddings=True, **FAMILIES[family])}).model
+    for key, value in extra.items():
+        setattr(cfg, key, value)
+    model = build_model(cfg, 40, 40).eval()
+    with torch.no_grad():
+        model.tgt_embed.weight[EOS] *= eos_scale
+    return model
+
+
+def _batch(n: int = 9, S: int = 12, seed: int = 1):
+    return random_sources(seed, n, S)
+
+
+def _assert_same(a, b):
+    for x, y in zip(a, b, strict=True):
+        assert [h.tokens for h in x] == [h.tokens for h in y]
+        assert max(abs(h.score - g.score) for h, g in zip(x, y)) < 1e-5
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("search", ["beam", "greedy"])
+def test_fixed_shape_search_translates_as_the_ordinary_one(family, search):
+    model = _model(family)
+    src, mask = _batch()
+    if search == "beam":
+        ordinary = beam_search(model, src, mask, beam=4, nbest=3)
+        fixed = beam_search(model, src, mask, beam=4, nbest=3, fixed_shapes=True)
+    else:
+        ordinary = greedy_search(model, src, mask)
+        fixed = greedy_search(model, src, mask, fixed_shapes=True)
+    _assert_same(ordinary, fixed)
+    # sentences finish at different steps (the slots of the finished ones go on computing, unread)
+    assert len({len(hyps[0].tokens) for hyps in ordinary}) >= 3
+
+
+def test_fixed_shapes_without_a_shared_source_translate_as_the_ordinary_search():
+    model = _model("transformer")
+    src, mask = _batch()
+    ordinary = beam_search(model, src, mask, beam=3, share_source=False)
+    _assert_same(ordinary, beam_search(model, src, mask, beam=3, share_source=False, fixed_shapes=True))
+
+
+class _Trace(TorchDispatchMode):
+    """Every ATen call with the shapes, dtypes and devices of its tensor arguments."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        flat = torch.utils._pytree.tree_leaves((args, kwargs or {}))
+        self.calls.append((str(func), tuple((tuple(t.shape), t.dtype) for t in flat if isinstance(t, torch.Tensor))))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_step_runs_the_same_operators_on_the_same_shapes_at_every_position_and_reads_nothing(family):
+    """What a CUDA graph needs of the step it replays (checked here on the CPU)."""
+    model = _model(family)
+    src, mask = _batch(n=3)
+    enc = model.encode(src, mask, {})
+    shared = family in ("transformer", "rel_pos decoder")
+    steps = graphs.StaticSteps(model, enc, sentences=3, beam=2, capacity=20, shared=shared, graphs=False)
+    with torch.inference_mode():
+        steps.logits(torch.full((3, 1), 2), 0)  # the first step (eager everywhere): fills the source entries
+        traces = []
+        for position in (1, 4, 17):
+            steps.cache.position.fill_(position)
+            with OpCounter() as ops, _Trace() as trace:
+                out = steps._step()
+            assert ops.reads == 0
+            traces.append(trace.calls)
+            assert out.shape == (6, 40)
+    assert traces[0] == traces[1] == traces[2]
+    assert len(traces[0]) > 20
+
+
+def test_the_cache_writes_each_position_in_place_and_the_reorder_moves_slots():
+    cache = graphs.StaticCache(beam=1, capacity=4, device=torch.device("cpu"))
+    first = cache.extend("k", {"x": torch.ones(3, 2, 1, 5)}, dim=2)["x"]
+    cache.position.fill_(2)
+    second = cache.extend("k", {"x": torch.full((3, 2, 1, 5), 7.0)}, dim=2)["x"]
+    assert second is first and second.shape == (3, 2, 4, 5)
+    assert (second[:, :, 0] == 1).all() and (second[:, :, 1] == 0).all() and (second[:, :, 2] == 7).all()
+    assert cache.self_key_mask().tolist() == [[True, True, True, False]]
+    cache.set("state", {"h": torch.arange(3.0)[:, None].expand(3, 2)})
+    state = cache.get("state")["h"]
+    cache.set("state", {"h": torch.zeros(3, 2)})
+    assert cache.get("state")["h"] is state and (state == 0).all()  # copied into, not replaced
+    cache.set("state", {"h": torch.arange(3.0)[:, None].expand(3, 2)})
+    cache.reorder_slots(torch.tensor([2, 2, 0]))
+    assert state[:, 0].tolist() == [2.0, 2.0, 0.0]
+    with pytest.raises(TypeError, match="reorder_slots"):
+        cache.reorder(torch.tensor([0, 1, 2]))
+
+
+class _StandInGraph:
+    """What a CUDA graph does, on the CPU: each replay runs the recorded step into the recorded output."""
+
+    def __init__(self, step, out):
+        self.step, self.out, self.replays = step, out, 0
+
+    def replay(self):
+        self.replays += 1
+        self.out.copy_(self.step())
+
+
+@pytest.mark.parametrize("family", ["transformer", "rnn"])
+def test_one_capture_per_batch_then_replays_give_the_same_translations(monkeypatch, family):
+    made = []
+
+    def record(step):  # a capture records the kernels without running them: no write may remain
+        cache = step.__self__.cache
+        saved = cache.snapshot()
+        out = step()
+        cache.restore(saved)
+        made.append(_StandInGraph(step, out.zero_()))
+        return made[-1], out
+
+    warm_ups = []
+    monkeypatch.setattr(graphs, "_warm_up", lambda step: warm_ups.append(step()))
+    monkeypatch.setattr(graphs, "_record", record)
+    monkeypatch.setattr(beam, "cuda_graphs_refusal", lambda model, device: None)
+    model = _model(family)
+    src, mask = _batch()
+    ordinary = beam_search(model, src, mask, beam=4, nbest=2)
+    # the warm-up advances an RNN's state in place: undone before the capture, or every output would differ
+    _assert_same(ordinary, beam_search(model, src, mask, beam=4, nbest=2, cuda_graphs=True))
+    longest = max(len(h[0].tokens) for h in ordinary)
+    assert len(made) == len(warm_ups) == 1
+    assert made[0].replays >= longest  # every step after the first (EOS's included) is a replay
+
+
+def test_cuda_graphs_are_refused_on_the_cpu_with_a_sentence():
+    model = _model()
+    src, mask = _batch(n=2)
+    with pytest.raises(UserError, match=r"decode.cuda_graphs: CUDA graphs are a CUDA feature .* decodes on cpu.*"
+                                        r"drop --cuda-graphs"):
+        translate_ids(model, [src[0, :3].tolist()], DecodeConfig(cuda_graphs=True), device=torch.device("cpu"),
+                      max_positions=64)
+    with pytest.raises(ValueError, match="CUDA graphs are a CUDA feature"):
+        beam_search(model, src, mask, cuda_graphs=True)
+
+
+def test_a_decoder_with_another_mechanism_is_refused_naming_it():
+    phrasal = AttentionSpec("phrasal_heterogeneous", {"variant": "queryk", "ngrams": [1, 2]})
+    model = _model(attention=AttentionPlan(decoder_self=phrasal))
+    refusal = model.static_decoding_refusal()
+    assert "decoder layer 0's self-attention is phrasal_heterogeneous (model.attention.decoder_self)" in refusal
+    src, mask = _batch(n=2)
+    with pytest.raises(ValueError, match="decoding in fixed shapes: decoder layer 0's self-attention"):
+        beam_search(model, src, mask, fixed_shapes=True)
+    # an encoder-side mechanism leaves the decoder plain
+    assert _model(attention=AttentionPlan(encoder_self=AttentionSpec("localness"))).static_decoding_refusal() is None
+
+
+def test_a_subclass_of_plain_attention_must_opt_in_to_fixed_shapes():
+    from structnmt.nn.attention import MultiHeadAttention
+    from structnmt.nn.relative_position import RelativePositionAttention
+
+    class Biased(MultiHeadAttention):
+        pass
+
+    assert MultiHeadAttention.decodes_in_fixed_shapes and RelativePositionAttention.decodes_in_fixed_shapes
+    assert not Biased.decodes_in_fixed_shapes
+
+
+def test_a_training_that_would_validate_with_cuda_graphs_on_the_cpu_is_refused_before_training(tmp_path, synth_data):
+    import structnmt.train.trainer as trainer
+
+    cfg = Config()
+    cfg.data.path = str(synth_data)
+    cfg.decode.cuda_graphs = True
+    cfg.train.validate_bleu = True
+    cfg.train.max_updates = 1
+    cfg.train.save_dir = str(tmp_path / "run")
+    with pytest.raises(UserError, match="decode.cuda_graphs: CUDA graphs are a CUDA feature"):
+        trainer.Trainer(cfg, log=lambda *a: None)
+    assert not (tmp_path / "run" / "checkpoint_last.pt").exists()
+
+
+def test_the_translate_option_sets_decode_cuda_graphs():
+    import argparse
+
+    from structnmt.cli import _apply_decode_options
+
+    d = DecodeConfig()
+    args = argparse.Namespace(beam=None, lenpen=None, max_len_a=None, max_len_b=None, nbest=None, batch_size=None,
+                              dtype=None, greedy=False, allow_slow_dtype=False, cuda_graphs=True)
+    _apply_decode_options(args, d)
+    assert d.cuda_graphs
+
+
+def test_the_option_may_change_when_a_run_resumes():
+    from structnmt.train.lock import RESUMABLE_KEYS
+
+    assert "decode.cuda_graphs" in RESUMABLE_KEYS

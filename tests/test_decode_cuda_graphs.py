@@ -15,6 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import structnmt.decode.beam as beam
 import structnmt.decode.cuda_graphs as graphs
+import structnmt.nn.attention as attention
 from structnmt.config import AttentionPlan, AttentionSpec, Config, DecodeConfig, from_dict
 from structnmt.data.vocab import EOS
 from structnmt.decode.beam import beam_search, greedy_search
@@ -57,7 +58,12 @@ def _assert_same(a, b):
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("search", ["beam", "greedy"])
-def test_fixed_shape_search_translates_as_the_ordinary_one(family, search):
+@pytest.mark.parametrize("attention_path", ["cpu", "sdpa"])
+def test_fixed_shape_search_translates_as_the_ordinary_one(monkeypatch, family, search, attention_path):
+    """``sdpa``: the attention path a GPU takes (F.scaled_dot_product_attention with the (1, capacity) key
+    mask), which decoding steps on a CPU leave for two matmuls."""
+    if attention_path == "sdpa":
+        monkeypatch.setattr(attention, "_FEW_QUERIES", 0)
     model = _model(family)
     src, mask = _batch()
     if search == "beam":
@@ -78,8 +84,13 @@ def test_fixed_shapes_without_a_shared_source_translate_as_the_ordinary_search()
     _assert_same(ordinary, beam_search(model, src, mask, beam=3, share_source=False, fixed_shapes=True))
 
 
+HOST_VALUES = {"aten.lift_fresh.default", "aten._local_scalar_dense.default", "aten.lift_fresh_copy.default"}
+"""ATen calls that bring a host value into a step (a tensor made from Python data) or a device value out of it."""
+
+
 class _Trace(TorchDispatchMode):
-    """Every ATen call with the shapes, dtypes and devices of its tensor arguments."""
+    """Every ATen call with its arguments: a tensor as its shape and dtype, anything else as it is (an int that
+    changed between steps would be frozen into a graph)."""
 
     def __init__(self):
         super().__init__()
@@ -87,7 +98,8 @@ class _Trace(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         flat = torch.utils._pytree.tree_leaves((args, kwargs or {}))
-        self.calls.append((str(func), tuple((tuple(t.shape), t.dtype) for t in flat if isinstance(t, torch.Tensor))))
+        self.calls.append((str(func), tuple((tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else repr(t)
+                                            for t in flat)))
         return func(*args, **(kwargs or {}))
 
 
@@ -110,7 +122,7 @@ def test_a_step_runs_the_same_operators_on_the_same_shapes_at_every_position_and
             traces.append(trace.calls)
             assert out.shape == (6, 40)
     assert traces[0] == traces[1] == traces[2]
-    assert len(traces[0]) > 20
+    assert len(traces[0]) > 20 and not HOST_VALUES & {name for name, _ in traces[0]}
 
 
 def test_the_cache_writes_each_position_in_place_and_the_reorder_moves_slots():
@@ -132,28 +144,50 @@ def test_the_cache_writes_each_position_in_place_and_the_reorder_moves_slots():
         cache.reorder(torch.tensor([0, 1, 2]))
 
 
-class _StandInGraph:
-    """What a CUDA graph does, on the CPU: each replay runs the recorded step into the recorded output."""
+class _Recording(TorchDispatchMode):
+    """Every ATen call of a step with the very tensors it read and wrote."""
 
-    def __init__(self, step, out):
-        self.step, self.out, self.replays = step, out, 0
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.calls.append((func, args, kwargs or {}, out))
+        return out
+
+
+class _ReplayedGraph:
+    """What a CUDA graph does, on the CPU: a replay reruns the recorded calls on the recorded tensors, each
+    result written into the tensor the recording produced (the same memory every time), without running the
+    step's Python again. A step that hands the graph a new tensor between replays (instead of writing into
+    the recorded one), or that decides on the host, is not seen by the replays, as on a GPU."""
+
+    def __init__(self, calls):
+        self.calls, self.replays = calls, 0
 
     def replay(self):
         self.replays += 1
-        self.out.copy_(self.step())
+        for func, args, kwargs, out in self.calls:
+            result = func(*args, **kwargs)
+            for recorded, new in zip(torch.utils._pytree.tree_leaves(out), torch.utils._pytree.tree_leaves(result)):
+                if isinstance(recorded, torch.Tensor) and recorded is not new:
+                    recorded.copy_(new)
 
 
-@pytest.mark.parametrize("family", ["transformer", "rnn"])
-def test_one_capture_per_batch_then_replays_give_the_same_translations(monkeypatch, family):
+@pytest.mark.parametrize("family", ["transformer", "rel_pos decoder", "rnn", "sa-nmt"])
+@pytest.mark.parametrize("search", ["beam", "greedy"])
+def test_one_capture_per_batch_then_replays_give_the_same_translations(monkeypatch, family, search):
     made = []
 
     def record(step):  # a capture records the kernels without running them: no write may remain
         cache = step.__self__.cache
         saved = cache.snapshot()
-        out = step()
+        with _Recording() as recording:
+            out = step()
         cache.restore(saved)
-        made.append(_StandInGraph(step, out.zero_()))
-        return made[-1], out
+        made.append(_ReplayedGraph(recording.calls))
+        return made[-1], out.zero_()
 
     warm_ups = []
     monkeypatch.setattr(graphs, "_warm_up", lambda step: warm_ups.append(step()))
@@ -161,12 +195,23 @@ def test_one_capture_per_batch_then_replays_give_the_same_translations(monkeypat
     monkeypatch.setattr(beam, "cuda_graphs_refusal", lambda model, device: None)
     model = _model(family)
     src, mask = _batch()
-    ordinary = beam_search(model, src, mask, beam=4, nbest=2)
+    if search == "beam":
+        ordinary = beam_search(model, src, mask, beam=4, nbest=2)
+        graphed = beam_search(model, src, mask, beam=4, nbest=2, cuda_graphs=True)
+    else:
+        ordinary, graphed = greedy_search(model, src, mask), greedy_search(model, src, mask, cuda_graphs=True)
     # the warm-up advances an RNN's state in place: undone before the capture, or every output would differ
-    _assert_same(ordinary, beam_search(model, src, mask, beam=4, nbest=2, cuda_graphs=True))
+    _assert_same(ordinary, graphed)
     longest = max(len(h[0].tokens) for h in ordinary)
     assert len(made) == len(warm_ups) == 1
     assert made[0].replays >= longest  # every step after the first (EOS's included) is a replay
+
+
+def test_a_decoding_longer_than_the_models_positions_is_refused_before_any_step():
+    model = _model(max_positions=16)
+    src, mask = _batch()
+    with pytest.raises(ValueError, match="sequence of length 24 exceeds model.max_positions=16"):
+        beam_search(model, src, mask, fixed_shapes=True)
 
 
 def test_cuda_graphs_are_refused_on_the_cpu_with_a_sentence():

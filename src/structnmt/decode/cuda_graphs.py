@@ -56,6 +56,7 @@ class StaticCache(IncrementalCache):
         self.capacity = capacity
         self.position = torch.zeros((), dtype=torch.long, device=device)  # the step being decoded
         self._positions = torch.arange(capacity, device=device)
+        self._grown: set[str] = set()  # the entries made by extend (keys and values written at their position)
 
     def self_key_mask(self) -> Tensor:
         """(1, capacity) bool: the positions written so far, this step's included (what causality allows)."""
@@ -81,6 +82,7 @@ class StaticCache(IncrementalCache):
                 shape[dim] = self.capacity
                 entry[name] = t.new_zeros(shape)  # zeros: a masked key's weight is 0, and 0 * 0 stays 0
             self.entries[key] = entry
+            self._grown.add(key)
         at = self.position.view(1)
         for name, t in new.items():
             if t.shape[dim] != 1:
@@ -99,8 +101,11 @@ class StaticCache(IncrementalCache):
                     t.copy_(t.index_select(0, index))
 
     def snapshot(self) -> dict[str, dict[str, Tensor]]:
-        """Copies of the entries' tensors (to undo a warm-up run's writes with :meth:`restore`)."""
-        return {key: {name: t.clone() for name, t in entry.items()} for key, entry in self.entries.items()}
+        """Copies of the state a step overwrites (the entries ``set`` updates in place), to undo a warm-up run's
+        writes with :meth:`restore`. The grown entries are left out: a step writes its own position there, the
+        same values a rerun writes again; the per-sentence entries are only read."""
+        return {key: {name: t.clone() for name, t in entry.items()} for key, entry in self.entries.items()
+                if key not in self._grown and key not in self.per_sentence}
 
     def restore(self, saved: dict[str, dict[str, Tensor]]) -> None:
         for key, entry in saved.items():

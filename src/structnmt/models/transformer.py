@@ -384,6 +384,8 @@ class TransformerModel(nn.Module):
         """One decoding step in fixed shapes: last_tokens (N, 1) at position ``cache.position`` (a device
         tensor) -> logits (N, V). Self-attention reads the cache's ``capacity`` positions, those after this
         one masked; nothing here reads a device value on the host (a CUDA graph replays it)."""
+        if cache.capacity > self.positions.shape[0]:  # checked on the host: a replay cannot raise
+            raise ValueError(f"sequence of length {cache.capacity} exceeds model.max_positions={self.positions.shape[0]}.")
         x = self.tgt_embed(last_tokens) * self.embed_scale + self.positions.index_select(0, cache.position.view(1))
         x = drop.dropout(x, self.cfg.dropout, self.training)
         group = last_tokens.shape[0] // enc.memory.shape[0]

@@ -22,6 +22,8 @@ Variants:
                  uniform-threshold masks
   autograd-loss  the label-smoothed loss left to autograd (log_softmax, gather, mean) instead
                  of structnmt.train.loss's written-out gradient
+  onednn-linear  the linear layers on oneDNN (structnmt.cpu_gemm.to_onednn; the trainer's choice on AMD
+                 CPUs), the others' on PyTorch's default (MKL)
 
 Two process settings are compared in child processes that run the baseline alternately,
 ``--rounds`` times each: ``--thp-compare`` (transparent huge pages for torch's CPU
@@ -61,6 +63,7 @@ import torch
 
 from structnmt.allocator import configure_allocator
 from structnmt.config import load_config
+from structnmt.cpu_gemm import to_onednn
 from structnmt.data.dataset import PreparedDataset, collate, make_batches
 from structnmt.models import build_model
 from structnmt.train.loss import label_smoothed_nll
@@ -100,7 +103,7 @@ def variants(names: list[str]):
     for n in names:
         out[n] = {"fused": "fused" in n, "bf16": n.startswith("bf16"), "gnorm": n != "no-gnorm",
                   "compile": n.startswith("compile"), "autograd_loss": n == "autograd-loss",
-                  "torch_dropout": n == "torch-dropout"}
+                  "torch_dropout": n == "torch-dropout", "onednn": n == "onednn-linear"}
     return out
 
 
@@ -196,6 +199,8 @@ def _build_runs(base: torch.nn.Module, names: list[str], label_smoothing: float)
     models, opts, calls = {}, {}, {}
     for n, v in vs.items():
         m = copy.deepcopy(base).train()
+        if v["onednn"]:
+            m = to_onednn(m, in_place=True)
         models[n] = m
         calls[n] = torch.compile(m, dynamic=True) if v["compile"] else m
         opts[n] = torch.optim.Adam(m.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-8, fused=v["fused"] or None)

@@ -283,11 +283,13 @@ def test_pool_worker_decodes_in_the_configured_dtype_with_one_copy(monkeypatch):
     monkeypatch.setattr(translate, "_POOL_MODEL", {"model": _model(5)})
     src, mask = _batch(5, n=2)
     sources = [src[i, : int(mask[i].sum())].tolist() for i in range(2)]
-    for dtype in ("bfloat16", "bfloat16", "float32", "int8", "int8"):
+    for dtype in ("bfloat16", "bfloat16", "float32", "float32", "int8", "int8"):
         translate._pool_decode((sources, DecodeConfig(dtype=dtype), 64))
     assert next(seen[0].parameters()).dtype == torch.bfloat16 and seen[1] is seen[0]
-    assert seen[2] is translate._POOL_MODEL["model"]
-    assert is_int8(seen[3]) and seen[4] is seen[3]
+    # float32: the model's own weights (on an AMD CPU in a view whose linear layers run oneDNN), made once
+    assert seen[3] is seen[2]
+    assert all(a is b for a, b in zip(seen[2].parameters(), translate._POOL_MODEL["model"].parameters(), strict=True))
+    assert is_int8(seen[4]) and seen[5] is seen[4]
 
 
 def test_pool_hands_out_the_longest_batches_first_and_translate_ids_puts_them_back(monkeypatch):

@@ -24,6 +24,7 @@ import torch
 from ..allocator import configure_allocator
 from ..checkpoint import load_checkpoint, model_from_checkpoint
 from ..config import Config, DecodeConfig, ModelConfig, build_dataclass, low_precision_refusal
+from ..cpu_gemm import to_plain, uses_onednn, with_cpu_gemm
 from ..data.dataset import encode_sources, pad_sources
 from ..data.vocab import EOS
 from ..device import get_device, slow_dtype_refusal, usable_cores
@@ -129,7 +130,7 @@ def int8_copy(model):
     with warnings.catch_warnings():  # the deprecation notices of the eager API, once per copy
         warnings.simplefilter("ignore", category=DeprecationWarning)
         warnings.simplefilter("ignore", category=UserWarning)
-        return quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear: per_channel_dynamic_qconfig})
+        return quantize_dynamic(to_plain(copy.deepcopy(model)), {torch.nn.Linear: per_channel_dynamic_qconfig})
 
 
 def model_for_dtype(model, dtype: str):
@@ -153,6 +154,16 @@ def model_for_dtype(model, dtype: str):
         return model
 
     return copy.deepcopy(model).to(target)
+
+
+def decoding_model(model, dtype: str):
+    """:func:`model_for_dtype`, then, for float32 on a CPU, the linear layers on the library the CPU runs
+    faster (:func:`structnmt.cpu_gemm.with_cpu_gemm`: oneDNN on AMD CPUs; a view sharing the weights, the
+    caller's model unchanged)."""
+    out = model_for_dtype(model, dtype)
+    if dtype == "float32" and next(out.parameters()).device.type == "cpu" and not uses_onednn(out):
+        out = with_cpu_gemm(out, in_place=False)
+    return out
 
 
 def decode_batch(model, src: torch.Tensor, src_mask: torch.Tensor, dcfg: DecodeConfig, max_positions: int,
@@ -199,7 +210,7 @@ def translate_ids(
     check_decode_cuda_graphs(model, dcfg)
 
     def decoded_here():
-        model_d = model_for_dtype(model, dcfg.dtype)
+        model_d = decoding_model(model, dcfg.dtype)
         for idx in batches:
             src, mask = pad_sources([sources[i] for i in idx])
             structures = None
@@ -322,7 +333,7 @@ def _pool_decode(task) -> list:
     sources, dcfg, max_positions = task
     src, mask = pad_sources(sources)
     if dcfg.dtype not in _POOL_MODEL:  # the worker's model never changes: one copy per number format
-        _POOL_MODEL[dcfg.dtype] = model_for_dtype(_POOL_MODEL["model"], dcfg.dtype)
+        _POOL_MODEL[dcfg.dtype] = decoding_model(_POOL_MODEL["model"], dcfg.dtype)
     return decode_batch(_POOL_MODEL[dcfg.dtype], src, mask, dcfg, max_positions)
 
 

@@ -1,0 +1,152 @@
+"""Which library multiplies the linear layers' float32 matrices on the CPU: MKL or oneDNN.
+
+PyTorch's CPU build multiplies float32 matrices with Intel's MKL (``torch.mm``, ``F.linear``). On AMD CPUs
+MKL does not take its fastest code paths, and oneDNN — also inside every PyTorch CPU build, where it serves
+bfloat16 and convolutions — is faster for the shapes of a small Transformer. Measured on a 2-core AMD EPYC
+(family 26, AVX-512; 2 threads; benchmarks/bench_gemm.py and benchmarks/README.md): a linear layer's forward
+over 4,096 tokens, d 128 -> 256, 2.1x faster with oneDNN; its input gradient 2.2x; the 10,000-way output
+projection of a decoding step (640 hypotheses) 2.9x. The weight gradient is the exception: over many tokens
+into a large output (10,000 x 128 from 4,096 tokens) oneDNN is slower than MKL, so it stays with MKL.
+
+:class:`OneDNNLinear` is an ``nn.Linear`` whose forward and input gradient run oneDNN's fp32 inner-product
+kernel (PyTorch's ``mkldnn::_linear_pointwise``, the kernel its own compiler emits for CPU linear layers) and
+whose weight gradient runs ``torch.mm``; the arithmetic is float32 either way, summed in another order
+(results within float32 rounding of MKL's: tests/test_cpu_gemm.py). :func:`with_cpu_gemm` gives a model whose
+``nn.Linear`` modules are OneDNNLinear sharing the same parameters, when the backend chosen is oneDNN:
+
+* ``STRUCTNMT_CPU_GEMM=auto`` (the default): oneDNN on AMD CPUs, MKL elsewhere (on Intel CPUs MKL is
+  PyTorch's tuned default, not measured against oneDNN here);
+* ``STRUCTNMT_CPU_GEMM=onednn`` or ``mkl``: that library, whatever the CPU.
+
+Applied where the toolkit runs float32 on the CPU: the trainer's model (``structnmt train`` and the runner),
+and the decoder of ``translate`` and validation BLEU (:func:`structnmt.decode.translate.model_for_dtype`).
+bfloat16 already runs on oneDNN in PyTorch; int8 has its own kernels (FBGEMM); a GPU is not touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
+
+from .errors import UserError
+
+ENV = "STRUCTNMT_CPU_GEMM"
+CHOICES = ("auto", "onednn", "mkl")
+
+
+@functools.lru_cache(maxsize=1)
+def onednn_available() -> bool:
+    """Whether this PyTorch has oneDNN's linear kernel (every x86 CPU build does)."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def cpu_vendor() -> str | None:
+    """The CPU's vendor id (``/proc/cpuinfo``: GenuineIntel, AuthenticAMD, ...), or None where unknown."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def backend() -> str:
+    """``"onednn"`` or ``"mkl"``: the library the CPU's float32 linear layers use, from ``STRUCTNMT_CPU_GEMM``."""
+    choice = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if choice not in CHOICES:
+        raise UserError(f"{ENV}={os.environ[ENV]!r}: give auto (oneDNN on AMD CPUs, MKL elsewhere), onednn or mkl.")
+    if choice == "auto":
+        choice = "onednn" if cpu_vendor() == "AuthenticAMD" else "mkl"
+    if choice == "onednn" and not onednn_available():
+        raise UserError(f"{ENV}=onednn: this PyTorch has no oneDNN linear kernel; set {ENV}=mkl (or auto).")
+    return choice
+
+
+def _onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """x (M, K) @ weight (N, K)^T + bias (N,) by oneDNN's float32 inner product -> (M, N)."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+class _OneDNNLinearFn(torch.autograd.Function):
+    """y = x W^T + b (x (M, K), W (N, K), b (N,) or None): forward and dx = dy W by oneDNN, dW = dy^T x by torch.mm."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _onednn(x, weight, bias)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor):
+        x, weight = ctx.saved_tensors
+        grad = grad.contiguous()
+        gx = _onednn(grad, weight.t(), None) if ctx.needs_input_grad[0] else None
+        gw = torch.mm(grad.t(), x) if ctx.needs_input_grad[1] else None
+        gb = grad.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return gx, gw, gb
+
+
+class OneDNNLinear(nn.Linear):
+    """``nn.Linear`` on oneDNN for float32 CPU tensors (see the module docstring); anything else as nn.Linear.
+
+    input (..., in_features) -> (..., out_features); the same parameters and state dict as nn.Linear."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        if not (input.device.type == "cpu" and input.dtype == torch.float32 and self.weight.dtype == torch.float32
+                and input.numel() and not torch.is_autocast_enabled("cpu")):
+            return F.linear(input, self.weight, self.bias)
+        lead = input.shape[:-1]
+        out = _OneDNNLinearFn.apply(input.reshape(-1, self.in_features), self.weight, self.bias)
+        return out.view(*lead, self.out_features)
+
+
+def uses_onednn(model: nn.Module) -> bool:
+    """Whether any linear layer of ``model`` is a :class:`OneDNNLinear`."""
+    return any(isinstance(m, OneDNNLinear) for m in model.modules())
+
+
+def with_cpu_gemm(model: nn.Module, *, in_place: bool) -> nn.Module:
+    """``model`` with its linear layers on the library :func:`backend` chooses: MKL, ``model`` itself; oneDNN,
+    :func:`to_onednn` (``in_place`` for a trainer's own model; a decoder's view of a model the caller keeps
+    swaps a copy of the module tree that shares every parameter)."""
+    return to_onednn(model, in_place=in_place) if backend() == "onednn" else model
+
+
+def to_onednn(model: nn.Module, *, in_place: bool) -> nn.Module:
+    """``model`` with every ``nn.Linear`` module (exactly that class) a :class:`OneDNNLinear` holding the same
+    parameters (tied weights stay tied). ``in_place``: swapped in ``model``; otherwise in a copy of the module
+    tree sharing every parameter and buffer with ``model`` (no weight copied). A model without such a module
+    is returned as it is."""
+    if not any(type(m) is nn.Linear for m in model.modules()):
+        return model
+    if not in_place:
+        shared = {id(t): t for t in [*model.parameters(), *model.buffers()]}
+        model = copy.deepcopy(model, memo=shared)
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:
+                swapped = OneDNNLinear.__new__(OneDNNLinear)
+                swapped.__dict__.update(child.__dict__)  # the same parameters and hooks
+                setattr(parent, name, swapped)
+    return model
+
+
+def to_plain(model: nn.Module) -> nn.Module:
+    """``model`` with every :class:`OneDNNLinear` an ``nn.Linear`` again holding the same parameters, in place
+    (before PyTorch's int8 quantization, which converts modules of exactly that class)."""
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is OneDNNLinear:
+                plain = nn.Linear.__new__(nn.Linear)
+                plain.__dict__.update(child.__dict__)
+                setattr(parent, name, plain)
+    return model

@@ -135,3 +135,18 @@ def test_the_trainer_puts_its_cpu_model_on_the_chosen_library(monkeypatch, tmp_p
     t.train()
     assert any(("linear layers on oneDNN" in line) == (choice == "onednn") for line in lines if "parameters" in line)
     assert t.state.num_updates == 2
+
+
+def test_the_gemm_benchmark_times_every_product_and_checks_they_agree(monkeypatch, tmp_path, capsys):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_gemm
+
+    monkeypatch.setattr(bench_gemm, "SHAPES", [("small", 16, 8, 12)])
+    assert bench_gemm.main(["--threads", "1", "--rounds", "1", "--calls", "2", "--out", str(tmp_path / "t.md")]) == 0
+    rows = [line for line in (tmp_path / "t.md").read_text().splitlines() if line.startswith("| small")]
+    assert [r.split("|")[1].strip() for r in rows] == ["small: forward", "small: input gradient",
+                                                      "small: weight gradient"]
+    assert all(float(r.split("|")[-2]) < 1e-5 for r in rows)  # the two libraries agree within float32 rounding

@@ -63,6 +63,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from structnmt.device import cpu_model_name
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "multi30k_transformer_tiny.yaml"
 
@@ -159,17 +161,6 @@ def train_fairseq_processes(venv: Path, bin_dir: Path, work: Path, args, env: di
     # rank 0 logs the statistics summed over all processes (wpb and wps are totals)
     wps = [float(json.loads(m.group(1))["wps"]) for m in re.finditer(r"\| train_inner \| (\{.*\})", outs[0])]
     return median_after(wps, args.skip)
-
-
-def cpu_name() -> str:
-    """The CPU's model name (Linux), so that a table says which machine it was measured on."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 ISA_LIMITS = {"native": {},
@@ -397,7 +388,7 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
 
     gpu = f", GPU {gpu_name()}, mixed precision (fairseq --fp16, structnmt bf16)" if args.device == "cuda" else ""
-    print(f"# bench_fairseq {datetime.date.today()} {platform.machine()} {cpu_name()}, {os.cpu_count()} cores{gpu}, "
+    print(f"# bench_fairseq {datetime.date.today()} {platform.machine()} {cpu_model_name()}, {os.cpu_count()} cores{gpu}, "
           f"{args.threads} thread(s), {args.updates} updates x {args.rounds} rounds each, data {args.data}"
           + (f", kernels held to {args.cpu_isa} ({' '.join(f'{k}={v}' for k, v in ISA_LIMITS[args.cpu_isa].items())})"
              if args.cpu_isa != "native" else "")

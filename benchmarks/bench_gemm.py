@@ -16,7 +16,6 @@ rounding (checked here on every shape, printed as the largest relative differenc
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import time
@@ -26,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from structnmt.cpu_gemm import _onednn, cpu_vendor
+from structnmt.device import cpu_model_name
 
 #: (name, rows M, in K, out N): transformer_tiny's linear layers in training and in a decoding step
 SHAPES = [
@@ -37,16 +37,6 @@ SHAPES = [
     ("decoding step: FFN in d -> 256", 640, 128, 256),
     ("decoding step: output projection d -> 10,000", 640, 128, 10000),
 ]
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def products(M: int, K: int, N: int):
@@ -80,7 +70,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="also write the table here")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    lines = [f"# bench_gemm {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: {cpu_name()} ({cpu_vendor()}), "
+    lines = [f"# bench_gemm {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: {cpu_model_name()} ({cpu_vendor()}), "
              f"torch {torch.__version__}, {args.threads} thread(s), median of {args.rounds} rounds x {args.calls} calls",
              "", "| product | shape M x K -> N | MKL ms | oneDNN ms | MKL / oneDNN | largest rel. difference |",
              "|---|---|---:|---:|---:|---:|"]

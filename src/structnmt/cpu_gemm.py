@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
+from .device import cpuinfo
 from .errors import UserError
 
 ENV = "STRUCTNMT_CPU_GEMM"
@@ -48,14 +49,7 @@ def onednn_available() -> bool:
 
 def cpu_vendor() -> str | None:
     """The CPU's vendor id (``/proc/cpuinfo``: GenuineIntel, AuthenticAMD, ...), or None where unknown."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        return None
-    return None
+    return cpuinfo("vendor_id")
 
 
 def backend() -> str:

@@ -44,16 +44,29 @@ def set_threads(n: int, key: str = "train.threads") -> None:
     torch.set_num_threads(n)
 
 
-def cpu_flags() -> set[str] | None:
-    """The CPU's feature flags (``/proc/cpuinfo``), or None where they cannot be read (not Linux)."""
+def cpuinfo(field: str) -> str | None:
+    """The value of ``field`` (``model name``, ``vendor_id``, ...) in ``/proc/cpuinfo``, or None where unknown."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+                if line.startswith(field):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         return None
     return None
+
+
+def cpu_model_name() -> str:
+    """The CPU's model name, so that a benchmark's table says which machine it was measured on."""
+    import platform
+
+    return cpuinfo("model name") or platform.processor() or "unknown CPU"
+
+
+def cpu_flags() -> set[str] | None:
+    """The CPU's feature flags (``/proc/cpuinfo``), or None where they cannot be read (not Linux)."""
+    flags = cpuinfo("flags")
+    return None if flags is None else set(flags.split())
 
 
 def cpu_has_bfloat16() -> bool | None:

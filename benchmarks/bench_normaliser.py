@@ -32,7 +32,7 @@ from structnmt.allocator import configure_allocator
 from structnmt.decode.beam import _chunk_size, topk_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_fairseq import cpu_name  # noqa: E402
+from structnmt.device import cpu_model_name  # noqa: E402
 
 
 def topk_gather(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,7 +94,7 @@ def main() -> None:
         res.setdefault("gather", []).append(timed(lambda: topk_gather(lp, args.k), args.calls, args.rounds))
         res.setdefault("index_select", []).append(timed(lambda: topk_rows(lp, args.k), args.calls, args.rounds))
     ms = {k: min(v) for k, v in res.items()}
-    print(f"# bench_normaliser {datetime.date.today()} {platform.machine()} {cpu_name()}, "
+    print(f"# bench_normaliser {datetime.date.today()} {platform.machine()} {cpu_model_name()}, "
           f"{args.threads} thread(s), logits ({args.rows}, {args.vocab}), k={args.k}")
     print("| variant | ms per call | ratio |")
     print("|---|---:|---:|")

@@ -36,7 +36,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from bench_fairseq import cpu_name
+
+from structnmt.device import cpu_model_name
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "multi30k"
@@ -308,7 +309,7 @@ def main(argv=None) -> int:
             args.out.mkdir(parents=True, exist_ok=True)
             (args.out / "chunks.json").write_text(json.dumps(res, indent=1) + "\n")
         return 0
-    results: dict = {"machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
+    results: dict = {"machine": {"cpu": cpu_model_name(), "cores": os.cpu_count(), "python": platform.python_version(),
                                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}}
     for n in args.sizes:
         print(f"== {n:,} pairs", flush=True)

@@ -332,3 +332,23 @@ def test_every_option_says_what_it_does():
     silent = [f"{name} {a.option_strings[-1]}" for name, sub in commands.items() for a in sub._actions
               if a.option_strings and not a.help]
     assert silent == []
+
+
+def test_translate_on_either_cpu_gemm_library_writes_the_same_translations_and_refuses_cuda_graphs_here(
+        trained, monkeypatch):
+    work = trained
+    args = ("translate", "--checkpoint", str(work / "avg.pt"), "--input", str(work / "corpus" / "test.src"),
+            "--workers", "1")
+    outs = {}
+    for choice in ("mkl", "onednn"):
+        monkeypatch.setenv("STRUCTNMT_CPU_GEMM", choice)
+        outs[choice] = run(*args).stdout
+    assert outs["mkl"] == outs["onednn"] and len(outs["mkl"].splitlines()) == 200
+    monkeypatch.setenv("STRUCTNMT_CPU_GEMM", "blas")
+    bad = run(*args, check=False)
+    assert bad.returncode != 0 and "STRUCTNMT_CPU_GEMM='blas': give auto" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    monkeypatch.delenv("STRUCTNMT_CPU_GEMM")
+    graphs = run(*args, "--cuda-graphs", check=False)
+    assert graphs.returncode != 0 and "Traceback" not in graphs.stderr
+    assert "decode.cuda_graphs: CUDA graphs are a CUDA feature and this model decodes on cpu" in graphs.stderr

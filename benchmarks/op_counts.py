@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grid_rows import grid_rows, row_trainer, step_groups  # noqa: E402
 
+from structnmt.cpu_gemm import to_plain  # noqa: E402
 from structnmt.experiment.grid import load_grid  # noqa: E402
 from structnmt.nn import matrix_tree  # noqa: E402
 from structnmt.op_count import OpCounter  # noqa: E402
@@ -38,6 +39,9 @@ from structnmt.op_count import OpCounter  # noqa: E402
 def count_row(cfg, steps: int, checkpoint: Path | None = None) -> dict:
     """Mean operator calls, kernels and host reads per training step of ``cfg`` over ``steps`` steps."""
     with row_trainer(cfg, checkpoint) as trainer:
+        # the linear layers as a GPU runs them (nn.Linear: addmm / mm), whatever the CPU's library choice (on an
+        # AMD CPU the trainer puts them on oneDNN, one call where autograd's addmm and its backward are several)
+        to_plain(trainer.model)
         groups = step_groups(trainer, steps + 1)
         trainer.train_step(groups[0])  # first-call set-up (lazy buffers, caches) is not a step's cost
         for key in matrix_tree.STATS:

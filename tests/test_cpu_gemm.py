@@ -53,6 +53,33 @@ def test_the_onednn_layer_computes_what_nn_linear_does_with_its_gradients(shape,
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("grads", [(True, True, True), (True, False, False), (False, True, False),
+                                   (False, False, True), (False, True, True)])
+def test_every_gradient_asked_for_comes_from_the_kernels_it_should(monkeypatch, grads):
+    """Forward and input gradient on oneDNN (two kernel calls when x needs its gradient, one otherwise), the
+    weight's and bias's gradients as nn.Linear's, whichever of x, weight and bias require one."""
+    calls = []
+    real = cpu_gemm._onednn
+    monkeypatch.setattr(cpu_gemm, "_onednn", lambda *a: calls.append(a[0].shape) or real(*a))
+    torch.manual_seed(1)
+    plain = nn.Linear(6, 5)
+    fast = to_onednn(nn.Sequential(plain), in_place=False)[0]
+    x = torch.randn(4, 3, 6)
+    results = []
+    for layer in (plain, fast):
+        xi = x.clone().requires_grad_(grads[0])
+        layer.weight.requires_grad_(grads[1])
+        layer.bias.requires_grad_(grads[2])
+        layer(xi).pow(2).sum().backward()
+        results.append([t.grad.clone() if t.grad is not None else None for t in (xi, layer.weight, layer.bias)])
+        layer.zero_grad(set_to_none=True)
+    assert len(calls) == 1 + grads[0]
+    for got, want, asked in zip(results[1], results[0], grads, strict=True):
+        assert (got is None) == (not asked)
+        if asked:
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_other_dtypes_and_autocast_take_nn_linear(monkeypatch):
     layer = to_onednn(nn.Sequential(nn.Linear(8, 4)), in_place=True)[0]
     calls = []
@@ -133,15 +160,16 @@ def test_the_trainer_puts_its_cpu_model_on_the_chosen_library(monkeypatch, tmp_p
     t = trainer.Trainer(cfg, log=lines.append)
     assert uses_onednn(t.model) == (choice == "onednn")
     t.train()
-    assert any(("linear layers on oneDNN" in line) == (choice == "onednn") for line in lines if "parameters" in line)
+    (summary,) = [line for line in lines if line.startswith("model: ")]
+    assert summary.endswith("; linear layers on oneDNN (STRUCTNMT_CPU_GEMM).") == (choice == "onednn")
+    assert summary.endswith("process(es).") == (choice == "mkl")
     assert t.state.num_updates == 2
 
 
 def test_the_gemm_benchmark_times_every_product_and_checks_they_agree(monkeypatch, tmp_path, capsys):
-    import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import bench_gemm
 
     monkeypatch.setattr(bench_gemm, "SHAPES", [("small", 16, 8, 12)])

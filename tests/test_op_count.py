@@ -6,6 +6,7 @@ loop over positions fails here."""
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 
@@ -101,10 +102,11 @@ def test_a_training_step_reads_the_device_once(parsed_data):
     assert ops.reads == 2 and stats["gnorm"] > 0 and stats["loss"] > 0
 
 
-def test_the_matrix_tree_rows_against_their_baselines(parsed_data):
+def test_the_matrix_tree_rows_against_their_baselines(parsed_data, monkeypatch):
     """benchmarks/op_counts.py's table on a small dataset: structured attention costs at most 1.5 times the
     Transformer's calls a step at initialisation, and SA-NMT at most 1.5 times the RNN's even when every step
     takes the exact elimination (its arc scorer's weights scaled up; 1.81 times before)."""
+    monkeypatch.setenv("STRUCTNMT_CPU_GEMM", "mkl")  # the trainer below counts nn.Linear's calls on any CPU
     names = ["Transformer", "Structured attention (Transformer, layer 1)", "SA-NMT (shared)", "RNN (NMT)"]
     rows = {name: op_counts.count_row(cfg, 2) for name, cfg in grid_rows(GRID, parsed_data, ["data.max_tokens=300"],
                                                                           names)}
@@ -125,6 +127,16 @@ def test_the_matrix_tree_rows_against_their_baselines(parsed_data):
         eliminated = matrix_tree.STATS["exact_elimination"] - before
     assert eliminated > 0
     assert ops.total / 2 <= 1.5 * rows["RNN (NMT)"]["ops"]
+
+
+def test_the_benchmark_counts_the_linear_layers_as_a_gpu_runs_them_whatever_the_cpus_library(parsed_data,
+                                                                                              monkeypatch):
+    ((_, cfg),) = grid_rows(GRID, parsed_data, ["data.max_tokens=300"], ["Transformer"])
+    counts = {}
+    for choice in ("mkl", "onednn"):
+        monkeypatch.setenv("STRUCTNMT_CPU_GEMM", choice)
+        counts[choice] = op_counts.count_row(copy.deepcopy(cfg), 1)["ops"]
+    assert counts["onednn"] == counts["mkl"] > 0
 
 
 def test_a_phrase_layout_reads_the_device_once():

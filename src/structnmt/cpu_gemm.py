@@ -14,13 +14,16 @@ whose weight gradient runs ``torch.mm``; the arithmetic is float32 either way, s
 (results within float32 rounding of MKL's: tests/test_cpu_gemm.py). :func:`with_cpu_gemm` gives a model whose
 ``nn.Linear`` modules are OneDNNLinear sharing the same parameters, when the backend chosen is oneDNN:
 
-* ``STRUCTNMT_CPU_GEMM=auto`` (the default): oneDNN on AMD CPUs, MKL elsewhere (on Intel CPUs MKL is
-  PyTorch's tuned default, not measured against oneDNN here);
+* ``STRUCTNMT_CPU_GEMM=auto`` (the default): oneDNN on AMD CPUs (and Hygon's, which are Zen cores: not measured),
+  MKL elsewhere (on Intel CPUs MKL is PyTorch's tuned default, not measured against oneDNN here);
 * ``STRUCTNMT_CPU_GEMM=onednn`` or ``mkl``: that library, whatever the CPU.
 
 Applied where the toolkit runs float32 on the CPU: the trainer's model (``structnmt train`` and the runner),
-and the decoder of ``translate`` and validation BLEU (:func:`structnmt.decode.translate.model_for_dtype`).
-bfloat16 already runs on oneDNN in PyTorch; int8 has its own kernels (FBGEMM); a GPU is not touched.
+and the decoder of ``translate`` and validation BLEU (:func:`structnmt.decode.translate.decoding_model`).
+bfloat16 already runs on oneDNN in PyTorch; int8 has its own kernels (FBGEMM); a GPU is not touched. The
+layer's backward is first-order only (``once_differentiable``): a double backward through a linear layer, or a
+``torch.func`` transform of it, raises instead of computing (nothing in the toolkit does either; the matrix-tree
+marginals' second derivative never reaches a linear layer).
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from .errors import UserError
 
 ENV = "STRUCTNMT_CPU_GEMM"
 CHOICES = ("auto", "onednn", "mkl")
+ZEN_VENDORS = ("AuthenticAMD", "HygonGenuine")
+"""CPU vendor ids whose CPUs get oneDNN under ``auto``: AMD's, and Hygon's (licensed Zen cores)."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -58,7 +63,7 @@ def backend() -> str:
     if choice not in CHOICES:
         raise UserError(f"{ENV}={os.environ[ENV]!r}: give auto (oneDNN on AMD CPUs, MKL elsewhere), onednn or mkl.")
     if choice == "auto":
-        choice = "onednn" if cpu_vendor() == "AuthenticAMD" else "mkl"
+        choice = "onednn" if cpu_vendor() in ZEN_VENDORS else "mkl"
     if choice == "onednn" and not onednn_available():
         raise UserError(f"{ENV}=onednn: this PyTorch has no oneDNN linear kernel; set {ENV}=mkl (or auto).")
     return choice
@@ -74,7 +79,8 @@ class _OneDNNLinearFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        ctx.save_for_backward(x, weight)
+        # what the backward reads, and only that: x for the weight's gradient, the weight for x's
+        ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, weight if ctx.needs_input_grad[0] else None)
         ctx.has_bias = bias is not None
         return _onednn(x, weight, bias)
 

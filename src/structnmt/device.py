@@ -49,8 +49,9 @@ def cpuinfo(field: str) -> str | None:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
-                if line.startswith(field):
-                    return line.split(":", 1)[1].strip()
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == field:
+                    return value.strip()
     except OSError:
         return None
     return None

@@ -564,7 +564,7 @@ class Translator:
         check_dtype(self.model, dcfg.dtype)  # before the copy in that format is made
         check_dtype_speed(dcfg, self.device)
         if dcfg.dtype not in self._cast:  # this translator's model never changes: one copy per number format
-            self._cast[dcfg.dtype] = model_for_dtype(self.model, dcfg.dtype)
+            self._cast[dcfg.dtype] = decoding_model(self.model, dcfg.dtype)
         pool = self._pool_for(-(-len(todo) // dcfg.batch_size)) if self.workers != 1 else None
         hyps = translate_ids(self._cast[dcfg.dtype], [sources[j] for j in todo], dcfg, device=self.device,
                              max_positions=limit, progress=progress, structures_for=structures_for, pool=pool)

@@ -50,6 +50,14 @@ def _batch(n: int = 9, S: int = 12, seed: int = 1):
     return random_sources(seed, n, S)
 
 
+def _both(model, search: str, **option):
+    """(the ordinary search's n-best, the search's with ``option``) on the test batch: beam 4 (3-best) or greedy."""
+    src, mask = _batch()
+    if search == "beam":
+        return beam_search(model, src, mask, beam=4, nbest=3), beam_search(model, src, mask, beam=4, nbest=3, **option)
+    return greedy_search(model, src, mask), greedy_search(model, src, mask, **option)
+
+
 def _assert_same(a, b):
     for x, y in zip(a, b, strict=True):
         assert [h.tokens for h in x] == [h.tokens for h in y]
@@ -64,14 +72,7 @@ def test_fixed_shape_search_translates_as_the_ordinary_one(monkeypatch, family, 
     mask), which decoding steps on a CPU leave for two matmuls."""
     if attention_path == "sdpa":
         monkeypatch.setattr(attention, "_FEW_QUERIES", 0)
-    model = _model(family)
-    src, mask = _batch()
-    if search == "beam":
-        ordinary = beam_search(model, src, mask, beam=4, nbest=3)
-        fixed = beam_search(model, src, mask, beam=4, nbest=3, fixed_shapes=True)
-    else:
-        ordinary = greedy_search(model, src, mask)
-        fixed = greedy_search(model, src, mask, fixed_shapes=True)
+    ordinary, fixed = _both(_model(family), search, fixed_shapes=True)
     _assert_same(ordinary, fixed)
     # sentences finish at different steps (the slots of the finished ones go on computing, unread)
     assert len({len(hyps[0].tokens) for hyps in ordinary}) >= 3
@@ -193,13 +194,7 @@ def test_one_capture_per_batch_then_replays_give_the_same_translations(monkeypat
     monkeypatch.setattr(graphs, "_warm_up", lambda step: warm_ups.append(step()))
     monkeypatch.setattr(graphs, "_record", record)
     monkeypatch.setattr(beam, "cuda_graphs_refusal", lambda model, device: None)
-    model = _model(family)
-    src, mask = _batch()
-    if search == "beam":
-        ordinary = beam_search(model, src, mask, beam=4, nbest=2)
-        graphed = beam_search(model, src, mask, beam=4, nbest=2, cuda_graphs=True)
-    else:
-        ordinary, graphed = greedy_search(model, src, mask), greedy_search(model, src, mask, cuda_graphs=True)
+    ordinary, graphed = _both(_model(family), search, cuda_graphs=True)
     # the warm-up advances an RNN's state in place: undone before the capture, or every output would differ
     _assert_same(ordinary, graphed)
     longest = max(len(h[0].tokens) for h in ordinary)

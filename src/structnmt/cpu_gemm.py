@@ -131,22 +131,22 @@ def to_onednn(model: nn.Module, *, in_place: bool) -> nn.Module:
     if not in_place:
         shared = {id(t): t for t in [*model.parameters(), *model.buffers()]}
         model = copy.deepcopy(model, memo=shared)
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear:
-                swapped = OneDNNLinear.__new__(OneDNNLinear)
-                swapped.__dict__.update(child.__dict__)  # the same parameters and hooks
-                setattr(parent, name, swapped)
-    return model
+    return _swap(model, nn.Linear, OneDNNLinear)
 
 
 def to_plain(model: nn.Module) -> nn.Module:
     """``model`` with every :class:`OneDNNLinear` an ``nn.Linear`` again holding the same parameters, in place
     (before PyTorch's int8 quantization, which converts modules of exactly that class)."""
+    return _swap(model, OneDNNLinear, nn.Linear)
+
+
+def _swap(model: nn.Module, old: type[nn.Linear], new: type[nn.Linear]) -> nn.Module:
+    """Every submodule of exactly class ``old`` replaced, in place, by one of class ``new`` with the same
+    attributes (the same parameters and hooks)."""
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is OneDNNLinear:
-                plain = nn.Linear.__new__(nn.Linear)
-                plain.__dict__.update(child.__dict__)
-                setattr(parent, name, plain)
+            if type(child) is old:
+                swapped = new.__new__(new)
+                swapped.__dict__.update(child.__dict__)
+                setattr(parent, name, swapped)
     return model

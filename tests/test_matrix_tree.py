@@ -209,7 +209,8 @@ def test_a_sentence_no_exact_path_resolves_gets_the_tempered_marginals(monkeypat
     from structnmt.nn.matrix_tree import _closed_form
 
     monkeypatch.setattr(matrix_tree, "_gth_marginals",
-                        lambda shifted, valid, pair: (torch.zeros_like(shifted), torch.zeros(len(shifted), dtype=torch.bool)))
+                        lambda shifted, valid, pair, longest=None: (torch.zeros_like(shifted),
+                                                                    torch.zeros(len(shifted), dtype=torch.bool)))
     beta = marginals(CYCLE[None], torch.tensor([3]))[0]
     pair = torch.ones(1, 3, 3, dtype=torch.bool)
     shifted = CYCLE[None] - CYCLE[None].amax(dim=1, keepdim=True)

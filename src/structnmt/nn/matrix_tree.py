@@ -51,13 +51,14 @@ check alone left gradients off by up to 10^3-10^4 times the largest true one (st
 values off by 1 (std 300 and more).
 
 Every other sentence is recomputed exactly by a second path that forms no such sums
-(:func:`_gth_marginals`): log Z = log det L-hat by Gaussian elimination in the
-Grassmann-Taksar-Heyman manner, the arcs read as a Markov chain (:func:`_gth_log_partition`: every
+(:func:`_gth_marginals`, :mod:`structnmt.nn.matrix_tree_elimination`): log Z = log det L-hat by Gaussian
+elimination in the Grassmann-Taksar-Heyman manner, the arcs read as a Markov chain (every
 pivot is a sum of the rates still there, never a difference, and the root row of eq. 13 is updated
 like one more column of rates), carried out in log space — every sum a logsumexp, so nothing underflows (no
 floor: it reads the unfloored shifted scores), nothing is subtracted, and the first and second
 derivatives are bounded weights; O(n^3) per sentence — and the marginals as the gradient of
-log Z with respect to the scores (autograd, with a graph when training). An elimination in
+log Z with respect to the scores, written out by hand (a reverse sweep; training's second derivative by
+forward-mode tangents of both sweeps). An elimination in
 linear space was tried first and rejected: e^-800 underflows and answers for another tree, and
 the double backward through pivots of e^-200 loses the training gradient to cancellation, both
 while passing every check. Measured against enumeration (benchmarks/bench_matrix_tree.py: n <= 6, 100
@@ -66,10 +67,11 @@ enumeration, its gradients within 1e-9 of the largest (an independent review, 9,
 and an mpmath reference up to n = 12: elimination values within 2e-12 and gradients within 3e-12,
 closed-form gradients within 2e-8 relative where the largest true one is at least 1e-6). On
 batches of 64 sentences of 10-30 words the elimination took 22 of 64 at std 10, 41 at std 20,
-55-61 at std 50-1,000; the whole call with its backward took 0.005 s at std 1 and 0.013-0.046 s at
-std 5-1,000 (one thread, AMD EPYC, 2026-11-28: benchmarks/results/2026-11-28-matrix-tree-calls.txt),
-and the elimination's graph holds O(n^3) numbers (725 MiB more than the closed form's 36 MiB for 16
-sentences of 100 words, measured with the elimination's earlier form, whose blocks had one column less).
+55-61 at std 50-1,000 (timings: benchmarks/results/, the latest matrix-tree file).
+
+A failed sentence's closed-form marginals are replaced, so no gradient reaches its closed form: where that
+form's intermediates are finite its backward gives the sentence exact zeros and its graph is kept; a singular
+solve would give NaN, so then the closed form is recomputed with that sentence's scores zeroed.
 
 What neither path resolves (non-finite scores) gets the last resort: its shifted scores
 multiplied by the largest power 2^-k (k >= 1) that passes the closed form's checks, the
@@ -82,7 +84,10 @@ keeps them in the closed form's range in the first place.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+
+from structnmt.nn.matrix_tree_elimination import exact_marginals
 
 STATS = {"sentences": 0, "exact_elimination": 0, "tempered": 0}
 """Sentences of this process whose marginals were computed, and how many needed the elimination
@@ -122,28 +127,33 @@ def marginals(scores: Tensor, lengths: Tensor) -> Tensor:
     col_max = torch.where(torch.isfinite(col_max), col_max, torch.zeros_like(col_max)).detach()
     raw = x - col_max  # the elimination path works in log space: it needs no floor
     shifted = raw.clamp_min(FLOOR).masked_fill(~pair, float("-inf"))
-    beta, ok = _closed_form(shifted, valid, pair)
+    beta, ok, finite = _closed_form(shifted, valid, pair)
     all_ok, sentences = torch.stack([ok.all().long(), valid.any(dim=1).sum()]).tolist()  # one read of the device
     STATS["sentences"] += sentences
     if all_ok:
         return beta.masked_fill(~pair, 0.0).to(scores.dtype)
-    # some sentences fail the check: each path's graph holds only the sentences it resolves (the failed
-    # closed form's non-finite intermediates would turn the gradients of the whole batch into NaN)
-    good, bad = ok.nonzero().squeeze(1), (~ok).nonzero().squeeze(1)
-    out = torch.zeros_like(shifted).index_put((good,), _closed_form(shifted[good], valid[good], pair[good])[0])
+    # some sentences fail the check and take another path, so no gradient reaches their closed form: where its
+    # intermediates are finite its backward gives them exact zeros; a non-finite one would give 0 * inf = NaN in
+    # their scores' gradients, so then the closed form is recomputed with their scores replaced by zeros
+    bad = (~ok).nonzero().squeeze(1)
+    valid_bad = valid[bad]
+    longest, all_finite = torch.stack([valid_bad.sum(dim=1).amax(), finite.all()]).tolist()  # one read
+    if not all_finite:
+        beta = _closed_form(shifted.masked_fill((~ok)[:, None, None] & pair, 0.0), valid, pair)[0]
     need_graph = shifted.requires_grad and torch.is_grad_enabled()
-    exact, exact_ok = _gth_marginals(raw[bad], valid[bad], pair[bad])  # with the caller's graph, if any
+    exact, exact_ok = _gth_marginals(raw[bad], valid_bad, pair[bad], int(longest))  # with the caller's graph, if any
     sel = bad[exact_ok]
     STATS["exact_elimination"] += len(sel)
     if need_graph and len(sel) and not bool(exact_ok.all()):  # a graph holding only the sentences it resolves
         exact = _gth_marginals(raw[sel], valid[sel], pair[sel])[0]
     else:
         exact = exact[exact_ok]
-    out = out.index_put((sel,), exact)
+    out = torch.zeros_like(shifted).index_put((sel,), exact)
     rest = bad[~exact_ok]
     if len(rest):
         STATS["tempered"] += len(rest)
         out = out.index_put((rest,), _tempered(shifted[rest], valid[rest], pair[rest]))
+    out = torch.where(ok[:, None, None], beta, out)
     return out.masked_fill(~pair, 0.0).to(scores.dtype)
 
 
@@ -156,7 +166,7 @@ def _tempered(shifted: Tensor, valid: Tensor, pair: Tensor) -> Tensor:
     with torch.no_grad():
         for _ in range(MAX_HALVINGS):
             temp = torch.where(ok, temp, temp / 2)
-            _, ok = _closed_form(shifted * temp[:, None, None], valid, pair)
+            ok = _closed_form(shifted * temp[:, None, None], valid, pair)[1]
             if bool(ok.all()):
                 break
     if not bool(ok.all()):  # scores scaled by 2^-64 are uniform to float64: cannot happen
@@ -164,81 +174,19 @@ def _tempered(shifted: Tensor, valid: Tensor, pair: Tensor) -> Tensor:
     return _closed_form(shifted * temp[:, None, None], valid, pair)[0]
 
 
-NEG = -1e30
-"""A finite stand-in for log 0 in the elimination (its derivatives stay finite where -inf gives NaN)."""
-
-
-def _gth_log_partition(shifted: Tensor, valid: Tensor) -> Tensor:
-    """log Z (B,) of the single-root trees of column-shifted float64 log-scores (B, n, n) (anything outside
-    the sentence is ignored): Gaussian elimination of L-hat (eq. 13) in the Grassmann-Taksar-Heyman manner,
-    carried out in log space.
-
-    Read the arcs as a Markov chain in which word d moves to h at rate A[h, d] (R[d, h] = A[h, d]), and
-    eliminate the words n-1, ..., 1 from L-hat. Rows 1.. of L-hat are the arc Laplacian's, so eliminating
-    word k from them is GTH's step on the chain: its pivot is the rate out of k into the words still there,
-    s_k = sum_{j<k} R[k, j] (the Laplacian's diagonal, read off the off-diagonal rates, never computed by a
-    subtraction), and its mass moves on, R[i, j] += R[i, k] R[k, j] / s_k (i, j < k; what returns to i
-    itself is a self-loop, never counted). Row 0 of L-hat holds the root scores r (eq. 13); the same step
-    turns it into r_j += r_k R[j, k] / s_k — again a sum of positive terms: it is the update of one more
-    destination column of R, "the root", with R[j, root] = r_j, left out of the pivots. After the last step
-    L-hat is the 1 x 1 matrix r_0, so det L-hat = Z = r_0 prod_k s_k.
-
-    Every quantity is kept as its logarithm and every sum is a logsumexp, so nothing underflows however far
-    apart the scores are (no floor), no step subtracts (relative accuracy whatever the conditioning), and
-    the first and second derivatives are bounded weights (no reciprocals of tiny pivots). Eliminating k
-    touches only the words before it, so the step works on the k x (k + 1) block of the words still there
-    and the root: sum_k k^2 ~ n^3 / 3 operations per sentence; a graph of as many numbers when training.
-
-    Operator calls: the loop runs over positions (elimination is sequential), so a step is kept to the five
-    computing calls it needs and nothing in it depends on the sentence: a padding word (k at or past its
-    sentence's length) has one arc, rate 1 to word 0, no arc into it and no root score, so eliminating it
-    is exactly a no-op (pivot log 1 = 0, and what it moves is below log 0's stand-in, which a logsumexp
-    drops bit for bit; only the pivots' sum may differ in its last bit from the sentence's alone, being
-    added in another order); no mask is read inside the loop."""
-    B, n, _ = shifted.shape
-    eye = torch.eye(n, dtype=torch.bool, device=shifted.device)
-    pair = valid[:, :, None] & valid[:, None, :]
-    log_rates = torch.where(eye | ~pair, NEG, shifted).transpose(1, 2)  # log R[d, h]
-    pad_to_first = (~valid)[:, :, None] & (torch.arange(n, device=shifted.device) == 0)[None, None, :]
-    log_rates = torch.where(pad_to_first, 0.0, log_rates)  # padding word d: rate 1 to word 0, none else
-    log_root = torch.where(valid, torch.diagonal(shifted, dim1=1, dim2=2), NEG)  # (B, n) log r_d
-    # columns: the root, then the words 0..n-1 as heads; rows: the words as movers
-    log_rates = torch.cat([log_root[:, :, None], log_rates], dim=2)  # (B, n, n + 1)
-    log_pivots = []
-    for k in range(n - 1, 0, -1):
-        # log_rates is (B, k+1, k+2): the words 0..k still there and the root
-        rows, last_row = log_rates.split([k, 1], dim=1)  # (B, k, k+2), (B, 1, k+2)
-        block, log_into = rows.split([k + 1, 1], dim=2)  # (B, k, k+1); (B, k, 1) log R[i, k], i < k
-        log_out = last_row.split([k + 1, 1], dim=2)[0]  # (B, 1, k+1) log r_k, log R[k, j] for j < k
-        log_pivot = torch.logsumexp(log_out.split([1, k], dim=2)[1], dim=-1, keepdim=True)  # (B, 1, 1)
-        log_pivots.append(log_pivot)
-        moved = log_into + (log_out - log_pivot)  # (B, k, k+1)
-        # a stacked logsumexp, not logaddexp: the latter's double backward is NaN for far-apart inputs
-        log_rates = torch.logsumexp(torch.stack([block, moved]), dim=0)
-    # log_rates is (B, 1, 2): [log r_0 as the root's column, word 0's self-rate]
-    log_z = log_rates[:, 0, 0]
-    return log_z + torch.cat(log_pivots, dim=1).sum(dim=(1, 2)) if log_pivots else log_z
-
-
-def _gth_marginals(shifted: Tensor, valid: Tensor, pair: Tensor) -> tuple[Tensor, Tensor]:
+def _gth_marginals(shifted: Tensor, valid: Tensor, pair: Tensor, longest: int | None = None) -> tuple[Tensor, Tensor]:
     """The exact marginals (B, n, n) of the sentences of ``shifted`` (column-shifted log-scores, finite
-    inside each sentence) as the gradient of :func:`_gth_log_partition` (with a graph when ``shifted`` has
-    one, so training differentiates through them), and ``ok`` (B,): finite, non-negative, columns and
-    roots summing to 1 within 1e-6 (non-finite scores are what fails it). The elimination runs on the
-    batch cut to its longest sentence (beyond it is padding, whose marginals are 0)."""
-    need_graph = shifted.requires_grad and torch.is_grad_enabled()
+    inside each sentence) by the elimination of :mod:`structnmt.nn.matrix_tree_elimination` (with a graph when
+    ``shifted`` has one, so training differentiates through them), and ``ok`` (B,): finite, non-negative,
+    columns and roots summing to 1 within 1e-6 (non-finite scores are what fails it). The elimination runs on
+    the batch cut to its longest sentence, ``longest`` where the caller has read it (beyond it is padding, whose
+    marginals are 0)."""
     # valid is a prefix mask (built from lengths): past the longest sentence everything is padding
-    m = max(int(valid.sum(dim=1).max()), 1) if valid.numel() else 1
-    if need_graph:
-        logz = _gth_log_partition(shifted[:, :m, :m].masked_fill(~pair[:, :m, :m], 0.0), valid[:, :m])
-        (beta,) = torch.autograd.grad(logz.sum(), shifted, create_graph=True)
-    else:  # decoding (no_grad or inference_mode): a graph of its own, from normal copies of the inputs
-        with torch.inference_mode(False), torch.enable_grad():
-            x, v, p = shifted.detach().clone().requires_grad_(True), valid.clone(), pair.clone()
-            logz = _gth_log_partition(x[:, :m, :m].masked_fill(~p[:, :m, :m], 0.0), v[:, :m])
-            (beta,) = torch.autograd.grad(logz.sum(), x)
-        beta = beta.detach()
-    beta = beta.masked_fill(~pair, 0.0)
+    n = shifted.shape[1]
+    if longest is None:
+        longest = int(valid.sum(dim=1).max()) if valid.numel() else 1
+    m = max(longest, 1)
+    beta = F.pad(exact_marginals(shifted[:, :m, :m], valid[:, :m]), (0, n - m, 0, n - m))
     with torch.no_grad():
         b = beta.detach()
         cols = ((b.sum(dim=1) - valid.double()).abs() <= 1e-6).all(dim=1)
@@ -247,12 +195,14 @@ def _gth_marginals(shifted: Tensor, valid: Tensor, pair: Tensor) -> tuple[Tensor
     return beta, ok
 
 
-def _closed_form(shifted: Tensor, valid: Tensor, pair: Tensor) -> tuple[Tensor, Tensor]:
+def _closed_form(shifted: Tensor, valid: Tensor, pair: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Eqs. 12-15 on column-shifted float64 log-scores (B, n, n) (-inf outside the
-    sentence) -> (beta (B, n, n), ok (B,)): ``ok`` is False for a sentence whose solve
+    sentence) -> (beta (B, n, n), ok (B,), finite (B,)): ``ok`` is False for a sentence whose solve
     failed, whose L-hat has a 1-norm condition number above :data:`COND_MAX` (its result, even a
     distribution, cannot be trusted: see there) or whose marginals are not a distribution (a negative or non-finite entry, or a
-    column or the root diagonal not summing to 1 within 1e-6): float64 could not resolve it."""
+    column or the root diagonal not summing to 1 within 1e-6): float64 could not resolve it. ``finite``: the
+    solve succeeded and its inverse is finite, so a sentence's graph gives its scores zero gradients when its
+    marginals receive none (a non-finite intermediate would give NaN)."""
     B, n, _ = shifted.shape
     device = shifted.device
     pos = torch.arange(n, device=device)
@@ -278,5 +228,6 @@ def _closed_form(shifted: Tensor, valid: Tensor, pair: Tensor) -> tuple[Tensor, 
         cols = ((b.sum(dim=1) - valid.double()).abs() <= 1e-6).all(dim=1)
         roots = (torch.diagonal(b, dim1=1, dim2=2).sum(dim=1) - 1.0).abs() <= 1e-6
         cond = lap_hat.abs().sum(dim=1).amax(dim=1) * inv.abs().sum(dim=1).amax(dim=1)  # 1-norm condition number
-        ok = (info == 0) & finite & nonneg & cols & (roots | ~valid.any(dim=1)) & (cond <= COND_MAX)
-    return beta, ok
+        solved = info == 0
+        ok = solved & finite & nonneg & cols & (roots | ~valid.any(dim=1)) & (cond <= COND_MAX)
+    return beta, ok, solved & (cond < float("inf"))  # a finite norm of the inverse: every entry finite

@@ -3,6 +3,7 @@
 are, on random score matrices; the figures of docs/sa_nmt.md and of structnmt.nn.matrix_tree's docstring.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_matrix_tree.py
+    OMP_NUM_THREADS=1 python benchmarks/bench_matrix_tree.py --memory STD   (part 3 alone, one std a process)
 
 Part 1: 100 random matrices per standard deviation (n = 2..6), each against enumeration of every tree
 (tests/test_matrix_tree.py's ``brute``): the paths taken, the largest |beta - enumeration| and the largest
@@ -10,6 +11,7 @@ gradient error (of sum(w * beta) for random w, relative to the largest true grad
 sentences not tempered. Part 2: batches of 64 sentences of 10-30 words with a graph, the paths taken and
 the seconds of the call with its backward (median of 5; a wall-clock figure: name the CPU and what else ran
 beside it) and their ratio to the batch of the same lengths at std 1, which takes the closed form alone.
+Part 3 (``--memory``): how far the process's peak memory grows for 16 sentences of 100 words with a graph.
 """
 
 from __future__ import annotations
@@ -66,7 +68,24 @@ def batch_seconds(std: float, lengths: torch.Tensor, repeats: int = 5) -> tuple[
     return statistics.median(times), mt.STATS["exact_elimination"], mt.STATS["tempered"]
 
 
+def peak_memory(std: float) -> str:
+    """How much the process's peak resident memory grows for the marginals of 16 sentences of 100 words at score
+    std ``std`` with a graph and the backward of a weighted sum (a process-wide peak: one std per process)."""
+    import resource
+
+    torch.manual_seed(0)
+    s = (torch.randn(16, 100, 100, dtype=torch.float64) * std).requires_grad_(True)
+    w = torch.randn(16, 100, 100, dtype=torch.float64)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    (mt.marginals(s, torch.full((16,), 100)) * w).sum().backward()
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024  # ru_maxrss is in KiB on Linux
+    return f"std {std:g}: peak memory grew {grown:.0f} MiB; {mt.STATS['exact_elimination']} of 16 eliminated"
+
+
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--memory":
+        print(peak_memory(float(sys.argv[2])))
+        return
     torch.manual_seed(11)
     print("| std | sentences | closed form | elimination | tempered | max abs value error | max rel gradient error |")
     print("|---:|---:|---:|---:|---:|---:|---:|")

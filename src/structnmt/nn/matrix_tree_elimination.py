@@ -27,7 +27,7 @@ the weight the logsumexp gives the moved mass, and G = d log Z / d M':
 Training differentiates the marginals once more (the loss reads them): :class:`ExactMarginals` computes the
 backward's Hessian-vector product by forward-mode tangents of both sweeps, by hand (:func:`_tangent_sweeps`;
 the Hessian of log Z is symmetric, so the backward of the marginals at a gradient v is the tangent of the
-marginals in the direction v). Operator calls per position, forward and backward together: about 55, from 98
+marginals in the direction v). Operator calls per position, forward and backward together: 45-50, from 98
 with autograd's second derivative through the forward sweep (``tests/test_op_count.py``). Values and gradients
 agree with autograd's within float64 rounding (the same arithmetic in another order; tested against it and
 against enumeration in ``tests/test_matrix_tree.py``).

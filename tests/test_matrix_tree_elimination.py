@@ -124,7 +124,30 @@ def test_the_closed_form_is_recomputed_only_when_a_failed_sentence_has_non_finit
     assert matrix_tree.STATS["exact_elimination"] == before + 1
     assert len(calls) == (1 if case == "finite" else 2)
     alone = good.clone().requires_grad_(True)
-    calls.clear()
     (marginals(alone, lengths[1:]) * w[1:]).sum().backward()
     assert torch.allclose(scores.grad[1:], alone.grad, atol=1e-15, rtol=0)
     assert torch.isfinite(scores.grad).all() and scores.grad[0].abs().max() > 0
+    hard_alone = hard[None].clone().requires_grad_(True)  # its own gradient: no share from its closed form's graph
+    (marginals(hard_alone, lengths[:1]) * w[:1]).sum().backward()
+    assert torch.equal(scores.grad[0], hard_alone.grad[0])
+
+
+def test_the_saved_tensors_are_autograds_own():
+    """Saved with save_for_backward: saved-tensor hooks (torch.autograd.graph.save_on_cpu, ...) see every step's
+    four tensors, and autograd frees them after the backward."""
+    shifted, valid, w = _batch(20.0, seed=4)
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        x = shifted.clone().requires_grad_(True)
+        beta = ExactMarginals.apply(x, valid)
+    assert len(packed) >= 4 * (shifted.shape[1] - 1)
+    (beta * w).sum().backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        (beta * w).sum().backward()
+
+
+def test_scores_no_path_resolves_are_one_sentence():
+    scores = torch.randn(1, 4, 4, dtype=torch.float64)
+    scores[0, 1, 2] = float("nan")
+    with pytest.raises(FloatingPointError, match="NaN or \\+inf .*rnn.score_cap"):
+        marginals(scores, torch.tensor([4]))

@@ -16,6 +16,7 @@ import torch
 from structnmt.config import ModelConfig, RNNConfig
 from structnmt.models import build_model
 from structnmt.nn import matrix_tree
+from structnmt.nn.matrix_tree_elimination import exact_marginals
 from structnmt.op_count import OpCounter
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -58,14 +59,48 @@ def test_the_closed_form_costs_the_same_calls_at_every_length():
     assert short == long
 
 
+def _elimination_calls(n: int, graph: bool) -> int:
+    """Calls of the exact elimination's marginals of 4 sentences of n words (with a graph: and the backward of a
+    weighted sum, training's path; without: decoding's)."""
+    gen = torch.Generator().manual_seed(n)
+    x = torch.randn(4, n, n, dtype=torch.float64, generator=gen) * 100
+    weights = torch.randn(4, n, n, dtype=torch.float64, generator=gen)
+    valid = torch.ones(4, n, dtype=torch.bool)
+    with OpCounter() as ops:
+        if graph:
+            (exact_marginals(x.requires_grad_(True), valid) * weights).sum().backward()
+        else:
+            exact_marginals(x, valid)
+    return ops.total
+
+
 def test_the_exact_elimination_costs_few_calls_per_position():
     """The elimination is a loop over positions (forward, gradient, and training's second derivative through
-    it): 45 calls a position with both derivatives written out (autograd's second derivative through the
-    forward sweep took 98; an earlier elimination with a back-substitution loop, three slices and two masks a
-    step took 296)."""
+    it): 50 calls a position with both derivatives written out, 25 without a graph (autograd's second
+    derivative through the forward sweep took 98; an earlier elimination with a back-substitution loop, three
+    slices and two masks a step took 296). And marginals() with the sentences that take it: about 100 calls
+    a call besides the loop (220 when it recomputed the closed form)."""
+    assert (_elimination_calls(24, True) - _elimination_calls(8, True)) / 16 <= 50
+    assert (_elimination_calls(24, False) - _elimination_calls(8, False)) / 16 <= 25
     (short, eliminated_short), (long, eliminated_long) = _marginal_calls(8, 100.0), _marginal_calls(24, 100.0)
-    assert eliminated_short > 0 and eliminated_long > 0
-    assert (long - short) / 16 <= 55
+    assert eliminated_short > 0 and eliminated_long > 0 and (long - short) / 16 <= 50
+    # one sentence of 6 words that fails the closed form (with a finite inverse) among 7 that pass it
+    from test_matrix_tree_elimination import _failing_but_finite
+
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randn(8, 6, 6, dtype=torch.float64, generator=gen) * 0.1
+    weights = torch.randn(8, 6, 6, dtype=torch.float64, generator=gen)
+    calls = []
+    for hard in (False, True):
+        if hard:
+            scores[0] = _failing_but_finite()
+        x = scores.clone().requires_grad_(True)
+        before = matrix_tree.STATS["exact_elimination"]
+        with OpCounter() as ops:
+            (matrix_tree.marginals(x, torch.full((8,), 6)) * weights).sum().backward()
+        assert matrix_tree.STATS["exact_elimination"] - before == int(hard)
+        calls.append(ops.total)
+    assert calls[1] - calls[0] - 5 * 50 <= 120
 
 
 @pytest.mark.parametrize("syntax, bound", [("none", 121), ("sa", 141)])

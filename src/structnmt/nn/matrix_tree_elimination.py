@@ -3,14 +3,14 @@ elimination in the Grassmann-Taksar-Heyman manner, carried out in log space, and
 derivatives written out by hand, so that a sentence the float64 closed form cannot resolve costs few operator
 calls a position (:mod:`structnmt.nn.matrix_tree` says when this path is taken and why it is exact).
 
-The elimination (:func:`_sweep`, the forward sweep; :func:`log_partition`). Read the arcs as a Markov chain in which word d moves
-to h at rate A[h, d] (R[d, h] = A[h, d]), with one more destination column, "the root", R[d, root] = r_d (eq. 13's
-row of root scores). Eliminate the words n-1, ..., 1: eliminating word k (the last row of the (k+1) x (k+2) block
-of the words still there, columns [root, word 0, ..., word k]) takes its pivot, the rate out of k into the words
-still there, s_k = sum_{j<k} R[k, j] (never a difference: the Laplacian's diagonal read off the off-diagonal
-rates), and moves its mass on, R[i, j] += R[i, k] R[k, j] / s_k for i < k and j in [root, 0, ..., k-1] (what
-returns to i itself is a self-loop, never counted as a rate). After the last step the block is 1 x 2, its first
-entry r_0, and Z = det L-hat = r_0 prod_k s_k. Every quantity is a logarithm and every sum a logsumexp:
+The elimination (:func:`_sweep`, the forward sweep; :func:`log_partition`). Read the arcs as a Markov chain in
+which word d moves to h at rate A[h, d] (R[d, h] = A[h, d]), with one more destination column, "the root",
+R[d, root] = r_d (eq. 13's row of root scores). Eliminate the words n-1, ..., 1: eliminating word k (the last row of the
+(k+1) x (k+2) block of the words still there, columns [root, word 0, ..., word k]) takes its pivot, the rate out of
+k into the words still there, s_k = sum_{j<k} R[k, j] (never a difference: the Laplacian's diagonal read off the
+off-diagonal rates), and moves its mass on, R[i, j] += R[i, k] R[k, j] / s_k for i < k and j in [root, 0, ..., k-1]
+(what returns to i itself is a self-loop, never counted as a rate). After the last step the block is 1 x 2, its
+first entry r_0, and Z = det L-hat = r_0 prod_k s_k. Every quantity is a logarithm and every sum a logsumexp:
 
     lp_k = logsumexp_{j<k} M[k, 1 + j]                   (the log pivot; M[k, 0] is the root column)
     moved = M[i, k + 1] + M[k, j] - lp_k                 (i < k, j <= k: the columns root, 0, ..., k-1)
@@ -27,17 +27,21 @@ the weight the logsumexp gives the moved mass, and G = d log Z / d M':
 Training differentiates the marginals once more (the loss reads them): :class:`ExactMarginals` computes the
 backward's Hessian-vector product by forward-mode tangents of both sweeps, by hand (:func:`_tangent_sweeps`;
 the Hessian of log Z is symmetric, so the backward of the marginals at a gradient v is the tangent of the
-marginals in the direction v). Operator calls per position, forward and backward together: 45-50, from 98
-with autograd's second derivative through the forward sweep (``tests/test_op_count.py``). Values and gradients
-agree with autograd's within float64 rounding (the same arithmetic in another order; tested against it and
-against enumeration in ``tests/test_matrix_tree.py``).
+marginals in the direction v). Operator calls per position: 50 forward and backward together (40 of them
+kernels; 98 with autograd's second derivative through the forward sweep), 25 without a graph
+(``tests/test_op_count.py``). Values and gradients agree with autograd's within float64 rounding (the same
+arithmetic in another order; ``tests/test_matrix_tree_elimination.py``) and with enumeration
+(``tests/test_matrix_tree.py``).
 
 A padding word (k at or past its sentence's length) has one arc, rate 1 to word 0, no arc into it and no root
-score, so eliminating it is exactly a no-op (pivot log 1 = 0, and what it moves is below log 0's stand-in
+score, so eliminating it is exactly a no-op (pivot log 1 = 0, and what it moves is at or below log 0's stand-in
 :data:`NEG`, which a logsumexp drops bit for bit); no mask is read inside the loops.
 
 Shapes: ``x`` (B, n, n) float64 column-shifted log-scores in the paper's layout ([head, dependent], root
-scores on the diagonal), finite (anything outside a sentence is ignored); ``valid`` (B, n) bool, a prefix mask.
+scores on the diagonal), anything outside a sentence ignored; ``valid`` (B, n) bool, a prefix mask. Accurate for
+finite scores to about |score| 2^-52 nats (float64's resolution of the scores themselves; float32 scores carry
+|score| 2^-24); an arc scored -inf inside a sentence can leave a word without a pivot in this order, and the
+result is then not a distribution (:mod:`structnmt.nn.matrix_tree` checks, and tempers it).
 """
 
 from __future__ import annotations
@@ -91,8 +95,9 @@ def _step_views(m: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
 
 
 def _sweep(x: Tensor, masks: tuple[Tensor, ...]) -> tuple[Tensor, list[Tensor], list[tuple]]:
-    """The forward sweep (``masks``: :func:`_layout_masks`): the last block M_0 (B, 1, 2), the log pivots (B, 1, 1) of k = n-1, ..., 1, and per step
-    what the derivatives read: the stacked [kept, moved] (2, B, k, k+1) and k's rates to the words (B, 1, k)."""
+    """The forward sweep (``masks``: :func:`_layout_masks`): the last block M_0 (B, 1, 2), the log pivots (B, 1, 1) of
+    k = n-1, ..., 1, and per step what the derivatives read: the stacked [kept, moved] (2, B, k, k+1) and k's
+    rates to the words (B, 1, k)."""
     m = _to_rates(x, masks, NEG)
     log_pivots, steps = [], []
     for k in range(x.shape[1] - 1, 0, -1):
@@ -169,16 +174,22 @@ def _tangent_sweeps(dm: Tensor, saved: list[tuple]) -> Tensor:
 class ExactMarginals(torch.autograd.Function):
     """x (B, n, n) float64 column-shifted log-scores, valid (B, n) bool -> the marginals (B, n, n), paper's
     layout, d log Z / d x, zeros outside each sentence: both sweeps by hand in the forward, the Hessian-vector
-    product by tangents in the backward (once differentiable: nothing differentiates the marginals twice)."""
+    product by tangents in the backward. Once differentiable: nothing in the toolkit differentiates the
+    marginals twice; differentiating this backward again raises (or, where the incoming gradient has no graph,
+    gives none)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, valid: Tensor) -> Tensor:
         masks = _layout_masks(valid)
         g, saved = _adjoint_sweep(_sweep(x, masks)[2], x)
-        ctx.saved, ctx.masks = saved, masks  # tensors made inside the forward (not inputs or outputs)
+        # saved as autograd's own (freed after the backward, seen by saved-tensor hooks): 4 per step, then masks
+        ctx.save_for_backward(*[t for step in saved for t in step], *masks)
         return _from_rates(g, masks)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
-        return _from_rates(_tangent_sweeps(_to_rates(grad, ctx.masks, 0.0), ctx.saved), ctx.masks), None
+        *flat, no_arc, pad_to_first, no_root, outside = ctx.saved_tensors
+        saved = [tuple(flat[i:i + 4]) for i in range(0, len(flat), 4)]
+        masks = (no_arc, pad_to_first, no_root, outside)
+        return _from_rates(_tangent_sweeps(_to_rates(grad, masks, 0.0), saved), masks), None

@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from structnmt.config import ModelConfig
 from structnmt.data.vocab import BOS, EOS
 from structnmt.decode.beam import beam_search
+from structnmt.decode.cuda_graphs import GraphPool
 from structnmt.decode.translate import model_for_dtype
 from structnmt.flops import mfu, transformer_training_flops
 from structnmt.models import build_model
@@ -168,8 +169,9 @@ def train_rate(cfg: ModelConfig, vocab: int, tokens: int, device: torch.device, 
 def decode_rate(cfg: ModelConfig, vocab: int, device: torch.device, args, graphs: bool = False) -> dict:
     """Sentences/s of beam search (beam 5, 128 sentences a batch, 20 steps) with a random ``cfg`` model, in bfloat16
     on a GPU (``decode.dtype=bfloat16``: the model cast, as ``translate`` does), float32 on a CPU. ``graphs``: with
-    ``decode.cuda_graphs`` (one capture per batch, timed with it); on a CPU the same fixed-shape steps without the
-    capture."""
+    ``decode.cuda_graphs`` with one graph pool for all batches, as ``translate`` keeps (a capture a bucket of
+    sentences, source length and output length; captures in the timed rounds are timed); on a CPU the same
+    fixed-shape steps without the capture."""
     print(f"gpu_check: decoding d={cfg.d_model}{' with CUDA graphs' if graphs else ''} ...", file=sys.stderr, flush=True)
     torch.manual_seed(1)
     model = build_model(cfg, vocab, vocab).to(device).eval()
@@ -178,7 +180,8 @@ def decode_rate(cfg: ModelConfig, vocab: int, device: torch.device, args, graphs
     sents = 128 if not args.smoke else 8
     srcs = [b.src[:sents] for b in make_batches(args.warmup + args.decode_batches, sents * 16, vocab, device)]
     kw = dict(beam=5, max_len_a=0, max_len_b=20,
-              **({"cuda_graphs": True} if graphs and device.type == "cuda" else {"fixed_shapes": graphs}))
+              **({"cuda_graphs": True, "graph_pool": GraphPool()} if graphs and device.type == "cuda"
+                 else {"fixed_shapes": graphs}))
     rounds = []
     for _ in range(args.rounds):
         for src in srcs[: args.warmup]:

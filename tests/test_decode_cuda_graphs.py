@@ -3,8 +3,8 @@
 A CUDA graph replays the kernels it recorded on the memory it recorded them on, so what must hold is checked
 here without a GPU: the fixed-shape search translates as the ordinary one; a step runs the same operators on
 tensors of the same shapes at every position and reads no device value on the host; and the capture-and-replay
-logic (warm-up undone, one capture per batch, replays writing into the captured output), with the CUDA calls
-replaced by a stand-in that replays by running the step again into the same output tensor."""
+logic (warm-up undone, one capture per batch or, with a pool, per bucket, replays writing into the captured
+output), with the CUDA calls replaced by a stand-in that replays the recorded calls on the recorded tensors."""
 
 from __future__ import annotations
 
@@ -176,10 +176,9 @@ class _ReplayedGraph:
                     recorded.copy_(new)
 
 
-@pytest.mark.parametrize("family", ["transformer", "rel_pos decoder", "rnn", "sa-nmt"])
-@pytest.mark.parametrize("search", ["beam", "greedy"])
-def test_one_capture_per_batch_then_replays_give_the_same_translations(monkeypatch, family, search):
-    made = []
+def _stand_in_graphs(monkeypatch) -> tuple[list[_ReplayedGraph], list]:
+    """The CUDA calls replaced by the stand-in: (the graphs recorded, the warm-up runs), filled as they happen."""
+    made, warm_ups = [], []
 
     def record(step):  # a capture records the kernels without running them: no write may remain
         cache = step.__self__.cache
@@ -190,16 +189,60 @@ def test_one_capture_per_batch_then_replays_give_the_same_translations(monkeypat
         made.append(_ReplayedGraph(recording.calls))
         return made[-1], out.zero_()
 
-    warm_ups = []
     monkeypatch.setattr(graphs, "_warm_up", lambda step: warm_ups.append(step()))
     monkeypatch.setattr(graphs, "_record", record)
     monkeypatch.setattr(beam, "cuda_graphs_refusal", lambda model, device: None)
+    return made, warm_ups
+
+
+@pytest.mark.parametrize("family", ["transformer", "rel_pos decoder", "rnn", "sa-nmt"])
+@pytest.mark.parametrize("search", ["beam", "greedy"])
+def test_one_capture_per_batch_then_replays_give_the_same_translations(monkeypatch, family, search):
+    made, warm_ups = _stand_in_graphs(monkeypatch)
     ordinary, graphed = _both(_model(family), search, cuda_graphs=True)
     # the warm-up advances an RNN's state in place: undone before the capture, or every output would differ
     _assert_same(ordinary, graphed)
     longest = max(len(h[0].tokens) for h in ordinary)
     assert len(made) == len(warm_ups) == 1
     assert made[0].replays >= longest  # every step after the first (EOS's included) is a replay
+
+
+@pytest.mark.parametrize("family", ["transformer", "rel_pos decoder", "rnn", "sa-nmt"])
+@pytest.mark.parametrize("search", ["beam", "greedy"])
+def test_a_pool_records_once_a_bucket_and_its_later_batches_replay_that_graph(monkeypatch, family, search):
+    """Batches of other sizes and lengths in one bucket (up to 8 sentences, 16 source positions, 24 output
+    positions) replay the graph the first recorded, on its tensors written in place: a tensor handed over anew
+    would not be seen by the stand-in's replays, and the translations would differ from the ordinary search."""
+    made, _ = _stand_in_graphs(monkeypatch)
+    pool = graphs.GraphPool()
+    model = _model(family)
+    buckets = set()
+    for n, S, seed in [(7, 12, 1), (5, 11, 2), (8, 10, 3), (11, 12, 4), (3, 12, 5)]:
+        src, mask = random_sources(seed, n, S)
+        if search == "beam":
+            ordinary = beam_search(model, src, mask, beam=4, nbest=3)
+            pooled = beam_search(model, src, mask, beam=4, nbest=3, cuda_graphs=True, graph_pool=pool)
+        else:
+            ordinary, pooled = greedy_search(model, src, mask), greedy_search(model, src, mask, cuda_graphs=True,
+                                                                              graph_pool=pool)
+        _assert_same(ordinary, pooled)
+        capacity = int(beam._max_lens(mask, 1.2, 10, 1023).max())
+        buckets.add((-(-n // 8), -(-src.shape[1] // 8), -(-capacity // 8)))
+    assert len(made) == len(buckets) < 5  # one recording a bucket, and some batch replayed another's
+    assert len(pool._steps) == len(buckets)
+
+
+def test_an_encoder_output_is_padded_with_masked_positions_and_repeated_sentences():
+    from structnmt.models.rnn import RNNEncoderOutput
+    from structnmt.models.transformer import EncoderOutput
+
+    memory, mask = torch.randn(2, 3, 4), torch.tensor([[True, True, False], [True, True, True]])
+    enc = RNNEncoderOutput(memory, mask, init=(torch.randn(2, 1, 4), torch.randn(2, 1, 4)), syntax=torch.randn(2, 3, 4))
+    out = enc.padded(4, 8)
+    assert out.memory.shape == (4, 8, 4) and out.syntax.shape == (4, 8, 4) and out.init[0].shape == (4, 1, 4)
+    assert torch.equal(out.memory[:2, :3], memory) and not out.memory[:, 3:].any() and not out.mask[:, 3:].any()
+    assert torch.equal(out.mask[2, :3], mask[0]) and torch.equal(out.init[1][3], enc.init[1][0])
+    assert EncoderOutput(memory, mask, structures={"tags": torch.zeros(2, 3)}).padded(4, 8) is None  # not ours to pad
 
 
 def test_a_decoding_longer_than_the_models_positions_is_refused_before_any_step():
@@ -255,6 +298,23 @@ def test_a_training_that_would_validate_with_cuda_graphs_on_the_cpu_is_refused_b
     with pytest.raises(UserError, match="decode.cuda_graphs: CUDA graphs are a CUDA feature"):
         trainer.Trainer(cfg, log=lambda *a: None)
     assert not (tmp_path / "run" / "checkpoint_last.pt").exists()
+
+
+def test_translating_many_batches_records_a_graph_once_a_bucket(monkeypatch):
+    """translate_ids with decode.cuda_graphs: its batches share one pool, so each bucket's graph is recorded once;
+    the translations are those decoded without the option."""
+    import structnmt.decode.translate as translate
+
+    made, _ = _stand_in_graphs(monkeypatch)
+    monkeypatch.setattr(translate, "cuda_graphs_refusal", lambda model, device: None)
+    model = _model()
+    src, mask = random_sources(7, 40, 14, shortest=10)
+    sources = [row[m].tolist() for row, m in zip(src, mask)]
+    kw = dict(device=torch.device("cpu"), max_positions=64)
+    plain = translate_ids(model, sources, DecodeConfig(beam=3, batch_size=5), **kw)
+    graphed = translate_ids(model, sources, DecodeConfig(beam=3, batch_size=5, cuda_graphs=True), **kw)
+    assert [[h.tokens for h in x] for x in graphed] == [[h.tokens for h in x] for x in plain]
+    assert 1 <= len(made) < 8  # 8 batches of 5, sorted by length: fewer buckets than batches
 
 
 def test_the_translate_option_sets_decode_cuda_graphs():

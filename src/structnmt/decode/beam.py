@@ -31,7 +31,7 @@ from torch import Tensor
 
 from ..data.vocab import BOS, EOS, PAD
 from ..nn.attention import IncrementalCache
-from .cuda_graphs import StaticSteps, cuda_graphs_refusal, static_decoding_refusal
+from .cuda_graphs import GraphPool, StaticSteps, cuda_graphs_refusal, static_decoding_refusal
 
 
 @dataclass
@@ -231,13 +231,18 @@ class _SlotSteps(StaticSteps):
         super().reorder(rows, active)
 
 
-def _make_steps(model, enc, *, beam: int, shared: bool, max_lens: Tensor, fixed_shapes: bool, cuda_graphs: bool):
-    """The search's source of logits: fixed-shape slots (``fixed_shapes`` or ``cuda_graphs``) or growing rows."""
+def _make_steps(model, enc, *, beam: int, shared: bool, max_lens: Tensor, fixed_shapes: bool, cuda_graphs: bool,
+                graph_pool: GraphPool | None = None, max_positions: int | None = None):
+    """The search's source of logits: fixed-shape slots (``fixed_shapes`` or ``cuda_graphs``; with a
+    ``graph_pool``, the pool's, reused from batch to batch) or growing rows."""
     if not (fixed_shapes or cuda_graphs):
         return _GrowingSteps(model, enc, beam=beam, shared=shared)
     refusal = (cuda_graphs_refusal(model, enc.memory.device) if cuda_graphs else static_decoding_refusal(model))
     if refusal:
         raise ValueError(f"decoding in fixed shapes: {refusal}")
+    if cuda_graphs and graph_pool is not None:
+        return graph_pool.steps(model, enc, sentences=max_lens.numel(), beam=beam, capacity=int(max_lens.max()),
+                                shared=shared, max_positions=max_positions, make=_SlotSteps)
     return _SlotSteps(model, enc, sentences=max_lens.numel(), beam=beam, capacity=int(max_lens.max()),
                       shared=shared, graphs=cuda_graphs)
 
@@ -267,6 +272,7 @@ def beam_search(
     share_source: bool = True,
     fixed_shapes: bool = False,
     cuda_graphs: bool = False,
+    graph_pool: GraphPool | None = None,
 ) -> list[list[Hypothesis]]:
     """src (B, S), src_mask (B, S) bool -> per sentence, the ``nbest`` best hypotheses.
 
@@ -283,8 +289,10 @@ def beam_search(
     differently over the shorter row and so keep another of two equal-scoring tokens.
 
     ``cuda_graphs`` (``decode.cuda_graphs``, CUDA only): every step after the first replays one CUDA graph of
-    the decoder over fixed-shape slots (:mod:`structnmt.decode.cuda_graphs`); ``fixed_shapes``: the same
-    slots without the graph (any device; the same translations as without it, sums in another order).
+    the decoder over fixed-shape slots (:mod:`structnmt.decode.cuda_graphs`); with a ``graph_pool``, the
+    batch is padded to the pool's bucket and replays the graph the bucket's first batch recorded;
+    ``fixed_shapes``: the same slots without the graph (any device; the same translations as without it, sums
+    in another order).
     """
     B = src.shape[0]
     K = beam
@@ -293,7 +301,7 @@ def beam_search(
     max_lens = _max_lens(src_mask, max_len_a, max_len_b, max_positions - 1)
     shared = share_source and K > 1 and bool(getattr(model, "shares_source_across_beam", lambda: False)())
     steps = _make_steps(model, enc, beam=K, shared=shared, max_lens=max_lens, fixed_shapes=fixed_shapes,
-                        cuda_graphs=cuda_graphs)
+                        cuda_graphs=cuda_graphs, graph_pool=graph_pool, max_positions=max_positions)
     width = 1  # rows per sentence: 1 at the first step (every hypothesis is the empty prefix), then K
     tokens = torch.full((B, 1), BOS, dtype=torch.long, device=device)
     scores = torch.zeros(B, 1, device=device)
@@ -345,6 +353,7 @@ def greedy_search(
     lenpen: float = 1.0,
     fixed_shapes: bool = False,
     cuda_graphs: bool = False,
+    graph_pool: GraphPool | None = None,
 ) -> list[list[Hypothesis]]:
     """Arg-max decoding; same output format as :func:`beam_search` (one hypothesis); ``fixed_shapes`` and
     ``cuda_graphs`` as there."""
@@ -353,7 +362,7 @@ def greedy_search(
     enc = model.encode(src, src_mask, structures or {})
     max_lens = _max_lens(src_mask, max_len_a, max_len_b, max_positions - 1)
     steps = _make_steps(model, enc, beam=1, shared=False, max_lens=max_lens, fixed_shapes=fixed_shapes,
-                        cuda_graphs=cuda_graphs)
+                        cuda_graphs=cuda_graphs, graph_pool=graph_pool, max_positions=max_positions)
     tokens = torch.full((B, 1), BOS, dtype=torch.long, device=device)
     logprob = torch.zeros(B, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)

@@ -25,9 +25,14 @@ Here both are fixed for the whole batch:
 
 On a CUDA device with ``graphs=True`` the step (the model's ``decode_static``) runs eagerly at step 0
 (which fills the source keys and values and allocates the cache), is captured at step 1 (after one untimed
-warm-up run whose writes are undone), and replayed from there on: one graph per batch. Without ``graphs``
-the same fixed-shape step runs eagerly — what the tests check on the CPU: the same translations as the
-ordinary search, the same kernels with the same shapes at every step, and no read of a device value.
+warm-up run whose writes are undone), and replayed from there on. :class:`GraphPool` keeps the steps from
+batch to batch: a batch padded to its bucket (sentences, source length and longest output rounded up to
+multiples of 8) takes the bucket's tensors, written in place, and replays the graph the bucket's first batch
+recorded: one capture a bucket, not a batch (``translate`` keeps one pool per call, a ``Translator`` one per
+number format). Without ``graphs`` the same fixed-shape step runs eagerly — what the tests check on the CPU:
+the same translations as the ordinary search, the same kernels with the same shapes at every step, no read
+of a device value, and, with a stand-in for the graph that replays the recorded calls on the recorded
+tensors, batches of a bucket translating as the ordinary search does.
 
 Models take part through two optional methods of the decoding protocol:
 ``decode_static(last_tokens (N, 1), enc, cache: StaticCache) -> logits (N, V)`` and
@@ -35,6 +40,9 @@ Models take part through two optional methods of the decoding protocol:
 """
 
 from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
 
 import torch
 from torch import Tensor
@@ -57,6 +65,25 @@ class StaticCache(IncrementalCache):
         self.position = torch.zeros((), dtype=torch.long, device=device)  # the step being decoded
         self._positions = torch.arange(capacity, device=device)
         self._grown: set[str] = set()  # the entries made by extend (keys and values written at their position)
+        self._spare: dict[str, dict[str, Tensor]] = {}  # the last batch's tensors, taken again by set and extend
+
+    def clear(self) -> None:
+        """Empty the cache for the next batch of the same shapes, keeping its tensors: a new entry takes the
+        tensors of the entry of the same name and shapes again (written into: the addresses a recorded graph
+        reads), so the next batch's steps find an empty cache as the first batch's did."""
+        self._spare = self.entries
+        self.entries, self.per_sentence, self.pending = {}, set(), {}
+        self._grown = set()
+        self.position.zero_()
+
+    def _reused(self, key: str, value: dict[str, Tensor], shapes: dict[str, list[int]]) -> dict[str, Tensor] | None:
+        """The spare entry ``key`` if its tensors have these ``shapes`` and ``value``'s dtypes, else None."""
+        spare = self._spare.pop(key, None)
+        if spare is None or spare.keys() != value.keys():
+            return None
+        if any(list(spare[n].shape) != shapes[n] or spare[n].dtype != t.dtype for n, t in value.items()):
+            return None
+        return spare
 
     def self_key_mask(self) -> Tensor:
         """(1, capacity) bool: the positions written so far, this step's included (what causality allows)."""
@@ -68,7 +95,13 @@ class StaticCache(IncrementalCache):
     def set(self, key: str, value: dict[str, Tensor], *, per_sentence: bool = False) -> None:
         entry = self.entries.get(key)
         if entry is None or per_sentence:
-            super().set(key, {name: t.contiguous().clone() for name, t in value.items()}, per_sentence=per_sentence)
+            spare = self._reused(key, value, {name: list(t.shape) for name, t in value.items()})
+            if spare is None:
+                spare = {name: t.contiguous().clone() for name, t in value.items()}
+            else:
+                for name, t in value.items():
+                    spare[name].copy_(t)
+            super().set(key, spare, per_sentence=per_sentence)
             return
         for name, t in value.items():
             entry[name].copy_(t)
@@ -76,11 +109,10 @@ class StaticCache(IncrementalCache):
     def extend(self, key: str, new: dict[str, Tensor], dim: int) -> dict[str, Tensor]:
         entry = self.entries.get(key)
         if entry is None:
-            entry = {}
-            for name, t in new.items():
-                shape = list(t.shape)
-                shape[dim] = self.capacity
-                entry[name] = t.new_zeros(shape)  # zeros: a masked key's weight is 0, and 0 * 0 stays 0
+            shapes = {name: [self.capacity if d == dim else size for d, size in enumerate(t.shape)]
+                      for name, t in new.items()}
+            # a reused buffer holds the last batch's keys past this position: masked, and finite like zeros
+            entry = self._reused(key, new, shapes) or {name: t.new_zeros(shapes[name]) for name, t in new.items()}
             self.entries[key] = entry
             self._grown.add(key)
         at = self.position.view(1)
@@ -140,16 +172,37 @@ class StaticSteps:
         device = enc.memory.device  # graphs on a CUDA device: the caller checks (cuda_graphs_refusal)
         self.model = model
         self.beam = beam
+        self.shared = shared
         self.graphs = graphs
         self.cache = StaticCache(beam if shared else 1, capacity, device)
         slots = sentences * beam
-        self.enc = enc if shared or beam == 1 else enc.reorder(
-            torch.arange(sentences, device=device).repeat_interleave(beam))
+        self.enc = self._per_slot(enc)
         self.tokens = torch.full((slots, 1), BOS, dtype=torch.long, device=device)  # each slot's last token
         self.rows = torch.arange(sentences, device=device) * beam  # the slot of each compact row
         self._all_slots = torch.arange(slots, device=device)
         self._graph = None
         self._out: Tensor | None = None
+
+    def _per_slot(self, enc):
+        """The encoder output as the step reads it: one row per sentence (shared), else one per slot."""
+        if self.shared or self.beam == 1:
+            return enc
+        return enc.reorder(torch.arange(enc.memory.shape[0], device=enc.memory.device).repeat_interleave(self.beam))
+
+    def load(self, enc, sentences: int) -> bool:
+        """Take the next batch, of the shapes of the first (``enc`` as :class:`GraphPool` pads it, ``sentences`` of
+        its rows real), into this object's tensors, written in place, so that a recorded graph replays it: False
+        (nothing changed) if its tensors' shapes differ."""
+        new = _leaves(self._per_slot(enc))
+        old = _leaves(self.enc)
+        if len(new) != len(old) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(old, new)):
+            return False
+        for a, b in zip(old, new):
+            a.copy_(b)
+        self.cache.clear()
+        self.tokens.fill_(BOS)
+        self.rows = torch.arange(sentences, device=self.tokens.device) * self.beam
+        return True
 
     def _step(self) -> Tensor:
         return self.model.decode_static(self.tokens, self.enc, self.cache)
@@ -158,10 +211,12 @@ class StaticSteps:
         """tokens (n, t): the compact rows' prefixes -> their next-token logits (n, V), a fresh tensor."""
         self.tokens.index_copy_(0, self.rows, tokens[:, -1:])
         self.cache.position.fill_(step)
-        if self._graph is not None:
+        if step == 0:  # eager: it sets what the recorded steps only read (the source keys and values, the state)
+            out = self._step()
+        elif self._graph is not None:
             self._graph.replay()
             out = self._out
-        elif self.graphs and step >= 1:
+        elif self.graphs:
             self._graph, out = _capture(self._step, self.cache)
             self._graph.replay()
             self._out = out
@@ -177,6 +232,51 @@ class StaticSteps:
         index = self._all_slots.index_put((new_rows,), parents)
         self.cache.reorder_slots(index)
         self.rows = new_rows
+
+
+def _leaves(enc) -> list[Tensor]:
+    """The tensors of an encoder output (a dataclass of tensors, tuples and dicts of them), in a fixed order."""
+    out = []
+    for f in dataclasses.fields(enc):
+        out += [t for t in torch.utils._pytree.tree_leaves(getattr(enc, f.name)) if isinstance(t, Tensor)]
+    return out
+
+
+def _round_up(n: int, multiple: int = 8) -> int:
+    return -(-n // multiple) * multiple
+
+
+class GraphPool:
+    """Fixed-shape decoding steps kept from batch to batch (``decode.cuda_graphs`` over a whole input): a batch
+    is padded to a bucket (its sentences, its source length and its longest output rounded up to multiples of
+    8; the added sentences repeat its first, never read; the added source positions masked), and every batch
+    of a bucket reuses the bucket's tensors and replays its recorded graph, so a graph is captured once a
+    bucket, not once a batch. At most ``size`` buckets are kept (the least recently used is dropped, with its
+    graph's memory). An encoder output that cannot be padded (source structures, whose layout the mechanism
+    defines) gets steps of its own, one capture for its batch."""
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self._steps: OrderedDict[tuple, StaticSteps] = OrderedDict()
+
+    def steps(self, model, enc, *, sentences: int, beam: int, capacity: int, shared: bool,
+              max_positions: int | None = None, make=None) -> StaticSteps:
+        """The steps for this batch (``make``: the :class:`StaticSteps` class to build, a subclass included)."""
+        make = make or StaticSteps
+        rows, length = _round_up(sentences), _round_up(enc.memory.shape[1])
+        capacity = _round_up(capacity) if max_positions is None else min(_round_up(capacity), max_positions)
+        padded = enc.padded(rows, length) if hasattr(enc, "padded") else None
+        if padded is None:
+            return make(model, enc, sentences=sentences, beam=beam, capacity=capacity, shared=shared, graphs=True)
+        key = (id(model), rows, length, capacity, beam, shared)
+        steps = self._steps.pop(key, None)
+        if steps is None or not steps.load(padded, sentences):
+            steps = make(model, padded, sentences=rows, beam=beam, capacity=capacity, shared=shared, graphs=True)
+            steps.rows = steps.rows[:sentences]
+        self._steps[key] = steps  # the most recently used last
+        while len(self._steps) > self.size:
+            self._steps.popitem(last=False)
+        return steps
 
 
 def _capture(step, cache: StaticCache):

@@ -35,7 +35,7 @@ from ..syntax.features import FEATURES
 from ..syntax.parse_cache import ParseCacheIndex, cached_parses, read_parse_cache
 from ..syntax.parsers import FileParser, ParserConfig, TreeReader, build_parser
 from .beam import beam_search, greedy_search
-from .cuda_graphs import cuda_graphs_refusal
+from .cuda_graphs import GraphPool, cuda_graphs_refusal
 
 
 @dataclass
@@ -167,10 +167,11 @@ def decoding_model(model, dtype: str):
 
 
 def decode_batch(model, src: torch.Tensor, src_mask: torch.Tensor, dcfg: DecodeConfig, max_positions: int,
-                 structures: dict | None = None):
-    """Beam search (or greedy when ``beam == 1`` and ``nbest == 1``) on one padded batch."""
+                 structures: dict | None = None, graph_pool: GraphPool | None = None):
+    """Beam search (or greedy when ``beam == 1`` and ``nbest == 1``) on one padded batch (``graph_pool``: with
+    ``decode.cuda_graphs``, the graphs kept from batch to batch)."""
     kw = dict(max_len_a=dcfg.max_len_a, max_len_b=dcfg.max_len_b, max_positions=max_positions,
-              structures=structures, lenpen=dcfg.lenpen, cuda_graphs=dcfg.cuda_graphs)
+              structures=structures, lenpen=dcfg.lenpen, cuda_graphs=dcfg.cuda_graphs, graph_pool=graph_pool)
     if dcfg.beam == 1 and dcfg.nbest == 1:
         return greedy_search(model, src, src_mask, **kw)
     return beam_search(model, src, src_mask, beam=dcfg.beam, nbest=dcfg.nbest, **kw)
@@ -186,6 +187,7 @@ def translate_ids(
     progress: bool = False,
     structures_for: Callable[[list[int], int], dict[str, torch.Tensor]] | None = None,
     pool: DecodePool | None = None,
+    graph_pool: GraphPool | None = None,
 ) -> list[list]:
     """Piece-id sources (with EOS) -> per sentence the n-best :class:`Hypothesis` list, in input order.
 
@@ -194,6 +196,8 @@ def translate_ids(
     ``structures_for(indices, S)`` builds the structure tensors of the sentences
     ``indices`` padded to length ``S``, for mechanisms that need them. ``pool``: the
     batches are decoded by its worker processes (same batches, same results), not here.
+    ``graph_pool``: with ``decode.cuda_graphs``, the recorded graphs to reuse (a caller that
+    translates again keeps one; by default one for this call's batches).
     """
     order = sorted((i for i in range(len(sources)) if len(sources[i]) <= max_positions), key=lambda i: len(sources[i]))
     results: list[list] = [[] for _ in sources]  # a source longer than max_positions keeps []
@@ -211,12 +215,13 @@ def translate_ids(
 
     def decoded_here():
         model_d = decoding_model(model, dcfg.dtype)
+        graphs = graph_pool if graph_pool is not None or not dcfg.cuda_graphs else GraphPool()
         for idx in batches:
             src, mask = pad_sources([sources[i] for i in idx])
             structures = None
             if structures_for is not None:
                 structures = {k: v.to(device) for k, v in structures_for(idx, src.shape[1]).items()}
-            yield decode_batch(model_d, src.to(device), mask.to(device), dcfg, max_positions, structures)
+            yield decode_batch(model_d, src.to(device), mask.to(device), dcfg, max_positions, structures, graphs)
 
     decoded = (pool.decode([[sources[i] for i in idx] for idx in batches], dcfg, max_positions)
                if pool is not None else enumerate(decoded_here()))
@@ -366,6 +371,7 @@ class Translator:
         self.device = get_device(device)
         self.model.to(self.device)
         self._cast: dict[str, torch.nn.Module] = {}  # decode.dtype -> the model in that format (made on first use)
+        self._graphs: dict[str, GraphPool] = {}  # decode.dtype -> its CUDA graphs, kept from call to call
         self.parser_cfg = None
         # parses made beforehand (structnmt parse), read instead of parsing, on demand (bounded memory)
         self.parse_cache: ParseCacheIndex | None = None
@@ -566,8 +572,10 @@ class Translator:
         if dcfg.dtype not in self._cast:  # this translator's model never changes: one copy per number format
             self._cast[dcfg.dtype] = decoding_model(self.model, dcfg.dtype)
         pool = self._pool_for(-(-len(todo) // dcfg.batch_size)) if self.workers != 1 else None
+        graphs = self._graphs.setdefault(dcfg.dtype, GraphPool()) if dcfg.cuda_graphs else None
         hyps = translate_ids(self._cast[dcfg.dtype], [sources[j] for j in todo], dcfg, device=self.device,
-                             max_positions=limit, progress=progress, structures_for=structures_for, pool=pool)
+                             max_positions=limit, progress=progress, structures_for=structures_for, pool=pool,
+                             graph_pool=graphs)
         # empty lines, and lines that could not be translated, get one empty translation in place
         kept = set(keep) - {keep[j] for j in blank}
         out = [[Translation("", float("-inf") if i in kept else 0.0, [])] for i in range(len(lines))]

@@ -50,6 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ConfigError, ModelConfig
@@ -57,7 +58,7 @@ from ..data.vocab import PAD
 from ..nn import dropout as drop
 from ..nn.attention import IncrementalCache, collect_structures
 from ..nn.matrix_tree import marginals
-from .transformer import EncoderOutput, ModelOutput
+from .transformer import EncoderOutput, ModelOutput, padded_batch_rows
 
 CACHE_KEY = "rnn.dec"
 
@@ -74,6 +75,17 @@ class RNNEncoderOutput(EncoderOutput):
         base = super().reorder(index)
         init = None if self.init is None else tuple(t.index_select(0, index) for t in self.init)
         syntax = None if self.syntax is None else self.syntax.index_select(0, index)
+        return RNNEncoderOutput(base.memory, base.mask, base.structures, init=init, syntax=syntax)
+
+    def padded(self, rows: int, length: int) -> RNNEncoderOutput | None:
+        """:meth:`EncoderOutput.padded`, the initial state and M (B, n, d) padded alike."""
+        base = super().padded(rows, length)
+        if base is None:
+            return None
+        index = padded_batch_rows(self.memory.shape[0], rows, self.memory.device)
+        init = None if self.init is None else tuple(t.index_select(0, index) for t in self.init)
+        syntax = None if self.syntax is None else F.pad(self.syntax.index_select(0, index),
+                                                        (0, 0, 0, length - self.syntax.shape[1]))
         return RNNEncoderOutput(base.memory, base.mask, base.structures, init=init, syntax=syntax)
 
 

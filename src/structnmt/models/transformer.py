@@ -62,6 +62,21 @@ class EncoderOutput:
             structures={k: v.index_select(0, index) for k, v in self.structures.items()},
         )
 
+    def padded(self, rows: int, length: int) -> EncoderOutput | None:
+        """This output for ``rows`` >= B sentences of ``length`` >= S' positions (decoding in fixed shapes,
+        :class:`structnmt.decode.cuda_graphs.GraphPool`): the added sentences repeat the first, the added
+        positions are masked zeros. None with source structures (their layout is the mechanism's)."""
+        if self.structures:
+            return None
+        out = self.reorder(padded_batch_rows(self.memory.shape[0], rows, self.memory.device))
+        extra = length - out.memory.shape[1]
+        return EncoderOutput(memory=F.pad(out.memory, (0, 0, 0, extra)), mask=F.pad(out.mask, (0, extra), value=False))
+
+
+def padded_batch_rows(batch: int, rows: int, device) -> Tensor:
+    """(rows,) long: 0..batch-1, then 0 for the rest (the rows a padded batch takes)."""
+    return F.pad(torch.arange(batch, device=device), (0, rows - batch))
+
 
 @dataclass
 class ModelOutput:

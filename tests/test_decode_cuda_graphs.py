@@ -164,11 +164,26 @@ class _ReplayedGraph:
     step's Python again. A step that hands the graph a new tensor between replays (instead of writing into
     the recorded one), or that decides on the host, is not seen by the replays, as on a GPU."""
 
-    def __init__(self, calls):
-        self.calls, self.replays = calls, 0
+    def __init__(self, calls, steps=None):
+        self.calls, self.replays, self.steps = calls, 0, steps
+        produced = {id(t) for *_, out in calls for t in torch.utils._pytree.tree_leaves(out)}
+        self.inputs = [t for _, args, kwargs, _ in calls for t in torch.utils._pytree.tree_leaves((args, kwargs))
+                       if isinstance(t, torch.Tensor) and id(t) not in produced]
+
+    def _check_inputs_are_owned(self):
+        """A graph reads its inputs at the addresses it recorded: each must still belong to the steps' tensors or
+        the model's (a tensor the steps replaced would be freed memory on a GPU; here the recording keeps it)."""
+        steps = self.steps
+        owned = [steps.tokens, steps.cache.position, steps.cache._positions, *graphs._leaves(steps.enc),
+                 *(t for entry in steps.cache.entries.values() for t in entry.values()),
+                 *steps.model.parameters(), *steps.model.buffers()]
+        storages = {t.untyped_storage().data_ptr() for t in owned}
+        assert all(t.untyped_storage().data_ptr() in storages for t in self.inputs if t.numel())
 
     def replay(self):
         self.replays += 1
+        if self.steps is not None:
+            self._check_inputs_are_owned()
         for func, args, kwargs, out in self.calls:
             result = func(*args, **kwargs)
             for recorded, new in zip(torch.utils._pytree.tree_leaves(out), torch.utils._pytree.tree_leaves(result)):
@@ -186,7 +201,7 @@ def _stand_in_graphs(monkeypatch) -> tuple[list[_ReplayedGraph], list]:
         with _Recording() as recording:
             out = step()
         cache.restore(saved)
-        made.append(_ReplayedGraph(recording.calls))
+        made.append(_ReplayedGraph(recording.calls, step.__self__))
         return made[-1], out.zero_()
 
     monkeypatch.setattr(graphs, "_warm_up", lambda step: warm_ups.append(step()))
@@ -230,6 +245,27 @@ def test_a_pool_records_once_a_bucket_and_its_later_batches_replay_that_graph(mo
         buckets.add((-(-n // 8), -(-src.shape[1] // 8), -(-capacity // 8)))
     assert len(made) == len(buckets) < 5  # one recording a bucket, and some batch replayed another's
     assert len(pool._steps) == len(buckets)
+
+
+def test_a_pool_keeps_its_buckets_within_the_models_positions_its_size_and_grad_modes(monkeypatch):
+    """The output capacity rounds up to a multiple of 8 but never past the model's position table (20 here); a
+    pool of one bucket drops the other when a batch needs it; beam search (inference mode) and greedy search
+    (no_grad) keep buckets apart (inference tensors cannot be written outside inference mode)."""
+    made, _ = _stand_in_graphs(monkeypatch)
+    model = _model(max_positions=20)
+    src, mask = random_sources(1, 6, 8)  # outputs of up to 19 positions: a capacity of 19, not 24
+    pool = graphs.GraphPool()
+    _assert_same(beam_search(model, src, mask, beam=3, max_positions=1024),
+                 beam_search(model, src, mask, beam=3, max_positions=1024, cuda_graphs=True, graph_pool=pool))
+    assert next(iter(pool._steps.values())).cache.capacity == 20
+    small = graphs.GraphPool(size=1)
+    other, other_mask = random_sources(2, 11, 8)  # 16 sentences: another bucket
+    for batch in [(src, mask), (other, other_mask), (src, mask)]:
+        _assert_same(greedy_search(model, *batch), greedy_search(model, *batch, cuda_graphs=True, graph_pool=small))
+        assert len(small._steps) == 1
+    assert len(made) == 1 + 3  # the first pool's, then one each time the one-bucket pool switched
+    beam_search(model, src, mask, beam=1, cuda_graphs=True, graph_pool=small)
+    greedy_search(model, src, mask, cuda_graphs=True, graph_pool=small)  # would write into inference tensors
 
 
 def test_an_encoder_output_is_padded_with_masked_positions_and_repeated_sentences():
@@ -314,7 +350,7 @@ def test_translating_many_batches_records_a_graph_once_a_bucket(monkeypatch):
     plain = translate_ids(model, sources, DecodeConfig(beam=3, batch_size=5), **kw)
     graphed = translate_ids(model, sources, DecodeConfig(beam=3, batch_size=5, cuda_graphs=True), **kw)
     assert [[h.tokens for h in x] for x in graphed] == [[h.tokens for h in x] for x in plain]
-    assert 1 <= len(made) < 8  # 8 batches of 5, sorted by length: fewer buckets than batches
+    assert len(made) == 2  # 8 batches of 5 sentences of 10-14 pieces, sorted by length: 2 buckets of source length
 
 
 def test_the_translate_option_sets_decode_cuda_graphs():

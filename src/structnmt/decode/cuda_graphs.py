@@ -71,6 +71,9 @@ class StaticCache(IncrementalCache):
         """Empty the cache for the next batch of the same shapes, keeping its tensors: a new entry takes the
         tensors of the entry of the same name and shapes again (written into: the addresses a recorded graph
         reads), so the next batch's steps find an empty cache as the first batch's did."""
+        for key in self._grown:  # the grown entries' later positions are masked; zeros make them finite too
+            for t in self.entries[key].values():
+                t.zero_()
         self._spare = self.entries
         self.entries, self.per_sentence, self.pending = {}, set(), {}
         self._grown = set()
@@ -111,7 +114,6 @@ class StaticCache(IncrementalCache):
         if entry is None:
             shapes = {name: [self.capacity if d == dim else size for d, size in enumerate(t.shape)]
                       for name, t in new.items()}
-            # a reused buffer holds the last batch's keys past this position: masked, and finite like zeros
             entry = self._reused(key, new, shapes) or {name: t.new_zeros(shapes[name]) for name, t in new.items()}
             self.entries[key] = entry
             self._grown.add(key)
@@ -252,23 +254,31 @@ class GraphPool:
     8; the added sentences repeat its first, never read; the added source positions masked), and every batch
     of a bucket reuses the bucket's tensors and replays its recorded graph, so a graph is captured once a
     bucket, not once a batch. At most ``size`` buckets are kept (the least recently used is dropped, with its
-    graph's memory). An encoder output that cannot be padded (source structures, whose layout the mechanism
+    graph's memory); each holds its cache (slots x layers x capacity) and encoder output on the device until
+    dropped or :meth:`clear`. An encoder output that cannot be padded (source structures, whose layout the mechanism
     defines) gets steps of its own, one capture for its batch."""
 
     def __init__(self, size: int = 8) -> None:
         self.size = size
         self._steps: OrderedDict[tuple, StaticSteps] = OrderedDict()
 
+    def clear(self) -> None:
+        """Drop every bucket (its tensors and its graph's memory)."""
+        self._steps.clear()
+
     def steps(self, model, enc, *, sentences: int, beam: int, capacity: int, shared: bool,
               max_positions: int | None = None, make=None) -> StaticSteps:
         """The steps for this batch (``make``: the :class:`StaticSteps` class to build, a subclass included)."""
         make = make or StaticSteps
         rows, length = _round_up(sentences), _round_up(enc.memory.shape[1])
-        capacity = _round_up(capacity) if max_positions is None else min(_round_up(capacity), max_positions)
+        table = getattr(model, "positions", None)  # a Transformer's position table: the capacity may not pass it
+        limits = [n for n in (max_positions, None if table is None else table.shape[0]) if n is not None]
+        capacity = max(capacity, min([_round_up(capacity), *limits]))
         padded = enc.padded(rows, length) if hasattr(enc, "padded") else None
         if padded is None:
             return make(model, enc, sentences=sentences, beam=beam, capacity=capacity, shared=shared, graphs=True)
-        key = (id(model), rows, length, capacity, beam, shared)
+        # inference tensors (beam search) cannot be written outside inference mode (greedy search): apart
+        key = (id(model), rows, length, capacity, beam, shared, torch.is_inference_mode_enabled())
         steps = self._steps.pop(key, None)
         if steps is None or not steps.load(padded, sentences):
             steps = make(model, padded, sentences=rows, beam=beam, capacity=capacity, shared=shared, graphs=True)

@@ -371,7 +371,7 @@ class Translator:
         self.device = get_device(device)
         self.model.to(self.device)
         self._cast: dict[str, torch.nn.Module] = {}  # decode.dtype -> the model in that format (made on first use)
-        self._graphs: dict[str, GraphPool] = {}  # decode.dtype -> its CUDA graphs, kept from call to call
+        self._graphs: dict[str, GraphPool] = {}  # decode.dtype -> its CUDA graphs, kept across calls (release_graphs)
         self.parser_cfg = None
         # parses made beforehand (structnmt parse), read instead of parsing, on demand (bounded memory)
         self.parse_cache: ParseCacheIndex | None = None
@@ -526,6 +526,13 @@ class Translator:
         if self.trees is not None:
             trees, self.trees = self.trees, None
             trees.finish()
+
+    def release_graphs(self) -> None:
+        """Free what ``decode.cuda_graphs`` keeps on the device from call to call (each bucket's cache, encoder
+        output and graph memory): the next call records its graphs again."""
+        for pool in self._graphs.values():
+            pool.clear()
+        self._graphs.clear()
 
     def translate(self, lines: Iterable[str], dcfg: DecodeConfig | None = None, progress: bool = False, *,
                   parse_prefix: str | None = None, parse_lang: str | None = None,

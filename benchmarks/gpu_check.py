@@ -179,9 +179,9 @@ def decode_rate(cfg: ModelConfig, vocab: int, device: torch.device, args, graphs
         model = model_for_dtype(model, "bfloat16")
     sents = 128 if not args.smoke else 8
     srcs = [b.src[:sents] for b in make_batches(args.warmup + args.decode_batches, sents * 16, vocab, device)]
-    kw = dict(beam=5, max_len_a=0, max_len_b=20,
-              **({"cuda_graphs": True, "graph_pool": GraphPool()} if graphs and device.type == "cuda"
-                 else {"fixed_shapes": graphs}))
+    on_gpu = device.type == "cuda"
+    kw = dict(beam=5, max_len_a=0, max_len_b=20, cuda_graphs=graphs and on_gpu, fixed_shapes=graphs and not on_gpu,
+              graph_pool=GraphPool() if graphs else None)  # the pool serves the graphs only (a CPU passes it unused)
     rounds = []
     for _ in range(args.rounds):
         for src in srcs[: args.warmup]:

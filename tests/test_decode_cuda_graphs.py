@@ -266,6 +266,8 @@ def test_a_pool_keeps_its_buckets_within_the_models_positions_its_size_and_grad_
     assert len(made) == 1 + 3  # the first pool's, then one each time the one-bucket pool switched
     beam_search(model, src, mask, beam=1, cuda_graphs=True, graph_pool=small)
     greedy_search(model, src, mask, cuda_graphs=True, graph_pool=small)  # would write into inference tensors
+    small.clear()
+    assert not small._steps
 
 
 def test_an_encoder_output_is_padded_with_masked_positions_and_repeated_sentences():

@@ -255,8 +255,8 @@ class GraphPool:
     of a bucket reuses the bucket's tensors and replays its recorded graph, so a graph is captured once a
     bucket, not once a batch. At most ``size`` buckets are kept (the least recently used is dropped, with its
     graph's memory); each holds its cache (slots x layers x capacity) and encoder output on the device until
-    dropped or :meth:`clear`. An encoder output that cannot be padded (source structures, whose layout the mechanism
-    defines) gets steps of its own, one capture for its batch."""
+    dropped or :meth:`clear`. An encoder output that cannot be padded (source structures, whose layout the
+    mechanism defines) gets steps of its own, one capture for its batch."""
 
     def __init__(self, size: int = 8) -> None:
         self.size = size

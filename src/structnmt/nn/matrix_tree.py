@@ -73,16 +73,16 @@ A failed sentence's closed-form marginals are replaced, so no gradient reaches i
 form's intermediates are finite its backward gives the sentence exact zeros and its graph is kept; a singular
 solve would give NaN, so then the closed form is recomputed with that sentence's scores zeroed.
 
-What neither path resolves gets the last resort: its shifted scores multiplied by the largest
-power 2^-k (k >= 1) that passes the closed form's checks, the marginals of a tempered distribution
-(an approximation, counted as such). What takes it: arcs scored -inf inside a sentence (ruled out),
-which can leave a word without a pivot in the elimination's order. NaN or +inf scores (a diverged
-model) are resolved by neither, and raise FloatingPointError. The elimination's accuracy is about
-|score| 2^-52 nats, float64's resolution of the scores themselves (a float32 score carries
-|score| 2^-24): at scores of 10^12 and beyond its result can pass the checks and be off by 10^-5 and more. :data:`STATS` counts the sentences of this process and how
-many took the elimination path or the tempered one (the training logs them per validation).
-Scaling the scores (``rnn.scale``, ``rnn.score_cap``, the Transformer's ``structured`` default)
-keeps them in the closed form's range in the first place.
+What neither path resolves gets the last resort: its shifted scores multiplied by the largest power 2^-k
+(k >= 1) that passes the closed form's checks, the marginals of a tempered distribution (an approximation, counted
+as such). What takes it: arcs scored -inf inside a sentence (ruled out), which can leave a word without a
+pivot in the elimination's order. NaN or +inf scores (a diverged model) are resolved by neither, and raise
+FloatingPointError. The elimination's accuracy is about |score| 2^-52 nats, float64's resolution of the scores
+themselves (a float32 score carries |score| 2^-24): at scores of 10^12 and beyond its result can pass the
+checks and be off by 10^-5 and more. :data:`STATS` counts the sentences of this process and how many took the
+elimination path or the tempered one (the training logs them per validation). Scaling the scores
+(``rnn.scale``, ``rnn.score_cap``, the Transformer's ``structured`` default) keeps them in the closed form's
+range in the first place.
 """
 
 from __future__ import annotations
@@ -201,13 +201,13 @@ def _gth_marginals(shifted: Tensor, valid: Tensor, pair: Tensor, longest: int | 
 
 
 def _closed_form(shifted: Tensor, valid: Tensor, pair: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Eqs. 12-15 on column-shifted float64 log-scores (B, n, n) (-inf outside the
-    sentence) -> (beta (B, n, n), ok (B,), finite (B,)): ``ok`` is False for a sentence whose solve
-    failed, whose L-hat has a 1-norm condition number above :data:`COND_MAX` (its result, even a
-    distribution, cannot be trusted: see there) or whose marginals are not a distribution (a negative or
-    non-finite entry, or a column or the root diagonal not summing to 1 within 1e-6): float64 could not resolve it. ``finite``: the
-    solve succeeded and its inverse is finite, so a sentence's graph gives its scores zero gradients when its
-    marginals receive none (a non-finite intermediate would give NaN)."""
+    """Eqs. 12-15 on column-shifted float64 log-scores (B, n, n) (-inf outside the sentence) -> (beta (B, n, n), ok
+    (B,), finite (B,)): ``ok`` is False for a sentence whose solve failed, whose L-hat has a 1-norm condition
+    number above :data:`COND_MAX` (its result, even a distribution, cannot be trusted: see there) or whose
+    marginals are not a distribution (a negative or non-finite entry, or a column or the root diagonal not
+    summing to 1 within 1e-6): float64 could not resolve it. ``finite``: the solve succeeded and its inverse is
+    finite, so a sentence's graph gives its scores zero gradients when its marginals receive none (a non-finite
+    intermediate would give NaN)."""
     B, n, _ = shifted.shape
     device = shifted.device
     pos = torch.arange(n, device=device)

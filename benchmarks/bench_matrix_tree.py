@@ -83,8 +83,14 @@ def peak_memory(std: float) -> str:
 
 
 def main() -> None:
-    if len(sys.argv) == 3 and sys.argv[1] == "--memory":
-        print(peak_memory(float(sys.argv[2])))
+    if len(sys.argv) > 1:  # part 3 alone: --memory STD
+        try:
+            std = float(sys.argv[2]) if len(sys.argv) == 3 and sys.argv[1] == "--memory" else None
+        except ValueError:
+            std = None
+        if std is None:
+            sys.exit(f"bench_matrix_tree.py: give no arguments, or --memory STD (a number), not {' '.join(sys.argv[1:])}")
+        print(peak_memory(std))
         return
     torch.manual_seed(11)
     print("| std | sentences | closed form | elimination | tempered | max abs value error | max rel gradient error |")

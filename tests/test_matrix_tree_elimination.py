@@ -151,3 +151,16 @@ def test_scores_no_path_resolves_are_one_sentence():
     scores[0, 1, 2] = float("nan")
     with pytest.raises(FloatingPointError, match="NaN or \\+inf .*rnn.score_cap"):
         marginals(scores, torch.tensor([4]))
+
+
+def test_the_benchmarks_memory_part_runs_and_refuses_a_bad_argument_in_one_sentence():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_matrix_tree.py"
+    ok = subprocess.run([sys.executable, str(script), "--memory", "0.1"], capture_output=True, text=True)
+    assert ok.returncode == 0 and ok.stdout.startswith("std 0.1: peak memory grew ") and "0 of 16 eliminated" in ok.stdout
+    bad = subprocess.run([sys.executable, str(script), "--memory", "abc"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "--memory STD (a number), not --memory abc" in bad.stderr
+    assert "Traceback" not in bad.stderr

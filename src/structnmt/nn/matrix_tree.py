@@ -67,7 +67,7 @@ enumeration, its gradients within 1e-9 of the largest (an independent review, 9,
 and an mpmath reference up to n = 12: elimination values within 2e-12 and gradients within 3e-12,
 closed-form gradients within 2e-8 relative where the largest true one is at least 1e-6). On
 batches of 64 sentences of 10-30 words the elimination took 22 of 64 at std 10, 41 at std 20,
-55-61 at std 50-1,000 (timings: benchmarks/results/, the latest matrix-tree file).
+55-61 at std 50-1,000 (timings: benchmarks/results/2026-11-28-matrix-tree-hand-derivatives.txt).
 
 A failed sentence's closed-form marginals are replaced, so no gradient reaches its closed form: where that
 form's intermediates are finite its backward gives the sentence exact zeros and its graph is kept; a singular

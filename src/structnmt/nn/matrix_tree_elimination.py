@@ -84,14 +84,13 @@ def _from_rates(g: Tensor, masks: tuple[Tensor, ...]) -> Tensor:
     return torch.diagonal_scatter(g[:, :, 1:].transpose(1, 2), g[:, :, 0], dim1=1, dim2=2).masked_fill(masks[3], 0.0)
 
 
-def _step_views(m: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The block (B, k+1, k+2) of the words 0..k still there -> (kept (B, k, k+1): rows 0..k-1, columns root and
-    0..k-1; into (B, k, 1): the rates into k; out (B, 1, k+1): k's rates to the root and 0..k-1; out_words
-    (B, 1, k): k's rates to the words, whose logsumexp is the pivot)."""
+def _step_views(m: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The block (B, k+1, k+2) of the words 0..k still there (or its tangent) -> (kept (B, k, k+1): rows 0..k-1,
+    columns root and 0..k-1; into (B, k, 1): the rates into k; out (B, 1, k+1): k's rates to the root and
+    0..k-1, whose word part ``out[..., 1:]`` gives the pivot)."""
     rows, last = m.split([k, 1], dim=1)
     kept, into = rows.split([k + 1, 1], dim=2)
-    out = last.narrow(2, 0, k + 1)
-    return kept, into, out, out.narrow(2, 1, k)
+    return kept, into, last.narrow(2, 0, k + 1)
 
 
 def _sweep(x: Tensor, masks: tuple[Tensor, ...]) -> tuple[Tensor, list[Tensor], list[tuple]]:
@@ -101,7 +100,8 @@ def _sweep(x: Tensor, masks: tuple[Tensor, ...]) -> tuple[Tensor, list[Tensor], 
     m = _to_rates(x, masks, NEG)
     log_pivots, steps = [], []
     for k in range(x.shape[1] - 1, 0, -1):
-        kept, into, out, out_words = _step_views(m, k)
+        kept, into, out = _step_views(m, k)
+        out_words = out.narrow(2, 1, k)  # (B, 1, k): k's rates to the words
         log_pivot = torch.logsumexp(out_words, dim=-1, keepdim=True)  # (B, 1, 1)
         # a stacked logsumexp, not logaddexp: the latter's second derivative is NaN for far-apart inputs
         stacked = torch.stack([kept, into + (out - log_pivot)])
@@ -153,9 +153,7 @@ def _tangent_sweeps(dm: Tensor, saved: list[tuple]) -> Tensor:
     n = dm.shape[1]
     forward = []
     for k, (w, _, share, _) in zip(range(n - 1, 0, -1), reversed(saved)):
-        rows, last = dm.split([k, 1], dim=1)
-        d_kept, d_into = rows.split([k + 1, 1], dim=2)
-        d_out = last.narrow(2, 0, k + 1)
+        d_kept, d_into, d_out = _step_views(dm, k)
         d_out_rel = d_out - (share * d_out).sum(dim=2, keepdim=True)  # d out - d lp_k
         d_moved = d_into + d_out_rel
         dm = d_kept + w * (d_moved - d_kept)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
 from structnmt.data.prepare import PrepareConfig, prepare
 from structnmt.data.synthetic import SynthConfig, write_corpus
@@ -21,6 +22,12 @@ def make_synth_dataset(root: Path, n_train: int = 1500, n_eval: int = 60, vocab_
         out, progress=False, log=lambda *_: None,
     )
     return out
+
+
+# Property tests pass, slower, on a busy machine: no example deadline and no health check that reads the
+# machine's speed ("input generation is slow"), for every test (a test's own @settings adds to this).
+settings.register_profile("structnmt", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("structnmt")
 
 
 def random_sources(seed: int = 0, n: int = 6, S: int = 9, vocab: int = 40, shortest: int = 3):

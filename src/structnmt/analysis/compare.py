@@ -21,6 +21,8 @@ and ``cutoff_into_bucket``, labels such as ``<10``, ``[10,15)``, ``>=25``):
 A bucket with fewer than ``min_bucket`` sentences is reported and marked *small*, not hidden: its
 interval is wide and its p is not read. The sentences where the systems differ most (sentence chrF,
 averaged over each system's seeds) come with their source, reference and every seed's translation.
+Every bucket's p adjusted for the report's many buckets (Holm, Benjamini-Hochberg), and the tests of a
+difference between buckets (contrasts, heterogeneity), are :mod:`.compare_between`'s.
 """
 
 from __future__ import annotations
@@ -200,13 +202,20 @@ def sentence_buckets(sources: Sequence[str], parses: Sequence[DependencyTree] | 
 # --------------------------------------------------------------------------- the tests
 
 
-def bucket_row(kind: str, label: str, n: int, name: str, test, cfg: CompareConfig) -> BucketRow:
+def interval(test) -> tuple[float, float]:
+    """The 95 % interval of a seed-aware test's Δ: ``Δ ± t(0.975, df) · sqrt(seed_se² + sentence_se²)``."""
     from scipy import stats
 
     se = math.hypot(test.seed_se, test.sentence_se)
     half = float(stats.t.ppf(0.975, test.df) if math.isfinite(test.df) else stats.norm.ppf(0.975)) * se
-    return BucketRow(kind, label, n, name, test.baseline_mean, test.mean, test.delta, test.delta - half,
-                     test.delta + half, test.p_value, n < cfg.min_bucket)
+    return test.delta - half, test.delta + half
+
+
+def bucket_row(kind: str, label: str, n: int, name: str, test, cfg: CompareConfig) -> BucketRow:
+    """One system's row in one bucket from its seed-aware test (:class:`structnmt.evaluate.seeds.SeedTest`)."""
+    low, high = interval(test)
+    return BucketRow(kind, label, n, name, test.baseline_mean, test.mean, test.delta, low, high, test.p_value,
+                     n < cfg.min_bucket)
 
 
 def check_inputs(sources: Sequence[str], refs: Sequence[str], systems: Sequence[System]) -> None:

@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..evaluate.seeds import _one_test
-from .compare import Bucketing, BucketRow, CompareConfig
+from .compare import Bucketing, BucketRow, CompareConfig, interval
 
 #: the adjusted-p columns, (method, family) -> suffix
 METHODS = {"holm": "holm", "fdr_bh": "bh"}
@@ -162,7 +162,7 @@ def _run_scores(b: Bucketing, counts: np.ndarray) -> tuple[np.ndarray, np.ndarra
                      for r in range(runs)])  # (runs, buckets, B, K)
     rest_full, rest_boot = full.sum(1, keepdims=True) - full, boot.sum(1, keepdims=True) - boot
 
-    def score(x: np.ndarray) -> np.ndarray:
+    def score(x: np.ndarray) -> np.ndarray:  # (..., K) summed statistics -> (...) scores
         return np.asarray(b.score(x.reshape(-1, x.shape[-1]))).reshape(x.shape[:-1])
 
     return score(full), score(rest_full), score(boot), score(rest_boot)
@@ -173,14 +173,6 @@ def _contrasts(b: Bucketing) -> list[tuple[int, int | None, str]]:
     if len(b.labels) == 2:
         return [(1, 0, f"{b.labels[1]} − {b.labels[0]}")]
     return [(j, None, f"{label} − rest") for j, label in enumerate(b.labels)]
-
-
-def _interval(test) -> tuple[float, float]:
-    from scipy import stats
-
-    se = math.hypot(test.seed_se, test.sentence_se)
-    q = float(stats.t.ppf(0.975, test.df) if math.isfinite(test.df) else stats.norm.ppf(0.975))
-    return test.delta - q * se, test.delta + q * se
 
 
 def between_rows(b: Bucketing, cfg: CompareConfig) -> list[BetweenRow]:
@@ -199,7 +191,7 @@ def between_rows(b: Bucketing, cfg: CompareConfig) -> list[BetweenRow]:
                            n_samples=cfg.n_samples) for j in range(len(b.labels))]
         for j, other, label in _contrasts(b):
             t = tests[j]
-            low, high = _interval(t)
+            low, high = interval(t)
             d_bucket = float(s[sys_, j].mean() - s[:nb, j].mean())
             small = b.counts[j] < cfg.min_bucket or (b.counts[other] if other is not None
                                                      else sum(b.counts) - b.counts[j]) < cfg.min_bucket

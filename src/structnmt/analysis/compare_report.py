@@ -216,10 +216,12 @@ def rows_markdown(rows: list[BucketRow], cfg: CompareConfig) -> str:
 
 
 def _p(p: float) -> str:
+    """A p-value as the tables print it: ``< 0.001``, three decimals, or ``—`` (none)."""
     return "—" if math.isnan(p) else "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def _cell(r: BucketRow | None) -> str:
+    """One system's cell of a bucket: Δ [95 %], p, Holm's p over the report, and ``*`` if marked."""
     if r is None or math.isnan(r.delta):
         return "—"
     return (f"{r.delta:+.2f} [{r.low:+.2f}, {r.high:+.2f}], {_p(r.p_value)}, {_p(r.p_holm_report)}"
@@ -253,6 +255,7 @@ def between_markdown(rows: list[BetweenRow], cfg: CompareConfig) -> str:
 
 
 def _num(x: float, sign: str = "+") -> str:
+    """Two decimals (signed unless ``sign`` is empty), or ``—`` for NaN."""
     return "—" if math.isnan(x) else f"{x:{sign}.2f}"
 
 

@@ -168,8 +168,14 @@ def test_cli_writes_the_tables_and_refuses_bad_input(tmp_path, capsys):
     with open(tmp_path / "out" / "compare.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert {r["kind"] for r in rows} == {"all sentences", "source length (words)"}
+    assert {"p_holm_kind", "p_bh_kind", "p_holm_report", "p_bh_report"} <= set(rows[0])
+    with open(tmp_path / "out" / "compare_between.csv", encoding="utf-8") as f:
+        between = list(csv.DictReader(f))
+    assert [(r["test"], r["contrast"]) for r in between] == [(CONTRAST, ">=25 − <10"), (HETEROGENEITY, "2 buckets")]
     md = (tmp_path / "out" / "compare.md").read_text(encoding="utf-8")
-    assert "## source length (words)" in md and "better: Δ [95 %], p" in md
+    assert "## source length (words)" in md and "better: Δ [95 %], p, Holm" in md
+    assert "`<10` (under 10 words)" in md and "`>=25` (25 or more words)" in md and "# Does the gain differ between buckets?" in md
+    assert "| >=25 − <10 * | better |" in md  # the long sentences' gain differs from the short ones' (marked)
     assert (tmp_path / "out" / "buckets.png").read_bytes()[:4] == b"\x89PNG"
     assert "**Line 2" in (tmp_path / "out" / "sentences.md").read_text(encoding="utf-8")
     capsys.readouterr()

@@ -49,7 +49,7 @@ import numpy as np
 from ..evaluate.seeds import _one_test
 from .compare import Bucketing, BucketRow, CompareConfig, interval
 
-#: the adjusted-p columns, (method, family) -> suffix
+#: statsmodels method -> the suffix of its adjusted-p columns (p_<suffix>_kind, p_<suffix>_report)
 METHODS = {"holm": "holm", "fdr_bh": "bh"}
 #: adjusted p below which a row is marked
 MARK_ALPHA = 0.05

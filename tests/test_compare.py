@@ -3,25 +3,41 @@
 from __future__ import annotations
 
 import csv
+import math
 
 import numpy as np
 import pytest
 import sacrebleu
 
 from structnmt.analysis.compare import (
+    Bucketing,
+    BucketRow,
     CompareConfig,
     System,
     bucket_rows,
+    delta_unit,
     depth,
     differing_sentences,
+    frequency_bucketing,
     frequency_rows,
     has_coordination,
     has_pp_after_noun,
     has_relative_clause,
     longest_arc,
     numeric_labels,
+    plain_label,
+    run_statistics_of,
+    sentence_bucketings,
     sentence_buckets,
     word_counts,
+)
+from structnmt.analysis.compare_between import (
+    CONTRAST,
+    HETEROGENEITY,
+    adjust_between_rows,
+    adjust_bucket_rows,
+    between_rows,
+    marked,
 )
 from structnmt.cli import main
 from structnmt.syntax.trees import DependencyTree
@@ -152,8 +168,14 @@ def test_cli_writes_the_tables_and_refuses_bad_input(tmp_path, capsys):
     with open(tmp_path / "out" / "compare.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert {r["kind"] for r in rows} == {"all sentences", "source length (words)"}
+    assert {"p_holm_kind", "p_bh_kind", "p_holm_report", "p_bh_report"} <= set(rows[0])
+    with open(tmp_path / "out" / "compare_between.csv", encoding="utf-8") as f:
+        between = list(csv.DictReader(f))
+    assert [(r["test"], r["contrast"]) for r in between] == [(CONTRAST, ">=25 − <10"), (HETEROGENEITY, "2 buckets")]
     md = (tmp_path / "out" / "compare.md").read_text(encoding="utf-8")
-    assert "## source length (words)" in md and "better: Δ [95 %], p" in md
+    assert "## source length (words)" in md and "better: Δ [95 %], p, Holm" in md
+    assert "`<10` (under 10 words)" in md and "`>=25` (25 or more words)" in md and "# Does the gain differ between buckets?" in md
+    assert "| >=25 − <10 * | better |" in md  # the long sentences' gain differs from the short ones' (marked)
     assert (tmp_path / "out" / "buckets.png").read_bytes()[:4] == b"\x89PNG"
     assert "**Line 2" in (tmp_path / "out" / "sentences.md").read_text(encoding="utf-8")
     capsys.readouterr()
@@ -216,3 +238,136 @@ def test_an_experiment_whose_dataset_is_elsewhere_is_one_sentence(tmp_path, caps
     (tmp_path / "exp" / "runs" / "transformer" / "seed1" / "resolved.yaml").write_text("x: 1\n", encoding="utf-8")
     assert main(args) != 0
     assert "holds no data.path" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- adjusted p and between-bucket tests
+
+
+def row(kind, bucket, p, small=False):
+    return BucketRow(kind, bucket, 60, "sys", 30.0, 31.0, 1.0, 0.1, 1.9, p, small)
+
+
+def test_adjusted_p_is_holm_and_bh_within_the_bucketing_and_the_report():
+    """Holm and Benjamini-Hochberg counted by hand; "all sentences", small and untested rows in no family."""
+    rows = [row("all sentences", "all", 0.001), row("depth", "<3", 0.01), row("depth", "[3,4)", 0.04),
+            row("depth", ">=4", 0.03), row("verbs", "<1", 0.02), row("verbs", "1", 0.5, small=True),
+            row("verbs", ">=2", math.nan)]
+    got = adjust_bucket_rows(rows)
+    # depth (3 tests): Holm 3*0.01, max(2*0.03, 0.03), max(1*0.04, 0.06); BH 0.01*3/1, then min(0.03*3/2, 0.04), 0.04
+    assert [r.p_holm_kind for r in got[1:4]] == pytest.approx([0.03, 0.06, 0.06])
+    assert [r.p_bh_kind for r in got[1:4]] == pytest.approx([0.03, 0.04, 0.04])
+    assert got[4].p_holm_kind == pytest.approx(0.02)  # alone in its family
+    # the report (4 tests): Holm 4*0.01, 3*0.02, 2*0.03 and 0.04 raised to the running maximum 0.06
+    assert [got[i].p_holm_report for i in (1, 2, 3, 4)] == pytest.approx([0.04, 0.06, 0.06, 0.06])
+    assert [got[i].p_bh_report for i in (1, 2, 3, 4)] == pytest.approx([0.04, 0.04, 0.04, 0.04])
+    for r in (got[0], got[5], got[6]):
+        assert all(math.isnan(x) for x in (r.p_holm_kind, r.p_bh_kind, r.p_holm_report, r.p_bh_report))
+    assert [marked(r) for r in got] == [False, True, False, False, False, False, False]
+
+
+def test_the_contrast_between_buckets_is_the_difference_of_their_gains():
+    """The system gains on the long sentences only: the contrast long − short is the two buckets' Δ apart,
+    its interval excludes 0, and the heterogeneity test finds it; per-bucket Δ and contrast agree."""
+    sources, refs = corpus()
+    systems_ = systems(refs)
+    cfg = CompareConfig(metric="bleu", n_samples=200, length_cutoffs=[10], min_bucket=10)
+    rs = run_statistics_of(refs, systems_, cfg)
+    buckets = sentence_buckets(sources, None, cfg)
+    by = {r.bucket: r for r in bucket_rows(refs, systems_, buckets, cfg, rs)}
+    [b] = sentence_bucketings(rs, buckets)
+    contrast, het = between_rows(b, cfg)
+    assert (contrast.test, contrast.contrast, het.test) == (CONTRAST, ">=10 − <10", HETEROGENEITY)
+    assert contrast.delta_bucket == pytest.approx(by[">=10"].delta)
+    assert contrast.delta_rest == pytest.approx(by["<10"].delta)
+    assert contrast.difference == pytest.approx(by[">=10"].delta - by["<10"].delta)
+    assert 0 < contrast.low < contrast.difference < contrast.high and contrast.p_value < 0.001
+    assert het.p_value == pytest.approx(1 / 201) and het.contrast == "2 buckets" and het.size == 40
+
+
+def test_buckets_of_the_same_gain_do_not_differ():
+    """Buckets by odd and even line hold as many long sentences each: the gain is the same in both, so
+    neither the contrast nor the heterogeneity test finds a difference; three buckets give one contrast
+    per bucket against the rest."""
+    sources, refs = corpus()
+    systems_ = systems(refs)
+    cfg = CompareConfig(metric="bleu", n_samples=200, min_bucket=10)
+    rs = run_statistics_of(refs, systems_, cfg)
+    [parity] = sentence_bucketings(rs, {"parity": ["odd" if i % 2 else "even" for i in range(40)]})
+    contrast, het = between_rows(parity, cfg)
+    assert contrast.low < 0 < contrast.high and contrast.p_value > 0.2 and het.p_value > 0.2
+    thirds = ["a"] * 20 + ["b"] * 10 + ["c"] * 10  # a: short (no gain); b, c: long (the gain)
+    rows = adjust_between_rows(between_rows(sentence_bucketings(rs, {"thirds": thirds})[0], cfg))
+    by = {r.contrast: r for r in rows}
+    assert set(by) == {"a − rest", "b − rest", "c − rest", "3 buckets"}
+    assert by["a − rest"].high < 0 and marked(by["a − rest"]) and by["3 buckets"].p_value < 0.05
+    rest = [i for i, x in enumerate(thirds) if x != "b"]  # b's rest: a and c pooled, scored as one corpus
+    mean_bleu = lambda s: np.mean([sacrebleu.corpus_bleu([run[i] for i in rest], [[refs[i] for i in rest]]).score  # noqa: E731
+                                   for run in s.runs])
+    assert by["b − rest"].delta_rest == pytest.approx(mean_bleu(systems_[1]) - mean_bleu(systems_[0]))
+    assert by["a − rest"].p_holm_kind == pytest.approx(min(1.0, 3 * by["a − rest"].p_value))
+
+
+def test_a_small_bucket_is_left_out_of_the_heterogeneity_test():
+    sources, refs = corpus()
+    systems_ = systems(refs)
+    cfg = CompareConfig(metric="bleu", n_samples=50, min_bucket=8)
+    rs = run_statistics_of(refs, systems_, cfg)
+    labels = ["a"] * 20 + ["b"] * 15 + ["c"] * 5  # c: 5 sentences, small
+    rows = between_rows(sentence_bucketings(rs, {"x": labels})[0], cfg)
+    by = {r.contrast: r for r in rows}
+    assert by["c − rest"].small and not by["a − rest"].small
+    assert by["2 buckets"].size == 35  # a and b
+    assert math.isnan(adjust_between_rows(rows)[2].p_holm_kind)  # c's contrast: in no family
+
+
+def test_word_frequency_contrast_and_plain_labels():
+    frequent, rare = [f"f{i}" for i in range(10)], [f"r{i}" for i in range(10)]
+    train = [" ".join(frequent)] * 500 + [" ".join(rare)]
+    refs = [" ".join([frequent[(i + j) % 10] for j in range(3)] + [rare[i % 10]]) for i in range(30)]
+    base_run = [" ".join(r.split()[:3]) for r in refs]
+    cfg = CompareConfig(n_samples=50, freq_cutoffs=[2, 100], min_bucket=5)
+    b = frequency_bucketing(refs, [System("base", [base_run, base_run]), System("rare-right", [refs, refs])],
+                            word_counts(train), cfg)
+    by = {r.contrast: r for r in between_rows(b, cfg)}
+    assert by["<2 − rest"].difference == pytest.approx(100.0) and by["<2 − rest"].delta_rest == pytest.approx(0)
+    assert by["[2,100) − rest"].size == 0 and by["[2,100) − rest"].small
+    kind = b.kind
+    assert [plain_label(kind, x) for x in b.labels] == ["seen under 2 times", "seen 2–99 times",
+                                                         "seen 100 or more times"]
+    assert [plain_label("verbs", x) for x in ("<1", "1", "2", ">=3")] == ["no verb", "1 verb", "2 verbs",
+                                                                         "3 or more verbs"]
+    assert plain_label("source length (words)", "[10,15)") == "10–14 words"
+    assert plain_label("relative clause", "no") == "without a relative clause"
+    assert delta_unit(kind, "BLEU") == "Δ word F-measure" and delta_unit("verbs", "BLEU") == "Δ BLEU"
+
+
+def simulated_bucketing(rng, gain_in_last: float) -> Bucketing:
+    """4 buckets of 100 sentences, 5 agreement-like probes each; baseline and system of 3 seeds, each seed a
+    shift of the log-odds shared by every sentence; the system gains ``gain_in_last`` log-odds in bucket 3."""
+    from structnmt.analysis.compare_agreement import _accuracy
+
+    strata = np.repeat(np.arange(4), 100)
+    difficulty = rng.normal(0, 1.0, 400)
+    runs = []
+    for gain in (0.0, gain_in_last):
+        for _ in range(3):
+            logit = difficulty + rng.normal(0, 0.15) + gain * (strata == 3)
+            runs.append(np.stack([rng.binomial(5, 1 / (1 + np.exp(-logit))), np.full(400, 5)], 1))
+    stats = [[r * (strata == j)[:, None] for r in runs] for j in range(4)]
+    return Bucketing("sim", ["a", "b", "c", "d"], stats, [3, 3], ["sys"], _accuracy, strata, [100] * 4)
+
+
+def test_the_between_bucket_tests_hold_their_level_and_find_a_real_difference():
+    """On 40 simulated comparisons without any difference between buckets the heterogeneity test and the
+    contrasts reject at 5 % no more often than 5 % (they err conservative, as the per-bucket test does:
+    the seed x sentence interaction counts in both parts); with a gain in one bucket alone they find it."""
+    rng = np.random.default_rng(7)
+    cfg = CompareConfig(n_samples=200, min_bucket=10)
+    null = [between_rows(simulated_bucketing(rng, 0.0), cfg) for _ in range(40)]
+    het = np.array([r.p_value for rows in null for r in rows if r.test == HETEROGENEITY])
+    contrasts = np.array([r.p_value for rows in null for r in rows if r.test == CONTRAST])
+    assert len(het) == 40 and len(contrasts) == 160
+    assert (het < 0.05).mean() <= 0.05 and (contrasts < 0.05).mean() <= 0.05
+    found = [between_rows(simulated_bucketing(rng, 0.8), cfg) for _ in range(10)]
+    assert all(next(r for r in rows if r.test == HETEROGENEITY).p_value < 0.05 for rows in found)
+    assert all(next(r for r in rows if r.contrast == "d − rest").low > 0 for rows in found)

@@ -16,6 +16,7 @@ from structnmt.analysis.compare_agreement import (
     CLAUSE,
     SPLIT,
     AgreementRuns,
+    agreement_bucketings,
     agreement_rows,
     probe_outcomes,
 )
@@ -51,6 +52,21 @@ def test_agreement_buckets_give_the_known_accuracies_and_a_clear_gain():
     assert [r.bucket for r in agreement_rows(made_up(), CompareConfig(n_samples=50)) if r.kind == SPLIT] == [
         "test", "attraction2"]  # the benchmark's order
     assert rows[(CLAUSE, "relcl")].delta == pytest.approx(72.5) and rows[(CLAUSE, "main")].sentences == 40
+
+
+def test_the_gain_differs_between_attractor_counts():
+    """The system gains 72.5 points on the 2-attractor probes and loses 2.5 on the 0-attractor ones: the
+    contrast 2 − 0 is their difference, resampling the sentences that hold both."""
+    from structnmt.analysis.compare_between import CONTRAST, between_rows
+
+    cfg = CompareConfig(n_samples=300, min_bucket=30)
+    by_kind = {b.kind: b for b in agreement_bucketings(made_up())}
+    assert by_kind[ATTRACTORS].strata is None and by_kind[ATTRACTORS].counts == [40, 40]
+    contrast, het = between_rows(by_kind[ATTRACTORS], cfg)
+    assert (contrast.test, contrast.contrast) == (CONTRAST, "2 − 0")
+    assert contrast.delta_bucket == pytest.approx(72.5) and contrast.delta_rest == pytest.approx(-2.5)
+    assert contrast.difference == pytest.approx(75.0) and contrast.low > 0 and contrast.p_value < 0.01
+    assert het.p_value < 0.05
 
 
 def test_a_bucket_of_one_sentence_is_small_and_untested():

@@ -4,6 +4,7 @@ chromium and chromium-driver with apt; the README's install line does too)."""
 from __future__ import annotations
 
 import csv
+import math
 import shutil
 
 import pytest
@@ -97,8 +98,88 @@ def test_the_numbers_shown_equal_the_csv(browser, report):
         for col in ("delta", "low", "high"):
             text = tr.find_element("css selector", f"td.{col}").text
             assert float(text) == pytest.approx(float(row[col]), abs=0.006), (col, row)
-        p = tr.find_element("css selector", "td.p").text
-        assert p == ("< 0.001" if float(row["p_value"]) < 0.001 else f"{float(row['p_value']):.3f}")
+        for col in ("p_value", "p_holm_kind", "p_holm_report", "p_bh_kind", "p_bh_report"):
+            text = tr.find_element("css selector", "td." + ("p" if col == "p_value" else col)).text
+            assert text == ("—" if row[col] == "" else "< 0.001" if float(row[col]) < 0.001 else f"{float(row[col]):.3f}")
+        mark = row["p_holm_report"] != "" and float(row["p_holm_report"]) < 0.05
+        assert tr.find_element("css selector", "td.mark").text == ("*" if mark else "")
+    # the between-bucket tests: one line per line of compare_between.csv
+    with open(report / "compare_between.csv", encoding="utf-8") as f:
+        between = list(csv.DictReader(f))
+    shown = d.find_elements("css selector", "#between-table tbody tr")
+    assert len(shown) == len(between) > 0
+    for tr, row in zip(shown, between):
+        assert (tr.get_attribute("data-test"), tr.get_attribute("data-contrast")) == (row["test"], row["contrast"])
+        for col in ("low", "high"):
+            text = tr.find_element("css selector", f"td.{col}").text
+            assert text == "—" if row[col] == "" else float(text) == pytest.approx(float(row[col]), abs=0.006)
     # every bucket with a Δ is a point of its chart
     points = d.find_elements("css selector", "svg.chart circle.point")
     assert len(points) == sum(1 for r in want if r["delta"] != "")
+
+
+def chart_page(tmp_path) -> str:
+    """A page whose rows are made by hand: in "tree depth" a small bucket's interval (-3.39 to +7.20, p 0.43)
+    five times wider than the others', in "verbs" one only a little wider; the rest of the page as ``run``
+    makes it."""
+    from structnmt.analysis.compare import BucketRow, sentence_buckets, sentence_chrf
+    from structnmt.analysis.compare_html import chart_data, html_page, page_data
+
+    def row(kind, bucket, delta, low, high, p, holm, small=False):
+        return BucketRow(kind, bucket, 8 if small else 400, "long-better", 30.0, 30.0 + delta, delta, low, high, p,
+                         small, holm, holm, holm, holm)
+
+    nan = float("nan")
+    rows = [row("tree depth", "<3", 0.5, -0.2, 1.2, 0.16, 0.32), row("tree depth", "[3,4)", 1.0, 0.3, 1.7, 0.004, 0.012),
+            row("tree depth", "[4,5)", 1.9, -3.39, 7.20, 0.43, nan, small=True),
+            row("verbs", "<1", 0.2, -0.5, 0.9, 0.57, 0.57), row("verbs", "1", 0.4, -1.0, 1.9, 0.6, nan, small=True)]
+    sources, refs = corpus()
+    cfg = CompareConfig(metric="bleu", n_samples=50, length_cutoffs=[10], min_bucket=5)
+    inputs = CompareInputs(sources, refs, systems(refs), None, None)
+    data = page_data(rows, inputs, sentence_buckets(sources, None, cfg), sentence_chrf(inputs.systems, refs), cfg)
+    data.update(chart_data(rows, "BLEU"), between=[], attention=None)
+    page = tmp_path / "chart.html"
+    page.write_text(html_page(data), encoding="utf-8")
+    return page.as_uri()
+
+
+def test_an_interval_beyond_the_panel_is_marked_and_the_axes_are_rounded_and_labelled(browser, tmp_path):
+    d = browser
+    d.get(chart_page(tmp_path))
+    assert [e for e in d.get_log("browser") if e["level"] == "SEVERE"] == []
+    charts = {c.get_attribute("data-kind"): c for c in d.find_elements("css selector", "svg.chart")}
+    for chart in charts.values():
+        lo, hi = float(chart.get_attribute("data-lo")), float(chart.get_attribute("data-hi"))
+        top, bottom = float(chart.get_attribute("data-top")), float(chart.get_attribute("data-bottom"))
+        assert chart.find_element("css selector", "text.unit").text == "Δ BLEU"
+        # ticks: rounded, evenly spaced by 1, 2 or 5 times a power of ten, from the axis' low end to its high end
+        ticks = [t.text for t in chart.find_elements("css selector", "text.tick")]
+        values = [float(t) for t in ticks]
+        steps = {round(b - a, 9) for a, b in zip(values, values[1:])}
+        assert len(steps) == 1 and (values[0], values[-1]) == (lo, hi), ticks
+        step = steps.pop()
+        assert round(step / 10 ** math.floor(math.log10(step)), 6) in (1, 2, 5)
+        assert all(len(t.split(".")[1]) <= max(0, -math.floor(math.log10(step))) for t in ticks if "." in t), ticks
+        for g in chart.find_elements("css selector", "g.bucket"):
+            line = g.find_element("css selector", "line.interval")
+            low, high = float(line.get_attribute("data-low")), float(line.get_attribute("data-high"))
+            clipped = line.get_attribute("data-clipped").split()
+            ends = {c.get_attribute("data-end") for c in g.find_elements("css selector", "path.clip")}
+            assert set(clipped) == ends
+            assert ("low" in clipped) == (low < lo) and ("high" in clipped) == (high > hi)  # inside, or marked
+            for y in (float(line.get_attribute("y1")), float(line.get_attribute("y2"))):
+                assert top - 0.01 <= y <= bottom + 0.01
+    depth = charts["tree depth"]
+    small = depth.find_element("css selector", 'g.bucket[data-bucket="[4,5)"]')
+    assert small.find_element("css selector", "line.interval").get_attribute("data-clipped") == "low high"
+    assert sorted(t.text for t in small.find_elements("css selector", "text.clip-label")) == ["+7.20", "-3.39"]
+    title = small.find_element("css selector", "title").get_attribute("textContent")
+    assert "[-3.39, +7.20]" in title and "p 0.430" in title and "not read" in title
+    # the verbs' small interval is only a little wider: the axis takes it whole
+    assert charts["verbs"].find_elements("css selector", "path.clip") == []
+    assert float(charts["verbs"].get_attribute("data-lo")) <= -1.0
+    # compare-mt's labels in words; the mark (Holm over the report < 0.05) on [3,4) alone
+    assert [t.text for t in charts["verbs"].find_elements("css selector", "text.xlabel")] == ["no verb", "1 verb"]
+    assert [t.text for t in depth.find_elements("css selector", "text.xlabel")] == ["depth under 3", "depth 3", "depth 4"]
+    marks = d.find_elements("css selector", "svg.chart text.mark")
+    assert [m.find_element("xpath", "..").get_attribute("data-bucket") for m in marks] == ["[3,4)"]

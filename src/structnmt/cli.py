@@ -998,7 +998,8 @@ def _parser_compare(sub) -> None:
                    help="attention maps for this many sentences where the systems differ most (default 6)")
     s.add_argument("--attention-lines", type=_at_least(1), nargs="+", metavar="LINE",
                    help="attention maps for these 1-based lines instead")
-    s.add_argument("--out", required=True, help="output directory: compare.csv, compare.md, buckets.png, sentences.md")
+    s.add_argument("--out", required=True, help="output directory: compare.csv, compare_between.csv, compare.md, buckets.png, "
+                   "sentences.md")
     s.set_defaults(func=cmd_compare)
 
 

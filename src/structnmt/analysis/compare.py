@@ -21,6 +21,8 @@ and ``cutoff_into_bucket``, labels such as ``<10``, ``[10,15)``, ``>=25``):
 A bucket with fewer than ``min_bucket`` sentences is reported and marked *small*, not hidden: its
 interval is wide and its p is not read. The sentences where the systems differ most (sentence chrF,
 averaged over each system's seeds) come with their source, reference and every seed's translation.
+Every bucket's p adjusted for the report's many buckets (Holm, Benjamini-Hochberg), and the tests of a
+difference between buckets (contrasts, heterogeneity), are :mod:`.compare_between`'s.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import UserError
-from ..evaluate.seeds import RunStatistics, seed_aware_statistic_test
+from ..evaluate.seeds import RunStatistics, _scores, seed_aware_statistic_test
 from ..syntax.trees import DependencyTree
 
 #: the labels of a yes/no bucket
@@ -88,6 +90,35 @@ class BucketRow:
     high: float
     p_value: float
     small: bool  # fewer sentences than CompareConfig.min_bucket
+    # p adjusted for multiple comparisons (:func:`.compare_between.adjust_bucket_rows`): Holm and
+    # Benjamini-Hochberg, within the family of the row's bucketing and within the whole report; NaN for a
+    # small or untested bucket (its p is not read, so it is in no family)
+    p_holm_kind: float = math.nan
+    p_bh_kind: float = math.nan
+    p_holm_report: float = math.nan
+    p_bh_report: float = math.nan
+
+
+@dataclass(frozen=True)
+class Bucketing:
+    """One bucketing's per-sentence statistics, what the per-bucket tests and the between-bucket tests
+    (:mod:`.compare_between`) resample.
+
+    ``stats[j]``: for bucket ``labels[j]``, every run's (sentences, K) statistics (the baseline's ``sizes[0]``
+    runs first, then each of ``names``' ``sizes[i + 1]``), zero where a sentence has none of the bucket;
+    ``score`` maps (R, K) summed statistics to R scores; ``strata``: per sentence the index of its bucket
+    (sentence buckets: resampled within each bucket, as a bucket's own test resamples its sentences) or None
+    (word-frequency and agreement buckets: every sentence resampled, as their own tests do); ``counts``:
+    each bucket's size (sentences, reference words or probes)."""
+
+    kind: str
+    labels: list[str]
+    stats: list[list[np.ndarray]]
+    sizes: list[int]
+    names: list[str]
+    score: Callable[[np.ndarray], np.ndarray]
+    strata: np.ndarray | None
+    counts: list[int]
 
 
 # --------------------------------------------------------------------------- sentence features
@@ -171,13 +202,20 @@ def sentence_buckets(sources: Sequence[str], parses: Sequence[DependencyTree] | 
 # --------------------------------------------------------------------------- the tests
 
 
-def bucket_row(kind: str, label: str, n: int, name: str, test, cfg: CompareConfig) -> BucketRow:
+def interval(test) -> tuple[float, float]:
+    """The 95 % interval of a seed-aware test's Δ: ``Δ ± t(0.975, df) · sqrt(seed_se² + sentence_se²)``."""
     from scipy import stats
 
     se = math.hypot(test.seed_se, test.sentence_se)
     half = float(stats.t.ppf(0.975, test.df) if math.isfinite(test.df) else stats.norm.ppf(0.975)) * se
-    return BucketRow(kind, label, n, name, test.baseline_mean, test.mean, test.delta, test.delta - half,
-                     test.delta + half, test.p_value, n < cfg.min_bucket)
+    return test.delta - half, test.delta + half
+
+
+def bucket_row(kind: str, label: str, n: int, name: str, test, cfg: CompareConfig) -> BucketRow:
+    """One system's row in one bucket from its seed-aware test (:class:`structnmt.evaluate.seeds.SeedTest`)."""
+    low, high = interval(test)
+    return BucketRow(kind, label, n, name, test.baseline_mean, test.mean, test.delta, low, high, test.p_value,
+                     n < cfg.min_bucket)
 
 
 def check_inputs(sources: Sequence[str], refs: Sequence[str], systems: Sequence[System]) -> None:
@@ -198,12 +236,19 @@ def check_inputs(sources: Sequence[str], refs: Sequence[str], systems: Sequence[
                                 "every translation must have one line per reference line.")
 
 
-def bucket_rows(refs: Sequence[str], systems: Sequence[System], buckets: dict[str, list[str]],
-                cfg: CompareConfig) -> list[BucketRow]:
-    """Every system against the first (the baseline) in every bucket of every kind, and on all sentences."""
-
+def run_statistics_of(refs: Sequence[str], systems: Sequence[System], cfg: CompareConfig) -> RunStatistics:
+    """Every run's per-sentence statistics of ``cfg.metric``, the baseline (the first system) first."""
     base, others = systems[0], systems[1:]
-    rs = RunStatistics.of(base.runs, {s.name: s.runs for s in others}, refs, metric=cfg.metric, lang=cfg.lang)
+    return RunStatistics.of(base.runs, {s.name: s.runs for s in others}, refs, metric=cfg.metric, lang=cfg.lang)
+
+
+def bucket_rows(refs: Sequence[str], systems: Sequence[System], buckets: dict[str, list[str]],
+                cfg: CompareConfig, rs: RunStatistics | None = None) -> list[BucketRow]:
+    """Every system against the first (the baseline) in every bucket of every kind, and on all sentences
+    (``rs``: :func:`run_statistics_of`, computed here when None)."""
+
+    others = systems[1:]
+    rs = rs if rs is not None else run_statistics_of(refs, systems, cfg)
     rows: list[BucketRow] = []
     everything = {"all sentences": ["all"] * len(refs)}
     for kind, labels in {**everything, **buckets}.items():
@@ -234,6 +279,51 @@ def label_order(label: str) -> tuple:
         return (2, label)
 
 
+#: per kind of numeric bucket: (a count of n in plain words, the phrase for zero)
+_COUNTED: dict[str, tuple[Callable[[str, int], str], str]] = {
+    "source length (words)": (lambda n, one: f"{n} {'word' if one else 'words'}", "no words"),
+    "longest dependency arc (words)": (lambda n, one: f"longest arc {n} {'word' if one else 'words'}", "no arc"),
+    "tree depth": (lambda n, one: f"depth {n}", "no tree"),
+    "verbs": (lambda n, one: f"{n} {'verb' if one else 'verbs'}", "no verb"),
+    "reference word frequency in training (word F-measure)": (
+        lambda n, one: "seen once" if n == "1" else f"seen {n} times", "not seen in training"),
+    "agreement by attractors (accuracy)": (lambda n, one: f"{n} {'attractor' if one else 'attractors'}",
+                                           "no attractor"),
+}
+
+
+def plain_label(kind: str, label: str) -> str:
+    """compare-mt's label of a bucket in plain words: ``<1`` of the verbs is "no verb", ``<10`` of the source
+    length "under 10 words", ``[3,5)`` "3–4 verbs",
+    ``>=3`` "3 or more verbs", ``yes``/``no`` of a yes/no kind "with"/"without"; other labels as they are."""
+    if label in (YES, NO) and kind in ("relative clause", "PP after a noun", "coordination"):
+        return f"{'with' if label == YES else 'without'} {'a ' if kind != 'coordination' else ''}{kind}"
+    if kind not in _COUNTED:
+        return label
+    words, zero = _COUNTED[kind]
+    if label.startswith("<") and label[1:].isdigit():
+        top = int(label[1:]) - 1
+        return zero if top == 0 else words(f"under {top + 1}", False) if top > 0 else label
+    if label.startswith(">=") and label[2:].isdigit():
+        return words(f"{label[2:]} or more", False)
+    if label.startswith("[") and label.endswith(")"):
+        a, b = (int(x) for x in label[1:-1].split(","))
+        return words(str(a), a == 1) if b == a + 1 else words(f"{a}–{b - 1}", False)
+    if label.isdigit():
+        return zero if label == "0" else words(label, label == "1")
+    return label
+
+
+def delta_unit(kind: str, metric: str) -> str:
+    """What a bucket's Δ is measured in: the metric's name (``metric``), the word F-measure or the probes'
+    accuracy."""
+    if "word F-measure" in kind:
+        return "Δ word F-measure"
+    if "agreement" in kind:
+        return "Δ accuracy (%)"
+    return f"Δ {metric}"
+
+
 def word_counts(lines: Sequence[str], *, lowercase: bool = True) -> Counter:
     """Word counts of the training targets, by whitespace token (compare-mt counts the tokens it is given:
     the caller tokenizes, as :func:`.compare_report.run` does with the Moses tokenizer)."""
@@ -243,11 +333,20 @@ def word_counts(lines: Sequence[str], *, lowercase: bool = True) -> Counter:
     return c
 
 
-def frequency_rows(refs: Sequence[str], systems: Sequence[System], counts: Counter,
-                   cfg: CompareConfig) -> list[BucketRow]:
-    """compare-mt's word F-measure by training frequency of the reference word, per bucket, seed-aware."""
-    from compare_mt.bucketers import FreqWordBucketer
+FREQUENCY = "reference word frequency in training (word F-measure)"
 
+
+def _fmeasure(sums: np.ndarray) -> np.ndarray:
+    """compare-mt's word F-measure (%) of summed (matches, reference words, output words); 0 without words."""
+    m, r, o = (sums[:, j].astype(float) for j in range(3))
+    return np.divide(200.0 * m, r + o, out=np.zeros_like(m), where=(r + o) > 0)
+
+
+def frequency_bucketing(refs: Sequence[str], systems: Sequence[System], counts: Counter,
+                        cfg: CompareConfig) -> Bucketing:
+    """compare-mt's word matching by training frequency of the reference word: per bucket, every run's
+    per-sentence (matches, reference words, output words); the size of a bucket counts reference words."""
+    from compare_mt.bucketers import FreqWordBucketer
 
     bucketer = FreqWordBucketer(freq_counts=counts, bucket_cutoffs=cfg.freq_cutoffs, case_insensitive=True)
     ref_tok = [r.split() for r in refs]
@@ -261,21 +360,50 @@ def frequency_rows(refs: Sequence[str], systems: Sequence[System], counts: Count
             out[i, :, 0], out[i, :, 1], out[i, :, 2] = out_matches[0], ref_total, out_totals[0]
         return out
 
-    per_run = {s.name: [stats(r) for r in s.runs] for s in systems}
-    base, others = systems[0], systems[1:]
-    rows = []
-    kind = "reference word frequency in training (word F-measure)"
-    for b, label in enumerate(bucketer.bucket_strs):
-        def fmeasure(sums: np.ndarray) -> np.ndarray:
-            m, r, o = (sums[:, j].astype(float) for j in range(3))
-            return np.divide(200.0 * m, r + o, out=np.zeros_like(m), where=(r + o) > 0)
+    runs = [stats(r) for s in systems for r in s.runs]  # the baseline's first
+    return Bucketing(FREQUENCY, list(bucketer.bucket_strs), [[x[:, b] for x in runs] for b in range(k)],
+                     [len(s.runs) for s in systems], [s.name for s in systems[1:]], _fmeasure, None,
+                     [int(runs[0][:, b, 1].sum()) for b in range(k)])
 
-        words = int(per_run[base.name][0][:, b, 1].sum())
-        tests = seed_aware_statistic_test([x[:, b] for x in per_run[base.name]],
-                                          {s.name: [x[:, b] for x in per_run[s.name]] for s in others}, fmeasure,
-                                          metric="word F-measure", n_samples=cfg.n_samples, seed=cfg.seed)
-        rows.extend(bucket_row(kind, label, words, s.name, tests[s.name], cfg) for s in others)
+
+def bucketing_rows(b: Bucketing, cfg: CompareConfig, metric: str) -> list[BucketRow]:
+    """The seed-aware test of every system against the baseline in every bucket of ``b``, resampling every
+    sentence (:func:`structnmt.evaluate.seeds.seed_aware_statistic_test`); a bucket found in fewer than 2
+    sentences is reported small and untested (one sentence has no test-set spread)."""
+    nb, rows = b.sizes[0], []
+    for j, label in enumerate(b.labels):
+        stats = b.stats[j]
+        if int((stats[0].any(axis=1)).sum()) < 2:
+            rows.extend(BucketRow(b.kind, label, b.counts[j], n, math.nan, math.nan, math.nan, math.nan, math.nan,
+                                  math.nan, True) for n in b.names)
+            continue
+        start, systems = nb, {}
+        for name, k in zip(b.names, b.sizes[1:]):
+            systems[name], start = stats[start:start + k], start + k
+        tests = seed_aware_statistic_test(stats[:nb], systems, b.score, metric=metric, n_samples=cfg.n_samples,
+                                          seed=cfg.seed)
+        rows.extend(bucket_row(b.kind, label, b.counts[j], n, tests[n], cfg) for n in b.names)
     return rows
+
+
+def frequency_rows(refs: Sequence[str], systems: Sequence[System], counts: Counter,
+                   cfg: CompareConfig) -> list[BucketRow]:
+    """compare-mt's word F-measure by training frequency of the reference word, per bucket, seed-aware."""
+    return bucketing_rows(frequency_bucketing(refs, systems, counts, cfg), cfg, "word F-measure")
+
+
+def sentence_bucketings(rs: RunStatistics, buckets: dict[str, list[str]]) -> list[Bucketing]:
+    """The sentence buckets (length, syntax) as :class:`Bucketing`: each bucket's statistics are the runs'
+    statistics of its sentences (zero elsewhere), resampled within the bucket as its own test does."""
+    out = []
+    for kind, labels in buckets.items():
+        order = sorted(set(labels), key=label_order)
+        strata = np.array([order.index(x) for x in labels])
+        stats = [[s * (strata == j)[:, None] for s in rs.stats] for j in range(len(order))]
+        out.append(Bucketing(kind, order, stats, list(rs.sizes), list(rs.names),
+                             lambda sums, m=rs.metric_obj: _scores(m, sums), strata,
+                             [int((strata == j).sum()) for j in range(len(order))]))
+    return out
 
 
 # --------------------------------------------------------------------------- sentences

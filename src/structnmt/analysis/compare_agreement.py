@@ -19,15 +19,13 @@ fewer than ``min_bucket`` probes is marked small.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..data.synthetic import agreement_outcomes
-from ..evaluate.seeds import seed_aware_statistic_test
-from .compare import BucketRow, CompareConfig, bucket_row
+from .compare import Bucketing, BucketRow, CompareConfig, bucketing_rows
 
 ATTRACTORS = "agreement by attractors (accuracy)"
 SPLIT = "agreement by construction: benchmark split (accuracy)"
@@ -68,30 +66,34 @@ def _counts(outcomes: list[list[bool]], probes: list[list[dict]], splits: list[s
     return out
 
 
-def agreement_rows(runs: AgreementRuns, cfg: CompareConfig) -> list[BucketRow]:
-    """Every system against the baseline (the first of ``runs.outcomes``) in every agreement bucket."""
+def agreement_bucketings(runs: AgreementRuns) -> list[Bucketing]:
+    """The agreement buckets (by attractors, split, clause) as :class:`.compare.Bucketing`: per bucket every
+    run's per-sentence (probes right, probes) among the bucket's probes; every sentence is resampled."""
 
     names = list(runs.outcomes)
-    base, others = names[0], names[1:]
     kinds: list[tuple[str, Callable[[str, dict], str]]] = [
         (ATTRACTORS, lambda split, item: str(item["attractors"])),
         (SPLIT, lambda split, item: split),
         (CLAUSE, lambda split, item: item["kind"]),
     ]
-    rows: list[BucketRow] = []
+    out = []
     for kind, label_of in kinds:
         labels = list(dict.fromkeys(label_of(sp, it) for sp, items in zip(runs.splits, runs.probes) for it in items))
         if all(x.isdigit() for x in labels):
             labels.sort(key=int)  # attractor counts in order; splits and clauses as the benchmark lists them
+        stats = []
         for label in labels:
             keep = lambda sp, it, label=label, label_of=label_of: label_of(sp, it) == label  # noqa: E731
-            stats = {n: [_counts(r, runs.probes, runs.splits, keep) for r in runs.outcomes[n]] for n in names}
-            probes = int(stats[base][0][:, 1].sum())
-            if int((stats[base][0][:, 1] > 0).sum()) < 2:  # one sentence has no test-set spread: small, untested
-                rows.extend(BucketRow(kind, label, probes, n, math.nan, math.nan, math.nan, math.nan, math.nan,
-                                      math.nan, True) for n in others)
-                continue
-            tests = seed_aware_statistic_test(stats[base], {n: stats[n] for n in others}, _accuracy,
-                                              metric="agreement accuracy", n_samples=cfg.n_samples, seed=cfg.seed)
-            rows.extend(bucket_row(kind, label, probes, n, tests[n], cfg) for n in others)
-    return rows
+            stats.append([_counts(r, runs.probes, runs.splits, keep) for n in names for r in runs.outcomes[n]])
+        out.append(Bucketing(kind, labels, stats, [len(runs.outcomes[n]) for n in names], names[1:], _accuracy,
+                             None, [int(s[0][:, 1].sum()) for s in stats]))
+    return out
+
+
+def agreement_rows(runs: AgreementRuns, cfg: CompareConfig,
+                   bucketings: list[Bucketing] | None = None) -> list[BucketRow]:
+    """Every system against the baseline (the first of ``runs.outcomes``) in every agreement bucket
+    (``bucketings``: :func:`agreement_bucketings`, computed here when None)."""
+
+    bucketings = bucketings if bucketings is not None else agreement_bucketings(runs)
+    return [r for b in bucketings for r in bucketing_rows(b, cfg, "agreement accuracy")]

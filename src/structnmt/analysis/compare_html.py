@@ -17,12 +17,30 @@ from importlib import resources
 
 import numpy as np
 
-from .compare import BucketRow, CompareConfig
+from .compare import BucketRow, CompareConfig, delta_unit, plain_label
+from .compare_between import MARK_ALPHA
 
 
 def _clean(value):
     """JSON-safe: NaN -> None (the page shows "—")."""
     return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def chart_data(rows: list[BucketRow], metric: str) -> dict:
+    """What the charts need beyond the rows: each panel's unit (``Δ BLEU (lc,tok)``, ``Δ word F-measure``, ...)
+    and every bucket's label in plain words (compare-mt's ``<1`` of the verbs is "no verb").
+
+    The charts stay hand-drawn SVG (the page's own script, no charting library): what they draw is a point
+    and an interval per bucket and system on a linear axis, which a few lines do; a library would have to be
+    inlined whole (the page is self-contained, no network) and would still need the same care for what the
+    page must do, which is to draw an interval beyond the axis with a visible mark and its numbers, not cut
+    silently. The axis takes rounded ("nice") ticks (1, 2 or 5 times a power of ten) and covers every
+    interval unless a small bucket's would squash the others (more than 3 times their span); then the small
+    bucket's interval ends at the edge in an arrow labelled with its end, its numbers in the tooltip."""
+    return {"units": {k: delta_unit(k, metric) for k in dict.fromkeys(r.kind for r in rows)},
+            "plain": {k: {r.bucket: plain_label(k, r.bucket) for r in rows if r.kind == k}
+                      for k in dict.fromkeys(r.kind for r in rows)},
+            "mark_alpha": MARK_ALPHA}
 
 
 def page_data(rows: list[BucketRow], inputs, buckets: dict[str, list[str]], chrf: dict[str, np.ndarray],

@@ -1,5 +1,5 @@
 """``structnmt compare``'s inputs and outputs: reading the systems (files, or an experiment's runs) and
-writing ``compare.csv``, ``compare.md``, ``buckets.png`` and ``sentences.md`` (:mod:`.compare` computes)."""
+writing ``compare.csv``, ``compare_between.csv``, ``compare.md``, ``buckets.png`` and ``sentences.md`` (:mod:`.compare` computes)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import csv
 import io
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from ..data.corpus import CorpusError
@@ -25,17 +25,30 @@ from .compare import (
     System,
     attention_lines,
     bucket_rows,
+    bucketing_rows,
     check_inputs,
+    delta_unit,
     differing_sentences,
-    frequency_rows,
+    frequency_bucketing,
+    plain_label,
+    run_statistics_of,
+    sentence_bucketings,
     sentence_buckets,
     sentence_chrf,
     word_counts,
 )
-from .compare_agreement import AgreementRuns, agreement_rows
-from .compare_html import html_page, page_data
+from .compare_agreement import AgreementRuns, agreement_bucketings, agreement_rows
+from .compare_between import (
+    HETEROGENEITY,
+    BetweenRow,
+    adjust_between_rows,
+    adjust_bucket_rows,
+    between_rows,
+    marked,
+)
+from .compare_html import chart_data, html_page, page_data
 
-FILES = ("compare.csv", "compare.md", "buckets.png", "sentences.md", "report.html")
+FILES = ("compare.csv", "compare_between.csv", "compare.md", "buckets.png", "sentences.md", "report.html")
 
 
 @dataclass
@@ -96,26 +109,44 @@ def run(inputs: CompareInputs, cfg: CompareConfig, out_dir: str | Path, *, html:
         attention_lines([], cfg, len(inputs.refs))  # lines out of range: said before any work
     out = OutputDir(out_dir, "compare", expect=FILES)  # refused before any work if it holds others' files
     buckets = sentence_buckets(inputs.sources, inputs.parses, cfg)
-    rows = bucket_rows(inputs.refs, inputs.systems, buckets, cfg)
-    if inputs.train_targets is not None and (cfg.buckets is None or "frequency" in cfg.buckets):
-        tok = lambda lines: moses_lc_tokenize(lines, cfg.lang)  # noqa: E731 (compare-mt reads tokens)
-        systems_tok = [System(s.name, [tok(r) for r in s.runs]) for s in inputs.systems]
-        rows += frequency_rows(tok(inputs.refs), systems_tok, word_counts(tok(inputs.train_targets)), cfg)
-    if inputs.agreement is not None and (cfg.buckets is None or "agreement" in cfg.buckets):
-        rows += agreement_rows(inputs.agreement, cfg)
+    rows, between = all_rows(inputs, buckets, cfg)
     chrf = sentence_chrf(inputs.systems, inputs.refs)
     examples = differing_sentences(inputs.sources, inputs.refs, inputs.systems, cfg, chrf)
     # the attention maps (a checkpoint per system) before any file is written: a model they fail for leaves nothing
     maps = attention(attention_lines(examples, cfg, len(inputs.refs))) if html and attention else None
-    written = [out.write_text("compare.csv", rows_csv(rows)), out.write_text("compare.md", rows_markdown(rows, cfg)),
+    written = [out.write_text("compare.csv", rows_csv(rows)), out.write_text("compare_between.csv", rows_csv(between, BetweenRow)),
+               out.write_text("compare.md", rows_markdown(rows, cfg) + between_markdown(between, cfg)),
                out.write_with("buckets.png", lambda p: plot_buckets(rows, p, cfg)),
                out.write_text("sentences.md", examples_markdown(examples))]
     if html:
 
         data = page_data(rows, inputs, buckets, chrf, cfg)
+        data.update(chart_data(rows, _metric_name(cfg)))
+        data["between"] = [{k: None if isinstance(v, float) and not math.isfinite(v) else v  # JSON has no inf
+                            for k, v in asdict(r).items()} for r in between]
         data["attention"] = maps
         written.append(out.write_text("report.html", html_page(data)))
     return written
+
+
+def all_rows(inputs: CompareInputs, buckets: dict[str, list[str]],
+             cfg: CompareConfig) -> tuple[list[BucketRow], list[BetweenRow]]:
+    """Every bucket's test and every between-bucket test (:mod:`.compare_between`), their p adjusted."""
+    rs = run_statistics_of(inputs.refs, inputs.systems, cfg)
+    rows = bucket_rows(inputs.refs, inputs.systems, buckets, cfg, rs)
+    bucketings = sentence_bucketings(rs, buckets)
+    if inputs.train_targets is not None and (cfg.buckets is None or "frequency" in cfg.buckets):
+        tok = lambda lines: moses_lc_tokenize(lines, cfg.lang)  # noqa: E731 (compare-mt reads tokens)
+        systems_tok = [System(s.name, [tok(r) for r in s.runs]) for s in inputs.systems]
+        freq = frequency_bucketing(tok(inputs.refs), systems_tok, word_counts(tok(inputs.train_targets)), cfg)
+        rows += bucketing_rows(freq, cfg, "word F-measure")
+        bucketings.append(freq)
+    if inputs.agreement is not None and (cfg.buckets is None or "agreement" in cfg.buckets):
+        agreement = agreement_bucketings(inputs.agreement)
+        rows += agreement_rows(inputs.agreement, cfg, agreement)
+        bucketings += agreement
+    between = [r for b in bucketings for r in between_rows(b, cfg)]
+    return adjust_bucket_rows(rows), adjust_between_rows(between)
 
 
 def check_buckets(inputs: CompareInputs, cfg: CompareConfig) -> None:
@@ -138,9 +169,10 @@ def check_buckets(inputs: CompareInputs, cfg: CompareConfig) -> None:
                         "(e.g. ../shared/data/multi30k/train.de.gz).")
 
 
-def rows_csv(rows: list[BucketRow]) -> str:
+def rows_csv(rows: list, row_type: type = BucketRow) -> str:
+    """One CSV line per row (a :class:`.compare.BucketRow` or :class:`.compare_between.BetweenRow`); NaN empty."""
     buf = io.StringIO()
-    names = list(asdict(rows[0]))
+    names = [f.name for f in fields(row_type)]
     w = csv.DictWriter(buf, fieldnames=names, lineterminator="\n")
     w.writeheader()
     for r in rows:
@@ -153,33 +185,78 @@ def _metric_name(cfg: CompareConfig) -> str:
 
 
 def rows_markdown(rows: list[BucketRow], cfg: CompareConfig) -> str:
-    """One table per kind of bucket: per bucket its size, the baseline's score and each system's Δ [95 %]."""
+    """One table per kind of bucket: per bucket its size, the baseline's score and each system's Δ [95 %], p
+    and Holm's p over the report (marked ``*`` below 0.05)."""
     systems = list(dict.fromkeys(r.system for r in rows))
     lines = [f"# Where the systems differ from the baseline\n\nΔ of the seed means against the baseline, with the "
              f"seed-aware test's 95 % interval and p, on each bucket's sentences alone ({cfg.n_samples:,} bootstrap "
              f"resamples, seed {cfg.seed}). Sentence buckets: {_metric_name(cfg)}; word-frequency buckets: "
              f"compare-mt's word F-measure (the size column counts reference words there); agreement buckets (the "
              f"synthetic benchmark): the accuracy of its subject-verb agreement probes (the size counts probes). "
-             f"*small*: fewer than {cfg.min_bucket} sentences (words, probes), read with care.\n"]
+             f"*small*: fewer than {cfg.min_bucket} sentences (words, probes), read with care; its p is not read "
+             f"and has no adjusted p. Holm: p adjusted by Holm's method over every bucket of the report and every "
+             f"system (compare.csv also has Holm within the bucketing and Benjamini-Hochberg); `*`: Holm below "
+             f"0.05. A bucket marked and another not is no evidence that the two differ: that is the "
+             f"between-bucket test below.\n"]
     for kind in dict.fromkeys(r.kind for r in rows):
         in_kind = [r for r in rows if r.kind == kind]
-        lines += [f"## {kind}\n", "| bucket | size | baseline | " + " | ".join(f"{s}: Δ [95 %], p" for s in systems)
-                  + " |", "|---|---:|---:|" + "---:|" * len(systems)]
+        lines += [f"## {kind}\n", "| bucket | size | baseline | "
+                  + " | ".join(f"{s}: Δ [95 %], p, Holm" for s in systems) + " |",
+                  "|---|---:|---:|" + "---:|" * len(systems)]
         for label in dict.fromkeys(r.bucket for r in in_kind):
             cells = {r.system: r for r in in_kind if r.bucket == label}
             first = next(iter(cells.values()))
             size = f"{first.sentences}" + (" *small*" if first.small else "")
             base = "—" if math.isnan(first.baseline_score) else f"{first.baseline_score:.2f}"
-            lines.append(f"| {label} | {size} | {base} | " + " | ".join(_cell(cells.get(s)) for s in systems) + " |")
+            plain = plain_label(kind, label)
+            name = label if plain == label else f"`{label}` ({plain})"
+            lines.append(f"| {name} | {size} | {base} | " + " | ".join(_cell(cells.get(s)) for s in systems) + " |")
         lines.append("")
     return "\n".join(lines)
 
 
+def _p(p: float) -> str:
+    """A p-value as the tables print it: ``< 0.001``, three decimals, or ``—`` (none)."""
+    return "—" if math.isnan(p) else "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def _cell(r: BucketRow | None) -> str:
+    """One system's cell of a bucket: Δ [95 %], p, Holm's p over the report, and ``*`` if marked."""
     if r is None or math.isnan(r.delta):
         return "—"
-    p = "< 0.001" if r.p_value < 0.001 else f"{r.p_value:.3f}"
-    return f"{r.delta:+.2f} [{r.low:+.2f}, {r.high:+.2f}], {p}"
+    return (f"{r.delta:+.2f} [{r.low:+.2f}, {r.high:+.2f}], {_p(r.p_value)}, {_p(r.p_holm_report)}"
+            + (" *" if marked(r) else ""))
+
+
+def between_markdown(rows: list[BetweenRow], cfg: CompareConfig) -> str:
+    """The between-bucket tests: per bucketing its contrasts and its heterogeneity test, per system."""
+    lines = ["\n# Does the gain differ between buckets?\n\nPer bucketing and system: the contrast Δ_bucket − Δ_rest "
+             "(the gain in a bucket minus the gain on the bucketing's other sentences; for two buckets, the second "
+             "minus the first) with its 95 % interval and p, from the same seed-aware test resampling sentences "
+             "and reading the seeds; and the heterogeneity test (Q: the squared standardized contrasts summed over "
+             f"the buckets that are not small, against {cfg.n_samples:,} draws of its null; spread: the standard "
+             "deviation of Δ over those buckets). Holm (bucketing): over the bucketing's contrasts and systems; "
+             "Holm (report): over every contrast of the report, or every heterogeneity test; `*`: Holm (report) "
+             "below 0.05. compare_between.csv also has Benjamini-Hochberg.\n"]
+    for kind in dict.fromkeys(r.kind for r in rows):
+        lines += [f"## {kind}\n", "| test | system | size | Δ bucket | Δ rest | difference [95 %] or spread | "
+                  "t or Q | p | Holm (bucketing) | Holm (report) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in (x for x in rows if x.kind == kind):
+            what = r.contrast + (" *small*" if r.small else "") + (" *" if marked(r) else "")
+            if r.test == HETEROGENEITY:
+                what, diff = f"heterogeneity over {what}", _num(r.difference, "")
+            else:
+                diff = f"{r.difference:+.2f} [{r.low:+.2f}, {r.high:+.2f}]" if not math.isnan(r.difference) else "—"
+            lines.append(f"| {what} | {r.system} | {r.size} | {_num(r.delta_bucket)} | {_num(r.delta_rest)} | "
+                         f"{diff} | {_num(r.statistic, '')} | {_p(r.p_value)} | {_p(r.p_holm_kind)} | "
+                         f"{_p(r.p_holm_report)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _num(x: float, sign: str = "+") -> str:
+    """Two decimals (signed unless ``sign`` is empty), or ``—`` for NaN."""
+    return "—" if math.isnan(x) else f"{x:{sign}.2f}"
 
 
 def plot_buckets(rows: list[BucketRow], path: Path, cfg: CompareConfig) -> None:
@@ -204,10 +281,9 @@ def plot_buckets(rows: list[BucketRow], path: Path, cfg: CompareConfig) -> None:
             ax.scatter(xs, ys, s=18, zorder=3, edgecolors=color, label=s,
                        facecolors=["none" if r.small else color for _, r in pts])
         ax.axhline(0, color="grey", lw=0.8)
-        ax.set_xticks(range(len(labels)), labels, fontsize=7)
+        ax.set_xticks(range(len(labels)), [plain_label(kind, b) for b in labels], fontsize=7, rotation=15)
         ax.set_title(kind, fontsize=9)
-        unit = "word F" if "frequency" in kind else "accuracy" if "agreement" in kind else _metric_name(cfg)
-        ax.set_ylabel(f"Δ {unit}", fontsize=8)
+        ax.set_ylabel(delta_unit(kind, _metric_name(cfg)), fontsize=8)
     for ax in axes[len(kinds):]:
         ax.set_visible(False)
     axes[0].legend(fontsize=7)

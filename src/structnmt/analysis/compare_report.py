@@ -4,6 +4,7 @@ writing ``compare.csv``, ``compare.md``, ``buckets.png`` and ``sentences.md`` (:
 from __future__ import annotations
 
 import csv
+import html
 import io
 import math
 from collections.abc import Callable
@@ -152,6 +153,14 @@ def _metric_name(cfg: CompareConfig) -> str:
     return {"bleu_lc_tok": "BLEU (lc,tok)", "bleu": "BLEU", "chrf": "chrF"}.get(cfg.metric, cfg.metric)
 
 
+def md_text(text: str, *, cell: bool = False) -> str:
+    """Text from the data (a system's name, a bucket, a sentence) as Markdown shows it, never as HTML: ``<``,
+    ``>`` and ``&`` escaped (:func:`html.escape`); in a table ``cell`` also ``|`` (it would end the cell)
+    and line breaks."""
+    out = html.escape(str(text), quote=False)
+    return " ".join(out.replace("|", "\\|").splitlines()) if cell else out
+
+
 def rows_markdown(rows: list[BucketRow], cfg: CompareConfig) -> str:
     """One table per kind of bucket: per bucket its size, the baseline's score and each system's Δ [95 %]."""
     systems = list(dict.fromkeys(r.system for r in rows))
@@ -163,14 +172,16 @@ def rows_markdown(rows: list[BucketRow], cfg: CompareConfig) -> str:
              f"*small*: fewer than {cfg.min_bucket} sentences (words, probes), read with care.\n"]
     for kind in dict.fromkeys(r.kind for r in rows):
         in_kind = [r for r in rows if r.kind == kind]
-        lines += [f"## {kind}\n", "| bucket | size | baseline | " + " | ".join(f"{s}: Δ [95 %], p" for s in systems)
+        lines += [f"## {md_text(kind)}\n", "| bucket | size | baseline | "
+                  + " | ".join(f"{md_text(s, cell=True)}: Δ [95 %], p" for s in systems)
                   + " |", "|---|---:|---:|" + "---:|" * len(systems)]
         for label in dict.fromkeys(r.bucket for r in in_kind):
             cells = {r.system: r for r in in_kind if r.bucket == label}
             first = next(iter(cells.values()))
             size = f"{first.sentences}" + (" *small*" if first.small else "")
             base = "—" if math.isnan(first.baseline_score) else f"{first.baseline_score:.2f}"
-            lines.append(f"| {label} | {size} | {base} | " + " | ".join(_cell(cells.get(s)) for s in systems) + " |")
+            lines.append(f"| {md_text(label, cell=True)} | {size} | {base} | "
+                         + " | ".join(_cell(cells.get(s)) for s in systems) + " |")
         lines.append("")
     return "\n".join(lines)
 
@@ -220,11 +231,11 @@ def examples_markdown(examples: list[Example]) -> str:
     lines = ["# Sentences where the systems differ most\n", "Δ: the system's sentence chrF minus the baseline's, "
              "each averaged over its seeds (sacreBLEU's CHRF).\n"]
     for system in dict.fromkeys(e.system for e in examples):
-        lines.append(f"## {system}\n")
+        lines.append(f"## {md_text(system, cell=True)}\n")
         for e in (x for x in examples if x.system == system):
-            lines += [f"**Line {e.index + 1}**, Δ chrF {e.delta:+.1f}", "", f"- source: {e.source}",
-                      f"- reference: {e.reference}"]
+            lines += [f"**Line {e.index + 1}**, Δ chrF {e.delta:+.1f}", "", f"- source: {md_text(e.source)}",
+                      f"- reference: {md_text(e.reference)}"]
             for name, hyps in e.translations.items():
-                lines += [f"- {name}, seed {k + 1}: {h}" for k, h in enumerate(hyps)]
+                lines += [f"- {md_text(name, cell=True)}, seed {k + 1}: {md_text(h)}" for k, h in enumerate(hyps)]
             lines.append("")
     return "\n".join(lines)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -175,7 +176,7 @@ def test_cli_writes_the_tables_and_refuses_bad_input(tmp_path, capsys):
     md = (tmp_path / "out" / "compare.md").read_text(encoding="utf-8")
     assert "## source length (words)" in md and "better: Δ [95 %], p, Holm" in md
     assert "`<10` (under 10 words)" in md and "`>=25` (25 or more words)" in md and "# Does the gain differ between buckets?" in md
-    assert "| >=25 − <10 * | better |" in md  # the long sentences' gain differs from the short ones' (marked)
+    assert "| &gt;=25 − &lt;10 * | better |" in md  # the long sentences' gain differs from the short ones' (marked)
     assert (tmp_path / "out" / "buckets.png").read_bytes()[:4] == b"\x89PNG"
     assert "**Line 2" in (tmp_path / "out" / "sentences.md").read_text(encoding="utf-8")
     capsys.readouterr()
@@ -220,24 +221,170 @@ def test_committed_runs_may_keep_their_translations_gzipped(tmp_path):
     assert committed_or_plain(tmp_path / "b" / "test.hyp").name == "test.hyp.gz"
 
 
-def test_an_experiment_whose_dataset_is_elsewhere_is_one_sentence(tmp_path, capsys):
-    for row, seeds in (("transformer", (1, 2)), ("rel-pos", (1, 2))):
-        for k in seeds:
-            d = tmp_path / "exp" / "runs" / row / f"seed{k}"
+GRID_HEADER = """# Data:
+#
+#   structnmt prepare -s en -t de --trainpref corpus/train \\
+#       --destdir data-bin/toy_en_de --vocab-size 100
+name: toy
+"""
+
+
+def toy_dataset(path: Path, sources: list[str], refs: list[str], extra: str = "") -> Path:
+    """A directory with what compare reads of a prepared dataset: the test split's text and a manifest."""
+    import json
+
+    path.mkdir(parents=True)
+    write(path / "test.src.txt", sources)
+    write(path / "test.ref.txt", refs)
+    (path / "manifest.json").write_text(json.dumps({"config": {"trainpref": "corpus/train", "target_lang": "de"},
+                                                    "inputs": {}}), encoding="utf-8")
+    if extra:
+        (path / "extra.txt").write_text(extra, encoding="utf-8")
+    return path
+
+
+def toy_experiment(root: Path) -> Path:
+    """An experiment's records as the runner writes them, run from ``root``: two rows of two seeds, trained on
+    ``data-bin/toy_en_de`` (resolved.yaml's data.path, dataset.json's fingerprint and grid, relative paths)."""
+    import json
+
+    from structnmt.experiment.runner import dataset_fingerprint
+
+    sources, refs = corpus()
+    data = toy_dataset(root / "data-bin" / "toy_en_de", sources, refs)
+    (root / "configs" / "grids").mkdir(parents=True)
+    (root / "configs" / "grids" / "toy.yaml").write_text(GRID_HEADER, encoding="utf-8")
+    record = {"fingerprint": dataset_fingerprint(data), "path": "data-bin/toy_en_de", "grid": "configs/grids/toy.yaml"}
+    for row, system in zip(("transformer", "rel-pos"), systems(refs)):
+        for k, run in enumerate(system.runs, 1):
+            d = root / "exp" / "runs" / row / f"seed{k}"
             d.mkdir(parents=True)
-            (d / "result.json").write_text("{}", encoding="utf-8")
-            (d / "resolved.yaml").write_text(f"data: {{path: {tmp_path / 'nowhere'}}}\n", encoding="utf-8")
-            (d / "test.hyp").write_text("a\n", encoding="utf-8")
-    args = ["compare", "--experiment", str(tmp_path / "exp"), "--row", "Transformer", "--row", "+ Rel_Pos",
-            "--out", str(tmp_path / "out")]
-    assert main(args) != 0
-    err = capsys.readouterr().err
-    assert "the dataset's source" in err and "file not found" in err and "Traceback" not in err
-    assert main([*args[:3], "--row", "Transformer", "--row", "+ Nope", "--out", str(tmp_path / "o")]) != 0
-    assert "holds no finished run of row '+ Nope'" in capsys.readouterr().err
-    (tmp_path / "exp" / "runs" / "transformer" / "seed1" / "resolved.yaml").write_text("x: 1\n", encoding="utf-8")
-    assert main(args) != 0
-    assert "holds no data.path" in capsys.readouterr().err
+            write(d / "test.hyp", run)
+            bleu = sacrebleu.corpus_bleu(run, [refs]).score
+            (d / "result.json").write_text(json.dumps({"split": "test", "bleu": bleu}), encoding="utf-8")
+            (d / "resolved.yaml").write_text("data: {path: data-bin/toy_en_de}\n", encoding="utf-8")
+            (d / "dataset.json").write_text(json.dumps(record), encoding="utf-8")
+    return root / "exp"
+
+
+def test_compare_experiment_names_the_dataset_it_needs_and_takes_it_with_data(tmp_path, capsys, monkeypatch):
+    """The runs' records hold their dataset relative to where the grid ran; in another directory (a clone)
+    compare says in one sentence which dataset (name, fingerprint) it needs, the grid header's prepare command
+    and --data; --data gives it; another dataset is refused, the same one prepared again is used (a note)."""
+    import shutil
+
+    from conftest import assert_user_error, cli
+
+    from structnmt.experiment.runner import dataset_fingerprint
+
+    exp = toy_experiment(tmp_path)
+    args = ["compare", "--experiment", exp, "--row", "Transformer", "--row", "+ Rel_Pos", "--metric", "bleu",
+            "--bootstrap", "50", "--min-bucket", "5"]
+    monkeypatch.chdir(tmp_path)  # where the grid ran: the recorded data.path is there
+    code, _, err = cli(capsys, *args, "--out", "here")
+    assert code == 0, err
+    elsewhere = tmp_path / "clone"  # a clone of the repository: its grid files, no dataset
+    shutil.copytree(tmp_path / "configs", elsewhere / "configs")
+    monkeypatch.chdir(elsewhere)
+    code, _, err = cli(capsys, *args, "--out", "cmp")
+    fingerprint = dataset_fingerprint(tmp_path / "data-bin" / "toy_en_de")
+    assert_user_error(code, err, "the runs' dataset data-bin/toy_en_de (data.path of their resolved.yaml",
+                      f"the runs trained on toy_en_de (fingerprint {fingerprint[:16]}...)",
+                      "prepare it with `structnmt prepare -s en -t de --trainpref corpus/train --destdir "
+                      "data-bin/toy_en_de --vocab-size 100` (the header of configs/grids/toy.yaml)", "--data DIR")
+    assert not (elsewhere / "cmp").exists()
+    code, _, err = cli(capsys, *args, "--data", tmp_path / "data-bin" / "toy_en_de", "--out", "cmp")
+    assert code == 0 and (elsewhere / "cmp" / "compare.csv").is_file(), err
+    code, _, err = cli(capsys, *args, "--data", tmp_path / "nowhere", "--out", "cmp2")
+    assert_user_error(code, err, "--data", "holds no prepared dataset", "toy_en_de", "prepare it with")
+    sources, refs = corpus()
+    other = toy_dataset(tmp_path / "other", sources, corpus(seed=1)[1])
+    code, _, err = cli(capsys, *args, "--data", other, "--out", "cmp2")
+    assert_user_error(code, err, "is not the dataset the runs trained on", "toy_en_de", "not the recorded")
+    again = toy_dataset(tmp_path / "again", sources, refs, extra="another parser version's trees")
+    code, _, err = cli(capsys, *args, "--data", again, "--out", "cmp2")
+    assert code == 0, err
+    assert "not byte for byte the dataset the runs trained on" in err and "so its sources and references" in err
+
+
+def test_compare_experiment_counts_every_run_once(tmp_path, capsys):
+    """A row given twice, or a seed's translations copied into another seed, is refused by score's check."""
+    import shutil
+
+    from conftest import assert_user_error, cli
+
+    exp = toy_experiment(tmp_path)
+    args = ["compare", "--experiment", exp, "--metric", "bleu", "--bootstrap", "50", "--out", tmp_path / "out"]
+    code, _, err = cli(capsys, *args, "--row", "Transformer", "--row", "Transformer")
+    assert_user_error(code, err, "are the same file, in two systems", "give each system its own runs")
+    code, _, err = cli(capsys, *args, "--row", "Transformer", "--row", "+ Nope")
+    assert_user_error(code, err, "holds no finished run of row '+ Nope'")
+    resolved = exp / "runs" / "transformer" / "seed1" / "resolved.yaml"
+    kept = resolved.read_text(encoding="utf-8")
+    resolved.write_text("x: 1\n", encoding="utf-8")
+    code, _, err = cli(capsys, *args, "--row", "Transformer", "--row", "+ Rel_Pos")
+    assert_user_error(code, err, "holds no data.path")
+    resolved.write_text(kept, encoding="utf-8")
+    shutil.copy(exp / "runs" / "rel-pos" / "seed1" / "test.hyp", exp / "runs" / "rel-pos" / "seed2" / "test.hyp")
+    code, _, err = cli(capsys, *args, "--row", "Transformer", "--row", "+ Rel_Pos")
+    assert_user_error(code, err, "seed1/test.hyp and", "seed2/test.hyp are identical content",
+                      "give every seed its own file once")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_committed_records_name_their_dataset_in_a_clone(tmp_path, capsys, monkeypatch):
+    """The documented `compare --experiment docs/outputs/cross_paper_multi30k ...` in a clone without the
+    dataset: one sentence naming it (name, fingerprint), the grid header's prepare command and --data."""
+    import importlib.util
+
+    from conftest import assert_user_error, cli
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("outputs_script", root / "scripts" / "outputs.py")
+    outputs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(outputs)
+    members = outputs.read_archive(root / "docs" / "outputs" / "cross_paper_multi30k.tar.xz")
+    for name, data in members.items():
+        if name.startswith(("runs/transformer/", "runs/rel-pos/")):
+            (tmp_path / "exp" / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / "exp" / name).write_bytes(data)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli(capsys, "compare", "--experiment", "exp", "--row", "Transformer", "--row", "+ Rel_Pos",
+                       "--out", "cmp")
+    assert_user_error(code, err, "the runs' dataset data-bin/multi30k_en_de_spacy",
+                      "multi30k_en_de_spacy (fingerprint 9962a09a94768c09...)",
+                      "--destdir data-bin/multi30k_en_de_spacy", "cross_paper_multi30k.yaml)", "--data DIR")
+
+
+def test_compare_counts_every_run_once(tmp_path, capsys):
+    """One file as two seeds (the same path, ./path, a hard link, a byte-identical copy), one run in two systems,
+    or two systems under one --name: refused by the check `score` uses, before any report is written (a zero
+    seed variance would otherwise make the seed-aware test's p tiny)."""
+    import os
+
+    from conftest import assert_user_error, cli
+
+    sources, refs = corpus()
+    base, better = systems(refs)
+    src, ref = write(tmp_path / "src.txt", sources), write(tmp_path / "ref.txt", refs)
+    b = [write(tmp_path / f"b{k}.txt", run) for k, run in enumerate(base.runs)]
+    g = [write(tmp_path / f"g{k}.txt", run) for k, run in enumerate(better.runs)]
+    os.link(b[0], tmp_path / "b0_link.txt")
+    (tmp_path / "b0_copy.txt").write_bytes((tmp_path / "b0.txt").read_bytes())
+    common = ["compare", "--src", src, "--ref", ref, "--metric", "bleu", "--bootstrap", "50", "--out", tmp_path / "out"]
+    for twin, what in ((b[0], "are the same file"), (str(tmp_path / "." / "b0.txt"), "are the same file"),
+                       (tmp_path / "b0_link.txt", "are the same file"), (tmp_path / "b0_copy.txt", "identical content")):
+        code, _, err = cli(capsys, *common, "--hyp", b[0], twin, "--hyp", *g)
+        assert_user_error(code, err, "compare: --hyp", what, "give every seed its own file once")
+    code, _, err = cli(capsys, *common, "--hyp", *b, "--hyp", g[0], b[1])
+    assert_user_error(code, err, f"--hyp {b[1]} and {b[1]} are the same file, in two systems", "its own runs")
+    code, _, err = cli(capsys, *common, "--hyp", *b, "--hyp", *g, "--name", "same", "--name", "same")
+    assert_user_error(code, err, "two systems are named 'same'", "give each system its own --name")
+    assert not (tmp_path / "out").exists()  # refused before any work
+    code, _, err = cli(capsys, *common, "--hyp", *b, "--hyp", *g, "--name", "base", "--name", "better")
+    assert code == 0, err
+
+
 
 
 # --------------------------------------------------------------------------- adjusted p and between-bucket tests

@@ -100,7 +100,8 @@ def test_probe_outcomes_group_the_benchmark_s_own_matching_by_sentence():
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory) -> tuple[Path, Path]:
     """A written benchmark and an experiment directory of two rows x 2 seeds: 'base' translates every probed
-    verb in the wrong number, 'good' gives the references."""
+    verb in the wrong number, 'good' gives the references; seed 2 adds a word to each split's first line (two
+    seeds never translate alike: compare refuses one run counted twice)."""
     from structnmt.data.generalization import (
         BenchmarkConfig,
         benchmark_splits,
@@ -122,6 +123,8 @@ def bench(tmp_path_factory) -> tuple[Path, Path]:
                     for item in ex.agreement:
                         toks[item["tgt_index"]] = item["wrong"]
                 lines.append(" ".join(toks))
+            if seed == 2:
+                lines[0] += " x"
             (d / f"bench_{sp}.hyp").write_text("\n".join(lines) + "\n")
     return root / "gen", root / "exp"
 
@@ -158,9 +161,12 @@ def test_benchmark_inputs_are_checked_in_one_sentence(capsys, bench, tmp_path):
                        "--hyp", gen / "test.tgt", gen / "test.tgt", "--hyp", gen / "test.tgt", gen / "test.tgt",
                        "--out", tmp_path / "o2")
     assert_user_error(code, err, "--benchmark reads a synthetic-benchmark grid's runs")
+    hyps = []
+    for k in range(4):  # four runs, each its own translation
+        hyps.append(tmp_path / f"h{k}.txt")
+        hyps[-1].write_text((gen / "test.tgt").read_text().replace("\n", f" w{k}\n", 1))
     code, _, err = cli(capsys, "compare", "--src", gen / "test.src", "--ref", gen / "test.tgt", "--hyp",
-                       gen / "test.tgt", gen / "test.tgt", "--hyp", gen / "test.tgt", gen / "test.tgt",
-                       "--buckets", "agreement", "--out", tmp_path / "o3")
+                       *hyps[:2], "--hyp", *hyps[2:], "--buckets", "agreement", "--out", tmp_path / "o3")
     assert_user_error(code, err, "the agreement buckets are the synthetic benchmark's", "--benchmark BENCH_DIR")
     short = exp.parent / "short"
     import shutil

@@ -155,7 +155,11 @@ def test_choosing_a_sentence_draws_every_head_of_the_chosen_layer(browser, repor
 
 def test_checkpoint_options_are_sentences(capsys, synth_data, models, tmp_path):
     src, ref = synth_data / "test.src.txt", synth_data / "test.ref.txt"
-    base = ["compare", "--src", src, "--ref", ref, "--hyp", ref, ref, "--hyp", ref, ref, "--name", "A", "--name", "B"]
+    runs = []
+    for k in range(4):  # four runs, each its own translation (compare counts a file given twice once)
+        runs.append(tmp_path / f"run{k}.txt")
+        runs[-1].write_text(ref.read_text(encoding="utf-8").replace("\n", f" w{k}\n", 1), encoding="utf-8")
+    base = ["compare", "--src", src, "--ref", ref, "--hyp", *runs[:2], "--hyp", *runs[2:], "--name", "A", "--name", "B"]
     code, _, err = cli(capsys, *base, "--checkpoint", f"A={models['transformer']}", "--out", tmp_path / "o1")
     assert_user_error(code, err, "--checkpoint draws attention maps in the HTML report; add --html")
     code, _, err = cli(capsys, *base, "--html", "--checkpoint", "A", "--out", tmp_path / "o2")

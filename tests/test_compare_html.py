@@ -13,7 +13,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import Select
 from test_compare import corpus, systems
 
-from structnmt.analysis.compare import CompareConfig
+from structnmt.analysis.compare import CompareConfig, System
 from structnmt.analysis.compare_report import CompareInputs, run
 from structnmt.syntax.trees import DependencyTree
 
@@ -183,3 +183,70 @@ def test_an_interval_beyond_the_panel_is_marked_and_the_axes_are_rounded_and_lab
     assert [t.text for t in depth.find_elements("css selector", "text.xlabel")] == ["depth under 3", "depth 3", "depth 4"]
     marks = d.find_elements("css selector", "svg.chart text.mark")
     assert [m.find_element("xpath", "..").get_attribute("data-bucket") for m in marks] == ["[3,4)"]
+
+
+#: lines that end or change a script element, or would be markup if read as HTML
+HOSTILE = "<!--<script> a </script> <img src=x onerror=document.title='owned'> & &amp; |"
+HOSTILE_NAME = "long <b>better</b> | <!--<script>"
+
+
+def hostile_inputs() -> CompareInputs:
+    """The corpus with a hostile source (line 4), reference (line 26) and translation (line 26 of every seed
+    of the second system), and a hostile system name; the buckets stay as in :func:`report`'s page."""
+    sources, refs = corpus()
+    sources[3] = HOSTILE.split(" a ")[0] + " s s s s"  # still 5 words: the short bucket
+    refs[25] = HOSTILE
+    base, better = systems(refs)
+    runs = [[(HOSTILE if i == 25 else h) for i, h in enumerate(run)] for run in better.runs]
+    return CompareInputs(sources, refs, [base, System(HOSTILE_NAME, runs)], [chain(s) for s in sources], None)
+
+
+@pytest.fixture(scope="module")
+def hostile_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("hostile")
+    run(hostile_inputs(), CompareConfig(metric="bleu", n_samples=50, length_cutoffs=[10], min_bucket=5), out, html=True)
+    return out
+
+
+def test_hostile_lines_are_shown_as_text_and_the_page_still_renders(browser, hostile_report):
+    """`<!--<script>` in a sentence once left report.html blank (the embedded JSON escaped only `</`): the page
+    draws its charts, table and sentences, and shows every hostile line and name as text, running none of it."""
+    d = browser
+    d.get((hostile_report / "report.html").as_uri())
+    assert [e for e in d.get_log("browser") if e["level"] == "SEVERE"] == []
+    assert sorted(rows_shown(d)) == list(range(40))  # the sentence browser is there, every line listed
+    assert d.find_elements("css selector", "svg.chart circle.point")  # the charts were drawn
+    assert len(d.find_elements("css selector", "#bucket-table tbody tr")) > 0
+    assert HOSTILE_NAME in d.find_element("id", "legend").text
+    row = d.find_element("css selector", "#sentence-table tbody tr[data-line='3']")
+    assert row.find_elements("css selector", "td")[3].text == hostile_inputs().sources[3]
+    d.find_element("css selector", "#sentence-table tbody tr[data-line='25']").click()
+    detail = d.find_element("id", "detail").text
+    assert f"reference: {HOSTILE}" in detail and f"seed 1: {HOSTILE}" in detail
+    assert d.find_elements("css selector", "#detail img, #detail b, #legend b") == []  # no markup made of the text
+    assert d.title == "structnmt compare"  # the onerror handler never ran
+
+
+def test_embedded_json_and_markdown_escape_what_html_would_read(hostile_report):
+    """The unit of the escaping: the page's JSON holds no `<`, `>` or `&` and reads back as the data; the
+    Markdown reports show names and sentences as text (`&lt;`, `\\|` in a table cell)."""
+    import json
+
+    from structnmt.analysis.compare_html import html_page, script_json
+    from structnmt.analysis.compare_report import md_text
+
+    data = {"sources": [HOSTILE], "systems": [HOSTILE_NAME], "n": 1}
+    payload = script_json(data)
+    assert not set("<>&") & set(payload) and json.loads(payload) == data
+    assert "\\u003c!--\\u003cscript\\u003e" in payload and "\\u0026amp;" in payload
+    page = html_page(data)
+    assert page.count("<script") == 2 and page.count("</script>") == 2 and "<!--" not in page
+    assert md_text("a <b>|</b> & c") == "a &lt;b&gt;|&lt;/b&gt; &amp; c"
+    assert md_text("a | b\nc", cell=True) == "a \\| b c"
+    for name in ("compare.md", "sentences.md"):
+        text = (hostile_report / name).read_text(encoding="utf-8")
+        assert "<b>" not in text and "<!--" not in text and "<script" not in text and "<img" not in text, name
+    table = (hostile_report / "compare.md").read_text(encoding="utf-8")
+    assert "long &lt;b&gt;better&lt;/b&gt; \\| &lt;!--&lt;script&gt;: Δ [95 %], p" in table
+    sentences = (hostile_report / "sentences.md").read_text(encoding="utf-8")
+    assert "- reference: &lt;!--&lt;script&gt; a &lt;/script&gt;" in sentences

@@ -487,12 +487,15 @@ def test_a_one_seed_report_marks_nothing_and_says_why(tmp_path, corpus, monkeypa
     assert rows[1]["p_value"] == "0.001" and rows[1]["test"] == "one-seed bootstrap" and rows[1]["mark"] == ""
 
 
-def test_finished_runs_travel_with_their_dataset_fingerprint(tmp_path, corpus):
+def test_finished_runs_travel_with_their_dataset_fingerprint(tmp_path, corpus, monkeypatch):
     """The small files of finished runs, copied next to a copy of the dataset at another path, are
-    reported (not retrained, not refused); a dataset with other content is refused."""
+    reported (not retrained, not refused); a dataset with other content is refused. The records hold no
+    absolute path of this machine: locations relative to the directory the grid ran from."""
     out = tmp_path / "out"
     grid = _grid(tmp_path, corpus, out)
+    monkeypatch.chdir(tmp_path)
     run_grid(grid, overrides=["train.threads=1"], log=lambda _: None)
+    check_records_are_relative(out, tmp_path.resolve())
     moved = tmp_path / "elsewhere"
     keep = {"result.json", "resolved.yaml", "dataset.json", "metrics.jsonl", "test.hyp"}
     for f in (out / "runs").rglob("*"):
@@ -540,6 +543,42 @@ def test_finished_runs_travel_with_their_dataset_fingerprint(tmp_path, corpus):
     refs.write_text(refs.read_text().replace("a", "b", 1))  # not the dataset the runs were scored on
     with pytest.raises(ExperimentError, match=r"different configuration \(data.path\)"):
         run_grid(grid, out_dir=moved, overrides=["train.threads=1"], report_only=True, log=lines.append)
+
+
+def check_records_are_relative(out: Path, root: Path) -> None:
+    """Every record of the runs in ``out`` (grid run from ``root``) names places relative to ``root``; the trainer
+    was given the absolute ones (its checkpoints resume as before)."""
+    import yaml
+
+    for run_dir in sorted((out / "runs").glob("*/seed*")):
+        resolved = yaml.safe_load((run_dir / "resolved.yaml").read_text(encoding="utf-8"))
+        assert resolved["data"]["path"] == "data-bin"
+        assert resolved["train"]["save_dir"] == run_dir.relative_to(root).as_posix()
+        dataset = json.loads((run_dir / "dataset.json").read_text(encoding="utf-8"))
+        assert dataset["path"] == "data-bin" and dataset["grid"] == "grid.yaml" and len(dataset["fingerprint"]) == 64
+        assert "run_dir" not in json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
+        for name in ("resolved.yaml", "dataset.json", "result.json"):
+            assert str(root) not in (run_dir / name).read_text(encoding="utf-8"), (run_dir, name)
+        log = (run_dir / "train.log").read_text(encoding="utf-8")
+        assert f"data.path={json.dumps(str(root / 'data-bin'))}" in log.replace("'", "")
+        assert f"train.save_dir={json.dumps(str(run_dir))}" in log.replace("'", "")
+
+
+def test_a_missing_data_path_names_the_grid_header_s_prepare_command(tmp_path, corpus):
+    """A grid whose data.path is not there (a clone): its header's `structnmt prepare` command, and
+    grid.data.path=DIR to give it, in one sentence; --report-only too."""
+    text = _grid(tmp_path, corpus, tmp_path / "out").read_text()
+    start, end = text.index("data:\n  prepare:"), text.index("base:")
+    header = ("# Data:\n#\n#   structnmt prepare -s src -t tgt --trainpref corpus/train \\\n"
+              "#       --destdir data-bin/toy --vocab-size 300\n")
+    grid = tmp_path / "header.yaml"
+    grid.write_text(header + text[:start] + "data:\n  path: nowhere/data-bin/toy\n" + text[end:])
+    for report_only in (False, True):
+        with pytest.raises(ConfigError) as err:
+            run_grid(grid, report_only=report_only, log=lambda *_: None)
+        assert "holds no prepared dataset; prepare it with `structnmt prepare -s src -t tgt --trainpref " \
+               "corpus/train --destdir data-bin/toy --vocab-size 300` (this grid's header), give where it is " \
+               "with grid.data.path=DIR" in str(err.value)
 
 
 def test_tree_inducing_runs_parse_the_induce_files(tmp_path, corpus):

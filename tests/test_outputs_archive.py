@@ -117,3 +117,19 @@ def test_an_archive_with_a_member_outside_its_folder_is_refused(outputs, tmp_pat
         with pytest.raises(outputs.OutputsError, match="a path outside its folder"):
             outputs.unpack(path)
     assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "x.txt").exists()
+
+
+def test_no_committed_file_holds_an_absolute_machine_path(outputs):
+    """Records travel (a clone, another machine): no file of any archive names a place of the machine that wrote
+    it (`/work/exp/data-bin/...`, a run's `/home/...` save_dir); the runner records them relative to the
+    directory the grid ran from (structnmt.experiment.datasets.recorded_path)."""
+    import re
+
+    absolute = re.compile(rb"(?<![\w.~-])/(?:work|home|root|tmp|Users|mnt|scratch)/")
+    found = []
+    for archive in sorted((ROOT / "docs" / "outputs").glob("*.tar.xz")):
+        for name, data in outputs.read_archive(archive).items():
+            hit = absolute.search(data)
+            if hit:
+                found.append(f"{archive.name}:{name}: {data[hit.start():hit.start() + 60]!r}")
+    assert found == [], found[:5]

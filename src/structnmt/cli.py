@@ -528,25 +528,13 @@ def _parser_average(sub) -> None:
 
 def _score_systems(args, refs: list[str]) -> tuple[dict[str, list[list[str]]], str | None]:
     """{system label: its runs' hypotheses} of the --hyp groups, or an error sentence."""
+    from .evaluate.runs import check_runs
     from .evaluate.score import moses_unescape, read_lines
-    from .files import same_file_pairs
 
-    seeds_mode = any(len(g) > 1 for g in args.hyp)
-    for group in args.hyp:  # one run counts once: a file given twice in a system would fake a seed
-        dup = same_file_pairs([Path(p) for p in group])
-        if dup:
-            return {}, (f"--hyp {dup[0]} and {dup[1]} are {dup[2]}; each run of a system is one seed's translations, "
-                        "so give every seed its own file once.")
-    every = [Path(p) for g in args.hyp for p in g]
-    dup = same_file_pairs(every, by_content=seeds_mode)  # across systems: one file (or, with seeds, one text)
-    if dup:
-        return {}, (f"--hyp {dup[0]} and {dup[1]} are {dup[2]}, in two systems; a run belongs to one system: "
-                    "give each system its own runs.")
+    check_runs([(group[0], [[p] for p in group]) for group in args.hyp])  # one run counts once
     systems: dict[str, list[list[str]]] = {}
     for group in args.hyp:
         label = group[0] if len(group) == 1 else f"{group[0]} (+{len(group) - 1} more runs)"
-        if label in systems:
-            return {}, f"--hyp {group[0]} is given twice; give every system once."
         runs = []
         for path in group:
             hyps = read_lines(path)
@@ -896,6 +884,7 @@ def _parser_delta_plot(sub) -> None:
 def cmd_compare(args) -> int:
     from .analysis.compare import CompareConfig, System
     from .analysis.compare_report import CompareInputs, parses_for, read_lines, run
+    from .evaluate.runs import check_runs
     from .experiment.compare_inputs import inputs_from_benchmark, inputs_from_experiment
 
     cfg = CompareConfig(metric=args.metric, lang=args.lang, min_bucket=args.min_bucket, n_samples=args.bootstrap,
@@ -907,11 +896,12 @@ def cmd_compare(args) -> int:
         if args.hyp or args.src or args.ref:
             return _err("compare: give either --experiment DIR with --row, or --src, --ref and --hyp, not both.")
         if args.benchmark:
-            if args.split:
-                return _err("compare: --benchmark joins every split of the benchmark; drop --split.")
+            if args.split or args.data:
+                return _err("compare: --benchmark joins every split of the benchmark and reads its own sources; "
+                            "drop --split and --data.")
             inputs = inputs_from_benchmark(args.experiment, args.row or [], args.benchmark)
         else:
-            inputs = inputs_from_experiment(args.experiment, args.row or [], args.split or ["test"])
+            inputs = inputs_from_experiment(args.experiment, args.row or [], args.split or ["test"], data=args.data)
     elif args.benchmark:
         return _err("compare: --benchmark reads a synthetic-benchmark grid's runs; give it with --experiment DIR "
                     "--row BASELINE --row SYSTEM.")
@@ -922,6 +912,8 @@ def cmd_compare(args) -> int:
         names = args.name or [f"system {i + 1}" for i in range(len(args.hyp))]
         if len(names) != len(args.hyp):
             return _err(f"compare: {len(names)} --name for {len(args.hyp)} --hyp groups; give one name per system.")
+        check_runs([(n, [[h] for h in group]) for n, group in zip(names, args.hyp)], prefix="compare: ",
+                   rename="give each system its own --name")
         systems = [System(n, [read_lines(h, f"{n}'s translation") for h in group]) for n, group in zip(names, args.hyp)]
         sources = read_lines(args.src, "the source")
         inputs = CompareInputs(sources, read_lines(args.ref, "the reference"), systems,
@@ -969,7 +961,10 @@ def _parser_compare(sub) -> None:
     s.add_argument("--hyp", nargs="+", action="append", metavar="RUN",
                    help="one system's translations, one file per seed; repeat per system, the baseline first")
     s.add_argument("--name", action="append", help="a system's name, once per --hyp (default: system 1, ...)")
-    s.add_argument("--data", help="the dataset whose parser parses the source (syntax buckets)")
+    s.add_argument("--data", metavar="DATASET",
+                   help="with --src: the dataset whose parser parses the source (syntax buckets); with --experiment: "
+                        "where the runs' dataset is here (default: data.path of their resolved.yaml, relative to "
+                        "this directory)")
     s.add_argument("--parse-cache", help="the source's parses made with `structnmt parse --data DATASET`")
     s.add_argument("--train-ref", help="the training targets (word-frequency buckets), plain or .gz")
     s.add_argument("--experiment", help="an experiment's output directory instead of files: its runs of --row")

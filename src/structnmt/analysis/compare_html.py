@@ -61,8 +61,19 @@ def page_data(rows: list[BucketRow], inputs, buckets: dict[str, list[str]], chrf
     }
 
 
+#: ``<``, ``>`` and ``&`` as JSON escapes (as Django's ``json_script`` and Jinja's ``tojson`` write them): the
+#: embedded JSON then holds none of the characters the HTML parser reads inside a script element, so no text
+#: (``</script>``, ``<!--<script>``, which would leave the page blank) ends it or changes how it is parsed
+_SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def script_json(data) -> str:
+    """``data`` as JSON that can stand inside an HTML ``<script>`` element: ``<``, ``>`` and ``&`` written as
+    ``\\u003c``, ``\\u003e``, ``\\u0026`` (the same string to ``JSON.parse``)."""
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).translate(_SCRIPT_SAFE)
+
+
 def html_page(data: dict) -> str:
-    """The template with ``data`` embedded (``</`` escaped so that no text closes the script element)."""
+    """The template with ``data`` embedded (:func:`script_json`: no text of the data is read as HTML)."""
     template = resources.files("structnmt.analysis").joinpath("templates/compare.html").read_text(encoding="utf-8")
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
-    return template.replace("__DATA__", payload)
+    return template.replace("__DATA__", script_json(data))

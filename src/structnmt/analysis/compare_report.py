@@ -4,6 +4,7 @@ writing ``compare.csv``, ``compare_between.csv``, ``compare.md``, ``buckets.png`
 from __future__ import annotations
 
 import csv
+import html
 import io
 import math
 from collections.abc import Callable
@@ -184,6 +185,14 @@ def _metric_name(cfg: CompareConfig) -> str:
     return {"bleu_lc_tok": "BLEU (lc,tok)", "bleu": "BLEU", "chrf": "chrF"}.get(cfg.metric, cfg.metric)
 
 
+def md_text(text: str, *, cell: bool = False) -> str:
+    """Text from the data (a system's name, a bucket, a sentence) as Markdown shows it, never as HTML: ``<``,
+    ``>`` and ``&`` escaped (:func:`html.escape`); in a table ``cell`` also ``|`` (it would end the cell)
+    and line breaks."""
+    out = html.escape(str(text), quote=False)
+    return " ".join(out.replace("|", "\\|").splitlines()) if cell else out
+
+
 def rows_markdown(rows: list[BucketRow], cfg: CompareConfig) -> str:
     """One table per kind of bucket: per bucket its size, the baseline's score and each system's Δ [95 %], p
     and Holm's p over the report (marked ``*`` below 0.05)."""
@@ -200,16 +209,16 @@ def rows_markdown(rows: list[BucketRow], cfg: CompareConfig) -> str:
              f"between-bucket test below.\n"]
     for kind in dict.fromkeys(r.kind for r in rows):
         in_kind = [r for r in rows if r.kind == kind]
-        lines += [f"## {kind}\n", "| bucket | size | baseline | "
-                  + " | ".join(f"{s}: Δ [95 %], p, Holm" for s in systems) + " |",
+        lines += [f"## {md_text(kind)}\n", "| bucket | size | baseline | "
+                  + " | ".join(f"{md_text(s, cell=True)}: Δ [95 %], p, Holm" for s in systems) + " |",
                   "|---|---:|---:|" + "---:|" * len(systems)]
         for label in dict.fromkeys(r.bucket for r in in_kind):
             cells = {r.system: r for r in in_kind if r.bucket == label}
             first = next(iter(cells.values()))
             size = f"{first.sentences}" + (" *small*" if first.small else "")
             base = "—" if math.isnan(first.baseline_score) else f"{first.baseline_score:.2f}"
-            plain = plain_label(kind, label)
-            name = label if plain == label else f"`{label}` ({plain})"
+            plain = plain_label(kind, label)  # compare-mt's own labels (no text from the data) in a code span
+            name = md_text(label, cell=True) if plain == label else f"`{label}` ({md_text(plain, cell=True)})"
             lines.append(f"| {name} | {size} | {base} | " + " | ".join(_cell(cells.get(s)) for s in systems) + " |")
         lines.append("")
     return "\n".join(lines)
@@ -239,15 +248,15 @@ def between_markdown(rows: list[BetweenRow], cfg: CompareConfig) -> str:
              "Holm (report): over every contrast of the report, or every heterogeneity test; `*`: Holm (report) "
              "below 0.05. compare_between.csv also has Benjamini-Hochberg.\n"]
     for kind in dict.fromkeys(r.kind for r in rows):
-        lines += [f"## {kind}\n", "| test | system | size | Δ bucket | Δ rest | difference [95 %] or spread | "
+        lines += [f"## {md_text(kind)}\n", "| test | system | size | Δ bucket | Δ rest | difference [95 %] or spread | "
                   "t or Q | p | Holm (bucketing) | Holm (report) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in (x for x in rows if x.kind == kind):
-            what = r.contrast + (" *small*" if r.small else "") + (" *" if marked(r) else "")
+            what = md_text(r.contrast, cell=True) + (" *small*" if r.small else "") + (" *" if marked(r) else "")
             if r.test == HETEROGENEITY:
                 what, diff = f"heterogeneity over {what}", _num(r.difference, "")
             else:
                 diff = f"{r.difference:+.2f} [{r.low:+.2f}, {r.high:+.2f}]" if not math.isnan(r.difference) else "—"
-            lines.append(f"| {what} | {r.system} | {r.size} | {_num(r.delta_bucket)} | {_num(r.delta_rest)} | "
+            lines.append(f"| {what} | {md_text(r.system, cell=True)} | {r.size} | {_num(r.delta_bucket)} | {_num(r.delta_rest)} | "
                          f"{diff} | {_num(r.statistic, '')} | {_p(r.p_value)} | {_p(r.p_holm_kind)} | "
                          f"{_p(r.p_holm_report)} |")
         lines.append("")
@@ -296,11 +305,11 @@ def examples_markdown(examples: list[Example]) -> str:
     lines = ["# Sentences where the systems differ most\n", "Δ: the system's sentence chrF minus the baseline's, "
              "each averaged over its seeds (sacreBLEU's CHRF).\n"]
     for system in dict.fromkeys(e.system for e in examples):
-        lines.append(f"## {system}\n")
+        lines.append(f"## {md_text(system, cell=True)}\n")
         for e in (x for x in examples if x.system == system):
-            lines += [f"**Line {e.index + 1}**, Δ chrF {e.delta:+.1f}", "", f"- source: {e.source}",
-                      f"- reference: {e.reference}"]
+            lines += [f"**Line {e.index + 1}**, Δ chrF {e.delta:+.1f}", "", f"- source: {md_text(e.source)}",
+                      f"- reference: {md_text(e.reference)}"]
             for name, hyps in e.translations.items():
-                lines += [f"- {name}, seed {k + 1}: {h}" for k, h in enumerate(hyps)]
+                lines += [f"- {md_text(name, cell=True)}, seed {k + 1}: {md_text(h)}" for k, h in enumerate(hyps)]
             lines.append("")
     return "\n".join(lines)

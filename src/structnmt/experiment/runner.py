@@ -63,6 +63,7 @@ from ..syntax.parse_cache import cached_parses, dataset_parser, read_parse_cache
 from ..syntax.parsers import ParserError, SpacyParser, resolve_pipeline
 from ..train.average import average_checkpoints, last_checkpoints
 from ..train.lock import RESUMABLE_KEYS
+from .datasets import prepare_command, recorded_path
 from .grid import (
     BUDGET_KEYS,
     ExperimentError,
@@ -82,12 +83,33 @@ _SPEED_ONLY = RESUMABLE_KEYS - {f"train.{k}" for k in (*BUDGET_KEYS, "max_epochs
 
 
 def launch_training(config_path: Path, log_path: Path, live: set | None = None) -> int:
-    """Train ``config_path`` in a fresh Python process; its output is appended to ``log_path``.
+    """Train ``config_path`` (a run's ``resolved.yaml``, with :func:`location_overrides`) in a fresh Python
+    process; its output is appended to ``log_path``.
 
     A subprocess gives every run its own peak-memory measurement and leaves a resumable
     checkpoint when the runner is interrupted. Returns the exit status.
     """
-    return launch_cli(["train", str(config_path), "--no-progress"], log_path, live)
+    return launch_cli(["train", str(config_path), *location_overrides(config_path), "--no-progress"], log_path, live)
+
+
+def location_overrides(config_path: Path) -> list[str]:
+    """``data.path`` and ``train.save_dir`` of a run's ``resolved.yaml`` as absolute overrides (JSON strings
+    are YAML): the record keeps them relative to the directory the grid is run from (:func:`record_config`),
+    the trainer, and so its checkpoints, get this machine's absolute locations, as before records were
+    relative (a run started then resumes on the same data.path)."""
+    recorded = yaml.safe_load(Path(config_path).read_text(encoding="utf-8"))
+    data, save_dir = Path(recorded["data"]["path"]), Path(recorded["train"]["save_dir"])
+    return [f"data.path={json.dumps(str(data.resolve()))}", f"train.save_dir={json.dumps(str(save_dir.resolve()))}"]
+
+
+def record_config(config: dict) -> dict:
+    """A run's config (plain data) as ``resolved.yaml`` records it: ``data.path`` and ``train.save_dir``
+    relative to the current directory (:func:`structnmt.experiment.datasets.recorded_path`), so that no record
+    holds a path of the machine that wrote it."""
+    out = {**config, "data": dict(config["data"]), "train": dict(config["train"])}
+    out["data"]["path"] = recorded_path(out["data"]["path"])
+    out["train"]["save_dir"] = recorded_path(out["train"]["save_dir"])
+    return out
 
 
 # --------------------------------------------------------------------------- helpers
@@ -176,11 +198,15 @@ def _tail(path: Path, n: int = 5) -> str:
 
 
 def _prepare_data(grid: GridConfig, out: Path, log, report_only: bool = False) -> Path:
+    """The grid's dataset: its data.path (which must hold one), or prepared from its data.prepare block."""
     if grid.data.path:
         path = Path(grid.data.path).resolve()
         if not (path / "manifest.json").exists():
-            raise ConfigError(f"{grid.source}: data.path {path} holds no prepared dataset; run `structnmt prepare` "
-                              "first or give a data.prepare block.")
+            command = prepare_command(grid.source, path.name)
+            how = f"prepare it with `{command}` (this grid's header)" if command else "run `structnmt prepare` first"
+            raise ConfigError(f"{grid.source}: data.path {path} holds no prepared dataset;"
+                              f" {how}, give where it is with grid.data.path=DIR, or give a "
+                              "data.prepare block.")
         return path
 
     spec = dict(grid.data.prepare)
@@ -377,7 +403,9 @@ def _induce_files(files: list[str], run_dir: Path) -> dict[str, str]:
     for f in files:
         stem = Path(f).name.replace(".gz", "").replace(".conllu", "")
         try:
-            written = run_induce(checkpoint=run_dir / "average.pt", conllu=f, out_dir=run_dir / "induce" / stem)
+            # induce.json records the checkpoint: relative to the grid's directory, as every record of a run
+            written = run_induce(checkpoint=recorded_path(run_dir / "average.pt"), conllu=f,
+                                 out_dir=run_dir / "induce" / stem)
         except (UserError, OSError) as err:
             done[f] = f"not induced: {err}"
             continue
@@ -573,7 +601,7 @@ def _plan_run(plan: GridPlan, item: tuple[str, int, Path, str], cfg: Config, fin
     """Sort one (row, seed) into ``plan`` (see :func:`plan_grid`), after checking that a started run
     was started with this configuration on this data."""
     name, seed, run_dir, tag = item
-    g, new = plan.grid, to_dict(cfg)
+    g, new = plan.grid, record_config(to_dict(cfg))
     resolved, result_path = run_dir / "resolved.yaml", run_dir / "result.json"
     started = result_path.exists() or (run_dir / "checkpoint_last.pt").exists()
     if resolved.exists() and started:
@@ -584,7 +612,7 @@ def _plan_run(plan: GridPlan, item: tuple[str, int, Path, str], cfg: Config, fin
             raise ExperimentError(
                 f"{run_dir}: this run was started with a different configuration ({', '.join(diff[:5])}); "
                 "use --out for a new output directory or delete that run directory.")
-    dataset = {"fingerprint": fingerprint, "path": str(plan.data_path)}
+    dataset = {"fingerprint": fingerprint, "path": recorded_path(plan.data_path), "grid": recorded_path(g.source)}
     if started and not (run_dir / "dataset.json").exists():  # a run from before fingerprints, on this path
         _write_json(run_dir / "dataset.json", dataset)
     if result_path.exists():
@@ -667,8 +695,9 @@ class _Runs:
         t0 = time.time()
         res = _evaluate_run(self.plan.grid, self.plan.configs[(name, seed)], run_dir, self.plan.split_data,
                             workers=self.decode_workers)
-        res.update({"name": name, "seed": seed, "run_dir": str(run_dir)})
-        _write_json(run_dir / "result.json", res)
+        res.update({"name": name, "seed": seed})
+        _write_json(run_dir / "result.json", res)  # no run_dir: the record is read where the directory is then
+        res["run_dir"] = str(run_dir)
         self.plan.results[(name, seed)] = res
         n = len(self.plan.split_data[self.plan.grid.evaluate.split][0])
         self.say(f"{tag}: {headline_score(self.plan.grid, res)}, chrF {res['chrf']:.2f} after {res['num_updates']} updates "
@@ -756,7 +785,7 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
                               f"{g.seeds[0]}), which has none in {out}; train it (or restore its result.json) "
                               "first.")
     report = write_report(g, out, plan.results, plan.configs, plan.split_data, dirs=plan.dirs, command=command,
-                          data_path=plan.data_path, log=say, missing=plan.missing,
+                          data_path=Path(recorded_path(plan.data_path)), log=say, missing=plan.missing,
                           trained_with=[c for c in trained_with if c != command])
     say(f"experiment {g.name}: report {report} ({time.time() - t_start:.0f} s this invocation).")
     return report

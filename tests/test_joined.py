@@ -231,12 +231,13 @@ def test_compare_joins_several_test_sets_and_tests_each_as_a_bucket(tmp_path, ca
     runs = {n: [",".join(files) for files in s["hyp"][n]] for n in ("a", "b")}
     common = ["--metric", "bleu", "--bootstrap", "50", "--buckets", "length", "--name", "A", "--name", "B"]
 
-    def compare(src, ref, a, b, out) -> list[dict]:
-        assert main(["compare", "--src", *src, "--ref", *ref, "--hyp", *a, "--hyp", *b, *common,
+    def compare(src, ref, a, b, out, *more) -> list[dict]:
+        assert main(["compare", "--src", *src, "--ref", *ref, "--hyp", *a, "--hyp", *b, *common, *more,
                      "--out", str(tmp_path / out)]) == 0
         return _csv(tmp_path / out / "compare.csv")
 
-    rows = compare(s["src"], s["ref"], runs["a"], runs["b"], "joined")
+    rows = compare(s["src"], s["ref"], runs["a"], runs["b"], "joined", "--html")
+    assert TEST_SETS in (tmp_path / "joined" / "report.html").read_text(encoding="utf-8")
     by_hand = compare([s["cat"]["src"]], [s["cat"]["ref"]], s["cat"]["a"], s["cat"]["b"], "cat")
     pick = lambda rs, kind: [(r["bucket"], r["delta"], r["p_value"]) for r in rs if r["kind"] == kind]  # noqa: E731
     assert pick(rows, "all sentences") == pick(by_hand, "all sentences")

@@ -125,7 +125,7 @@ def test_the_report_reads_the_joined_set_first_as_the_concatenated_files_give_it
     assert first_table < md.index("## Split test (test_2016_flickr)") < md.index("## Split test1 (test_2017_flickr)")
     assert "**Joined test sets**: `test` (40) and `test1` (30)" in md
     assert "| System | test+test1 | test | test1 |" in md  # each set beside the joined one
-    assert "| BLEU test+test1 | BLEU test1 | directory |" in md  # and every run's joined score
+    assert "| BLEU test | chrF | 1/2/3/4-gram precision | BLEU test+test1 | BLEU test1 | directory |" in md  # per run
     capsys.readouterr()
     assert main(["plan-seeds", str(out), "--delta", "1"]) == 0
     assert "| test+test1 | Better |" in capsys.readouterr().out

@@ -613,8 +613,9 @@ def _per_run_lines(grid: GridConfig, results: dict, dirs: dict[str, str], splits
     bkey = _metric_key(grid)
     others = [x for x in splits if x != ev.split]
     extra = "".join(f" {bleu_name} {x} |" for x in others)
+    main = f"{bleu_name} {ev.split}" if others else bleu_name  # with other columns, each names its split
     lines = ["## Per run", "", "| System | seed | updates | target tokens | train s | "
-             f"{bleu_name} | chrF | 1/2/3/4-gram precision |{extra} directory |",
+             f"{main} | chrF | 1/2/3/4-gram precision |{extra} directory |",
              "|---|---:|---:|---:|---:|---:|---:|---|" + "---:|" * len(others) + "---|"]
     for seed in grid.seeds:
         for r in grid.runs:

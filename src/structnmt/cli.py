@@ -557,18 +557,66 @@ def _score_systems(args, refs: list[str]) -> tuple[dict[str, list[list[str]]], s
 
 
 def cmd_score(args) -> int:
-    import statistics
+    from .evaluate.score import read_lines
 
-    from .evaluate.score import corpus_scores, format_report, read_lines
-
+    if args.bootstrap < 0:
+        return _err(f"--bootstrap {args.bootstrap}: give a number of samples >= 0.")
+    if len(args.ref) > 1:
+        return _score_test_sets(args)
+    args.ref = args.ref[0]
     refs = read_lines(args.ref)
     if not refs:
         return _err(f"{args.ref}: the reference file is empty; give the references, one per line.")
-    if args.bootstrap < 0:
-        return _err(f"--bootstrap {args.bootstrap}: give a number of samples >= 0.")
     systems, problem = _score_systems(args, refs)
     if problem:
         return _err(problem)
+    _score_report(systems, refs, args)
+    return 0
+
+
+def _score_test_sets(args) -> int:
+    """``score --ref A B ...``: every --hyp file given as one file per test set, comma-joined in the order of --ref;
+    the joined set (every set's lines concatenated) scored and tested first, then each set alone."""
+    import argparse
+
+    from .evaluate.score import read_lines
+
+    n = len(args.ref)
+    for group in args.hyp:
+        odd = next((h for h in group if len(h.split(",")) != n or "" in h.split(",")), None)
+        if odd is not None:
+            return _err(f"--hyp {odd}: {len(odd.split(','))} file(s) for the {n} test sets of --ref; give one file "
+                        f"per test set, comma-joined in the order of --ref (--hyp A_{Path(args.ref[0]).name}.hyp,"
+                        f"A_{Path(args.ref[1]).name}.hyp ...).")
+    sets = []
+    for i, ref in enumerate(args.ref):
+        refs = read_lines(ref)
+        if not refs:
+            return _err(f"{ref}: the reference file is empty; give the references, one per line.")
+        one = argparse.Namespace(**{**vars(args), "ref": ref,
+                                    "hyp": [[h.split(",")[i] for h in group] for group in args.hyp]})
+        systems, problem = _score_systems(one, refs)
+        if problem:
+            return _err(problem)
+        sets.append((ref, refs, systems))
+    labels = [g[0] if len(g) == 1 else f"{g[0]} (+{len(g) - 1} more runs)" for g in args.hyp]
+    joined = {label: [[h for _, _, systems in sets for h in list(systems.values())[j][k]]
+                      for k in range(len(args.hyp[j]))] for j, label in enumerate(labels)}
+    refs = [r for _, set_refs, _ in sets for r in set_refs]
+    print(f"#### joined test set: {' + '.join(args.ref)} ({len(refs):,} lines; scores recomputed on the join)")
+    _score_report(joined, refs, args)
+    for ref, set_refs, systems in sets:
+        print(f"\n#### test set {ref} ({len(set_refs):,} lines)")
+        _score_report(systems, set_refs, args)
+    return 0
+
+
+def _score_report(systems: dict[str, list[list[str]]], refs: list[str], args) -> None:
+    """Print every system's scores (mean ± std over its runs) and, with --bootstrap, the test against the first."""
+    import statistics
+
+    from .evaluate.score import corpus_scores, format_report
+
     for name, runs in systems.items():
         print(f"== {name}")
         per_run = [corpus_scores(h, refs, lowercase_tokenized=args.lc_tok, lang=args.lang) for h in runs]
@@ -588,7 +636,6 @@ def cmd_score(args) -> int:
         test = _seed_aware_lines if len(next(iter(systems.values()))) > 1 else _bootstrap_lines
         for metric, label in metrics:
             print("\n".join(test(systems, refs, metric, label, args)))
-    return 0
 
 
 def _parser_score(sub) -> None:
@@ -597,7 +644,10 @@ def _parser_score(sub) -> None:
     s.add_argument("--hyp", action="append", nargs="+", required=True,
                    help="a system's translations: one file, or one file per seed (--hyp A1 A2 A3); repeatable, the "
                         "first system is the baseline")
-    s.add_argument("--ref", required=True, help="the reference translations, one per line (.gz ok)")
+    s.add_argument("--ref", required=True, nargs="+",
+                   help="the reference translations, one per line (.gz ok); several test sets of one domain: one file "
+                        "each (--ref test_2016_flickr.de test_2017_flickr.de), every --hyp file then comma-joined in "
+                        "their order (--hyp A16.hyp,A17.hyp): the joined set is scored and tested first, then each set")
     s.add_argument("--lc-tok", action="store_true", help="also BLEU lowercased on Moses-tokenized text (fairseq Multi30k anchor); with --bootstrap "
                         "the paired test runs on it too")
     s.add_argument("--lang", default="en", help="target language for the Moses tokenizer")
@@ -882,9 +932,8 @@ def _parser_delta_plot(sub) -> None:
 
 
 def cmd_compare(args) -> int:
-    from .analysis.compare import CompareConfig, System
-    from .analysis.compare_report import CompareInputs, parses_for, read_lines, run
-    from .evaluate.runs import check_runs
+    from .analysis.compare import CompareConfig
+    from .analysis.compare_report import run
     from .experiment.compare_inputs import inputs_from_benchmark, inputs_from_experiment
 
     cfg = CompareConfig(metric=args.metric, lang=args.lang, min_bucket=args.min_bucket, n_samples=args.bootstrap,
@@ -912,13 +961,7 @@ def cmd_compare(args) -> int:
         names = args.name or [f"system {i + 1}" for i in range(len(args.hyp))]
         if len(names) != len(args.hyp):
             return _err(f"compare: {len(names)} --name for {len(args.hyp)} --hyp groups; give one name per system.")
-        check_runs([(n, [[h] for h in group]) for n, group in zip(names, args.hyp)], prefix="compare: ",
-                   rename="give each system its own --name")
-        systems = [System(n, [read_lines(h, f"{n}'s translation") for h in group]) for n, group in zip(names, args.hyp)]
-        sources = read_lines(args.src, "the source")
-        inputs = CompareInputs(sources, read_lines(args.ref, "the reference"), systems,
-                               parses_for(sources, args.data, args.parse_cache),
-                               read_lines(args.train_ref, "the training targets") if args.train_ref else None)
+        inputs = _compare_files(args, names)
     if checkpoints:
         unknown = [n for n in checkpoints if n not in [x.name for x in inputs.systems]]
         if unknown:
@@ -934,6 +977,51 @@ def cmd_compare(args) -> int:
     written = run(inputs, cfg, args.out, html=args.html, attention=attention)
     print(f"compare: wrote {', '.join(str(p) for p in written)}")
     return 0
+
+
+def _compare_files(args, names: list[str]):
+    """``compare --src --ref --hyp``'s inputs; several test sets (``--src A B --ref A B``, every --hyp file comma-joined
+    in their order) are joined in order, each set also a bucket of its own. Misaligned files: one sentence."""
+    from .analysis.compare import System
+    from .analysis.compare_report import CompareInputs, parses_for, read_lines
+    from .evaluate.runs import check_runs
+
+    n = len(args.ref)
+    if len(args.src) != n:
+        raise UserError(f"compare: {len(args.src)} --src file(s) for {n} --ref file(s); give each test set's source "
+                        "and references in one order (--src A.en B.en --ref A.de B.de).")
+    refs = [read_lines(r, "the reference") for r in args.ref]
+    srcs = [read_lines(x, "the source") for x in args.src]
+    for path, src, ref, ref_path in zip(args.src, srcs, refs, args.ref):
+        if n > 1 and len(src) != len(ref):
+            raise UserError(f"compare: {path} has {len(src)} lines, the reference {ref_path} {len(ref)}; give the "
+                            "source of that test set, in the order of --ref.")
+    systems = []
+    for name, group in zip(names, args.hyp):
+        runs = []
+        for h in group:
+            parts = h.split(",") if n > 1 else [h]
+            if len(parts) != n or "" in parts:
+                raise UserError(f"compare: --hyp {h}: {len(parts)} file(s) for the {n} test sets of --ref; give one "
+                                "file per test set, comma-joined in the order of --ref (--hyp A1_SET1.hyp,A1_SET2.hyp "
+                                "A2_SET1.hyp,A2_SET2.hyp ...).")
+            lines = [read_lines(x, f"{name}'s translation") for x in parts]
+            bad = next((i for i in range(n) if n > 1 and len(lines[i]) != len(refs[i])), None)
+            if bad is not None:
+                raise UserError(f"compare: {parts[bad]} has {len(lines[bad])} lines, the reference {args.ref[bad]} "
+                                f"{len(refs[bad])}; give {name}'s translation of that test set, one line per "
+                                "reference line, in the order of --ref.")
+            runs.append([x for part in lines for x in part])
+        systems.append(System(name, runs))
+    check_runs([(name, [h.split(",") if n > 1 else [h] for h in group]) for name, group in zip(names, args.hyp)],
+               prefix="compare: ", rename="give each system its own --name")
+    labels = [Path(r).name.removesuffix(".gz") for r in args.ref]
+    labels = labels if len(set(labels)) == n else list(args.ref)
+    sources = [x for src in srcs for x in src]
+    return CompareInputs(sources, [x for ref in refs for x in ref], systems,
+                         parses_for(sources, args.data, args.parse_cache),
+                         read_lines(args.train_ref, "the training targets") if args.train_ref else None,
+                         test_sets=list(zip(labels, map(len, refs))) if n > 1 else None)
 
 
 def _compare_checkpoints(args) -> dict[str, str]:
@@ -956,10 +1044,13 @@ def _compare_checkpoints(args) -> dict[str, str]:
 def _parser_compare(sub) -> None:
     s = sub.add_parser("compare", help="where systems of several seeds differ: seed-aware Δ by bucket (length, "
                                        "syntax, word frequency) and the sentences that differ most")
-    s.add_argument("--src", help="the source lines the references translate")
-    s.add_argument("--ref", help="the references")
+    s.add_argument("--src", nargs="+", help="the source lines the references translate (several test sets: one "
+                                            "file each, in the order of --ref)")
+    s.add_argument("--ref", nargs="+", help="the references; several test sets of one domain: one file each, joined in "
+                                            "order (the all-sentences row is the joined set, each set a bucket)")
     s.add_argument("--hyp", nargs="+", action="append", metavar="RUN",
-                   help="one system's translations, one file per seed; repeat per system, the baseline first")
+                   help="one system's translations, one file per seed (with several --ref files: each seed's files "
+                        "comma-joined in the order of --ref); repeat per system, the baseline first")
     s.add_argument("--name", action="append", help="a system's name, once per --hyp (default: system 1, ...)")
     s.add_argument("--data", metavar="DATASET",
                    help="with --src: the dataset whose parser parses the source (syntax buckets); with --experiment: "

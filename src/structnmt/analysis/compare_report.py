@@ -63,6 +63,19 @@ class CompareInputs:
     parses: list | None = None  # DependencyTree per source line
     train_targets: list[str] | None = None
     agreement: AgreementRuns | None = None  # the synthetic benchmark's probes and outcomes
+    # several test sets joined in order: (name, lines) of each; every set is a bucket of its own (TEST_SETS)
+    test_sets: list[tuple[str, int]] | None = None
+
+
+#: the kind of bucket of each joined test set alone ("all sentences" is then the joined set)
+TEST_SETS = "test set (each alone; all sentences: the sets joined)"
+
+
+def test_set_buckets(inputs: CompareInputs) -> dict[str, list[str]]:
+    """{TEST_SETS: each sentence's test set} where several sets are joined, else nothing."""
+    if not inputs.test_sets or len(inputs.test_sets) < 2:
+        return {}
+    return {TEST_SETS: [name for name, n in inputs.test_sets for _ in range(n)]}
 
 
 def read_lines(path: str | Path, what: str) -> list[str]:
@@ -109,7 +122,7 @@ def run(inputs: CompareInputs, cfg: CompareConfig, out_dir: str | Path, *, html:
     if cfg.attention_lines is not None:
         attention_lines([], cfg, len(inputs.refs))  # lines out of range: said before any work
     out = OutputDir(out_dir, "compare", expect=FILES)  # refused before any work if it holds others' files
-    buckets = sentence_buckets(inputs.sources, inputs.parses, cfg)
+    buckets = {**test_set_buckets(inputs), **sentence_buckets(inputs.sources, inputs.parses, cfg)}
     rows, between = all_rows(inputs, buckets, cfg)
     chrf = sentence_chrf(inputs.systems, inputs.refs)
     examples = differing_sentences(inputs.sources, inputs.refs, inputs.systems, cfg, chrf)

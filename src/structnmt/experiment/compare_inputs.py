@@ -100,7 +100,8 @@ def inputs_from_experiment(out_dir: str | Path, rows: list[str], splits: list[st
     first = _seed_dirs(out_dir, rows[0])[0]
     data_dir = _runs_dataset(first, data)
     sources = [x for sp in splits for x in read_lines(data_dir / f"{sp}.src.txt", "the dataset's source")]
-    refs = [x for sp in splits for x in read_lines(data_dir / f"{sp}.ref.txt", "the dataset's reference")]
+    per_split = {sp: read_lines(data_dir / f"{sp}.ref.txt", "the dataset's reference") for sp in splits}
+    refs = [x for sp in splits for x in per_split[sp]]
     try:
         manifest = json.loads((data_dir / "manifest.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -111,7 +112,7 @@ def inputs_from_experiment(out_dir: str | Path, rows: list[str], splits: list[st
                   if Path(k).name.startswith(Path(c["trainpref"]).name + "." + c["target_lang"])), None)
     targets = read_lines(train, "the training targets") if train is not None and train.is_file() else None
     parses = parses_for(sources, str(data_dir), None) if manifest.get("syntax") else None
-    return CompareInputs(sources, refs, systems, parses, targets)
+    return CompareInputs(sources, refs, systems, parses, targets, test_sets=[(sp, len(per_split[sp])) for sp in splits])
 
 
 def _record(run_dir: Path) -> dict:

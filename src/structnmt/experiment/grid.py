@@ -105,6 +105,11 @@ class EvaluateSpec:
     # the second --testpref of `structnmt prepare`); added to a finished grid, they are decoded on the next
     # invocation from the runs' average.pt
     extra_splits: list[str] = field(default_factory=list)
+    # test sets of one domain read as one (docs/experiments.md, "Joined test sets"): the report's first table
+    # and test are on these splits concatenated ("test+test1"), each split's table beside it. Unset: split and
+    # extra_splits joined when the dataset prepared them from files of one domain (names equal but for digits,
+    # test_2016_flickr and test_2017_flickr); [] joins nothing; [test, test1] names them
+    join: list[str] | None = None
     average_last: int = 5  # average the last N numbered checkpoints
     beam: int = 5
     lenpen: float = 1.0
@@ -228,6 +233,7 @@ def validate_grid(grid: GridConfig, where: str) -> None:
             grid.evaluate.extra_splits):
         raise ConfigError(f"{where}: evaluate.extra_splits {grid.evaluate.extra_splits} repeats a split (or "
                           f"evaluate.split '{grid.evaluate.split}'); name each split once.")
+    _check_join(grid.evaluate, where)
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ConfigError(f"{where}: run names must be unique; '{dup[0]}' appears twice.")
@@ -246,6 +252,18 @@ def validate_grid(grid: GridConfig, where: str) -> None:
                           "spread over resamples); 1000 is usual.")
     if grid.base is not None and not isinstance(grid.base, (str, dict)):
         raise ConfigError(f"{where}: base must be a config file path or a mapping, got {grid.base!r}.")
+
+
+def _check_join(ev: EvaluateSpec, where: str) -> None:
+    """evaluate.join names at least two of the grid's scored splits, each once (or none: nothing joined)."""
+    if ev.join is None or ev.join == []:
+        return
+    scored = [ev.split, *ev.extra_splits]
+    odd = next((x for x in ev.join if x not in scored), None)
+    if odd is not None or len(ev.join) < 2 or len(set(ev.join)) != len(ev.join):
+        what = f"'{odd}' is not a scored split" if odd is not None else "it needs two or more splits, each once"
+        raise ConfigError(f"{where}: evaluate.join {ev.join}: {what}; name two or more of evaluate.split and "
+                          f"evaluate.extra_splits ({', '.join(scored)}), or [] to join nothing.")
 
 
 def _check_run_dirs(names: list[str], where: str) -> None:

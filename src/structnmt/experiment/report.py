@@ -18,13 +18,14 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 from pathlib import Path
 
 from ..analysis.curves import plot_curves
 from ..analysis.deltas import draw_report_deltas, read_deltas
 from ..config import Config
-from ..evaluate.score import paired_bootstrap
+from ..evaluate.score import corpus_scores, paired_bootstrap
 from ..evaluate.seeds import describe_test, seed_aware_test
 from ..files import OutputDir, committed_or_plain, read_lines_exact
 from .generalization_report import generalization_section
@@ -124,14 +125,60 @@ def headline_score(grid: GridConfig, res: dict) -> str:
 
 def split_result(grid: GridConfig, res: dict, split: str) -> dict | None:
     """A run's scores on ``split``: the evaluation split's are the result's own keys, an extra split's
-    are under ``splits`` (None where the run has not been scored on it)."""
+    (and a joined set's, :func:`with_joined`) are under ``splits`` (None where the run has not been scored on it)."""
     return res if split == grid.evaluate.split else res.get("splits", {}).get(split)
 
 
+def join_parts(split: str) -> list[str]:
+    """The splits a joined set is made of ("test+test1" -> [test, test1]); a plain split: itself."""
+    return split.split("+")
+
+
 def _hyps(grid: GridConfig, results: dict, name: str, seed: int, split: str) -> list[str]:
-    """A run's translations of ``split``: ``<run>/<hyp_file>``, or its gzipped copy (docs/outputs keeps them so)."""
+    """A run's translations of ``split`` (of each part of a joined set, in order): ``<run>/<hyp_file>``, or its
+    gzipped copy (docs/outputs keeps them so)."""
     r = results[(name, seed)]
-    return read_lines_exact(committed_or_plain(Path(r["run_dir"]) / split_result(grid, r, split)["hyp_file"]))
+    return [h for part in join_parts(split)
+            for h in read_lines_exact(committed_or_plain(Path(r["run_dir"]) / split_result(grid, r, part)["hyp_file"]))]
+
+
+def joined_splits(grid: GridConfig, data_path: Path) -> list[str]:
+    """The splits the report joins (``evaluate.join``); unset, the scored splits when there are two or more and
+    the dataset prepared them from files of one domain: names equal but for their digits (test_2016_flickr,
+    test_2017_flickr; not test_2017_mscoco)."""
+    ev = grid.evaluate
+    if ev.join is not None:
+        return list(ev.join)
+    scored = [ev.split, *ev.extra_splits]
+    if len(scored) < 2:
+        return []
+    cfg = Config()
+    cfg.data.path = str(data_path)
+    names = [split_prefix(cfg, x)[0] for x in scored]
+    if any(n is None for n in names):
+        return []
+    return scored if len({re.sub(r"\d+", "", Path(n).name) for n in names}) == 1 else []
+
+
+def with_joined(grid: GridConfig, results: dict, parts: list[str], refs: list[str]) -> dict:
+    """``results`` with every run scored on the joined set ``parts`` too (under ``splits["a+b"]``): its
+    translations of every part concatenated and scored against the concatenated references, corpus BLEU
+    and chrF recomputed on the join (not an average of the parts' scores). Runs lacking a part are left as
+    they are."""
+    ev, joined_name, out = grid.evaluate, "+".join(parts), {}
+    for (row, seed), res in results.items():
+        if not all(split_result(grid, res, x) for x in parts):
+            out[(row, seed)] = res
+            continue
+        scores = {s.name: s for s in corpus_scores(_hyps(grid, results, row, seed, joined_name), refs,
+                                                   lowercase_tokenized=ev.lc_tok, lang=ev.lang)}
+        joined = {"split": joined_name, "n_sentences": len(refs), "bleu": scores["BLEU"].score,
+                  "bleu_precisions": scores["BLEU"].precisions, "chrf": scores["chrF"].score}
+        if "BLEU (lc,tok)" in scores:
+            joined.update(bleu_lc_tok=scores["BLEU (lc,tok)"].score,
+                          bleu_lc_tok_precisions=scores["BLEU (lc,tok)"].precisions)
+        out[(row, seed)] = {**res, "splits": {**res.get("splits", {}), joined_name: joined}}
+    return out
 
 
 def _tests(grid: GridConfig, results: dict, split: str, refs: list[str], seeds: dict[str, list[int]]) -> tuple[dict, dict]:
@@ -327,8 +374,12 @@ def _write_deltas_picture(grid: GridConfig, report, configs: dict, splits: list[
 
 
 def _split_label(configs: dict, split: str) -> str:
-    """"test (test_2016_flickr)": a split with the corpus file it was prepared from, where known."""
+    """"test (test_2016_flickr)": a split with the corpus file it was prepared from, where known; a joined
+    set: "test+test1 (joined: test_2016_flickr + test_2017_flickr)"."""
 
+    if len(join_parts(split)) > 1:
+        names = [_split_label(configs, x) for x in join_parts(split)]
+        return f"{split} (joined: {' + '.join(n[n.find('(') + 1:-1] if '(' in n else n for n in names)})"
     cfg = next(iter(configs.values()), None)
     prefix = split_prefix(cfg, split)[0] if cfg is not None else None
     return f"{split} ({Path(prefix).name})" if prefix else split
@@ -352,6 +403,51 @@ def _significance_lines(grid: GridConfig, info: dict, seeds: int) -> list[str]:
             f"{grid.seeds[0]} translations against the baseline **{grid.baseline}**'s: they cover test-set "
             "sampling only, not training variance, so nothing here is marked as significant on BLEU."
             + (f" Test `{info['signature']}`." if info.get("signature") else "")]
+
+
+def _add_joined(grid: GridConfig, results: dict, split_data: dict, splits: list[str], data_path: Path
+                ) -> tuple[dict, dict, list[str]]:
+    """(results, split data, splits) with the joined set (:func:`joined_splits`) first, where every run was
+    scored on each of its parts; else as they are."""
+    parts = joined_splits(grid, data_path)
+    if len(parts) < 2 or not all(x in splits for x in parts):
+        return results, split_data, splits
+    joined = "+".join(parts)
+    split_data = {**split_data, joined: tuple([t for x in parts for t in split_data[x][i]] for i in (0, 1))}
+    return with_joined(grid, results, parts, split_data[joined][1]), split_data, [joined] + splits
+
+
+def _joined_lines(splits: list[str], split_data: dict) -> list[str]:
+    """The bullet under a joined set's table: what was joined, how it is scored, and why it comes first."""
+    parts = join_parts(splits[0])
+    if len(parts) < 2:
+        return []
+    sizes = " and ".join(f"`{x}` ({len(split_data[x][1]):,})" for x in parts)
+    return [f"- **Joined test sets**: {sizes} are test sets of one domain, read as one set of "
+            f"{len(split_data[splits[0]][1]):,} sentences: each run's translations of them concatenated and scored "
+            "against the concatenated references (corpus scores recomputed on the join, not an average of the "
+            "sets' scores), the test on the join. The test-set part of the variance falls as 1/N, so the join "
+            "marks a consistent effect that each set alone leaves unmarked; each set's own verdict is beside it "
+            "(the table after the columns) and in its own section (docs/experiments.md, \"Joined test sets\")."]
+
+
+def beside_table(tables: dict, splits: list[str], bleu_name: str) -> list[str]:
+    """With a joined set: one line per row, its Δ, mark and p on the joined set, then on each set alone."""
+    if len(splits) < 2 or len(join_parts(splits[0])) < 2:
+        return []
+    lines = [f"## Each test set beside the joined one ({bleu_name}: Δ of the means, p)", "",
+             "| System | " + " | ".join(splits) + " |", "|---|" + "---:|" * len(splits)]
+    by_split = {x: {r["system"]: r for r in tables[x][0]} for x in splits}
+    for row in tables[splits[0]][0]:
+        if row["baseline"]:
+            continue
+        cells = []
+        for x in splits:
+            r = by_split[x][row["system"]]
+            p = "—" if r["p_value"] is None else f"{r['p_value']:.3f}"
+            cells.append(f"{r['delta']:+.2f}{r['mark']} (p {p})")
+        lines.append(f"| {row['system']} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def _columns_line(results: dict, seed0: int, n_seeds: int) -> str:
@@ -385,6 +481,7 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
     splits = [ev.split] + [x for x in ev.extra_splits
                            if all(split_result(grid, results[(r.name, s)], x)
                                   for r in grid.runs for s in seeds_of(grid, results, r.name))]
+    results, split_data, splits = _add_joined(grid, results, split_data, splits, data_path)
     report = report_dir(grid, out)
     tables = {x: build_rows(grid, out, results, split_data[x][1], x) for x in splits}
     report.write_with("results.csv", lambda tmp: write_csv([row for x in splits for row in tables[x][0]], tmp,
@@ -397,20 +494,22 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
     bleu_name = "BLEU (lc,tok)" if ev.lc_tok else "BLEU"
     sig_key = "bleu_lc_tok_signature" if ev.lc_tok else "bleu_signature"
     n_seeds = max(len(seeds_of(grid, results, r.name)) for r in grid.runs)
-    main_rows, main_info = tables[ev.split]
+    main_rows, main_info = tables[splits[0]]
     lines = [
         f"# {grid.name}",
         "",
-        f"Split {_split_label(configs, ev.split)}:",
+        f"Split {_split_label(configs, splits[0])}:",
         "",
         markdown_table(main_rows, seeds=n_seeds, bleu_name=bleu_name, lc_tok=ev.lc_tok),
         "",
+        *_joined_lines(splits, split_data),
         *_significance_lines(grid, main_info, n_seeds),
         noise_floor(main_rows, bleu_name),
         f"- **Budget**: {grid.budget.describe()}, identical for every run; seeds: "
         f"{', '.join(map(str, grid.seeds))}" + (f"; every run: `{' '.join(grid.overrides)}`" if grid.overrides else "")
         + ".",
-        f"- **Data**: `{data_path}`, split `{ev.split}` ({first['n_sentences']:,} sentences).",
+        f"- **Data**: `{data_path}`, "
+        + ", ".join(f"split `{x}` ({len(split_data[x][1]):,} sentences)" for x in splits) + ".",
         f"- **Decoding**: average of the last {ev.average_last} checkpoints, beam {ev.beam}, "
         f"length penalty {ev.lenpen:g}.",
         f"- **Scores**: {bleu_name} `{first[sig_key]}`; chrF `{first['chrf_signature']}`"
@@ -422,6 +521,7 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
         "",
         _columns_line(results, seed0, n_seeds),
         "",
+        *beside_table(tables, splits, bleu_name),
     ]
     for x in splits[1:]:
         rows, info = tables[x]
@@ -511,17 +611,19 @@ def _per_run_lines(grid: GridConfig, results: dict, dirs: dict[str, str], splits
     ev = grid.evaluate
     pkey = "bleu_lc_tok_precisions" if ev.lc_tok else "bleu_precisions"
     bkey = _metric_key(grid)
-    extra = "".join(f" {bleu_name} {x} |" for x in splits[1:])
+    others = [x for x in splits if x != ev.split]
+    extra = "".join(f" {bleu_name} {x} |" for x in others)
+    main = f"{bleu_name} {ev.split}" if others else bleu_name  # with other columns, each names its split
     lines = ["## Per run", "", "| System | seed | updates | target tokens | train s | "
-             f"{bleu_name} | chrF | 1/2/3/4-gram precision |{extra} directory |",
-             "|---|---:|---:|---:|---:|---:|---:|---|" + "---:|" * len(splits[1:]) + "---|"]
+             f"{main} | chrF | 1/2/3/4-gram precision |{extra} directory |",
+             "|---|---:|---:|---:|---:|---:|---:|---|" + "---:|" * len(others) + "---|"]
     for seed in grid.seeds:
         for r in grid.runs:
             if (r.name, seed) not in results:
                 continue
             res = results[(r.name, seed)]
             prec = "/".join(f"{p:.1f}" for p in res[pkey])
-            more = "".join(f" {_fmt((split_result(grid, res, x) or {}).get(bkey), '.2f')} |" for x in splits[1:])
+            more = "".join(f" {_fmt((split_result(grid, res, x) or {}).get(bkey), '.2f')} |" for x in others)
             lines.append(f"| {r.name} | {seed} | {res['num_updates']:,} | {res['train_target_tokens']:,} | "
                          f"{res['train_seconds']:.0f} | {res[bkey]:.2f} | {res['chrf']:.2f} | {prec} |{more} "
                          f"`runs/{dirs[r.name]}/seed{seed}` |")

@@ -58,6 +58,7 @@ class CompareConfig:
     min_bucket: int = 50  # buckets with fewer sentences are marked small
     n_samples: int = 1000  # bootstrap resamples of each bucket's sentences
     seed: int = 12345
+    seed_test: str = "decomposed"  # the seed-aware test's form (structnmt.evaluate.seeds)
     top: int = 20  # sentences where the systems differ most
     length_cutoffs: list[int] = field(default_factory=lambda: [10, 15, 20, 25])
     arc_cutoffs: list[int] = field(default_factory=lambda: [3, 5, 8])
@@ -213,7 +214,7 @@ def bucket_rows(refs: Sequence[str], systems: Sequence[System], buckets: dict[st
                 rows.extend(BucketRow(kind, label, len(idx), s.name, math.nan, math.nan, math.nan, math.nan,
                                       math.nan, math.nan, True) for s in others)
                 continue
-            tests = rs.test(idx, n_samples=cfg.n_samples, seed=cfg.seed, aso=False)
+            tests = rs.test(idx, n_samples=cfg.n_samples, seed=cfg.seed, aso=False, method=cfg.seed_test)
             rows.extend(bucket_row(kind, label, len(idx), s.name, tests[s.name], cfg) for s in others)
     return rows
 
@@ -273,7 +274,8 @@ def frequency_rows(refs: Sequence[str], systems: Sequence[System], counts: Count
         words = int(per_run[base.name][0][:, b, 1].sum())
         tests = seed_aware_statistic_test([x[:, b] for x in per_run[base.name]],
                                           {s.name: [x[:, b] for x in per_run[s.name]] for s in others}, fmeasure,
-                                          metric="word F-measure", n_samples=cfg.n_samples, seed=cfg.seed)
+                                          metric="word F-measure", n_samples=cfg.n_samples, seed=cfg.seed,
+                                          method=cfg.seed_test)
         rows.extend(bucket_row(kind, label, words, s.name, tests[s.name], cfg) for s in others)
     return rows
 

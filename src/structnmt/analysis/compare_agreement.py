@@ -92,6 +92,7 @@ def agreement_rows(runs: AgreementRuns, cfg: CompareConfig) -> list[BucketRow]:
                                       math.nan, True) for n in others)
                 continue
             tests = seed_aware_statistic_test(stats[base], {n: stats[n] for n in others}, _accuracy,
-                                              metric="agreement accuracy", n_samples=cfg.n_samples, seed=cfg.seed)
+                                              metric="agreement accuracy", n_samples=cfg.n_samples, seed=cfg.seed,
+                                              method=cfg.seed_test)
             rows.extend(bucket_row(kind, label, probes, n, tests[n], cfg) for n in others)
     return rows

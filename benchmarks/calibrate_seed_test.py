@@ -23,7 +23,9 @@ Two parts, both written to ``--out`` as ``calibration.md`` and ``calibration.jso
    on test_2016_flickr (``test``) and test_2017_flickr (``test1``); the flag rate and :math:`\\sqrt{\\hat V}`
    against the observed spread of Δ (root mean square over the splits; its expectation with no
    difference is :math:`\\sqrt{2 s^2/3}` of the pool), for both forms. The 8,000-update rows of
-   ``cross_paper_multi30k_8k_gpu`` are then tested against the Transformer with both forms (p, MDE).
+   ``cross_paper_multi30k_8k_gpu`` are then tested against the Transformer with both forms (p, MDE), with
+   the decomposed plan (:mod:`structnmt.evaluate.power`: floor, seeds per system for ±0.5 on the test set
+   and on one twice its size).
 
     python benchmarks/calibrate_seed_test.py --out benchmarks/results/2026-11-29-seed-test-calibration
 
@@ -42,7 +44,13 @@ from pathlib import Path
 
 import numpy as np
 
-from structnmt.evaluate.power import VarianceParts, minimal_detectable_effect
+from structnmt.evaluate.power import (
+    NoiseComponents,
+    VarianceParts,
+    mde_floor,
+    minimal_detectable_effect,
+    seeds_for,
+)
 from structnmt.evaluate.seeds import SEED_TESTS, _one_test, _scores, run_statistics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,8 +195,17 @@ def rows_8k(split: str, n_samples: int, seed: int) -> list[dict]:
                           n_samples=n_samples, method=m)
             row.update({"delta": t.delta, f"{m}_p": t.p_value, f"{m}_mde": t.minimal_detectable_effect(),
                         f"{m}_sentence_se": t.sentence_se})
+        comp = NoiseComponents.from_test(t.std, t.baseline_std, t.interaction_sd, t.baseline_interaction_sd,
+                                         row["decomposed_sentence_se"])
+        row.update({"std": t.std, "baseline_std": t.baseline_std, "tau": t.interaction_sd,
+                    "baseline_tau": t.baseline_interaction_sd, "floor": mde_floor(comp),
+                    "seeds_for_0.5": seeds_for(0.5, comp), "seeds_for_0.5_test_x2": seeds_for(0.5, comp, 2.0)})
         out.append(row)
     return out
+
+
+def _n(k: int | None) -> str:
+    return "—" if k is None else str(k)
 
 
 def markdown(sim: list[dict], pools: list[dict], rows: list[dict]) -> str:
@@ -214,12 +231,14 @@ def markdown(sim: list[dict], pools: list[dict], rows: list[dict]) -> str:
                      f"{r[f'{d}_ratio']:.2f} / {r[f'{c}_ratio']:.2f} | {r['mean_tau']:.3f} | "
                      f"{r[f'{d}_mean_p']:.2f} / {r[f'{c}_mean_p']:.2f} |")
     lines += ["", "## The 8,000-update rows against the Transformer (BLEU (lc,tok))", "",
-              "| split | row | seeds | Δ | p (new / old) | MDE (new / old) | sentence part √v (new / old) |",
-              "|---|---|---:|---:|---:|---:|---:|"]
+              "| split | row | seeds | Δ | p (new / old) | MDE (new / old) | sentence part √v (new / old) | "
+              "floor (new) | seeds per system for ±0.5 (new; test set × 1 / × 2) |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['split']} | {r['row']} | {r['seeds']} | {r['delta']:+.2f} | {r[f'{d}_p']:.3f} / "
                      f"{r[f'{c}_p']:.3f} | {r[f'{d}_mde']:.2f} / {r[f'{c}_mde']:.2f} | "
-                     f"{r[f'{d}_sentence_se']:.3f} / {r[f'{c}_sentence_se']:.3f} |")
+                     f"{r[f'{d}_sentence_se']:.3f} / {r[f'{c}_sentence_se']:.3f} | {r['floor']:.2f} | "
+                     f"{_n(r['seeds_for_0.5'])} / {_n(r['seeds_for_0.5_test_x2'])} |")
     return "\n".join(lines) + "\n"
 
 

@@ -312,3 +312,22 @@ def test_score_seed_test_option_runs_either_form(tmp_path, capsys):
         out = capsys.readouterr().out
         want = seed_aware_test(hyps["b"], {"a": hyps["a"]}, refs, n_samples=100, aso=False, method=method)["a"]
         assert f"(structnmt.evaluate.seeds, {method})" in out and f"p = {want.p_value:.4f}" in out
+
+
+def test_seeds_identical_by_chance_are_read_with_their_interaction():
+    """Two seeds that each miss one of 40 items, on different sentences, score exactly alike: s^2 = 0 while
+    the bootstrap sees them move apart (tau^2 = 6.25). The spread carries no information there, and the
+    decomposed test reads that side's seed variance as tau^2 instead of calling one miss per seed a
+    certain loss."""
+    from structnmt.evaluate.seeds import seed_aware_accuracy_test
+
+    ones = np.ones((40, 2), dtype=np.int64)
+    base = [ones.copy(), ones.copy()]
+    system = [ones.copy(), ones.copy()]
+    system[0][0, 0] = 0
+    system[1][1, 0] = 0
+    res = seed_aware_accuracy_test(base, {"s": system}, n_samples=2000, seed=1)["s"]
+    assert res.std == 0.0 and res.delta == pytest.approx(-2.5)
+    assert res.interaction_sd ** 2 == pytest.approx(6.25, rel=0.15)
+    assert res.seed_se ** 2 == pytest.approx(res.interaction_sd ** 2 / 2)
+    assert res.p_value > 0.1

@@ -331,3 +331,6 @@ def test_seeds_identical_by_chance_are_read_with_their_interaction():
     assert res.interaction_sd ** 2 == pytest.approx(6.25, rel=0.15)
     assert res.seed_se ** 2 == pytest.approx(res.interaction_sd ** 2 / 2)
     assert res.p_value > 0.1
+    # its MDE reads the same variance
+    assert res.variance_parts().seed_var == pytest.approx(res.interaction_sd ** 2)
+    assert res.variance_parts().baseline_seed_var == 0.0

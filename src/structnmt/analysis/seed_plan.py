@@ -36,6 +36,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..evaluate.power import NoiseComponents, mde_floor, plan_mde, seeds_for
+from ..evaluate.seeds import seed_variance_read
 from .deltas import METRIC_NAMES
 from .sweep import csv_number, read_rows
 
@@ -142,7 +143,9 @@ def components(r: dict, base: dict, n: int, nb: int, p: Path, method: str) -> tu
     v_sys = se ** 2 if written == "decomposed" else max(0.0, se ** 2 - tau ** 2 / n - btau ** 2 / nb)
     if method == "double-count":
         return NoiseComponents(std ** 2, bstd ** 2, 0.0, 0.0, v_sys + tau ** 2 / n + btau ** 2 / nb), ""
-    return NoiseComponents.from_test(std, bstd, tau, btau, v_sys ** 0.5), ""
+    # the seed variances as the test read them (a side of implausibly close seeds: tau^2; seed_variance_read)
+    s2, bs2 = seed_variance_read(std ** 2, tau ** 2, n), seed_variance_read(bstd ** 2, btau ** 2, nb)
+    return NoiseComponents.from_test(s2 ** 0.5, bs2 ** 0.5, tau, btau, v_sys ** 0.5), ""
 
 
 def _plan_row(r: dict, base: dict, nb: int, split: str, p: Path, plan: _Plan) -> PlanRow:

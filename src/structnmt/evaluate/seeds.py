@@ -85,7 +85,7 @@ from .power import VarianceParts, minimal_detectable_effect
 from .score import _check_parallel, lc_tok_bleu, moses_lc_tokenize
 
 __all__ = ["SeedTest", "RunStatistics", "seed_aware_test", "seed_aware_accuracy_test", "seed_aware_statistic_test",
-           "run_statistics", "describe_test", "SEED_TESTS", "DEFAULT_SEED_TEST"]
+           "run_statistics", "describe_test", "seed_variance_read", "SEED_TESTS", "DEFAULT_SEED_TEST"]
 
 #: the two forms of the test (module docstring): each noise counted once, and Clark et al.'s sum
 SEED_TESTS = ("decomposed", "double-count")
@@ -130,7 +130,11 @@ class SeedTest:
 
     def variance_parts(self) -> VarianceParts:
         """The variances this test read: both sides' seed variances and the test-set part."""
-        return VarianceParts(self.std ** 2, self.baseline_std ** 2, self.sentence_se ** 2)
+        return VarianceParts(
+            seed_variance_read(self.std ** 2, self.interaction_sd ** 2, self.n_seeds, self.method),
+            seed_variance_read(self.baseline_std ** 2, self.baseline_interaction_sd ** 2, self.baseline_n_seeds,
+                               self.method),
+            self.sentence_se ** 2)
 
     def minimal_detectable_effect(self, *, alpha: float = 0.05, target: float = 0.8) -> float:
         """The smallest |Δ| this test would flag at ``alpha`` with power ``target``, with these seeds and
@@ -367,11 +371,15 @@ def _seed_var(full: np.ndarray, tau2: float, method: str) -> float:
 
     (below the 1 % quantile of :math:`s^2` with no training noise at all: identical scores of discrete counts,
     typically, from 2 or 3 seeds). Its spread carries no information there, and :math:`E\\,s^2 \\ge \\tau^2`."""
+    return seed_variance_read(float(full.var(ddof=1)), tau2, len(full), method)
+
+
+def seed_variance_read(s2: float, tau2: float, k: int, method: str = DEFAULT_SEED_TEST) -> float:
+    """The seed variance the test reads for a side of ``k`` seeds with variance ``s2`` and interaction
+    ``tau2`` (:func:`_seed_var`; power and plans read it the same way)."""
     from scipy import stats as st
 
-    s2 = float(full.var(ddof=1))
-    k = len(full)
-    if method == "decomposed" and tau2 > 0 and s2 < tau2 * st.chi2.ppf(0.01, k - 1) / (k - 1):
+    if method == "decomposed" and tau2 > 0 and k > 1 and s2 < tau2 * st.chi2.ppf(0.01, k - 1) / (k - 1):
         return tau2
     return s2
 

@@ -452,7 +452,20 @@ def test_seeds_extra_splits_and_grid_overrides(tmp_path, corpus, monkeypatch):
     # the row's minimal detectable effect is that of the test's own variance parts and seeds
     assert float(rows[3]["mde"]) == pytest.approx(expected.minimal_detectable_effect(), rel=1e-4)
     assert rows[2]["mde"] == ""  # the baseline has none
+    # the decomposed test by default: its interaction estimates and its name in the CSV and under the table
+    assert rows[3]["seed_test"] == "decomposed"
+    assert float(rows[3]["interaction_sd"]) == pytest.approx(expected.interaction_sd)
+    assert float(rows[3]["sentence_se"]) == pytest.approx(expected.sentence_se)
+    assert "(structnmt.evaluate.seeds, decomposed)" in (out / "results.md").read_text(encoding="utf-8")
     assert "## Split test1 (valid)" in (out / "results.md").read_text(encoding="utf-8")
+    # the double-count form by name (what `structnmt experiment --seed-test double-count` passes)
+    run_grid(grid, overrides=["train.threads=1", "evaluate.seed_test=double-count"], report_only=True,
+             log=lambda _: None)
+    old = seed_aware_test(hyps["transformer-base"], {"v": hyps["post-norm-2-layers"]}, refs, n_samples=50,
+                          aso=False, method="double-count")["v"]
+    with open(out / "results.csv", encoding="utf-8") as f:
+        row = list(csv.DictReader(f))[3]
+    assert row["seed_test"] == "double-count" and float(row["p_value"]) == pytest.approx(old.p_value)
     # a run not scored on the extra split (copied from elsewhere, say): the report leaves that split's table out
     variant = out / "runs" / "post-norm-2-layers" / "seed2" / "result.json"
     res = json.loads(variant.read_text())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import math
+from dataclasses import astuple
 
 import numpy as np
 import pytest
@@ -120,15 +121,17 @@ def test_plan_seeds_reads_a_results_csv(tmp_path, capsys):
     assert main(["plan-seeds", str(tmp_path), "--delta", "0.6"]) == 0
     out = capsys.readouterr().out
     a = VarianceParts(0.35 ** 2, 0.3 ** 2, 0.12 ** 2)
+    # a results.csv of the double-count test (no interaction_sd column): its parts held as measured
+    floor_a = (stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) * 0.12
     assert f"| test | + A | 3 / 3 | +0.40 | 0.200 | {minimal_detectable_effect(a, 3, 3):.2f} | " \
-           f"{seeds_needed(0.6, a)} |" in out
+           f"{floor_a:.2f} | {seeds_needed(0.6, a)} (no interaction_sd column" in out
     # + B's test-set part alone (0.4) puts 0.6 out of reach of any number of seeds: said, with the floor
     floor = (stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) * 0.4
     assert "| test | + B | 3 / 3 | +0.10 | 0.800 |" in out and f"the test set alone resolves {floor:.2f}" in out
     # two such test sets joined halve that part
     assert main(["plan-seeds", str(path), "--delta", "0.6", "--test-scale", "2"]) == 0
     halved = VarianceParts(0.35 ** 2, 0.3 ** 2, 0.12 ** 2 / 2)
-    assert f"{seeds_needed(0.6, halved)} |" in capsys.readouterr().out
+    assert f"| {seeds_needed(0.6, halved)} (no interaction_sd" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -155,3 +158,106 @@ def test_plan_seeds_with_one_seed_says_the_variance_needs_two(tmp_path, capsys):
     assert "the seed variance needs >= 2 seeds" in err and str(path) in err
     assert main(["plan-seeds", str(tmp_path / "missing.csv"), "--delta", "0.5"]) != 0
     assert "no such results file" in capsys.readouterr().err
+
+
+# --------------------------------------------- planning over seeds and test size (decomposed test)
+
+
+COMPONENTS = [  # (sigma_seed, tau, v_sys) as sds; the middle two make the raw MDE grow with the test set
+    (0.0, 0.35, 0.15), (0.4, 0.05, 0.2), (0.4, 0.2, 0.35), (0.2, 0.3, 0.0), (0.1, 0.35, 0.25),
+]
+
+
+@pytest.mark.parametrize(("seed_sd", "tau", "sys_sd"), COMPONENTS)
+def test_the_planned_mde_never_grows_with_the_test_set_or_the_seeds(seed_sd, tau, sys_sd):
+    from structnmt.evaluate.power import NoiseComponents, mde_floor, plan_mde
+
+    comp = NoiseComponents(seed_sd ** 2, seed_sd ** 2, tau ** 2, tau ** 2, sys_sd ** 2)
+    by_scale = [plan_mde(comp, 3, c) for c in (1, 2, 4, 8, 16)]
+    assert all(b <= a + 1e-9 for a, b in zip(by_scale, by_scale[1:])), by_scale
+    by_seeds = [plan_mde(comp, k, 2) for k in (2, 3, 5, 10, 20, 50)]
+    assert all(b <= a + 1e-9 for a, b in zip(by_seeds, by_seeds[1:])), by_seeds
+    assert by_seeds[-1] >= mde_floor(comp, 2) - 1e-9  # never below the floor
+
+
+def test_the_model_at_the_measured_size_is_what_the_test_read():
+    from structnmt.evaluate.power import NoiseComponents
+
+    comp = NoiseComponents.from_test(0.3, 0.2, 0.25, 0.35, 0.1)
+    assert astuple(comp.parts(1.0)) == pytest.approx((0.3 ** 2, 0.2 ** 2, 0.1 ** 2))
+    # s = 0.2 < tau = 0.35: all of the baseline's seed spread is interaction, none training noise
+    assert comp.baseline_seed_var == 0.0 and comp.baseline_interaction_var == pytest.approx(0.04)
+    # twice the test set: interaction and systematic part halve, training noise stays
+    assert astuple(comp.parts(2.0)) == pytest.approx((0.3 ** 2 - 0.25 ** 2 + 0.25 ** 2 / 2, 0.02, 0.005))
+
+
+def test_a_difference_above_the_floor_gets_a_finite_number_of_seeds():
+    from structnmt.evaluate.power import NoiseComponents, mde_floor, seeds_for
+
+    comp = NoiseComponents(0.3 ** 2, 0.3 ** 2, 0.3 ** 2, 0.3 ** 2, 0.17 ** 2)
+    floor = mde_floor(comp)
+    assert floor == pytest.approx((stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) * 0.17) and floor < 0.5
+    k = seeds_for(0.5, comp)
+    assert k is not None and k > 20  # close to the floor: many, but finitely many
+    assert power(0.5, comp.parts(), k, k) >= 0.8 > power(0.5, comp.parts(), k - 1, k - 1)
+    assert seeds_for(floor * 0.99, comp) is None
+    assert seeds_for(0.5, comp, 2.0) < k  # a larger test set needs fewer seeds
+
+
+def write_new_results(path, rows):
+    cols = ["split", "system", "baseline", "metric", "delta", "p_value", "n_seeds", "bleu_std", "sentence_se",
+            "interaction_sd", "baseline_interaction_sd", "seed_test"]
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        for r in rows:
+            w.writerow(dict(zip(cols, r)))
+
+
+def test_plan_seeds_models_seeds_and_test_size_through_the_cli(tmp_path, capsys):
+    from structnmt.evaluate.power import NoiseComponents, mde_floor, plan_mde, seeds_for
+
+    path = tmp_path / "results.csv"
+    write_new_results(path, [
+        ("test", "Base", "True", "bleu_lc_tok", "0.0", "", "6", "0.34", "", "", "", ""),
+        ("test", "+ A", "False", "bleu_lc_tok", "0.56", "0.09", "6", "0.57", "0.15", "0.35", "0.35", "decomposed"),
+        ("test", "+ B", "False", "bleu_lc_tok", "-0.2", "0.3", "3", "0.3", "0.0", "0.35", "0.35", "decomposed"),
+    ])
+    assert main(["plan-seeds", str(tmp_path), "--delta", "0.5", "--joint"]) == 0
+    out = capsys.readouterr().out
+    a = NoiseComponents.from_test(0.57, 0.34, 0.35, 0.35, 0.15)
+    assert astuple(a.parts()) == pytest.approx((0.57 ** 2, 0.34 ** 2, 0.15 ** 2))  # the report's own MDE at the size at hand
+    need = seeds_for(0.5, a)
+    assert need is not None and mde_floor(a) < 0.5
+    assert (f"| test | + A | 6 / 6 | +0.56 | 0.090 | {minimal_detectable_effect(a.parts(), 6, 6):.2f} | "
+            f"{mde_floor(a):.2f} | {need} |") in out
+    # + B: no systematic test-set part, so no floor: any difference is resolved by enough seeds
+    assert "| test | + B | 3 / 6 | -0.20 | 0.300 |" in out and "| 0.00 | " in out
+    assert "extrapolation" in out
+    # the joint table: seeds x test size, never growing along either
+    assert "test / + A: MDE with k seeds per system on a test set c times this one" in out
+    table = [line for line in out.split("test / + A:")[1].split("test / + B:")[0].splitlines() if line.startswith("| 1 |")
+             or line.startswith("| 2 |") or line.startswith("| 4 |")]
+    grid = np.array([[float(x) for x in line.strip("|").split("|")[1:-1]] for line in table])
+    assert grid.shape == (3, 6)  # k = 3, 5, 6 (the row's own), 10, 20, and the floor
+    assert (np.diff(grid, axis=1) <= 1e-9).all() and (np.diff(grid, axis=0) <= 1e-9).all()
+    assert grid[0, 1] == pytest.approx(plan_mde(a, 5, 1.0), abs=0.006)
+    # --test-scale: the MDE with the seeds at hand on a larger test set, never larger
+    assert main(["plan-seeds", str(path), "--delta", "0.5", "--test-scale", "4"]) == 0
+    out4 = capsys.readouterr().out
+    assert f"| test | + A | 6 / 6 | +0.56 | 0.090 | {plan_mde(a, 6, 4.0):.2f} |" in out4
+    assert plan_mde(a, 6, 4.0) <= minimal_detectable_effect(a.parts(), 6, 6)
+
+
+def test_plan_seeds_for_the_double_count_form(tmp_path, capsys):
+    path = tmp_path / "results.csv"
+    write_new_results(path, [
+        ("test", "Base", "True", "bleu_lc_tok", "0.0", "", "3", "0.34", "", "", "", ""),
+        ("test", "+ A", "False", "bleu_lc_tok", "0.5", "0.2", "3", "0.4", "0.1", "0.3", "0.35", "decomposed"),
+    ])
+    assert main(["plan-seeds", str(path), "--delta", "0.5", "--seed-test", "double-count"]) == 0
+    out = capsys.readouterr().out
+    # that form reads the interaction again in its test-set part, and holds it fixed as seeds are added
+    v_sent = 0.1 ** 2 + 0.3 ** 2 / 3 + 0.35 ** 2 / 3
+    old = VarianceParts(0.4 ** 2, 0.34 ** 2, v_sent)
+    assert f"| test | + A | 3 / 3 | +0.50 | 0.200 | {minimal_detectable_effect(old, 3, 3):.2f} |" in out

@@ -202,3 +202,135 @@ def test_accuracy_test_refuses_runs_of_different_lengths():
         seed_aware_accuracy_test([np.array([[1, 2]])] * 2, {"s": [np.array([[1, 2], [0, 1]])] * 2})
     with pytest.raises(ValueError, match="'s' has 1"):
         seed_aware_accuracy_test([np.array([[1, 2]])] * 2, {"s": [np.array([[1, 2]])]})
+
+
+# ------------------------------------------- the decomposed test: each source of noise counted once
+
+
+def _mean_score(sums: np.ndarray) -> np.ndarray:
+    """The corpus score of (value, 1) rows: the mean of the per-sentence values."""
+    return sums[:, 0] / sums[:, 1]
+
+
+def _additive_runs(rng: np.random.Generator, *, n: int, k: int, seed_sd: float, sys_sd: float, int_sd: float,
+                   delta: float = 0.0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Runs of the per-sentence additive model x = mu + seed_i + sent_j + sys_j + seed x sent_ij, as (N, 2)
+    rows of (value, 1); ``sys_sd``: the sd of the A - B difference of the systems' own sentence effects."""
+    sent = rng.normal(0, 20.0, n)
+    sides = []
+    for mu in (0.0, delta):
+        g = rng.normal(0, sys_sd / np.sqrt(2), n)
+        x = mu + rng.normal(0, seed_sd, (k, 1)) + sent + g + rng.normal(0, int_sd, (k, n))
+        sides.append([np.stack([row, np.ones(n)], axis=1) for row in x])
+    return sides[0], sides[1]
+
+
+def test_the_decomposition_recovers_known_components():
+    """Interaction sd 8 per sentence over 2,000 sentences: tau^2 = 64 / 2000 = 0.032; the systems'
+    own sentence effects differ with sd 10: sigma_sys^2 / N = 0.05. The decomposed test's sentence part is
+    the systematic part alone; the double-count form's holds the interaction of both seed means besides."""
+    from structnmt.evaluate.seeds import seed_aware_statistic_test
+
+    rng = np.random.default_rng(5)
+    n, k = 2000, 4
+    base, system = _additive_runs(rng, n=n, k=k, seed_sd=0.0, sys_sd=10.0, int_sd=8.0)
+    new = seed_aware_statistic_test(base, {"s": system}, _mean_score, metric="mean", n_samples=2000, seed=3)["s"]
+    old = seed_aware_statistic_test(base, {"s": system}, _mean_score, metric="mean", n_samples=2000, seed=3,
+                                    method="double-count")["s"]
+    tau2, sys2 = 64 / n, 100 / n
+    assert new.interaction_sd ** 2 == pytest.approx(tau2, rel=0.15)
+    assert new.baseline_interaction_sd ** 2 == pytest.approx(tau2, rel=0.15)
+    assert new.sentence_se ** 2 == pytest.approx(sys2, rel=0.2)
+    assert old.sentence_se ** 2 == pytest.approx(sys2 + 2 * tau2 / k, rel=0.2)
+    assert old.delta == new.delta and old.std == new.std and old.seed_se == new.seed_se
+
+
+def test_one_configuration_leaves_no_systematic_test_set_part():
+    from structnmt.evaluate.seeds import seed_aware_statistic_test
+
+    rng = np.random.default_rng(6)
+    base, system = _additive_runs(rng, n=1500, k=3, seed_sd=0.1, sys_sd=0.0, int_sd=8.0)
+    new = seed_aware_statistic_test(base, {"s": system}, _mean_score, metric="mean", n_samples=1000)["s"]
+    old = seed_aware_statistic_test(base, {"s": system}, _mean_score, metric="mean", n_samples=1000,
+                                    method="double-count")["s"]
+    assert new.sentence_se < 0.3 * old.sentence_se  # (0 up to the bootstrap's own noise)
+    assert new.p_value < old.p_value
+
+
+def _null_grids(method: str, reps: int = 600) -> tuple[float, float]:
+    """(share flagged at p < 0.05, mean sqrt(V-hat) / observed sd of Δ) over ``reps`` simulated A/A grids of
+    3 + 3 seeds, 300 sentences, where the seed x sentence interaction (tau = 8 / sqrt(300) = 0.46) dominates
+    the seed noise (0.1)."""
+    from structnmt.evaluate.seeds import seed_aware_statistic_test
+
+    rng = np.random.default_rng(2029)
+    ps, sds, deltas = [], [], []
+    for _ in range(reps):
+        base, system = _additive_runs(rng, n=300, k=3, seed_sd=0.1, sys_sd=0.0, int_sd=8.0)
+        t = seed_aware_statistic_test(base, {"s": system}, _mean_score, metric="mean", n_samples=300,
+                                      seed=int(rng.integers(1, 2**31)), method=method)["s"]
+        ps.append(t.p_value)
+        sds.append(np.hypot(t.seed_se, t.sentence_se))
+        deltas.append(t.delta)
+    return float(np.mean(np.array(ps) < 0.05)), float(np.mean(sds) / np.std(deltas))
+
+
+def test_false_alarms_are_near_nominal_and_the_double_count_is_too_wide():
+    """600 no-difference grids (binomial sd of a 5 % rate: 0.9 points): the decomposed test flags 2.5-8 %
+    and its sqrt(V-hat) matches the spread of Δ (the mean of a standard deviation estimate from 4 degrees of
+    freedom sits a few per cent below it); the double-count form, counting the interaction twice, is about
+    1.4 times too wide and flags almost nothing."""
+    rate, ratio = _null_grids("decomposed")
+    assert 0.025 <= rate <= 0.08 and 0.85 <= ratio <= 1.1
+    rate_old, ratio_old = _null_grids("double-count")
+    assert rate_old < 0.02 and ratio_old > 1.25
+
+
+def test_an_unknown_form_of_the_test_is_one_sentence():
+    from structnmt.evaluate.seeds import seed_aware_statistic_test
+
+    runs = [np.array([[1.0, 1.0]])] * 2
+    with pytest.raises(ValueError, match="unknown seed test 'clark'; one of decomposed, double-count"):
+        seed_aware_statistic_test(runs, {"s": runs}, _mean_score, metric="mean", method="clark")
+
+
+def test_score_seed_test_option_runs_either_form(tmp_path, capsys):
+    from structnmt.cli import main
+
+    rng = np.random.default_rng(4)
+    refs = make_refs(rng, 40)
+    (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n")
+    hyps = {}
+    for side, keep in (("b", 0.5), ("a", 0.6)):
+        hyps[side] = [make_run(rng, refs, keep) for _ in range(3)]
+        for i, h in enumerate(hyps[side]):
+            (tmp_path / f"{side}{i}.txt").write_text("\n".join(h) + "\n")
+    files = {s: [str(tmp_path / f"{s}{i}.txt") for i in range(3)] for s in "ba"}
+    for method in ("double-count",):  # (the default, decomposed: the test above)
+        assert main(["score", "--ref", str(tmp_path / "ref.txt"), "--bootstrap", "100", "--seed-test", method,
+                     "--hyp", *files["b"], "--hyp", *files["a"]]) == 0
+        out = capsys.readouterr().out
+        want = seed_aware_test(hyps["b"], {"a": hyps["a"]}, refs, n_samples=100, aso=False, method=method)["a"]
+        assert f"(structnmt.evaluate.seeds, {method})" in out and f"p = {want.p_value:.4f}" in out
+
+
+def test_seeds_identical_by_chance_are_read_with_their_interaction():
+    """Two seeds that each miss one of 40 items, on different sentences, score exactly alike: s^2 = 0 while
+    the bootstrap sees them move apart (tau^2 = 6.25). The spread carries no information there, and the
+    decomposed test reads that side's seed variance as tau^2 instead of calling one miss per seed a
+    certain loss."""
+    from structnmt.evaluate.seeds import seed_aware_accuracy_test
+
+    ones = np.ones((40, 2), dtype=np.int64)
+    base = [ones.copy(), ones.copy()]
+    system = [ones.copy(), ones.copy()]
+    system[0][0, 0] = 0
+    system[1][1, 0] = 0
+    res = seed_aware_accuracy_test(base, {"s": system}, n_samples=2000, seed=1)["s"]
+    assert res.std == 0.0 and res.delta == pytest.approx(-2.5)
+    assert res.interaction_sd ** 2 == pytest.approx(6.25, rel=0.15)
+    assert res.seed_se ** 2 == pytest.approx(res.interaction_sd ** 2 / 2)
+    assert res.p_value > 0.1
+    # its MDE reads the same variance
+    assert res.variance_parts().seed_var == pytest.approx(res.interaction_sd ** 2)
+    assert res.variance_parts().baseline_seed_var == 0.0

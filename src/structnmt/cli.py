@@ -657,7 +657,13 @@ def _parser_score(sub) -> None:
     s.add_argument("--unescape", action="store_true",
                    help="undo Moses' XML escapes (&apos; &quot; &amp; &#124; &lt; &gt; &#91; &#93;) in every hypothesis first, "
                         "as for translations made on Moses-tokenized data (../shared/data/anchors); read BLEU (lc,tok) then")
+    _seed_test_option(s)
     s.set_defaults(func=cmd_score)
+
+
+def _seed_test_option(s) -> None:
+    s.add_argument("--seed-test", choices=["decomposed", "double-count"], default="decomposed",
+                   help="the seed-aware test's form: decomposed (default; each noise counted once) or double-count (Clark et al.'s sum, the seed × sentence interaction counted twice; for comparison); docs/experiments.md")
 
 
 def _bootstrap_lines(systems: dict, refs: list[str], metric: str, label: str, args) -> list[str]:
@@ -677,8 +683,8 @@ def _seed_aware_lines(systems: dict, refs: list[str], metric: str, label: str, a
 
     names = list(systems)
     res = seed_aware_test(systems[names[0]], {n: systems[n] for n in names[1:]}, refs, metric=metric,
-                          n_samples=args.bootstrap, lang=args.lang)
-    lines = [f"{label}, baseline {names[0]}: {describe_test(args.bootstrap, 12345)}"]
+                          n_samples=args.bootstrap, lang=args.lang, method=args.seed_test)
+    lines = [f"{label}, baseline {names[0]}: {describe_test(args.bootstrap, 12345, args.seed_test)}"]
     for n, t in res.items():
         lines.append(f"  {n}: {label} {t.mean:.2f} ± {t.std:.2f} vs {t.baseline_mean:.2f} ± {t.baseline_std:.2f}  "
                      f"delta {t.delta:+.2f}  p = {t.p_value:.4f}  ASO eps = {t.aso_better:.2f}  (s_dev "
@@ -689,7 +695,8 @@ def _seed_aware_lines(systems: dict, refs: list[str], metric: str, label: str, a
 def cmd_experiment(args) -> int:
     from .experiment import run_grid
 
-    report = run_grid(args.grid, out_dir=args.out, overrides=args.overrides, jobs_at_once=args.jobs,
+    overrides = list(args.overrides) + ([f"evaluate.seed_test={args.seed_test}"] if args.seed_test else [])
+    report = run_grid(args.grid, out_dir=args.out, overrides=overrides, jobs_at_once=args.jobs,
                       report_only=args.report_only)
     print(f"experiment: results in {report}")
     return 0
@@ -708,6 +715,9 @@ def _parser_experiment(sub) -> None:
     s.add_argument("overrides", nargs="*", default=[],
                    help="grid keys (budget.max_updates=N, seeds=[1,2], evaluate.beam=4, grid.<key>=...) change the "
                         "grid; other section.key=value items apply to every run's config")
+    s.add_argument("--seed-test", choices=["decomposed", "double-count"], default=None,
+                   help="the seed-aware test's form (default: the grid's evaluate.seed_test, decomposed): decomposed "
+                        "counts each noise once, double-count is Clark et al.'s sum (for comparison)")
     s.set_defaults(func=cmd_experiment)
 
 
@@ -937,6 +947,7 @@ def cmd_compare(args) -> int:
     from .experiment.compare_inputs import inputs_from_benchmark, inputs_from_experiment
 
     cfg = CompareConfig(metric=args.metric, lang=args.lang, min_bucket=args.min_bucket, n_samples=args.bootstrap,
+                        seed_test=args.seed_test,
                         top=args.top, buckets=args.buckets.split(",") if args.buckets else None,
                         attention_sentences=args.attention_sentences,
                         attention_lines=[n - 1 for n in args.attention_lines] if args.attention_lines else None)
@@ -1086,6 +1097,7 @@ def _parser_compare(sub) -> None:
                    help="attention maps for these 1-based lines instead")
     s.add_argument("--out", required=True, help="output directory: compare.csv, compare_between.csv, compare.md, buckets.png, "
                    "sentences.md")
+    _seed_test_option(s)
     s.set_defaults(func=cmd_compare)
 
 
@@ -1093,8 +1105,9 @@ def cmd_plan_seeds(args) -> int:
     from .analysis.seed_plan import format_plan, plan_seeds
 
     metric, rows = plan_seeds(args.results, args.delta, alpha=args.alpha, target=args.power,
-                              max_seeds=args.max_seeds, test_scale=args.test_scale)
-    print(format_plan(metric, rows, args.delta, args.alpha, args.power))
+                              max_seeds=args.max_seeds, test_scale=args.test_scale, method=args.seed_test,
+                              joint=args.joint)
+    print(format_plan(metric, rows, args.delta, args.alpha, args.power, args.test_scale))
     return 0
 
 
@@ -1106,9 +1119,15 @@ def _parser_plan_seeds(sub) -> None:
                                                               "points (e.g. 0.5 BLEU (lc,tok))")
     s.add_argument("--alpha", type=float, default=0.05, help="the test's level (default 0.05)")
     s.add_argument("--power", type=float, default=0.8, help="the probability of detecting --delta (default 0.8)")
-    s.add_argument("--max-seeds", type=int, default=100, help="the most seeds per system considered (default 100)")
+    s.add_argument("--max-seeds", type=int, default=100000,
+                   help="the most seeds per system considered (default 100000)")
     s.add_argument("--test-scale", type=float, default=1.0,
                    help="plan as if each test set were this many times as large (2: two such test sets joined)")
+    s.add_argument("--joint", action="store_true",
+                   help="also, per row, the MDE over seeds per system (3, 5, 10, 20, the row's) x test-set size "
+                        "(1, 2, 4 times, and --test-scale), with the floor and the seeds for --delta at each size")
+    s.add_argument("--seed-test", choices=["decomposed", "double-count"], default="decomposed",
+                   help="the form of the seed-aware test planned for (default decomposed; docs/experiments.md)")
     s.set_defaults(func=cmd_plan_seeds)
 
 

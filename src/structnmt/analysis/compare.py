@@ -60,6 +60,7 @@ class CompareConfig:
     min_bucket: int = 50  # buckets with fewer sentences are marked small
     n_samples: int = 1000  # bootstrap resamples of each bucket's sentences
     seed: int = 12345
+    seed_test: str = "decomposed"  # the seed-aware test's form (structnmt.evaluate.seeds)
     top: int = 20  # sentences where the systems differ most
     length_cutoffs: list[int] = field(default_factory=lambda: [10, 15, 20, 25])
     arc_cutoffs: list[int] = field(default_factory=lambda: [3, 5, 8])
@@ -258,7 +259,7 @@ def bucket_rows(refs: Sequence[str], systems: Sequence[System], buckets: dict[st
                 rows.extend(BucketRow(kind, label, len(idx), s.name, math.nan, math.nan, math.nan, math.nan,
                                       math.nan, math.nan, True) for s in others)
                 continue
-            tests = rs.test(idx, n_samples=cfg.n_samples, seed=cfg.seed, aso=False)
+            tests = rs.test(idx, n_samples=cfg.n_samples, seed=cfg.seed, aso=False, method=cfg.seed_test)
             rows.extend(bucket_row(kind, label, len(idx), s.name, tests[s.name], cfg) for s in others)
     return rows
 
@@ -381,7 +382,7 @@ def bucketing_rows(b: Bucketing, cfg: CompareConfig, metric: str) -> list[Bucket
         for name, k in zip(b.names, b.sizes[1:]):
             systems[name], start = stats[start:start + k], start + k
         tests = seed_aware_statistic_test(stats[:nb], systems, b.score, metric=metric, n_samples=cfg.n_samples,
-                                          seed=cfg.seed)
+                                          seed=cfg.seed, method=cfg.seed_test)
         rows.extend(bucket_row(b.kind, label, b.counts[j], n, tests[n], cfg) for n in b.names)
     return rows
 

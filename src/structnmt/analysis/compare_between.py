@@ -188,7 +188,7 @@ def between_rows(b: Bucketing, cfg: CompareConfig) -> list[BetweenRow]:
         sys_ = slice(start, start + k)
         start += k
         tests = [_one_test(c[sys_, j], c_boot[sys_, j], c[:nb, j], c_boot[:nb, j], metric=b.kind,
-                           n_samples=cfg.n_samples) for j in range(len(b.labels))]
+                           n_samples=cfg.n_samples, method=cfg.seed_test) for j in range(len(b.labels))]
         for j, other, label in _contrasts(b):
             t = tests[j]
             low, high = interval(t)
@@ -219,6 +219,12 @@ def heterogeneity_row(b: Bucketing, cfg: CompareConfig, name: str, tests: list, 
     q = float((observed ** 2).sum())
     sent = a_boot.mean(0) - base_boot.mean(0)  # (buckets, B): the contrasts of the seed means per resample
     null = (sent - sent.mean(1, keepdims=True)).T[:, use]  # (B, used buckets)
+    # the resamples' spread holds the seed x sentence interaction, which the seed draws below hold again: scaled
+    # per bucket to the test's own sentence part (net of the interaction under the decomposed test), keeping the
+    # resamples' correlation between buckets
+    spread = null.std(0, ddof=1)
+    own = np.array([t.sentence_se for t, u in zip(tests, use) if u])
+    null = null * np.divide(own, spread, out=np.zeros_like(own), where=spread > 0)
     dfs = [t.df for t, u in zip(tests, use) if u and math.isfinite(t.df)]
     nu = min(dfs) if dfs else math.inf
     null = null + _seed_draws(a[:, use], len(null), nu, rng) - _seed_draws(base[:, use], len(null), nu, rng)

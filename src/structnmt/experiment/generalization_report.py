@@ -87,7 +87,8 @@ def _accuracy_p(grid: GridConfig, results: dict, outcomes: dict, name: str, key:
     if len(seeds_a) >= 2 and len(seeds_b) >= 2:
         test = seed_aware_accuracy_test([sentence_counts(outcomes[(base, s)], key) for s in seeds_b],
                                         {name: [sentence_counts(outcomes[(name, s)], key) for s in seeds_a]},
-                                        n_samples=grid.evaluate.bootstrap_samples, seed=grid.evaluate.bootstrap_seed)
+                                        n_samples=grid.evaluate.bootstrap_samples, seed=grid.evaluate.bootstrap_seed,
+                                        method=grid.evaluate.seed_test)
         return test[name].p_value, True
     common = [s for s in seeds_a if (base, s) in results]  # each seed's items paired with the baseline's same seed
     pooled = ([x for s in common for x in _items(outcomes[(m, s)], key)] for m in (name, base))
@@ -108,7 +109,7 @@ def _bleu_tests(grid: GridConfig, results: dict, split: str, refs: list[str], ru
         runs = {n: [hyps(n, s) for s in seeds_of(grid, results, n)] for n in others}
         tests = seed_aware_test([hyps(base, s) for s in seeds_of(grid, results, base)],
                                 {n: r for n, r in runs.items() if len(r) >= 2}, refs, n_samples=ev.bootstrap_samples,
-                                seed=ev.bootstrap_seed, aso=False)
+                                seed=ev.bootstrap_seed, aso=False, method=ev.seed_test)
         return {n: t.p_value for n, t in tests.items()}
     seed0 = grid.seeds[0]
     boot = paired_bootstrap(hyps(base, seed0), {n: hyps(n, seed0) for n in others}, refs,
@@ -121,7 +122,7 @@ def _header(grid: GridConfig, results: dict, directory: str) -> list[str]:
 
     base, seed0 = grid.baseline, grid.seeds[0]
     seed_aware = len(seeds_of(grid, results, base)) >= 2
-    bleu_test = (describe_test(grid.evaluate.bootstrap_samples, grid.evaluate.bootstrap_seed).split(" ASO:")[0]
+    bleu_test = (describe_test(grid.evaluate.bootstrap_samples, grid.evaluate.bootstrap_seed, grid.evaluate.seed_test).split(" ASO:")[0]
                  if seed_aware else
                  f"paired bootstrap of seed {seed0} ({grid.evaluate.bootstrap_samples} samples; test-set sampling "
                  "only, so no BLEU difference is read as significant)")

@@ -116,6 +116,9 @@ class EvaluateSpec:
     batch_size: int = 0  # sentences per decoding batch; 0 = the run's decode.batch_size
     bootstrap_samples: int = 1000
     bootstrap_seed: int = 12345
+    # the seed-aware test's form (structnmt.evaluate.seeds): decomposed (each noise counted once) or
+    # double-count (Clark et al.'s sum, kept for comparison); `structnmt experiment --seed-test`
+    seed_test: str = "decomposed"
     lc_tok: bool = False  # the BLEU column is lowercased BLEU on Moses-tokenized text
     lang: str = "en"  # target language for the Moses tokenizer (lc_tok)
     device: str = "auto"  # decoding device: auto | cpu | cuda
@@ -250,6 +253,8 @@ def validate_grid(grid: GridConfig, where: str) -> None:
     if ev.bootstrap_samples < 2:
         raise ConfigError(f"{where}: evaluate.bootstrap_samples={ev.bootstrap_samples} must be >= 2 (the tests read a "
                           "spread over resamples); 1000 is usual.")
+    if ev.seed_test not in ("decomposed", "double-count"):
+        raise ConfigError(f"{where}: evaluate.seed_test={ev.seed_test!r}: give decomposed or double-count.")
     if grid.base is not None and not isinstance(grid.base, (str, dict)):
         raise ConfigError(f"{where}: base must be a config file path or a mapping, got {grid.base!r}.")
 

@@ -36,7 +36,8 @@ COLUMNS = ["System", "# Params", "Speed (train tok/s)", "Decode (sent/s)", "Peak
 CSV_COLUMNS = ["split", "system", "baseline", "params", "train_tok_per_s", "decode_sent_per_s", "peak_memory_mb",
                "metric", "bleu", "delta", "mark", "p_value", "test", "chrf", "bleu_mean", "bleu_std", "n_seeds",
                "sacrebleu_mean", "sacrebleu_std", "bleu_lc_tok_mean", "bleu_lc_tok_std", "chrf_mean", "chrf_std",
-               "s_sel", "seed_se", "sentence_se", "df", "aso_better", "aso_worse", "mde", "num_updates",
+               "s_sel", "seed_se", "sentence_se", "interaction_sd",
+               "baseline_interaction_sd", "seed_test", "df", "aso_better", "aso_worse", "mde", "num_updates",
                "train_target_tokens", "train_seconds", "seed"]
 #: per-seed metric columns: result.json key -> CSV name
 SEED_METRICS = {"bleu": "sacrebleu", "bleu_lc_tok": "bleu_lc_tok", "chrf": "chrf"}
@@ -190,7 +191,8 @@ def _tests(grid: GridConfig, results: dict, split: str, refs: list[str], seeds: 
     if len(seeds[base]) >= 2:
         testable = {n: [_hyps(grid, results, n, s, split) for s in seeds[n]] for n in others if len(seeds[n]) >= 2}
         tests = seed_aware_test([_hyps(grid, results, base, s, split) for s in seeds[base]], testable, refs,
-                                metric=key, n_samples=ev.bootstrap_samples, seed=ev.bootstrap_seed, lang=ev.lang)
+                                metric=key, n_samples=ev.bootstrap_samples, seed=ev.bootstrap_seed, lang=ev.lang,
+                                method=ev.seed_test)
         return ({n: {"p_value": t.p_value, "test": t} for n, t in tests.items()},
                 {"kind": "seed-aware", "untested": [n for n in others if n not in testable]})
     seed0 = grid.seeds[0]
@@ -248,6 +250,8 @@ def build_rows(grid: GridConfig, out: Path, results: dict, refs: list[str], spli
         if test is not None and "test" in test:
             t = test["test"]
             row.update({"s_sel": t.s_sel, "seed_se": t.seed_se, "sentence_se": t.sentence_se, "df": t.df,
+                        "interaction_sd": t.interaction_sd, "baseline_interaction_sd": t.baseline_interaction_sd,
+                        "seed_test": t.method,
                         "aso_better": t.aso_better, "aso_worse": t.aso_worse,
                         "mde": t.minimal_detectable_effect()})
         if is_base and seed_aware:
@@ -389,7 +393,7 @@ def _significance_lines(grid: GridConfig, info: dict, seeds: int) -> list[str]:
 
     ev = grid.evaluate
     if info["kind"] == "seed-aware":
-        text = (f"- **Significance**: {describe_test(ev.bootstrap_samples, ev.bootstrap_seed)} Against the baseline "
+        text = (f"- **Significance**: {describe_test(ev.bootstrap_samples, ev.bootstrap_seed, ev.seed_test)} Against the baseline "
                 f"**{grid.baseline}**; ⇑/↑: significantly better at p < 0.01 / p < 0.05, ⇓/↓: significantly worse. "
                 "**MDE**: the minimal detectable effect, the smallest |Δ| the test flags at p < 0.05 with "
                 "probability 0.8 with the row's and the baseline's seeds and variances "

@@ -351,4 +351,5 @@ def test_translate_on_either_cpu_gemm_library_writes_the_same_translations_and_r
     monkeypatch.delenv("STRUCTNMT_CPU_GEMM")
     graphs = run(*args, "--cuda-graphs", check=False)
     assert graphs.returncode != 0 and "Traceback" not in graphs.stderr
-    assert "decode.cuda_graphs: CUDA graphs are a CUDA feature and this model decodes on cpu" in graphs.stderr
+    assert "--cuda-graphs: CUDA graphs are a CUDA feature and this model decodes on cpu" in graphs.stderr
+    assert "drop --cuda-graphs" in graphs.stderr

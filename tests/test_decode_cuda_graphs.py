@@ -294,7 +294,7 @@ def test_cuda_graphs_are_refused_on_the_cpu_with_a_sentence():
     model = _model()
     src, mask = _batch(n=2)
     with pytest.raises(UserError, match=r"decode.cuda_graphs: CUDA graphs are a CUDA feature .* decodes on cpu.*"
-                                        r"drop --cuda-graphs"):
+                                        r"set decode.cuda_graphs=false; translate: --no-cuda-graphs"):
         translate_ids(model, [src[0, :3].tolist()], DecodeConfig(cuda_graphs=True), device=torch.device("cpu"),
                       max_positions=64)
     with pytest.raises(ValueError, match="CUDA graphs are a CUDA feature"):
@@ -371,3 +371,66 @@ def test_the_option_may_change_when_a_run_resumes():
     from structnmt.train.lock import RESUMABLE_KEYS
 
     assert "decode.cuda_graphs" in RESUMABLE_KEYS
+
+
+@pytest.fixture(scope="module")
+def graphs_checkpoint(synth_data, tmp_path_factory):
+    """(a checkpoint trained through `structnmt train ... decode.cuda_graphs=true`, an input of 12 lines)."""
+    import yaml
+
+    work = tmp_path_factory.mktemp("graphs_ckpt")
+    cfg = {"data": {"path": str(synth_data), "max_tokens": 600},
+           "model": {"d_model": 32, "ffn_dim": 64, "heads": 4, "encoder_layers": 1, "decoder_layers": 1},
+           "train": {"save_dir": str(work / "run"), "max_updates": 2, "warmup_updates": 1,
+                     "validate_interval_updates": 2, "tensorboard": False, "progress": False},
+           "decode": {"beam": 2, "max_len_b": 4}}
+    (work / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    from structnmt.cli import main
+
+    assert main(["train", str(work / "cfg.yaml"), "--no-progress", "decode.cuda_graphs=true"]) == 0
+    lines = (synth_data.parent / "corpus" / "test.src").read_text().splitlines()[:12]
+    (work / "in.txt").write_text("\n".join(lines) + "\n")
+    return work / "run" / "checkpoint_last.pt", work / "in.txt"
+
+
+def test_a_checkpoint_trained_with_cuda_graphs_translates_on_a_cpu_without_them(graphs_checkpoint, tmp_path, capsys):
+    """decode.cuda_graphs stored in a checkpoint is a default: on a CPU the decoding falls back to the ordinary
+    search (one line on stderr); --no-cuda-graphs asks for that (no line); --cuda-graphs, asked for here, is
+    refused in one sentence whose advice translate takes."""
+    from conftest import assert_user_error, cli
+
+    from structnmt.checkpoint import load_checkpoint
+
+    ckpt, src = graphs_checkpoint
+    assert load_checkpoint(ckpt)["config"]["decode"]["cuda_graphs"] is True
+    base = ("translate", "--checkpoint", ckpt, "--input", src, "--no-progress", "--device", "cpu", "--workers", "1")
+    code, _, err = cli(capsys, *base, "--output", tmp_path / "default.txt")
+    assert code == 0, err
+    notes = [line for line in err.splitlines() if "decode.cuda_graphs" in line]
+    assert len(notes) == 1 and "stores decode.cuda_graphs=true, which cannot run here" in notes[0], err
+    assert "decoding without CUDA graphs" in notes[0] and "decodes on cpu" in notes[0]
+    code, _, err = cli(capsys, *base, "--output", tmp_path / "eager.txt", "--no-cuda-graphs")
+    assert code == 0 and "cuda_graphs" not in err, err
+    assert (tmp_path / "default.txt").read_text() == (tmp_path / "eager.txt").read_text()
+    assert len((tmp_path / "eager.txt").read_text().splitlines()) == 12
+    code, _, err = cli(capsys, *base, "--output", tmp_path / "graphs.txt", "--cuda-graphs")
+    assert_user_error(code, err, "--cuda-graphs: CUDA graphs are a CUDA feature", "drop --cuda-graphs")
+    assert not (tmp_path / "graphs.txt").exists()
+    # the advice the refusal gives is an option translate takes
+    assert cli(capsys, *base, "--output", tmp_path / "again.txt", "--no-cuda-graphs")[0] == 0
+
+
+def test_cuda_graphs_with_a_ctranslate2_export_is_refused(graphs_checkpoint, tmp_path, capsys):
+    pytest.importorskip("ctranslate2")
+    from conftest import assert_user_error, cli
+
+    ckpt, src = graphs_checkpoint
+    assert cli(capsys, "export", "--checkpoint", ckpt, "--out", tmp_path / "ct2")[0] == 0
+    base = ("translate", "--checkpoint", tmp_path / "ct2", "--input", src, "--no-progress")
+    code, _, err = cli(capsys, *base, "--output", tmp_path / "out.txt", "--cuda-graphs")
+    assert_user_error(code, err, "--cuda-graphs is for structnmt checkpoints", "CTranslate2 export",
+                      "drop --cuda-graphs")
+    assert not (tmp_path / "out.txt").exists()
+    code, _, err = cli(capsys, *base, "--output", tmp_path / "out.txt", "--no-cuda-graphs")
+    assert code == 0, err
+    assert len((tmp_path / "out.txt").read_text().splitlines()) == 12

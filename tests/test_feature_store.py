@@ -322,3 +322,66 @@ def test_a_dataset_being_rebuilt_is_refused_and_a_partial_feature_is_versioned_b
     versions = [feature_code_version(Feature("toy_feature", functools.partial(scaled, k=k), (), (), "toy",
                                              Padding("sequence", np.int64, pad=-1))) for k in (1, 2, 2)]
     assert versions[0] != versions[1] and versions[1] == versions[2]
+
+
+# ----------------------------------------------------------------------------- damaged files
+def _dea_config(data: Path, save_dir: Path, path: Path) -> Path:
+    """A one-update RHE-DEA config (reads the dependency mask) written to ``path``."""
+    model = ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=1)
+    model.attention.overrides = {"encoder_self.0": AttentionSpec("rhe", {"enhancement": "dea"})}
+    train = TrainConfig(seed=3, save_dir=str(save_dir), max_updates=1, warmup_updates=1, validate_interval_updates=1,
+                        tensorboard=False, progress=False, validate_bleu=False)
+    save_config(Config(data=DataConfig(path=str(data), max_tokens=600), model=model, train=train), path)
+    return path
+
+
+def test_a_column_file_with_flipped_bytes_is_refused_by_training_and_rebuilt_by_the_command(data, tmp_path, capsys):
+    """Every column file's SHA-256 is recorded when the store is written and checked when it is opened: 64 flipped
+    bytes in the middle of the train split's mask file are one sentence naming the file and the command that
+    rebuilds the store, not a training on other masks; `structnmt features` sees it and rebuilds."""
+    cfg = _dea_config(data, tmp_path / "run", tmp_path / "dea.yaml")
+    code, out, err = cli(capsys, "features", "--for", cfg, "--no-progress")
+    assert code == 0, err
+    store = data / "features" / "dep_mask"
+    meta = json.loads((store / "meta.json").read_text())
+    assert set(meta["files"]) == {p.name for p in store.iterdir() if p.name != "meta.json"}
+    column = store / "train.value.bin"
+    original = column.read_bytes()
+    middle = len(original) // 2
+    column.write_bytes(original[:middle] + bytes(b ^ 0xFF for b in original[middle:middle + 64])
+                       + original[middle + 64:])
+    code, _, err = cli(capsys, "train", cfg, "--no-progress")
+    assert_user_error(code, err, f"{column}: this column file of the feature store was changed or damaged",
+                      "its SHA-256 is not the one recorded", f"rerun `structnmt features --data {data} --feature "
+                      "dep_mask` to rebuild it")
+    assert not (tmp_path / "run" / "checkpoint_last.pt").exists()
+    code, out, err = cli(capsys, "features", "--for", cfg, "--no-progress")  # the fix
+    assert code == 0, err
+    assert f"rebuilding {store}: {column}: this column file" in out and "up to date" not in out
+    assert column.read_bytes() == original
+    # a file cut short: its size says so
+    index = store / "valid.value.idx.npy"
+    index.write_bytes(index.read_bytes()[:-8])
+    code, _, err = cli(capsys, "train", cfg, "--no-progress")
+    assert_user_error(code, err, f"{index}: this column file", "bytes where", "were written", "rerun `structnmt")
+    assert cli(capsys, "features", "--for", cfg, "--no-progress")[0] == 0
+    code, _, err = cli(capsys, "train", cfg, "--no-progress")
+    assert code == 0, err
+
+
+def test_a_store_written_before_the_hashes_is_refused_with_the_rebuild_and_the_command_rebuilds_it(data, tmp_path,
+                                                                                                   capsys):
+    cfg = _dea_config(data, tmp_path / "run", tmp_path / "dea.yaml")
+    assert cli(capsys, "features", "--for", cfg, "--no-progress")[0] == 0
+    store = data / "features" / "dep_mask"
+    meta = json.loads((store / "meta.json").read_text())
+    del meta["files"]  # as written before the hashes existed
+    (store / "meta.json").write_text(json.dumps(meta))
+    code, _, err = cli(capsys, "train", cfg, "--no-progress")
+    assert_user_error(code, err, f"{store}: this store was written before feature stores recorded their files' "
+                      "SHA-256", "rerun `structnmt features")
+    code, out, err = cli(capsys, "features", "--for", cfg, "--no-progress")
+    assert code == 0 and f"rebuilding {store}: {store}: this store was written before" in out, (out, err)
+    assert "files" in json.loads((store / "meta.json").read_text())
+    code, _, err = cli(capsys, "train", cfg, "--no-progress")
+    assert code == 0, err

@@ -185,6 +185,40 @@ def test_parse_streams_in_chunks_and_resume_finishes_an_interrupted_run(tmp_path
     assert read_parse_cache(out) == read_parse_cache(one) and not partial.exists()
 
 
+def test_parse_resume_refuses_a_record_whose_counts_or_notes_were_edited(tmp_path, monkeypatch):
+    """A parse cache holds one parse per distinct line: a record saying fewer input lines are done than the
+    .partial file has parses (its hash made to match) is refused, as are notes, which parse keeps none of."""
+    import hashlib
+
+    cfg = ParserConfig(name="spacy")
+    real, calls = parsers.SpacyParser.parse, {"n": 0}
+
+    def stopping(self, texts, **kw):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(self, texts, **kw)
+
+    out = tmp_path / "out.jsonl"
+    with monkeypatch.context() as m:
+        m.setattr(parsers.SpacyParser, "parse", stopping)
+        with pytest.raises(KeyboardInterrupt):
+            write_parse_cache(cfg, EN[:12], out, chunk_lines=4, input_name="in")
+    record = tmp_path / "out.jsonl.partial.json"
+    text = record.read_text()
+    edited = {**json.loads(text), "input_lines": 4,
+              "input_sha256": hashlib.sha256("".join(x + "\n" for x in EN[:4]).encode()).hexdigest()}
+    record.write_text(json.dumps(edited))
+    with pytest.raises(UserError, match=r"out.jsonl.partial.json: not a record .* \(input_lines 4, but the .* hold 8 "
+                                        r"parses, more than one per input line\); remove it and out.jsonl.partial"):
+        write_parse_cache(cfg, EN[:12], out, chunk_lines=4, input_name="in", resume=True)
+    record.write_text(json.dumps({**json.loads(text), "notes": {"too_long": []}}))
+    with pytest.raises(UserError, match=r"notes \{\"too_long\": \[\]\}: `structnmt parse` keeps none"):
+        write_parse_cache(cfg, EN[:12], out, chunk_lines=4, input_name="in", resume=True)
+    record.write_text(text)
+    assert write_parse_cache(cfg, EN[:12], out, chunk_lines=4, input_name="in", resume=True) == 12
+
+
 def test_parse_into_a_device_writes_in_place_and_is_not_resumed(tmp_path):
     cfg = ParserConfig(name="spacy")
     assert write_parse_cache(cfg, EN[:5] + EN[:2], "/dev/null", chunk_lines=2) == 5

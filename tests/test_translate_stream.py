@@ -333,3 +333,138 @@ def test_a_damaged_resume_record_is_one_sentence(plain, tmp_path, capsys, monkey
     record.write_text(json.dumps({**data, "input_lines": "eight"}))
     code, _, err = _translate(capsys, ckpt, src, out, "--batch-size", "4", "--chunk-batches", "2", "--resume")
     assert_user_error(code, err, "not a record of an interrupted `structnmt translate`", "input_lines")
+
+
+def _interrupted(capsys, monkeypatch, ckpt, src, out, *opts) -> tuple[bytes, str]:
+    """An interrupted run into ``out`` (stopped in its 3rd chunk): its ``.partial`` bytes and its record's text."""
+    with monkeypatch.context() as m:
+        _interrupt_at_chunk(m, 3)
+        assert _translate(capsys, ckpt, src, out, *opts)[0] != 0
+    partial, record = partial_paths(out)
+    return partial.read_bytes(), record.read_text()
+
+
+def test_resume_refuses_a_partial_file_or_record_that_is_a_link_or_not_a_regular_file(plain, tmp_path, capsys,
+                                                                                       monkeypatch):
+    """A link as FILE.partial would have the resumed run cut and append to the link's target, then rename the link
+    over FILE; a fresh run refuses it (the name is taken), and so does --resume, writing nothing anywhere."""
+    ckpt, src = plain
+    opts = ("--batch-size", "4", "--chunk-batches", "2")
+    out = tmp_path / "out.txt"
+    partial, record = partial_paths(out)
+    kept, _ = _interrupted(capsys, monkeypatch, ckpt, src, out, *opts)
+    victim = tmp_path / "victim.txt"
+    partial.rename(victim)
+    partial.symlink_to(victim)
+    code, _, err = _translate(capsys, ckpt, src, out, *opts, "--resume")
+    assert_user_error(code, err, f"--resume: {partial} is a symbolic link", "remove it")
+    assert victim.read_bytes() == kept and partial.is_symlink() and not out.exists()
+    code, _, err = _translate(capsys, ckpt, src, out, *opts)  # as a fresh run refuses it
+    assert_user_error(code, err, str(partial), "an interrupted `structnmt translate` is there")
+    partial.unlink()
+    victim.rename(partial)
+    # the record as a link: its target would be replaced at every chunk
+    elsewhere = tmp_path / "elsewhere.json"
+    record.rename(elsewhere)
+    record.symlink_to(elsewhere)
+    before = elsewhere.read_bytes()
+    code, _, err = _translate(capsys, ckpt, src, out, *opts, "--resume")
+    assert_user_error(code, err, f"--resume: {record} is a symbolic link")
+    assert elsewhere.read_bytes() == before and partial.read_bytes() == kept and not out.exists()
+    record.unlink()
+    elsewhere.rename(record)
+    # a FIFO as the .partial file
+    partial.rename(victim)
+    os.mkfifo(partial)
+    code, _, err = _translate(capsys, ckpt, src, out, *opts, "--resume")
+    assert_user_error(code, err, f"--resume: {partial} is not a regular file")
+    partial.unlink()
+    victim.rename(partial)
+    code, _, err = _translate(capsys, ckpt, src, out, *opts, "--resume")  # the plain files: resumed
+    assert code == 0, err
+    assert len(out.read_text().splitlines()) == len(src.read_text().splitlines())
+
+
+CHUNKS_OF_8 = ("--batch-size", "4", "--chunk-batches", "2")
+
+
+@pytest.fixture(scope="module")
+def interrupted(plain, tmp_path_factory) -> tuple[bytes, str]:
+    """The ``.partial`` bytes and the record's text of a run in chunks of 8 lines stopped in its 3rd chunk."""
+    from structnmt.cli import main
+
+    ckpt, src = plain
+    out = tmp_path_factory.mktemp("interrupted") / "out.txt"
+    with pytest.MonkeyPatch.context() as m:
+        _interrupt_at_chunk(m, 3)
+        assert main(["translate", "--checkpoint", str(ckpt), "--input", str(src), "--output", str(out),
+                     "--no-progress", "--workers", "1", *CHUNKS_OF_8]) != 0
+    partial, record = partial_paths(out)
+    assert json.loads(record.read_text())["input_lines"] == 16
+    return partial.read_bytes(), record.read_text()
+
+
+def _sha256(lines: list[str]) -> str:
+    import hashlib
+
+    return hashlib.sha256("".join(line + "\n" for line in lines).encode()).hexdigest()
+
+
+@pytest.mark.parametrize(("edit", "says"), [
+    ({"input_lines": -3, "input_sha256": "EMPTY"}, "field input_lines is -3, not a whole number >= 0"),
+    ({"input_lines": 0, "input_sha256": "EMPTY"}, "hold 16 translation lines"),
+    ({"input_lines": 8, "input_sha256": "FIRST8"}, "hold 16 translation lines"),
+    ({"input_lines": True}, "field input_lines is true, not a whole number >= 0"),
+    ({"output_bytes": -1}, "field output_bytes is -1, not a whole number >= 0"),
+    ({"output_bytes": 2.5}, "field output_bytes is 2.5"),
+    ({"input_sha256": "abc"}, "field input_sha256 is \"abc\", not a SHA-256 digest"),
+    ({"model_sha256": 7}, "field model_sha256 is 7, not a SHA-256 digest"),
+    ({"settings": []}, "field settings is [], not an object"),
+    ({"version": "1"}, "field version is \"1\""),
+    ({"notes": {"lines": 5000}}, "notes hold 'lines', which is not one of too_long"),
+    ({"notes": {"add": 1}}, "notes hold 'add'"),
+    ({"notes": {"too_long_count": -1}}, "notes too_long_count is -1"),
+    ({"notes": {"too_long_count": 99}}, "notes too_long_count is 99, not a count of at most the 16 lines done"),
+    ({"notes": {"too_long_count": 1, "too_long": [40]}}, "notes too_long is [40], not the first 1 of 1"),
+    ({"notes": {"unaligned_count": 2, "unaligned": [3]}}, "notes unaligned is [3]"),
+    ({"notes": {"unaligned_count": 2, "unaligned": [5, 3]}}, "notes unaligned is [5, 3]"),
+    ({"notes": []}, "field notes is [], not an object"),
+    ({"extra": 1}, "'extra' is not a field of the record"),
+    ({"input": None}, "field input is null, not a text"),
+], ids=lambda v: json.dumps(v)[:40] if isinstance(v, dict) else None)
+def test_resume_refuses_an_edited_record_in_one_sentence_naming_it(plain, interrupted, tmp_path, capsys, edit, says):
+    """Every field of FILE.partial.json is checked for its type and range, and its counts against the .partial
+    file, before any is used: never a traceback, never a wrong count or a line translated twice."""
+    ckpt, src = plain
+    out = tmp_path / "out.txt"
+    partial, record = partial_paths(out)
+    kept, text = interrupted
+    partial.write_bytes(kept)
+    lines = src.read_text().splitlines()
+    hashes = {"EMPTY": _sha256([]), "FIRST8": _sha256(lines[:8])}
+    data = {**json.loads(text), **{k: hashes.get(v, v) if isinstance(v, str) else v for k, v in edit.items()}}
+    record.write_text(json.dumps(data))
+    code, _, err = _translate(capsys, ckpt, src, out, *CHUNKS_OF_8, "--resume")
+    assert_user_error(code, err, f"{record}: not a record of an interrupted `structnmt translate`", says,
+                      "remove it and out.txt.partial to start over")
+    assert partial.read_bytes() == kept and not out.exists()
+
+
+def test_an_nbest_record_must_end_where_its_partial_file_ends(plain, tmp_path, capsys, monkeypatch):
+    ckpt, src = plain
+    opts = ("--batch-size", "4", "--chunk-batches", "2", "--beam", "2", "--nbest", "2")
+    out = tmp_path / "out.txt"
+    partial, record = partial_paths(out)
+    kept, text = _interrupted(capsys, monkeypatch, ckpt, src, out, *opts)
+    lines = src.read_text().splitlines()
+    record.write_text(json.dumps({**json.loads(text), "input_lines": 20, "input_sha256": _sha256(lines[:20])}))
+    code, _, err = _translate(capsys, ckpt, src, out, *opts, "--resume")
+    assert_user_error(code, err, str(record), "end with the translations of input line '15'")
+    record.write_text(json.dumps({**json.loads(text), "input_lines": 0, "input_sha256": _sha256([])}))
+    code, _, err = _translate(capsys, ckpt, src, out, *opts, "--resume")
+    assert_user_error(code, err, str(record), "more than 2 per input line")
+    assert partial.read_bytes() == kept
+    record.write_text(text)
+    assert _translate(capsys, ckpt, src, out, *opts, "--resume")[0] == 0
+    numbers = [int(line.split(" ||| ")[0]) for line in out.read_text().splitlines()]
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(lines)

@@ -325,9 +325,11 @@ def _parser_translate(sub) -> None:
                         "is refused, being slower than float32 (benchmarks/README.md)")
     s.add_argument("--allow-slow-dtype", action="store_true",
                    help="decode in --dtype even where it is slower than float32 on this machine")
-    s.add_argument("--cuda-graphs", action="store_true",
+    s.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="on a GPU, replay each decoding step as one CUDA graph (decode.cuda_graphs; Transformer "
-                        "decoders of plain attention or Rel_Pos, and RNNs)")
+                        "decoders of plain attention or Rel_Pos, and RNNs); refused where it cannot run. Default: "
+                        "the checkpoint's decode.cuda_graphs where it can run, else without (said in one line); "
+                        "--no-cuda-graphs decodes without")
     s.add_argument("--too-long", choices=["empty", "truncate"], default="empty",
                    help="a line longer than the model's positions: empty output (default) or translate its beginning; "
                         "either way its line number is reported")
@@ -353,10 +355,16 @@ def _parser_translate(sub) -> None:
 
 
 def _translate_with(tr, args) -> int:
-    if tr.note:
-        print(f"translate: {tr.note}", file=sys.stderr)
+    from .decode.cuda_graphs import cuda_graphs_refusal
+
     d = tr.cfg.decode
     _apply_decode_options(args, d)
+    why = cuda_graphs_refusal(tr.model, tr.device) if args.cuda_graphs else None
+    if why:  # asked for here (a checkpoint's stored setting was turned off where it cannot run: decode_note)
+        return _err(f"--cuda-graphs: {why}; drop --cuda-graphs to decode without CUDA graphs.")
+    for note in (tr.decode_note if args.cuda_graphs is None else "", tr.note):
+        if note:
+            print(f"translate: {note}", file=sys.stderr)
     used = []
 
     def chunk(lines, first):
@@ -436,8 +444,8 @@ def _apply_decode_options(args, d) -> None:
         d.beam, d.nbest = 1, 1
     if args.allow_slow_dtype:
         d.allow_slow_dtype = True
-    if args.cuda_graphs:
-        d.cuda_graphs = True
+    if args.cuda_graphs is not None:  # --cuda-graphs / --no-cuda-graphs over the checkpoint's default
+        d.cuda_graphs = args.cuda_graphs
     validate_decode(d, "translate options (--beam, --nbest, --batch-size, ...)")
 
 
@@ -454,6 +462,9 @@ def _translate_ctranslate2(args) -> int:
     if args.dtype is not None:
         return _err("--dtype is for structnmt checkpoints; a CTranslate2 export has the number format it was "
                     "exported with (structnmt export --quantization); drop --dtype.")
+    if args.cuda_graphs:
+        return _err(f"--cuda-graphs is for structnmt checkpoints; {args.checkpoint} is a CTranslate2 export, which "
+                    "CTranslate2 decodes with its own kernels and no CUDA graphs of structnmt's; drop --cuda-graphs.")
     tr = CT2Translator(args.checkpoint, device=args.device, data_dir=args.data)
     d = tr.decode
     _apply_decode_options(args, d)

@@ -26,13 +26,16 @@ A *data* column holds each value as UTF-8 JSON in which a list is ``{"l": [...]}
 span ``(2, 4)`` is ``[2, 4]``), so that lists and tuples come back as they were; it holds str, int, float,
 bool and None inside lists and tuples.
 
-Writing appends one sentence at a time (:class:`ColumnWriter`); reading maps the files
+Writing appends one sentence at a time (:class:`ColumnWriter`) and gives every file's SHA-256 and size
+(:attr:`ColumnWriter.digests`: the ``.bin`` hashed as it is written, the small indexes read back once), which
+the store's ``meta.json`` records and checks when the store is opened; reading maps the files
 (``numpy.load(mmap_mode="r")``, ``numpy.memmap``), so a value read is decoded from the page cache that
 every process shares (:class:`ColumnReader`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from array import array
 from dataclasses import dataclass
@@ -42,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserError
+from .corpus import file_digest
 
 HOW_RAW, HOW_BITS, HOW_TABLE, HOW_NARROW = 0, 1, 2, 3
 NARROW = tuple(np.dtype(t) for t in ("int8", "uint8", "int16", "uint16", "int32", "uint32"))
@@ -180,6 +184,9 @@ class ColumnWriter:
         self.column, self.what = column, what
         self.paths = column_files(directory, split, column)
         self.out = open(self.paths[0], "wb")  # noqa: SIM115 (closed by close())
+        self._bin_hash = hashlib.sha256()
+        #: file name -> ``{"sha256", "bytes"}`` of every file of the column, once :meth:`close` wrote them
+        self.digests: dict[str, dict] = {}
         self.offsets = array("q", [0])
         self.shapes = array("i")
         self.how = array("B")
@@ -203,6 +210,7 @@ class ColumnWriter:
                 self.tables.append(table)
             self.table_offsets.append(self.table_offsets[-1] + (0 if table is None else len(table)))
         self.out.write(payload)
+        self._bin_hash.update(payload)
         self.offsets.append(self.offsets[-1] + len(payload))
 
     def close(self) -> int:
@@ -219,6 +227,8 @@ class ColumnWriter:
                            np.frombuffer(self.table_offsets, dtype=np.int64)]
         for path, a in zip(self.paths[1:], arrays):
             np.save(path, a, allow_pickle=False)
+        self.digests = {self.paths[0].name: {"sha256": self._bin_hash.hexdigest(), "bytes": self.offsets[-1]},
+                        **{p.name: file_digest(p) for p in self.paths[1:]}}
         return sum(p.stat().st_size for p in self.paths)
 
 

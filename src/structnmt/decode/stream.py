@@ -71,6 +71,48 @@ class StreamSummary:
 SHOWN = 20
 """Line numbers of each kind a report names (the rest are counted)."""
 
+NOTE_KINDS = ("too_long", "unaligned")
+"""The kinds of input line a report names: a resume record's notes are ``KIND`` (the first line numbers) and
+``KIND_count`` of each, and nothing else (:func:`notes_problem`)."""
+
+
+def notes_problem(notes: dict, input_lines: int) -> str | None:
+    """What is wrong (one clause) with a resume record's notes for ``input_lines`` lines done, or None: only the
+    keys :meth:`StreamSummary.notes` writes; each count a whole number of at most ``input_lines``; each list
+    the first ``min(count, SHOWN)`` line numbers, increasing, within 1..``input_lines``."""
+    known = [k for kind in NOTE_KINDS for k in (kind, f"{kind}_count")]
+    unknown = sorted(k for k in notes if k not in known)
+    if unknown:
+        return f"notes hold {unknown[0]!r}, which is not one of {', '.join(known)}"
+    for kind in NOTE_KINDS:
+        count, shown = notes.get(f"{kind}_count", 0), notes.get(kind, [])
+        if not (isinstance(count, int) and not isinstance(count, bool) and 0 <= count <= input_lines):
+            return f"notes {kind}_count is {str(count)[:20]}, not a count of at most the {input_lines:,} lines done"
+        numbers = isinstance(shown, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in shown)
+        if (not numbers or len(shown) != min(count, SHOWN) or any(not 1 <= x <= input_lines for x in shown)
+                or any(a >= b for a, b in zip(shown, shown[1:]))):
+            return (f"notes {kind} is {str(shown)[:40]}, not the first {min(count, SHOWN)} of {count} increasing "
+                    f"line numbers within the {input_lines:,} lines done")
+    return None
+
+
+def lines_problem(nbest: int) -> Callable:
+    """The check of a ``.partial`` file's recorded lines against the input lines done (for
+    :class:`~structnmt.resumable.PartialOutput`): one line per input line, or with ``nbest`` > 1 at most ``nbest``
+    lines per input line, the last one's INDEX that of the last input line done."""
+
+    def problem(input_lines: int, tally) -> str | None:
+        if nbest == 1:
+            return None if tally.lines == input_lines else f"hold {tally.lines:,} translation lines"
+        if tally.lines > nbest * input_lines:
+            return f"hold {tally.lines:,} lines, more than {nbest} per input line"
+        index = tally.last.split(b" ||| ")[0]
+        if input_lines and (not index.isdigit() or int(index) != input_lines - 1):
+            return f"end with the translations of input line {index[:20].decode('utf-8', 'replace')!r} (0-based)"
+        return None
+
+    return problem
+
 
 def format_results(results: list, nbest: int, first: int) -> str:
     """The output lines of one chunk: one translation per line, or with ``nbest`` > 1 fairseq's
@@ -171,13 +213,15 @@ def _to_stream(translate_chunk, opts: StreamOptions, lines: Iterator[str], bar, 
 def _to_partial(translate_chunk, opts: StreamOptions, lines: Iterator[str], bar, skip_trees, finish) -> StreamSummary:
     """:func:`run_stream` into ``FILE.partial``, renamed to ``FILE`` once the input is done and checked."""
     partial = PartialOutput(opts.output, input_name=str(opts.input), model_hash=file_digest(opts.checkpoint)["sha256"],
-                            settings=opts.settings)
+                            settings=opts.settings, check_lines=lines_problem(opts.nbest), check_notes=notes_problem)
     summary = StreamSummary()
     if opts.resume:
         summary.lines, non_blank = partial.resume(lines)
         summary.resumed_from = summary.lines
-        for k, v in partial.record.notes.items():
-            setattr(summary, k, v)
+        notes = partial.record.notes  # checked by notes_problem: the keys StreamSummary.notes writes
+        for kind in NOTE_KINDS:
+            setattr(summary, kind, list(notes.get(kind, [])))
+            setattr(summary, f"{kind}_count", notes.get(f"{kind}_count", 0))
         if skip_trees is not None:
             skip_trees(non_blank)
         if bar is not None:

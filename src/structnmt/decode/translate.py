@@ -91,12 +91,28 @@ def check_dtype_speed(dcfg: DecodeConfig, device: torch.device) -> None:
 
 def check_decode_cuda_graphs(model, dcfg: DecodeConfig) -> None:
     """Refuse ``decode.cuda_graphs`` where it cannot run (off a GPU, or a decoder that cannot keep its shapes
-    fixed): one sentence with the fix."""
+    fixed): one sentence with the fix. (``translate`` never gets here with a checkpoint's stored setting:
+    :meth:`Translator.__init__` turns that off where it cannot run, and the command refuses its own
+    ``--cuda-graphs`` first.)"""
     if dcfg.cuda_graphs:
         why = cuda_graphs_refusal(model, next(model.parameters()).device)
         if why:
-            raise UserError(f"decode.cuda_graphs: {why}; decode without it (drop --cuda-graphs, or set "
-                            "decode.cuda_graphs=false).")
+            raise UserError(f"decode.cuda_graphs: {why}; decode without it (set decode.cuda_graphs=false; "
+                            "translate: --no-cuda-graphs).")
+
+
+def stored_decoding_note(model, dcfg: DecodeConfig, device: torch.device, checkpoint: str | Path) -> str:
+    """A checkpoint's decoding settings are defaults, not requirements: its ``decode.cuda_graphs=true`` (set for
+    a GPU) where CUDA graphs cannot run (on a CPU, or a decoder that cannot keep its shapes fixed) is turned off
+    in ``dcfg``, and the line saying so is returned; '' when nothing changed."""
+    if not dcfg.cuda_graphs:
+        return ""
+    why = cuda_graphs_refusal(model, device)
+    if why is None:
+        return ""
+    dcfg.cuda_graphs = False
+    return (f"{checkpoint} stores decode.cuda_graphs=true, which cannot run here ({why}); decoding without CUDA "
+            "graphs, which gives the same translations.")
 
 
 def is_int8(model) -> bool:
@@ -370,6 +386,8 @@ class Translator:
         self.cfg, self.src_vocab, self.tgt_vocab, self.model = model_from_checkpoint(state, checkpoint, data_dir)
         self.device = get_device(device)
         self.model.to(self.device)
+        # the checkpoint's decoding settings are defaults: one that cannot run here is turned off, and said
+        self.decode_note = stored_decoding_note(self.model, self.cfg.decode, self.device, checkpoint)
         self._cast: dict[str, torch.nn.Module] = {}  # decode.dtype -> the model in that format (made on first use)
         self._graphs: dict[str, GraphPool] = {}  # decode.dtype -> its CUDA graphs, kept across calls (release_graphs)
         self.parser_cfg = None

@@ -116,7 +116,7 @@ def write_parse_cache(cfg: ParserConfig, texts: Iterable[str], path: str | Path,
         return _parse_in_place(backend, settings, texts, path, chunk_lines)
     out = PartialOutput(path, input_name=input_name, model_hash=hashlib.sha256(settings.encode()).hexdigest(),
                         settings={"chunk_lines": chunk_lines, "gzip": gz}, command="parse",
-                        model_what="parser settings")
+                        model_what="parser settings", check_lines=None if gz else _cache_lines_problem)
     texts = iter(texts)
     seen: set[int] = set()
     if resume:
@@ -138,6 +138,13 @@ def write_parse_cache(cfg: ParserConfig, texts: Iterable[str], path: str | Path,
         if bar is not None:
             bar.close()
     return written
+
+
+def _cache_lines_problem(input_lines: int, tally) -> str | None:
+    """A resumed cache's recorded lines against the input lines done: one parse per distinct line, so at most
+    one per input line (for :class:`structnmt.resumable.PartialOutput`; a ``.gz`` cache's members are not read
+    here)."""
+    return None if tally.lines <= input_lines else f"hold {tally.lines:,} parses, more than one per input line"
 
 
 def _parsed_chunks(backend, settings: str, texts: Iterable[str], chunk_lines: int, seen: set[int]):

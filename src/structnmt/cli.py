@@ -171,7 +171,8 @@ def _parser_prepare(sub) -> None:
     s.add_argument("--spacy-pipeline", default="en_core_web_sm", help="spaCy pipeline package (parser spacy)")
     s.add_argument("--spacy-processes", type=_at_least(1), default=1,
                    help="spaCy's own processes (parser spacy): they parse while one process aligns and encodes; "
-                        "--workers N does both in N processes, so give one or the other")
+                        "--workers N does both in N processes, so give one or the other; capped at the CPUs and the "
+                        "batches to parse")
     s.add_argument("--parse-dependency", help="parser file: CoNLL-U, may use {prefix} and {lang}")
     s.add_argument("--parse-constituency", help="parser file: PTB trees one per line, may use {prefix} and {lang}")
     s.add_argument("--conversion-style", choices=["hybrid", "flat", "xbar"], default="hybrid",
@@ -180,8 +181,8 @@ def _parser_prepare(sub) -> None:
     s.add_argument("--workers", type=_at_least(1), default=1,
                    help="processes that encode each split, each a contiguous part of it: with a parser they also "
                         "parse it with spaCy or read its given trees, and align the trees to the pieces; the "
-                        "dataset is the same byte for byte as with 1 (default 1). Use it instead of "
-                        "--spacy-processes, which must then stay 1")
+                        "dataset is the same byte for byte as with 1 (default 1); capped at the CPUs and the lines "
+                        "(said in one line). Use it instead of --spacy-processes, which must then stay 1")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_prepare)
 
@@ -256,12 +257,28 @@ def cmd_translate(args) -> int:
     tr = Translator(args.checkpoint, data_dir=args.data, device=args.device, parser_overrides=overrides,
                     too_long=args.too_long, workers=args.workers, parse_cache=args.parse_cache)
     try:
+        _cap_translate_workers(tr, args)
         if args.parse_cache and not tr.structures:
             return _err(f"--parse-cache {args.parse_cache}: {args.checkpoint} reads no parses (its attention uses no "
                         "structure), so the parses would be ignored; drop --parse-cache.")
         return _translate_with(tr, args)
     finally:
         tr.close()
+
+
+def _cap_translate_workers(tr, args) -> None:
+    """``--workers N`` capped at the CPUs and at ``--chunk-batches``: a chunk is decoded before the next is read, one
+    process per batch, so a chunk of fewer batches than N never keeps N processes busy (said in one line)."""
+    if tr.workers is None or tr.workers < 2:
+        return
+    from .device import cap_workers
+
+    n = args.chunk_batches
+    tr.workers, note = cap_workers(tr.workers, "translate: --workers", [
+        (n, f"--chunk-batches {n}: the input is decoded a chunk of {n} batch{'es' if n != 1 else ''} at a time, one "
+            "process per batch")])
+    if note:
+        print(note, file=sys.stderr)
 
 
 def cmd_parse(args) -> int:
@@ -283,11 +300,30 @@ def cmd_parse(args) -> int:
     check_output_file(args.out, "--out", "parse", [("an input file", path) for path in args.input],
                       own=is_parse_cache)
     texts = (line for path in args.input for line in read_lines(path))
-    n = write_parse_cache(dataclasses.replace(parser, n_process=args.spacy_processes), texts, args.out,
+    n = write_parse_cache(dataclasses.replace(parser, n_process=_parse_processes(args, parser)), texts, args.out,
                           progress=not args.no_progress, resume=args.resume, input_name=" ".join(args.input))
     print(f"parse: {n:,} distinct lines of {len(args.input)} file(s) parsed with {parser.pipeline} into "
           f"{args.out}")
     return 0
+
+
+def _parse_processes(args, parser) -> int:
+    """``--spacy-processes`` capped at the CPUs and at the batches the inputs make (said in one line)."""
+    from .data.corpus import count_lines
+    from .device import cap_workers
+
+    n, size = args.spacy_processes, max(1, parser.batch_size)
+    if n < 2:
+        return n
+    lines = 0
+    for path in args.input:
+        lines += count_lines(path, n * size - lines)
+    batches = -(-lines // size)
+    n, note = cap_workers(n, "parse: --spacy-processes",
+                          [(batches, f"{batches:,} batch{'es' if batches != 1 else ''} of {size:,} lines to parse")])
+    if note:
+        print(note)
+    return n
 
 
 def _parser_parse(sub) -> None:
@@ -296,7 +332,8 @@ def _parser_parse(sub) -> None:
     s.add_argument("--data", required=True, help="the prepared dataset whose parser settings are used")
     s.add_argument("--input", nargs="+", required=True, help="text files (.gz ok), one sentence per line")
     s.add_argument("--out", required=True, help="the parse cache to write (.jsonl, or .jsonl.gz)")
-    s.add_argument("--spacy-processes", type=_at_least(1), default=1, help="spaCy worker processes")
+    s.add_argument("--spacy-processes", type=_at_least(1), default=1,
+                   help="spaCy worker processes (capped at the CPUs and the batches to parse)")
     s.add_argument("--resume", action="store_true",
                    help="go on with an interrupted run into --out (its FILE.partial), after the chunks it finished")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -338,8 +375,8 @@ def _parser_translate(sub) -> None:
                         "instead of running spaCy here")
     s.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu or cuda[:N]")
     s.add_argument("--workers", type=int, default=None,
-                   help="CPU decoding processes, one thread each, never more than the input has batches "
-                        "(--batch-size sentences each); 1: this process on torch's threads. Default: one per core "
+                   help="CPU decoding processes, one thread each, never more than the CPUs, --chunk-batches or "
+                        "the batches the input has (--batch-size sentences each); 1: this process on torch's threads. Default: one per core "
                         "on a CPU with several cores when the input has at least 8 batches and the model reads "
                         "no parses, else 1 (said in one line when it uses several)")
     s.add_argument("--chunk-batches", type=_at_least(1), default=64,
@@ -373,8 +410,9 @@ def _translate_with(tr, args) -> int:
         print(f"translate: decoding with {most} processes of one thread each, one per core "
               f"(--workers 1 decodes in this process).", file=sys.stderr)
     if tr.workers is not None and tr.workers > 1 and most < tr.workers:
-        print(f"translate: --workers {tr.workers}, but the input makes {most} batch(es) of up to "
-              f"{d.batch_size} sentences: decoded with {most} process(es).", file=sys.stderr)
+        asked = f"--workers {args.workers}" + (f" (capped at {tr.workers})" if tr.workers != args.workers else "")
+        print(f"translate: {asked}, but the input makes {most} batch(es) of up to {d.batch_size} sentences: decoded "
+              f"with {most} process(es).", file=sys.stderr)
     if summary.unaligned_count:
         shown = ", ".join(map(str, summary.unaligned)) + (", ..." if summary.unaligned_count > 20 else "")
         print(f"translate: {summary.unaligned_count} input line(s) whose parse cannot be aligned with the text got an "
@@ -663,7 +701,8 @@ def _parser_experiment(sub) -> None:
     s.add_argument("--out", help="output directory (default: the grid's out_dir)")
     s.add_argument("--jobs", type=_at_least(1), default=1,
                    help="train this many runs at once (default 1: one after the other, each run's speed measured "
-                        "alone); give each its share of the cores with train.threads=N")
+                        "alone), at most one per CPU and per run left to train; give each its share of the cores "
+                        "with train.threads=N")
     s.add_argument("--report-only", action="store_true",
                    help="train and decode nothing: write the report from the runs that have results (a grid still "
                         "running, or runs trained on another machine and copied into the output directory)")

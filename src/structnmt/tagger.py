@@ -72,7 +72,7 @@ from .config import (
     read_yaml_mapping,
     to_dict,
 )
-from .device import set_threads
+from .device import cap_workers, set_threads
 from .files import OutputDir, atomic_write_text, check_component, check_distinct
 from .models.transformer import EncoderStack, sinusoidal_table
 from .nn.attention import collect_structures
@@ -700,9 +700,14 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, r
 
 def _train_rows_in_processes(config, overrides: list[str], names: list[str], out: Path, jobs: int, log) -> None:
     """Train each named row in its own ``structnmt tag CONFIG --row NAME`` process, ``jobs`` at
-    once; a row that fails is named with its log and the others go on."""
-
-
+    once (capped at the CPUs and the rows, said in one line); a row that fails is named with its log and the
+    others go on."""
+    if not names:
+        return
+    jobs, note = cap_workers(jobs, "tag: --jobs", [(len(names), f"{len(names)} row{'s' if len(names) != 1 else ''} "
+                                                                 "to train")])
+    if note:
+        log(note)
     live: set = set()  # the row processes running now
     stopping = threading.Event()  # Ctrl-C: no queued row starts
 

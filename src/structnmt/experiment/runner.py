@@ -713,6 +713,20 @@ def schedule_runs(runs: _Runs, items: list[tuple[str, int, Path, str]], jobs_at_
         raise failure
 
 
+def _capped_jobs(jobs: int, to_train: int, say) -> int:
+    """``--jobs`` capped at the CPUs and at the runs left to train (:func:`structnmt.device.cap_workers`), said
+    in one line when capped."""
+    from ..device import cap_workers
+
+    if jobs < 2 or not to_train:
+        return jobs
+    jobs, note = cap_workers(jobs, "experiment: --jobs", [(to_train, f"{to_train} run{'s' if to_train != 1 else ''} "
+                                                                     "to train")])
+    if note:
+        say(note)
+    return jobs
+
+
 def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: list[str] | None = None, *,
              jobs_at_once: int = 1, report_only: bool = False, log=print) -> Path:
     """Train, decode and score every (run, seed) of ``grid``; write the report; return results.md.
@@ -747,6 +761,7 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
     # one run at a time has the machine to itself when it is decoded: decode as translate does by default
     # (worker processes for inputs of 8 batches or more); runs trained side by side decode in one process each
     trained_with = _training_commands(out, None if report_only or not (plan.to_train or plan.to_evaluate) else command)
+    jobs_at_once = _capped_jobs(jobs_at_once, len(plan.to_train), say)
     runs = _Runs(plan, say, decode_workers=None if jobs_at_once == 1 else 1)
     for item in plan.to_evaluate:
         runs.evaluate(item)

@@ -616,6 +616,11 @@ def cmd_score(args) -> int:
         return _err(f"{args.ref}: the reference file is empty; give the references, one per line.")
     if args.bootstrap < 0:
         return _err(f"--bootstrap {args.bootstrap}: give a number of samples >= 0.")
+    from .evaluate.score import bootstrap_refusal
+
+    too_many = bootstrap_refusal(args.bootstrap, f"--bootstrap {args.bootstrap}", len(refs))
+    if too_many:
+        return _err(too_many)
     systems, problem = _score_systems(args, refs)
     if problem:
         return _err(problem)
@@ -652,8 +657,8 @@ def _parser_score(sub) -> None:
                         "the paired test runs on it too")
     s.add_argument("--lang", default="en", help="target language for the Moses tokenizer")
     s.add_argument("--bootstrap", type=int, default=0,
-                   help="bootstrap samples of the test (0 = off): sacreBLEU's paired bootstrap with one run per "
-                        "system; with several, the seed-aware test (docs/experiments.md)")
+                   help="bootstrap samples of the test (0 = off, at most 10,000): sacreBLEU's paired bootstrap with "
+                        "one run per system; with several, the seed-aware test (docs/experiments.md)")
     s.add_argument("--unescape", action="store_true",
                    help="undo Moses' XML escapes (&apos; &quot; &amp; &#124; &lt; &gt; &#91; &#93;) in every hypothesis first, "
                         "as for translations made on Moses-tokenized data (../shared/data/anchors); read BLEU (lc,tok) then")
@@ -935,8 +940,12 @@ def _parser_delta_plot(sub) -> None:
 def cmd_compare(args) -> int:
     from .analysis.compare import CompareConfig, System
     from .analysis.compare_report import CompareInputs, parses_for, read_lines, run
+    from .evaluate.score import bootstrap_refusal
     from .experiment.compare_inputs import inputs_from_benchmark, inputs_from_experiment
 
+    too_many = bootstrap_refusal(args.bootstrap, f"--bootstrap {args.bootstrap}")
+    if too_many:
+        return _err(too_many)
     cfg = CompareConfig(metric=args.metric, lang=args.lang, min_bucket=args.min_bucket, n_samples=args.bootstrap,
                         top=args.top, buckets=args.buckets.split(",") if args.buckets else None,
                         attention_sentences=args.attention_sentences,
@@ -1025,7 +1034,7 @@ def _parser_compare(sub) -> None:
     s.add_argument("--lang", default="de", help="the target language, for the Moses tokenizer (default de)")
     s.add_argument("--min-bucket", type=_at_least(1), default=50,
                    help="buckets with fewer sentences (words) are marked small (default 50)")
-    s.add_argument("--bootstrap", type=_at_least(2), default=1000, help="bootstrap resamples per bucket (default 1000)")
+    s.add_argument("--bootstrap", type=_at_least(2), default=1000, help="bootstrap resamples per bucket (default 1000, at most 10,000)")
     s.add_argument("--top", type=_at_least(0), default=20, help="sentences shown per system (default 20)")
     s.add_argument("--html", action="store_true", help="also write report.html: one self-contained page with the "
                                                         "charts, the numbers, a sentence browser and the parse trees")

@@ -68,7 +68,9 @@ from .config import (
     ModelConfig,
     apply_overrides,
     build_dataclass,
+    check_seed,
     deep_merge,
+    naming_override,
     read_yaml_mapping,
     to_dict,
 )
@@ -163,7 +165,10 @@ def load_tag_config(path: str | Path, overrides: list[str] | None = None, row: T
         extra = row.overrides
     data = apply_overrides(data, [*(overrides or []), *extra])
     cfg = build_dataclass(TagConfig, data, where)
-    check(cfg, where)
+    try:
+        check(cfg, where)
+    except ConfigError as err:
+        raise naming_override(err, [*(overrides or []), *extra]) from None
     return cfg
 
 
@@ -204,6 +209,7 @@ def check(cfg: TagConfig, where: str) -> None:
     for key in ("epochs", "batch_size"):
         if getattr(cfg.train, key) < 1:
             bad(f"train.{key}={getattr(cfg.train, key)} must be at least 1.")
+    check_seed(cfg.train.seed, where)  # as train's: numpy refuses a seed outside [0, 2**32) only when training
     if cfg.train.patience < 0:
         bad(f"train.patience={cfg.train.patience} must be >= 0 (0 = never stop early).")
     if not (math.isfinite(cfg.train.lr) and cfg.train.lr > 0):

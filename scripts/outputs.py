@@ -133,6 +133,7 @@ def pack(folder: Path) -> Path:
 
 
 def _damaged(path: Path, err: BaseException) -> OutputsError:
+    """The sentence for an archive that cannot be read to its end (``err``: what the reader raised)."""
     why = str(err) or type(err).__name__
     return OutputsError(f"{path}: not a readable .tar.xz, damaged or cut short ({why}); check it out again with git.")
 
@@ -144,6 +145,7 @@ class _Member:
         self.f, self.archive = f, archive
 
     def read(self, n: int = -1) -> bytes:
+        """Up to ``n`` bytes of the member (all that is left with -1)."""
         try:
             return self.f.read(n)
         except _ARCHIVE_ERRORS as err:
@@ -168,6 +170,7 @@ def members(path: Path) -> Iterator[tuple[tarfile.TarInfo, _Member]]:
 
 
 def _next(it: Iterator[tarfile.TarInfo], path: Path) -> tarfile.TarInfo | None:
+    """The next member's header (None at the end), or the sentence for a damaged archive."""
     try:
         return next(it, None)
     except _ARCHIVE_ERRORS as err:
@@ -249,6 +252,7 @@ def _stage_members(archive: Path, folder: Path, staged: dict[Path, str], made: l
 
 
 def _archives(names: list[str]) -> list[Path]:
+    """The archives of the folders ``names`` (every archive of docs/outputs when none is named)."""
     if not names:
         found = sorted(OUTPUTS.glob("*.tar.xz"))
         if not found:
@@ -263,6 +267,7 @@ def _archives(names: list[str]) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python scripts/outputs.py unpack|pack|list [FOLDER ...]``; 2 with one sentence on a user's error."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("action", choices=["unpack", "pack", "list"])
     ap.add_argument("folders", nargs="*", help="folder names under docs/outputs (default: every archive)")

@@ -111,3 +111,39 @@ def test_probe_says_its_vocabulary_size_is_too_small(probe_config, capsys, size,
         assert code == 0, err
     code, _, err = cli(capsys, "probe", probe_config, "train.seed=-1")
     assert_user_error(code, err, "train.seed=-1 must be in [0, 2**32)")
+
+
+@pytest.mark.parametrize("text, what", [
+    ('{"bleu": 3', "its result.json is cut short or not JSON"),
+    ("[1, 2]", "its result.json holds a list, not a run's record"),
+    ('{"bleu": NaN, "chrf": 1.0, "hyp_file": "test.hyp", "split": "test", "num_updates": 2}',
+     "its result.json's 'bleu' is nan, not a finite score"),
+])
+def test_a_damaged_baseline_record_is_named_as_damaged_not_as_missing(parsed, tmp_path, capsys, text, what):
+    """The baseline's result.json cut short, a list or NaN was reported as a baseline "which has none": the
+    sentence says the record is damaged, names the file and the fix (in a normal run and with --report-only)."""
+    from structnmt.experiment.runner import slug
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(f"name: g\nout_dir: {tmp_path / 'out'}\ndata: {{path: {parsed}}}\nbudget: {{max_updates: 2}}\n"
+                    "seeds: [1]\nbaseline: Base line\nruns:\n  - name: Base line\nevaluate: {split: test}\n")
+    result = tmp_path / "out" / "runs" / slug("Base line") / "seed1" / "result.json"
+    result.parent.mkdir(parents=True)
+    result.write_text(text)
+    for extra in ((), ("--report-only",)):
+        code, _, err = cli(capsys, "experiment", grid, *extra)
+        assert_user_error(code, err, "the report needs the results of the baseline 'Base line' (seed 1), but "
+                          f"{result.parent}: {what}", f"delete {result} to train and score that run again")
+        assert "has none" not in err
+    assert result.read_text() == text  # kept as it was
+
+
+@pytest.mark.parametrize("given, shown", [(" ", "--user-dir ' ': a path of only blanks"),
+                                          ("", "--user-dir '': an empty path"),
+                                          ("\t", "--user-dir '\\t': a path of only blanks")])
+def test_a_blank_user_dir_is_shown_as_given(tmp_path, capsys, given, shown):
+    """`--user-dir ' '` was refused as `--user-dir ''`: the sentence shows what was given."""
+    ref = tmp_path / "ref.txt"
+    ref.write_text("a b\n")
+    code, _, err = cli(capsys, "score", "--hyp", ref, "--ref", ref, "--user-dir", given)
+    assert_user_error(code, err, shown, "would import every .py file of the current directory")

@@ -552,13 +552,18 @@ def cmd_average(args) -> int:
 
     record_output_file(args.output, "average")
     print(f"average: {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) -> {args.output}")
+    if not args.checkpoints and len(paths) < args.num:  # averaged what there is, and said so
+        print(f"average: averaged {len(paths)} checkpoint{'s' if len(paths) != 1 else ''}, fewer than --num "
+              f"{args.num}: {args.inputs} holds no more numbered checkpoints (train.keep_last keeps the last few).")
     return 0
 
 
 def _parser_average(sub) -> None:
     s = sub.add_parser("average", help="average checkpoints")
     s.add_argument("--inputs", help="a save_dir: average its last --num numbered checkpoints")
-    s.add_argument("--num", type=int, default=10, help="how many of the last checkpoints (default 10)")
+    s.add_argument("--num", type=int, default=10,
+                   help="how many of the last checkpoints (default 10); a save_dir with fewer: what it holds is "
+                        "averaged, and said in one line")
     s.add_argument("--checkpoints", nargs="*", help="explicit checkpoint files instead of --inputs")
     s.add_argument("--output", required=True, help="the averaged checkpoint to write")
     s.set_defaults(func=cmd_average)

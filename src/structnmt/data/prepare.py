@@ -276,6 +276,7 @@ def capped_processes(cfg: PrepareConfig, workers: int, splits: dict[str, tuple[P
 
 
 def _s(n: int) -> str:
+    """The plural ending for a count of ``n``."""
     return "" if n == 1 else "s"
 
 

@@ -85,6 +85,11 @@ def test_prepare_spacy_processes_are_capped_at_the_batches_to_parse(tmp_path, mo
     assert built == [1]
     manifest = (tmp_path / "d" / "manifest.json").read_text()
     assert '"n_process": 6' in manifest  # the dataset records what was asked: the same dataset on any machine
+    # structnmt parse: the same cap, on the lines of its inputs
+    code, out, err = cli(capsys, "parse", "--data", tmp_path / "d", "--input", folder / "train.en", "--out",
+                         tmp_path / "p.jsonl", "--spacy-processes", 6, "--no-progress")
+    assert code == 0, err
+    assert "parse: --spacy-processes 6 capped at 1 (1 batch of 512 lines to parse)" in out.splitlines()
 
 
 @pytest.fixture(scope="module")

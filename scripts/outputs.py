@@ -59,6 +59,8 @@ def _files(folder: Path) -> list[tuple[str, Path]]:
                                    "and pack again.")
         for name in names:
             path = Path(root) / name
+            if not path.is_file():  # a pipe or a device: not an output to keep
+                continue
             rel = path.relative_to(folder).as_posix().removesuffix(".gz")
             if rel in found:
                 raise OutputsError(f"{folder / rel} and {folder / rel}.gz are both there; keep one of them.")

@@ -57,6 +57,15 @@ evaluate: {{split: test, average_last: 2, beam: 2, bootstrap_samples: 50}}
     return path
 
 
+@pytest.fixture(autouse=True)
+def _cpus_for_every_job(monkeypatch):
+    """As many CPUs as the tests ask for jobs: --jobs is capped at the CPUs (tests/test_worker_caps.py), and these
+    tests train two runs at once on any machine."""
+    import structnmt.device as device
+
+    monkeypatch.setattr(device, "usable_cores", lambda: 8)
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("exp_corpus")

@@ -376,9 +376,10 @@ def _parser_translate(sub) -> None:
     s.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu or cuda[:N]")
     s.add_argument("--workers", type=int, default=None,
                    help="CPU decoding processes, one thread each, never more than the CPUs, --chunk-batches or "
-                        "the batches the input has (--batch-size sentences each); 1: this process on torch's threads. Default: one per core "
-                        "on a CPU with several cores when the input has at least 8 batches and the model reads "
-                        "no parses, else 1 (said in one line when it uses several)")
+                        "the batches the input has (--batch-size sentences each; said in one line when capped); 1: "
+                        "this process on torch's threads. Default: one per core on a CPU with several cores when the "
+                        "input has at least 8 batches and the model reads no parses, else 1 (said in one line when it "
+                        "uses several)")
     s.add_argument("--chunk-batches", type=_at_least(1), default=64,
                    help="the input is read, sorted by length and written this many batches at a time (default 64: "
                         "8,192 lines at --batch-size 128), so memory does not grow with the input")

@@ -57,6 +57,15 @@ evaluate: {{split: test, average_last: 2, beam: 2, bootstrap_samples: 50}}
     return path
 
 
+@pytest.fixture(autouse=True)
+def _cpus_for_every_job(monkeypatch):
+    """As many CPUs as the tests ask for jobs: --jobs is capped at the CPUs (tests/test_worker_caps.py), and these
+    tests train two runs at once on any machine."""
+    import structnmt.device as device
+
+    monkeypatch.setattr(device, "usable_cores", lambda: 8)
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("exp_corpus")
@@ -799,6 +808,9 @@ def test_a_damaged_result_json_is_a_sentence_and_the_other_runs_are_reported(tmp
         said = [x for x in lines if "left out:" in x]
         assert len(said) == 1 and what in said[0] and f"delete {result}" in said[0], (what, lines)
         assert "Transformer-Base" in md  # the other run is reported
+        # the report names the record as damaged, with its file and fix, not as a run without results yet
+        assert "**Damaged records**, left out: + post-norm (2 layers) (seed 1): " in md and f"delete {result}" in md
+        assert "no results yet" not in md
         assert result.read_text(encoding="utf-8") == text  # the damaged record is kept as it was
 
 
@@ -821,5 +833,7 @@ def test_a_damaged_baseline_record_in_a_normal_run_is_a_sentence(tmp_path, corpu
     grid = _grid(tmp_path, corpus, out)
     run_grid(grid, overrides=["train.threads=1"], log=lambda _: None)
     (out / "runs" / "transformer-base" / "seed1" / "result.json").write_text("[1, 2]")
-    with pytest.raises(ExperimentError, match="needs the results of the baseline 'Transformer-Base'"):
+    with pytest.raises(ExperimentError, match="needs the results of the baseline 'Transformer-Base'") as err:
         run_grid(grid, overrides=["train.threads=1"], log=lambda _: None)
+    assert "its result.json holds a list, not a run's record; delete" in str(err.value)  # damaged, not "has none"
+    assert "has none" not in str(err.value)

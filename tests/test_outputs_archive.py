@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import random
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -133,3 +135,89 @@ def test_no_committed_file_holds_an_absolute_machine_path(outputs):
             if hit:
                 found.append(f"{archive.name}:{name}: {data[hit.start():hit.start() + 60]!r}")
     assert found == [], found[:5]
+
+
+def _in_outputs(outputs, monkeypatch, root: Path) -> Path:
+    """The command's docs/outputs moved to ``root``: `python scripts/outputs.py ACTION NAME` works there."""
+    monkeypatch.setattr(outputs, "OUTPUTS", root)
+    return root
+
+
+def _one_error_line(err: str, *fragments: str) -> None:
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("outputs: error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.97])
+def test_a_truncated_archive_is_one_sentence_and_unpacks_nothing(outputs, tmp_path, monkeypatch, capsys, keep):
+    """An archive cut short (a partial download or checkout) in its headers or inside a member: `unpack` and `list`
+    say so in one sentence (they raised EOFError), and unpack writes nothing, not even a temporary file."""
+    root = _in_outputs(outputs, monkeypatch, tmp_path / "outputs")
+    d = folder(root)
+    (d / "big.hyp").write_bytes(bytes(range(256)) * 4000)  # a member the cut can fall inside
+    data = outputs.pack(d).read_bytes()
+    shutil.rmtree(d)
+    (root / "grid.tar.xz").write_bytes(data[: int(len(data) * keep)])
+    for action in ("unpack", "list"):
+        assert outputs.main([action, "grid"]) == 2
+        _one_error_line(capsys.readouterr().err, f"{root / 'grid.tar.xz'}: not a readable .tar.xz, damaged or cut "
+                                                 "short", "check it out again with git")
+    assert sorted(p.name for p in root.iterdir()) == ["grid.tar.xz"]
+
+
+@pytest.mark.parametrize("link", ["file", "folder"])
+def test_pack_refuses_a_symbolic_link_inside_the_folder(outputs, tmp_path, monkeypatch, capsys, link):
+    """pack followed a link and stored its target's bytes (a file outside the folder, a whole other folder):
+    refused in one sentence naming the link, and the archive stays as it was."""
+    root = _in_outputs(outputs, monkeypatch, tmp_path / "outputs")
+    d = folder(root)
+    before = outputs.pack(d).read_bytes()
+    secret = tmp_path / "elsewhere"
+    secret.mkdir()
+    (secret / "private.txt").write_text("not for the repository\n")
+    name = d / "runs" / "a" / ("test2.hyp" if link == "file" else "more")
+    name.symlink_to(secret / "private.txt" if link == "file" else secret)
+    assert outputs.main(["pack", "grid"]) == 2
+    _one_error_line(capsys.readouterr().err, f"{name}: a symbolic link", "remove the link")
+    assert (root / "grid.tar.xz").read_bytes() == before
+    assert not [p for p in root.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_list_and_unpack_stream_a_large_member(outputs, tmp_path, monkeypatch, capsys):
+    """A 32 MiB member is listed and unpacked with well under its size in Python memory (tracemalloc, which
+    counts allocations, not the machine's pages): read a block at a time, never whole. They held each member
+    whole (a 400 MiB member took 475 MB)."""
+    import hashlib
+    import tarfile
+    import tracemalloc
+
+    root = _in_outputs(outputs, monkeypatch, tmp_path / "outputs")
+    src = tmp_path / "big.hyp"
+    block = random.Random(0).randbytes(1 << 20)  # as dense as compressed text: no block inflates to megabytes
+    digest = hashlib.sha256()
+    with open(src, "wb") as f:
+        while f.tell() < 32 << 20:
+            f.write(block)
+            digest.update(block)
+    root.mkdir()
+    with tarfile.open(root / "big.tar.xz", "w:xz", preset=0) as tar:  # fast to make; any .tar.xz streams alike
+        tar.add(src, arcname="runs/big.hyp")
+    size = src.stat().st_size
+    tracemalloc.start()
+    try:
+        assert outputs.main(["list", "big"]) == 0
+        listed = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        assert outputs.main(["unpack", "big"]) == 0
+        unpacked = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    out = capsys.readouterr().out
+    assert f"{size:>10,}  big/runs/big.hyp" in out and "1 files written" in out
+    assert max(listed, unpacked) < 8 << 20, (listed, unpacked)  # a member's size is 32 MiB
+    with open(root / "big" / "runs" / "big.hyp", "rb") as f:
+        assert hashlib.file_digest(f, "sha256").hexdigest() == digest.hexdigest()
+    assert outputs.main(["unpack", "big"]) == 0 and "0 files written, 1 already there" in capsys.readouterr().out

@@ -36,6 +36,15 @@ def _quiet(*_):
     pass
 
 
+@pytest.fixture(autouse=True)
+def _cpus_for_every_worker(monkeypatch):
+    """As many CPUs as the tests ask for workers: prepare caps --workers at the CPUs (tests/test_worker_caps.py),
+    and these tests are about 2 and 3 shards on any machine."""
+    import structnmt.device as device
+
+    monkeypatch.setattr(device, "usable_cores", lambda: 8)
+
+
 def _synth(root: Path, n_train: int = 100, n_eval: int = 10) -> Path:
     """The synthetic grammar's corpus with its gold trees (CoNLL-U and brackets); train line 7's target
     emptied (its pair dropped, its tree still read)."""

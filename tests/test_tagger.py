@@ -15,6 +15,16 @@ from structnmt.config import ConfigError
 from structnmt.errors import UserError
 from structnmt.tagger import accuracy_ci, paired_bootstrap, read_ptb, read_ud, run_tag
 
+
+@pytest.fixture(autouse=True)
+def _cpus_for_every_job(monkeypatch):
+    """As many CPUs as the tests ask for jobs: --jobs is capped at the CPUs (tests/test_worker_caps.py), and these
+    tests train two rows at once on any machine."""
+    import structnmt.device as device
+
+    monkeypatch.setattr(device, "usable_cores", lambda: 8)
+
+
 NOUNS, VERBS, DETS = ["dog", "cat", "bird", "fish"], ["runs", "sleeps", "eats", "sings"], ["the", "a"]
 
 

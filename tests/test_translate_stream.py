@@ -468,3 +468,48 @@ def test_an_nbest_record_must_end_where_its_partial_file_ends(plain, tmp_path, c
     assert _translate(capsys, ckpt, src, out, *opts, "--resume")[0] == 0
     numbers = [int(line.split(" ||| ")[0]) for line in out.read_text().splitlines()]
     assert numbers == sorted(numbers) and len(set(numbers)) == len(lines)
+
+
+def test_an_output_named_gz_is_gzip_and_resumes_as_one(plain, tmp_path, capsys, monkeypatch):
+    """translate --output FILE.gz wrote plain text under the .gz name: it is compressed, a gzip member per chunk
+    (renamed in when done, as every output), read by score and resumed after an interruption; an interrupted run
+    that wrote plain text under the .gz name is not resumed into it."""
+    import gzip
+
+    ckpt, src = plain
+    opts = ("--batch-size", "4", "--chunk-batches", "2")  # chunks of 8 lines
+    ref = tmp_path / "ref.txt"
+    assert _translate(capsys, ckpt, src, ref, *opts)[0] == 0
+    out = tmp_path / "out.hyp.gz"
+    code, _, err = _translate(capsys, ckpt, src, out, *opts)
+    assert code == 0, err
+    assert out.read_bytes()[:2] == b"\x1f\x8b" and gzip.decompress(out.read_bytes()) == ref.read_bytes()
+    code, text, err = cli(capsys, "score", "--hyp", out, "--ref", ref)
+    assert code == 0 and "BLEU = 100.00" in text, err
+    # interrupted in its fourth chunk and resumed: the same bytes as one run
+    resumed = tmp_path / "resumed.hyp.gz"
+    partial, record = partial_paths(resumed)
+    with monkeypatch.context() as m:
+        _interrupt_at_chunk(m, 4)
+        assert _translate(capsys, ckpt, src, resumed, *opts)[0] != 0
+    assert gzip.decompress(partial.read_bytes()) == "".join(ref.read_text().splitlines(keepends=True)[:24]).encode()
+    code, _, err = _translate(capsys, ckpt, src, resumed, *opts, "--resume")
+    assert code == 0, err
+    assert resumed.read_bytes() == out.read_bytes()
+    # an interrupted run of a version that wrote plain text under the .gz name: refused, kept as it was
+    plain_out = tmp_path / "plain.txt"
+    with monkeypatch.context() as m:
+        _interrupt_at_chunk(m, 2)
+        assert _translate(capsys, ckpt, src, plain_out, *opts)[0] != 0
+    old = tmp_path / "old.hyp.gz"
+    for was, now in zip(partial_paths(plain_out), partial_paths(old)):
+        was.rename(now)
+    kept = partial_paths(old)[0].read_bytes()
+    code, _, err = _translate(capsys, ckpt, src, old, *opts, "--resume")
+    assert_user_error(code, err, "other settings (gzip)", "remove it and its .json record to start over")
+    assert partial_paths(old)[0].read_bytes() == kept
+    # an empty input: an empty gzip file, which score reads as no lines
+    (tmp_path / "empty.txt").write_text("")
+    code, _, err = _translate(capsys, ckpt, tmp_path / "empty.txt", tmp_path / "empty.hyp.gz")
+    assert code == 0, err
+    assert gzip.decompress((tmp_path / "empty.hyp.gz").read_bytes()) == b""

@@ -171,7 +171,8 @@ def _parser_prepare(sub) -> None:
     s.add_argument("--spacy-pipeline", default="en_core_web_sm", help="spaCy pipeline package (parser spacy)")
     s.add_argument("--spacy-processes", type=_at_least(1), default=1,
                    help="spaCy's own processes (parser spacy): they parse while one process aligns and encodes; "
-                        "--workers N does both in N processes, so give one or the other")
+                        "--workers N does both in N processes, so give one or the other; capped at the CPUs and the "
+                        "batches to parse")
     s.add_argument("--parse-dependency", help="parser file: CoNLL-U, may use {prefix} and {lang}")
     s.add_argument("--parse-constituency", help="parser file: PTB trees one per line, may use {prefix} and {lang}")
     s.add_argument("--conversion-style", choices=["hybrid", "flat", "xbar"], default="hybrid",
@@ -180,8 +181,8 @@ def _parser_prepare(sub) -> None:
     s.add_argument("--workers", type=_at_least(1), default=1,
                    help="processes that encode each split, each a contiguous part of it: with a parser they also "
                         "parse it with spaCy or read its given trees, and align the trees to the pieces; the "
-                        "dataset is the same byte for byte as with 1 (default 1). Use it instead of "
-                        "--spacy-processes, which must then stay 1")
+                        "dataset is the same byte for byte as with 1 (default 1); capped at the CPUs and the lines "
+                        "(said in one line). Use it instead of --spacy-processes, which must then stay 1")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_prepare)
 
@@ -256,12 +257,28 @@ def cmd_translate(args) -> int:
     tr = Translator(args.checkpoint, data_dir=args.data, device=args.device, parser_overrides=overrides,
                     too_long=args.too_long, workers=args.workers, parse_cache=args.parse_cache)
     try:
+        _cap_translate_workers(tr, args)
         if args.parse_cache and not tr.structures:
             return _err(f"--parse-cache {args.parse_cache}: {args.checkpoint} reads no parses (its attention uses no "
                         "structure), so the parses would be ignored; drop --parse-cache.")
         return _translate_with(tr, args)
     finally:
         tr.close()
+
+
+def _cap_translate_workers(tr, args) -> None:
+    """``--workers N`` capped at the CPUs and at ``--chunk-batches``: a chunk is decoded before the next is read, one
+    process per batch, so a chunk of fewer batches than N never keeps N processes busy (said in one line)."""
+    if tr.workers is None or tr.workers < 2:
+        return
+    from .device import cap_workers
+
+    n = args.chunk_batches
+    tr.workers, note = cap_workers(tr.workers, "translate: --workers", [
+        (n, f"--chunk-batches {n}: the input is decoded a chunk of {n} batch{'es' if n != 1 else ''} at a time, one "
+            "process per batch")])
+    if note:
+        print(note, file=sys.stderr)
 
 
 def cmd_parse(args) -> int:
@@ -283,11 +300,30 @@ def cmd_parse(args) -> int:
     check_output_file(args.out, "--out", "parse", [("an input file", path) for path in args.input],
                       own=is_parse_cache)
     texts = (line for path in args.input for line in read_lines(path))
-    n = write_parse_cache(dataclasses.replace(parser, n_process=args.spacy_processes), texts, args.out,
+    n = write_parse_cache(dataclasses.replace(parser, n_process=_parse_processes(args, parser)), texts, args.out,
                           progress=not args.no_progress, resume=args.resume, input_name=" ".join(args.input))
     print(f"parse: {n:,} distinct lines of {len(args.input)} file(s) parsed with {parser.pipeline} into "
           f"{args.out}")
     return 0
+
+
+def _parse_processes(args, parser) -> int:
+    """``--spacy-processes`` capped at the CPUs and at the batches the inputs make (said in one line)."""
+    from .data.corpus import count_lines
+    from .device import cap_workers
+
+    n, size = args.spacy_processes, max(1, parser.batch_size)
+    if n < 2:
+        return n
+    lines = 0
+    for path in args.input:
+        lines += count_lines(path, n * size - lines)
+    batches = -(-lines // size)
+    n, note = cap_workers(n, "parse: --spacy-processes",
+                          [(batches, f"{batches:,} batch{'es' if batches != 1 else ''} of {size:,} lines to parse")])
+    if note:
+        print(note)
+    return n
 
 
 def _parser_parse(sub) -> None:
@@ -296,7 +332,8 @@ def _parser_parse(sub) -> None:
     s.add_argument("--data", required=True, help="the prepared dataset whose parser settings are used")
     s.add_argument("--input", nargs="+", required=True, help="text files (.gz ok), one sentence per line")
     s.add_argument("--out", required=True, help="the parse cache to write (.jsonl, or .jsonl.gz)")
-    s.add_argument("--spacy-processes", type=_at_least(1), default=1, help="spaCy worker processes")
+    s.add_argument("--spacy-processes", type=_at_least(1), default=1,
+                   help="spaCy worker processes (capped at the CPUs and the batches to parse)")
     s.add_argument("--resume", action="store_true",
                    help="go on with an interrupted run into --out (its FILE.partial), after the chunks it finished")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -340,10 +377,11 @@ def _parser_translate(sub) -> None:
                         "instead of running spaCy here")
     s.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu or cuda[:N]")
     s.add_argument("--workers", type=int, default=None,
-                   help="CPU decoding processes, one thread each, never more than the input has batches "
-                        "(--batch-size sentences each); 1: this process on torch's threads. Default: one per core "
-                        "on a CPU with several cores when the input has at least 8 batches and the model reads "
-                        "no parses, else 1 (said in one line when it uses several)")
+                   help="CPU decoding processes, one thread each, never more than the CPUs, --chunk-batches or "
+                        "the batches the input has (--batch-size sentences each; said in one line when capped); 1: "
+                        "this process on torch's threads. Default: one per core on a CPU with several cores when the "
+                        "input has at least 8 batches and the model reads no parses, else 1 (said in one line when it "
+                        "uses several)")
     s.add_argument("--chunk-batches", type=_at_least(1), default=64,
                    help="the input is read, sorted by length and written this many batches at a time (default 64: "
                         "8,192 lines at --batch-size 128), so memory does not grow with the input")
@@ -381,8 +419,9 @@ def _translate_with(tr, args) -> int:
         print(f"translate: decoding with {most} processes of one thread each, one per core "
               f"(--workers 1 decodes in this process).", file=sys.stderr)
     if tr.workers is not None and tr.workers > 1 and most < tr.workers:
-        print(f"translate: --workers {tr.workers}, but the input makes {most} batch(es) of up to "
-              f"{d.batch_size} sentences: decoded with {most} process(es).", file=sys.stderr)
+        asked = f"--workers {args.workers}" + (f" (capped at {tr.workers})" if tr.workers != args.workers else "")
+        print(f"translate: {asked}, but the input makes {most} batch(es) of up to {d.batch_size} sentences: decoded "
+              f"with {most} process(es).", file=sys.stderr)
     if summary.unaligned_count:
         shown = ", ".join(map(str, summary.unaligned)) + (", ..." if summary.unaligned_count > 20 else "")
         print(f"translate: {summary.unaligned_count} input line(s) whose parse cannot be aligned with the text got an "
@@ -525,13 +564,18 @@ def cmd_average(args) -> int:
 
     record_output_file(args.output, "average")
     print(f"average: {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) -> {args.output}")
+    if not args.checkpoints and len(paths) < args.num:  # averaged what there is, and said so
+        print(f"average: averaged {len(paths)} checkpoint{'s' if len(paths) != 1 else ''}, fewer than --num "
+              f"{args.num}: {args.inputs} holds no more numbered checkpoints (train.keep_last keeps the last few).")
     return 0
 
 
 def _parser_average(sub) -> None:
     s = sub.add_parser("average", help="average checkpoints")
     s.add_argument("--inputs", help="a save_dir: average its last --num numbered checkpoints")
-    s.add_argument("--num", type=int, default=10, help="how many of the last checkpoints (default 10)")
+    s.add_argument("--num", type=int, default=10,
+                   help="how many of the last checkpoints (default 10); a save_dir with fewer: what it holds is "
+                        "averaged, and said in one line")
     s.add_argument("--checkpoints", nargs="*", help="explicit checkpoint files instead of --inputs")
     s.add_argument("--output", required=True, help="the averaged checkpoint to write")
     s.set_defaults(func=cmd_average)
@@ -567,6 +611,13 @@ def _score_systems(args, refs: list[str]) -> tuple[dict[str, list[list[str]]], s
     return systems, None
 
 
+def _bootstrap_problem(args, n_lines: int) -> str | None:
+    """--bootstrap beyond what memory allows for ``n_lines`` test lines: the sentence that says so, else None."""
+    from .evaluate.score import bootstrap_refusal
+
+    return bootstrap_refusal(args.bootstrap, f"--bootstrap {args.bootstrap}", n_lines)
+
+
 def cmd_score(args) -> int:
     from .evaluate.score import read_lines
 
@@ -578,6 +629,9 @@ def cmd_score(args) -> int:
     refs = read_lines(args.ref)
     if not refs:
         return _err(f"{args.ref}: the reference file is empty; give the references, one per line.")
+    too_many = _bootstrap_problem(args, len(refs))
+    if too_many:
+        return _err(too_many)
     systems, problem = _score_systems(args, refs)
     if problem:
         return _err(problem)
@@ -610,6 +664,9 @@ def _score_test_sets(args) -> int:
         if problem:
             return _err(problem)
         sets.append((ref, refs, systems))
+    too_many = _bootstrap_problem(args, sum(len(set_refs) for _, set_refs, _ in sets))
+    if too_many:
+        return _err(too_many)
     labels = [g[0] if len(g) == 1 else f"{g[0]} (+{len(g) - 1} more runs)" for g in args.hyp]
     joined = {label: [[h for _, _, systems in sets for h in list(systems.values())[j][k]]
                       for k in range(len(args.hyp[j]))] for j, label in enumerate(labels)}
@@ -663,8 +720,8 @@ def _parser_score(sub) -> None:
                         "the paired test runs on it too")
     s.add_argument("--lang", default="en", help="target language for the Moses tokenizer")
     s.add_argument("--bootstrap", type=int, default=0,
-                   help="bootstrap samples of the test (0 = off): sacreBLEU's paired bootstrap with one run per "
-                        "system; with several, the seed-aware test (docs/experiments.md)")
+                   help="bootstrap samples of the test (0 = off, at most 10,000): sacreBLEU's paired bootstrap with "
+                        "one run per system; with several, the seed-aware test (docs/experiments.md)")
     s.add_argument("--unescape", action="store_true",
                    help="undo Moses' XML escapes (&apos; &quot; &amp; &#124; &lt; &gt; &#91; &#93;) in every hypothesis first, "
                         "as for translations made on Moses-tokenized data (../shared/data/anchors); read BLEU (lc,tok) then")
@@ -719,7 +776,8 @@ def _parser_experiment(sub) -> None:
     s.add_argument("--out", help="output directory (default: the grid's out_dir)")
     s.add_argument("--jobs", type=_at_least(1), default=1,
                    help="train this many runs at once (default 1: one after the other, each run's speed measured "
-                        "alone); give each its share of the cores with train.threads=N")
+                        "alone), at most one per CPU and per run left to train; give each its share of the cores "
+                        "with train.threads=N")
     s.add_argument("--report-only", action="store_true",
                    help="train and decode nothing: write the report from the runs that have results (a grid still "
                         "running, or runs trained on another machine and copied into the output directory)")
@@ -955,8 +1013,12 @@ def _parser_delta_plot(sub) -> None:
 def cmd_compare(args) -> int:
     from .analysis.compare import CompareConfig
     from .analysis.compare_report import run
+    from .evaluate.score import bootstrap_refusal
     from .experiment.compare_inputs import inputs_from_benchmark, inputs_from_experiment
 
+    too_many = bootstrap_refusal(args.bootstrap, f"--bootstrap {args.bootstrap}")
+    if too_many:
+        return _err(too_many)
     cfg = CompareConfig(metric=args.metric, lang=args.lang, min_bucket=args.min_bucket, n_samples=args.bootstrap,
                         seed_test=args.seed_test,
                         top=args.top, buckets=args.buckets.split(",") if args.buckets else None,
@@ -1094,7 +1156,7 @@ def _parser_compare(sub) -> None:
     s.add_argument("--lang", default="de", help="the target language, for the Moses tokenizer (default de)")
     s.add_argument("--min-bucket", type=_at_least(1), default=50,
                    help="buckets with fewer sentences (words) are marked small (default 50)")
-    s.add_argument("--bootstrap", type=_at_least(2), default=1000, help="bootstrap resamples per bucket (default 1000)")
+    s.add_argument("--bootstrap", type=_at_least(2), default=1000, help="bootstrap resamples per bucket (default 1000, at most 10,000)")
     s.add_argument("--top", type=_at_least(0), default=20, help="sentences shown per system (default 20)")
     s.add_argument("--html", action="store_true", help="also write report.html: one self-contained page with the "
                                                         "charts, the numbers, a sentence browser and the parse trees")

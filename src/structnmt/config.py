@@ -321,6 +321,13 @@ def _need(ok: bool, where: str, key: str, value: Any, rule: str, also: tuple[str
         raise ConfigError(f"{where}: {key}={value!r} {rule}.", (key, *also))
 
 
+def check_seed(seed: Any, where: str, key: str = "train.seed") -> None:
+    """The one check of a random seed, for every command that seeds numpy (train, demo, experiment, tag, probe):
+    a whole number in [0, 2**32), else a :class:`ConfigError` on ``key``."""
+    ok = isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**32
+    _need(ok, where, key, seed, "must be in [0, 2**32) (numpy's range of seeds)")
+
+
 def _finite(x: float) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
@@ -414,7 +421,7 @@ def validate(cfg: Config, where: str = "config") -> None:
                 "head_roles_sentences"):
         value = getattr(t, key)
         _need(value >= 1, where, f"train.{key}", value, "must be at least 1")
-    _need(0 <= t.seed < 2**32, where, "train.seed", t.seed, "must be in [0, 2**32) (numpy's range of seeds)")
+    check_seed(t.seed, where)
     for key in ("max_updates", "max_epochs", "max_target_tokens", "patience", "threads"):
         value = getattr(t, key)
         _need(value >= 0, where, f"train.{key}", value, "must be >= 0 (0 = no limit)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import torch
 
@@ -29,6 +30,25 @@ def usable_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def cap_workers(requested: int, what: str, limits: Sequence[tuple[int, str]] = ()) -> tuple[int, str | None]:
+    """How many worker processes to start when ``requested`` were asked for: at most the CPUs this process may use
+    (:func:`usable_cores`) and each of ``limits`` (``(count, what it counts)``, e.g. ``(300, "300 lines")``: what the
+    input gives the processes to do), at least 1. Every worker option goes through here (``prepare --workers`` and
+    ``--spacy-processes``, ``parse --spacy-processes``, ``translate --workers``, ``experiment --jobs``, ``tag
+    --jobs``): processes beyond the CPUs only take turns on them, and each one starts Python and imports torch.
+
+    Returns ``(count, note)``: ``note`` is one line saying what was chosen and why when the request was capped
+    (``what`` names the command and option: ``"prepare: --workers 1000 capped at 2 (2 CPUs, 300 lines)"``), else
+    None."""
+    cpus = usable_cores()
+    bounds = [(cpus, f"{cpus} CPU{'s' if cpus != 1 else ''}"), *limits]
+    chosen = max(1, min([requested, *(n for n, _ in bounds)]))
+    if chosen >= requested:
+        return requested, None
+    why = ", ".join(text for n, text in bounds if n < requested)
+    return chosen, f"{what} {requested} capped at {chosen} ({why})"
 
 
 def set_threads(n: int, key: str = "train.threads") -> None:

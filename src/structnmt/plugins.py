@@ -55,7 +55,8 @@ def add_user_dirs(paths: list[str]) -> None:
     known = user_dirs()
     for p in paths:
         if not p.strip():
-            raise UserError("--user-dir '': an empty path (an unset shell variable?) would import every .py file of "
+            what = "an empty path" if not p else "a path of only blanks"
+            raise UserError(f"--user-dir {p!r}: {what} (an unset shell variable?) would import every .py file of "
                             "the current directory; give the directory or .py file of your plugin.")
         path = Path(p).expanduser().resolve()
         if not path.exists():

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import stat
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -124,6 +125,22 @@ class LineTally:
             return
         self.last = (self._current + parts[0])[: self.KEPT] if len(parts) == 2 else parts[-2][: self.KEPT]
         self._current = parts[-1][: self.KEPT]
+
+
+class GunzipTally:
+    """A :class:`LineTally` fed the decompressed lines of gzip bytes (one or more members, as ``translate
+    --output FILE.gz`` appends one a chunk), a block at a time."""
+
+    def __init__(self, tally: LineTally) -> None:
+        self.tally = tally
+        self._member = zlib.decompressobj(wbits=31)
+
+    def update(self, block: bytes) -> None:
+        while block:
+            self.tally.update(self._member.decompress(block))
+            block = b""
+            if self._member.eof:  # the next member starts in what is left
+                block, self._member = self._member.unused_data, zlib.decompressobj(wbits=31)
 
 
 def _kind(path: Path) -> str | None:
@@ -267,6 +284,7 @@ class PartialOutput:
         give (``check_lines``), or one sentence."""
         size = self.partial.stat().st_size
         tally = LineTally()
+        feed = GunzipTally(tally) if saved.settings.get("gzip") else tally  # count the lines, not the gzip bytes
         if size >= saved.output_bytes:
             with open(self.partial, "rb") as f:
                 left = saved.output_bytes
@@ -275,7 +293,7 @@ class PartialOutput:
                     if not block:  # cut short while being read
                         break
                     self._out.update(block)
-                    tally.update(block)
+                    feed.update(block)
                     left -= len(block)
         if size < saved.output_bytes or self._out.hexdigest() != saved.output_sha256:
             raise UserError(f"--resume: {self.partial} is not what the interrupted run wrote (its lines were changed "

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from .config import Config, ConfigError, load_config
@@ -26,7 +27,9 @@ from .errors import UserError
 from .models import build_model
 from .plugins import load_plugins
 from .syntax.batching import StructureSpec
-from .syntax.features import FEATURES
+from .syntax.features import FEATURES, Feature
+from .syntax.io import parse_ptb
+from .syntax.trees import ConstituencyTree, DependencyTree
 from .training import training_hooks
 
 
@@ -40,17 +43,65 @@ def parse_request(text: str) -> StructureSpec:
         raise UserError(f"--feature {text}: no feature '{name}'; valid: {', '.join(FEATURES)} (or one of --user-dir).")
     feature = FEATURES[name]
     params: dict[str, Any] = {}
+    given: dict[str, str] = {}  # each parameter as written
     for item in filter(None, rest.split(",")):
         key, eq, value = item.partition("=")
         if not eq or key.strip() not in feature.params:
             raise UserError(f"--feature {text}: '{item}' is not a parameter of {name}, which takes "
                             f"{', '.join(feature.params) or 'none'}; write them as {_example(name)}.")
-        params[key.strip()] = yaml.safe_load(value)
+        try:
+            params[key.strip()], given[key.strip()] = yaml.safe_load(value), value.strip()
+        except yaml.YAMLError:
+            raise UserError(f"--feature {text}: the value of '{item}' cannot be read (YAML); write the parameters "
+                            f"as {_example(name)}.") from None
     missing = [p for p in _required_params(feature.func) if p not in params]
     if missing:
         raise UserError(f"--feature {text}: {name} needs {', '.join(missing)}; write it as {_example(name)} (or give "
                         "--for CONFIG.yaml to store what a training config asks for).")
+    _check_params(text, feature, params, given)
     return StructureSpec(name, params)
+
+
+#: what a parameter of each kind of example value must be, in words
+_KINDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a word"}
+
+
+def _same_kind(value: Any, example: Any) -> bool:
+    """Whether ``value`` is of the kind of ``example`` (a whole number for an int, any number for a float)."""
+    if isinstance(example, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(example, bool)
+    if isinstance(example, float):
+        return isinstance(value, (int, float))
+    return isinstance(value, type(example))
+
+
+def _sample_sentence() -> tuple[np.ndarray, ConstituencyTree, DependencyTree]:
+    """"the cat sat" in four pieces (cat in two), with its constituency and dependency trees: what a request's
+    parameters are tried on."""
+    const = parse_ptb("(S (NP (DT the) (NN cat)) (VP (VBD sat)))")
+    dep = DependencyTree(["the", "cat", "sat"], [2, 3, 0], ["det", "nsubj", "root"], ["DET", "NOUN", "VERB"])
+    return np.array([0, 1, 1, 2]), const, dep
+
+
+def _check_params(text: str, feature: Feature, params: dict[str, Any], given: dict[str, str]) -> None:
+    """Refuse, in one sentence naming ``--feature``, parameters the feature cannot be computed with, before any
+    data is read: a value of another kind than the feature's example (``k=abc`` where the example is ``k=2``),
+    or one the feature itself refuses (an unknown ``rule=``), found by computing it on a three-word sentence."""
+    name = feature.name
+    for key, value in params.items():
+        example = feature.example.get(key)
+        if example is not None and not _same_kind(value, example):
+            kind = _KINDS.get(type(example), f"a {type(example).__name__}")
+            raise UserError(f"--feature {text}: {key}={given[key]} is not {kind}; write it as {_example(name)}.")
+    pieces, const, dep = _sample_sentence()
+    try:
+        feature(pieces, constituency=const, dependency=dep, **params)
+    except ValueError as err:
+        why = str(err).strip().rstrip(".")
+        raise UserError(f"--feature {text}: {why[:1].lower()}{why[1:]}.") from None
+    except TypeError as err:
+        raise UserError(f"--feature {text}: {name} cannot be computed with these parameters ({err}); write them "
+                        f"as {_example(name)}.") from None
 
 
 def _example(name: str) -> str:

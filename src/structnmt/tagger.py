@@ -68,11 +68,13 @@ from .config import (
     ModelConfig,
     apply_overrides,
     build_dataclass,
+    check_seed,
     deep_merge,
+    naming_override,
     read_yaml_mapping,
     to_dict,
 )
-from .device import set_threads
+from .device import cap_workers, set_threads
 from .files import OutputDir, atomic_write_text, check_component, check_distinct
 from .models.transformer import EncoderStack, sinusoidal_table
 from .nn.attention import collect_structures
@@ -163,7 +165,10 @@ def load_tag_config(path: str | Path, overrides: list[str] | None = None, row: T
         extra = row.overrides
     data = apply_overrides(data, [*(overrides or []), *extra])
     cfg = build_dataclass(TagConfig, data, where)
-    check(cfg, where)
+    try:
+        check(cfg, where)
+    except ConfigError as err:
+        raise naming_override(err, [*(overrides or []), *extra]) from None
     return cfg
 
 
@@ -204,6 +209,7 @@ def check(cfg: TagConfig, where: str) -> None:
     for key in ("epochs", "batch_size"):
         if getattr(cfg.train, key) < 1:
             bad(f"train.{key}={getattr(cfg.train, key)} must be at least 1.")
+    check_seed(cfg.train.seed, where)  # as train's: numpy refuses a seed outside [0, 2**32) only when training
     if cfg.train.patience < 0:
         bad(f"train.patience={cfg.train.patience} must be >= 0 (0 = never stop early).")
     if not (math.isfinite(cfg.train.lr) and cfg.train.lr > 0):
@@ -700,9 +706,14 @@ def run_tag(config: str | Path, overrides: list[str] | None = None, log=print, r
 
 def _train_rows_in_processes(config, overrides: list[str], names: list[str], out: Path, jobs: int, log) -> None:
     """Train each named row in its own ``structnmt tag CONFIG --row NAME`` process, ``jobs`` at
-    once; a row that fails is named with its log and the others go on."""
-
-
+    once (capped at the CPUs and the rows, said in one line); a row that fails is named with its log and the
+    others go on."""
+    if not names:
+        return
+    jobs, note = cap_workers(jobs, "tag: --jobs", [(len(names), f"{len(names)} row{'s' if len(names) != 1 else ''} "
+                                                                 "to train")])
+    if note:
+        log(note)
     live: set = set()  # the row processes running now
     stopping = threading.Event()  # Ctrl-C: no queued row starts
 

@@ -58,13 +58,15 @@ from ..config import (
     ModelConfig,
     apply_overrides,
     build_dataclass,
+    check_seed,
     from_dict,
+    naming_override,
     read_yaml_mapping,
     to_dict,
 )
 from ..data.corpus import read_lines
 from ..data.dataset import pad_sources
-from ..data.vocab import EOS, PAD, Vocab, train_sentencepiece
+from ..data.vocab import EOS, PAD, Vocab, VocabSizeError, train_sentencepiece
 from ..device import set_threads
 from ..errors import UserError
 from ..files import OutputDir
@@ -181,6 +183,7 @@ def _check(cfg: ProbeConfig, where: str) -> ProbeConfig:
             bad(f"train.{key}={getattr(t, key)} must be at least 1.")
     if not (math.isfinite(t.lr) and t.lr > 0):
         bad(f"train.lr={t.lr} must be a positive number.")
+    check_seed(t.seed, where)  # as train's: one check of a seed for every command
     if cfg.sentence_pool not in ("mean", "eos"):
         bad(f"sentence_pool '{cfg.sentence_pool}' is not mean or eos.")
     if cfg.word_pool not in ("first", "mean"):
@@ -198,7 +201,10 @@ def load_probe_config(path: str | Path | None, overrides: list[str] | None = Non
     data = apply_overrides(data, overrides or [])
     cfg = build_dataclass(ProbeConfig, data, where)
     cfg.split.ratios = tuple(cfg.split.ratios)
-    return _check(cfg, where)
+    try:
+        return _check(cfg, where)
+    except ConfigError as err:
+        raise naming_override(err, overrides or []) from None
 
 
 # --------------------------------------------------------------------------- corpus
@@ -633,8 +639,17 @@ def _load_encoder(cfg: ProbeConfig, outdir, raw: list, train_idx: list[int]) -> 
     out = outdir.path
     outdir.claim("spm.model")
     outdir.claim("spm.vocab")
-    vocab = train_sentencepiece((raw[i][0] for i in train_idx), out / "spm",  # atomic files
-                                vocab_size=cfg.model.vocab_size, num_threads=1)
+    size = cfg.model.vocab_size
+    try:
+        vocab = train_sentencepiece((raw[i][0] for i in train_idx), out / "spm",  # atomic files
+                                    vocab_size=size, num_threads=1)
+    except VocabSizeError as err:
+        need, least = ((f"at least {err.needed:,}", f"model.vocab_size={err.needed} or more") if err.needed
+                       else ("more than 4", "a larger model.vocab_size"))
+        raise ConfigError(f"model.vocab_size={size} is too small for the probe's training split (corpus.path="
+                          f"{cfg.corpus.path}): SentencePiece needs {need} pieces for it (its 4 special pieces and "
+                          f"one for each distinct character); give {least} (the default is 1000).",
+                          ("model.vocab_size",)) from None
     outdir.record("spm.model", "spm.vocab")
     return _Encoder(vocab, f"SentencePiece BPE trained on the training split, {len(vocab)} pieces "
                         f"(`{out / 'spm.model'}`)")

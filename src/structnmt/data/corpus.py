@@ -221,7 +221,11 @@ def is_blank(raw: bytes, first: bool = False) -> bool:
     return not raw.decode("utf-8", errors="replace").strip()
 
 
-def count_lines(path: str | Path) -> int:
+def count_lines(path: str | Path, limit: int | None = None) -> int:
+    """How many lines ``path`` (plain or gzip) has, each decoded (checked) as :func:`read_lines` reads it; with
+    ``limit``, counted no further than that, reading only those lines' bytes (nothing decoded)."""
+    if limit is not None:
+        return sum(1 for _ in islice(raw_lines(path), max(0, limit)))
     return sum(1 for _ in read_lines(path))
 
 

@@ -68,7 +68,15 @@ from ..files import errors_name, temp_dir_beside
 from ..syntax.align import AlignmentError, align_trees
 from ..syntax.parsers import Parsed, ParserConfig, build_parser, resolve_pipeline
 from ..syntax.trees import node_to_list
-from .corpus import CorpusError, PairStats, file_digest, read_lines, read_pairs, resolve
+from .corpus import (
+    CorpusError,
+    PairStats,
+    count_lines,
+    file_digest,
+    read_lines,
+    read_pairs,
+    resolve,
+)
 from .lock import claim_dataset
 from .moses import has_rules, moses_pretokenize
 from .shards import Shard, merge_shard_files, plan_shards, run_shards
@@ -198,7 +206,9 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, workers: int = 1, progre
                           "(the parser's words are aligned to the raw text); drop --moses or use --parser none.")
     old = existing_manifest(out)  # refuses a destination that is not ours before any work
     splits = _split_files(cfg)
-    backend = build_parser(cfg.parser)  # fails early on an unknown parser or a missing pipeline
+    workers, n_process, notes = capped_processes(cfg, workers, splits)
+    # spaCy's processes capped for this machine in the parser that runs, not in the config the manifest keeps
+    backend = build_parser(replace(cfg.parser, n_process=n_process))  # fails early: an unknown parser, no pipeline
     digests = {str(p): file_digest(p) for pair in splits.values() for p in pair}
     key = _manifest_key(cfg, digests)
     if old is not None:
@@ -208,6 +218,8 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path, *, workers: int = 1, progre
         changed = [p for p in digests if old.get("inputs", {}).get(p) != digests[p]]
         reason = f"inputs changed: {', '.join(changed)}" if changed else "the prepare config changed"
         log(f"prepare: {out} is stale ({reason}); rebuilding.")
+    for note in notes:
+        log(note)
 
     held = claim_dataset(out)  # a training that reads the old dataset: refused before any work
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -236,6 +248,36 @@ def _check_workers(workers: int, parser: ParserConfig) -> None:
     if workers > 1 and parser.n_process > 1:
         raise CorpusError(f"--workers {workers} with --spacy-processes {parser.n_process}: each worker parses its "
                           "own part of the corpus with spaCy, so give --workers alone (--spacy-processes 1).")
+
+
+def capped_processes(cfg: PrepareConfig, workers: int, splits: dict[str, tuple[Path, Path]]
+                     ) -> tuple[int, int, list[str]]:
+    """``(workers, spaCy processes, notes)``: ``workers`` and ``cfg.parser.n_process`` capped
+    (:func:`structnmt.device.cap_workers`) at the CPUs and at what the largest split gives them: a worker
+    encodes at least a line, a spaCy process parses whole batches of ``cfg.parser.batch_size`` lines. Only
+    as many lines as could matter are read. ``notes``: one line for each capped request."""
+    from ..device import cap_workers
+
+    notes = []
+    if workers > 1:
+        lines = max(count_lines(src, workers) for src, _ in splits.values())
+        workers, note = cap_workers(workers, "prepare: --workers", [(lines, f"{lines:,} line{_s(lines)}")])
+        notes.append(note)
+    n_process = cfg.parser.n_process
+    if n_process > 1 and cfg.parser.name == "spacy":
+        size = max(1, cfg.parser.batch_size)
+        lines = max(count_lines(src, n_process * size) for src, _ in splits.values())
+        batches = -(-lines // size)
+        n_process, note = cap_workers(n_process, "prepare: --spacy-processes",
+                                      [(batches, f"{batches:,} batch{'es' if batches != 1 else ''} of {size:,} "
+                                                 f"lines to parse")])
+        notes.append(note)
+    return workers, n_process, [n for n in notes if n]
+
+
+def _s(n: int) -> str:
+    """The plural ending for a count of ``n``."""
+    return "" if n == 1 else "s"
 
 
 def _lock_of(tmp: Path) -> Path:

@@ -27,6 +27,26 @@ class VocabError(UserError, ValueError):
     """A vocabulary file that is missing or not a SentencePiece or subword-nmt model."""
 
 
+class VocabSizeError(UserError, RuntimeError):
+    """A SentencePiece size below what the text needs: its 4 special pieces (pad, unk, bos, eos) and one piece
+    per distinct character. ``needed``: the smallest size SentencePiece takes for this text (None where it did not
+    say). A RuntimeError too, as SentencePiece's own errors are, for the callers that catch those."""
+
+    def __init__(self, asked: int, needed: int | None):
+        self.asked, self.needed = asked, needed
+        need = f"at least {needed:,}" if needed else "more than 4"
+        super().__init__(f"a SentencePiece model of {asked:,} pieces is too small for this text: it needs {need} (its "
+                         "4 special pieces and one for each distinct character)")
+
+
+def _pieces_needed(err: RuntimeError) -> int | None:
+    """The size SentencePiece's "smaller than required_chars" error asks for (``... 8 vs 41``), or None."""
+    import re
+
+    found = re.search(r"smaller than required_chars\.\s*\d+\s*vs\s*(\d+)", str(err))
+    return int(found.group(1)) if found else None
+
+
 class Vocab:
     """A trained SentencePiece or subword-nmt model: text <-> piece ids.
 
@@ -189,8 +209,32 @@ def train_sentencepiece(
     and the returned vocabulary lowercases what it encodes.
     """
 
+    if vocab_size <= EOS + 1:  # SentencePiece's own error is an internal one about inserting its eos piece
+        raise VocabSizeError(vocab_size, None)
     it: Iterator[str] = (line.lower() for line in lines) if lowercase else iter(lines)
     model = io.BytesIO()  # written here, not by SentencePiece: a full disk is then an OSError naming the file
+    try:
+        _train_spm(it, model, vocab_size=vocab_size, model_type=model_type, character_coverage=character_coverage,
+                   max_sentences=max_sentences, seed_sentencepiece_size=seed_sentencepiece_size,
+                   num_threads=num_threads)
+    except RuntimeError as err:
+        needed = _pieces_needed(err)
+        if needed is None:
+            raise
+        raise VocabSizeError(vocab_size, needed) from None
+
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    with atomic_path(f"{model_prefix}.model") as tmp:
+        tmp.write_bytes(model.getvalue())
+    # the vocabulary listing SentencePiece writes beside its model, byte for byte: piece, tab, score (%g)
+    atomic_write_text(f"{model_prefix}.vocab",
+                      "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size())))
+    return Vocab(f"{model_prefix}.model", lowercase=lowercase)
+
+
+def _train_spm(it: Iterator[str], model: io.BytesIO, *, vocab_size: int, model_type: str, character_coverage: float,
+               max_sentences: int, seed_sentencepiece_size: int, num_threads: int) -> None:
+    """SentencePiece's trainer on the sentences of ``it``, its model written into ``model``."""
     spm.SentencePieceTrainer.train(
         sentence_iterator=it,
         model_writer=model,
@@ -208,14 +252,6 @@ def train_sentencepiece(
         num_threads=num_threads,
         minloglevel=2,
     )
-
-    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
-    with atomic_path(f"{model_prefix}.model") as tmp:
-        tmp.write_bytes(model.getvalue())
-    # the vocabulary listing SentencePiece writes beside its model, byte for byte: piece, tab, score (%g)
-    atomic_write_text(f"{model_prefix}.vocab",
-                      "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size())))
-    return Vocab(f"{model_prefix}.model", lowercase=lowercase)
 
 
 def train_subword_nmt(lines: Iterable[str], model_prefix: str | Path, *, merges: int, lowercase: bool = False,

@@ -16,6 +16,7 @@ goes on from the next input line, refusing an input, checkpoint, option or outpu
 from __future__ import annotations
 
 import contextlib
+import gzip
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -211,9 +212,14 @@ def _to_stream(translate_chunk, opts: StreamOptions, lines: Iterator[str], bar, 
 
 
 def _to_partial(translate_chunk, opts: StreamOptions, lines: Iterator[str], bar, skip_trees, finish) -> StreamSummary:
-    """:func:`run_stream` into ``FILE.partial``, renamed to ``FILE`` once the input is done and checked."""
+    """:func:`run_stream` into ``FILE.partial``, renamed to ``FILE`` once the input is done and checked. A ``FILE``
+    named ``.gz`` is gzip-compressed, one gzip member per chunk (a multi-member gzip file is one gzip file to
+    every reader), so a resumed run appends members after the last finished one; the resume record says
+    ``gzip``, so an interrupted run that wrote plain text under a ``.gz`` name is not resumed into it."""
+    gz = str(opts.output).endswith(".gz")
+    settings = {**opts.settings, "gzip": True} if gz else opts.settings
     partial = PartialOutput(opts.output, input_name=str(opts.input), model_hash=file_digest(opts.checkpoint)["sha256"],
-                            settings=opts.settings, check_lines=lines_problem(opts.nbest), check_notes=notes_problem)
+                            settings=settings, check_lines=lines_problem(opts.nbest), check_notes=notes_problem)
     summary = StreamSummary()
     if opts.resume:
         summary.lines, non_blank = partial.resume(lines)
@@ -229,10 +235,16 @@ def _to_partial(translate_chunk, opts: StreamOptions, lines: Iterator[str], bar,
     else:
         partial.start()
     finished = False
+    write = partial.append
+    if gz:
+        def write(text: str, chunk: list[str], notes: dict) -> None:
+            partial.append(gzip.compress(text.encode("utf-8", "surrogatepass"), mtime=0), chunk, notes)
     try:
         with errors_name(partial.partial, partial.partial):
             translate_stream(translate_chunk, lines, chunk_lines=opts.chunk_lines, nbest=opts.nbest,
-                             write=partial.append, summary=summary, progress=bar)
+                             write=write, summary=summary, progress=bar)
+            if gz and partial.record.output_bytes == 0:  # an empty input: an empty gzip file, not an empty file
+                partial.append(gzip.compress(b"", mtime=0), [])
         if finish is not None:
             finish()
         finished = True

@@ -73,6 +73,24 @@ class Score:
     precisions: list[float] | None = None
 
 
+MAX_BOOTSTRAP = 10_000
+"""The most bootstrap resamples a test takes (``score --bootstrap``, ``compare --bootstrap``, a grid's
+``evaluate.bootstrap_samples``). sacreBLEU's paired test and the seed-aware test draw every resample at once, at
+least 8 bytes per resample and test sentence (sacreBLEU about 48 with BLEU's statistics: 10,000 resamples of
+Multi30k's 1,014 sentences take about 0.5 GB); ``--bootstrap 100000000`` asked for 44.7 GiB. 1,000 is the usual
+number, and 10,000 already puts the p-values' own sampling error below 0.005 at p = 0.05."""
+
+
+def bootstrap_refusal(n_samples: int, what: str, sentences: int | None = None) -> str | None:
+    """One sentence refusing ``n_samples`` resamples above :data:`MAX_BOOTSTRAP` (``what``: how the user gave them,
+    ``--bootstrap 100000000``; ``sentences``: the test set's, for the memory it would take), or None."""
+    if n_samples <= MAX_BOOTSTRAP:
+        return None
+    size = f", {n_samples * sentences * 8 / 2**30:,.1f} GiB for these {sentences:,} sentences" if sentences else ""
+    return (f"{what}: give at most {MAX_BOOTSTRAP:,} resamples (1,000 is the usual number); the test holds every "
+            f"resample at once, at least 8 bytes per resample and sentence{size}.")
+
+
 # --------------------------------------------------------------------------
 # I/O
 # --------------------------------------------------------------------------

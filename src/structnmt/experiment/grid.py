@@ -33,6 +33,7 @@ from ..config import (
     naming_override,
     read_yaml_mapping,
 )
+from ..evaluate.score import bootstrap_refusal
 
 #: Train keys a grid owns: they define the shared budget, seeds and layout of the runs.
 BUDGET_KEYS = ("max_updates", "max_target_tokens", "max_time_minutes")
@@ -255,6 +256,9 @@ def validate_grid(grid: GridConfig, where: str) -> None:
                           "spread over resamples); 1000 is usual.")
     if ev.seed_test not in ("decomposed", "double-count"):
         raise ConfigError(f"{where}: evaluate.seed_test={ev.seed_test!r}: give decomposed or double-count.")
+    too_many = bootstrap_refusal(ev.bootstrap_samples, f"evaluate.bootstrap_samples={ev.bootstrap_samples}")
+    if too_many:
+        raise ConfigError(f"{where}: {too_many}")
     if grid.base is not None and not isinstance(grid.base, (str, dict)):
         raise ConfigError(f"{where}: base must be a config file path or a mapping, got {grid.base!r}.")
 

@@ -469,14 +469,32 @@ def _columns_line(results: dict, seed0: int, n_seeds: int) -> str:
                "and the test's parts in `results.csv`."))
 
 
+def _left_out_lines(missing: list[tuple[str, int]], damaged: dict[tuple[str, int], str]) -> list[str]:
+    """What the report says under its title of the runs it leaves out: those without results yet (``--report-only``)
+    and those whose record is damaged (each with its file and fix), not the one as the other."""
+    lines = []
+    unfinished = [key for key in missing if key not in damaged]
+    if unfinished:
+        lines += ["", "**Unfinished grid** (written with `--report-only`): no results yet for "
+                  + "; ".join(f"{n} (seed {s})" for n, s in unfinished) + "."]
+    if damaged:
+        lines += ["", "**Damaged records**, left out: " + " ".join(f"{n} (seed {s}): {why}"
+                                                                   for (n, s), why in damaged.items())]
+    if lines:
+        lines[-1] += (" A system without its first seed is left out of the tables; the mean ± std of one without a "
+                      "later seed is over the seeds it has.")
+    return lines
+
+
 def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple[str, int], Config],
                  split_data: dict[str, tuple[list[str], list[str]]], *, dirs: dict[str, str], command: str,
                  data_path: Path, log=print, missing: list[tuple[str, int]] | None = None,
-                 trained_with: list[str] | None = None) -> Path:
+                 damaged: dict[tuple[str, int], str] | None = None, trained_with: list[str] | None = None) -> Path:
     """Write ``results.md``/``results.csv`` and the pictures: one table per split (the evaluation split
-    first, with the measurements). ``missing`` (``--report-only`` on an unfinished grid) lists the (run,
-    seed) pairs without results: a run without its first seed leaves the tables, one without a later
-    seed is averaged (and tested) over the seeds it has, and both are named under the table."""
+    first, with the measurements). ``missing`` (``--report-only`` on an unfinished grid, or a damaged record)
+    lists the (run, seed) pairs without results: a run without its first seed leaves the tables, one without a
+    later seed is averaged (and tested) over the seeds it has, and both are named under the table. ``damaged``:
+    those of them whose result.json is damaged, with the sentence naming the file and the fix."""
     missing = list(missing or [])
     if missing:
         grid = dataclasses.replace(grid, runs=[r for r in grid.runs if (r.name, grid.seeds[0]) in results])
@@ -535,11 +553,7 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
     if deltas:
         lines += ["![each row's difference from the baseline, 95 % intervals](deltas.png)", ""]
     lines += ["![learning curves](learning_curves.png)", "", "![n-gram precision gain](ngram_gain.png)", ""]
-    if missing:
-        lines[3:3] = ["", "**Unfinished grid** (written with `--report-only`): no results yet for "
-                      + "; ".join(f"{n} (seed {s})" for n, s in missing)
-                      + ". A system without its first seed is left out of the tables; the mean ± std of one "
-                      "without a later seed is over the seeds it has."]
+    lines[3:3] = _left_out_lines(missing, damaged or {})
     lines += _per_run_lines(grid, results, dirs, splits, bleu_name)
     if ev.benchmark:
 

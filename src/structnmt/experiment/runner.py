@@ -492,6 +492,8 @@ class GridPlan:
     to_train: list[tuple[str, int, Path, str]] = field(default_factory=list)  # (row, seed, run_dir, tag)
     to_evaluate: list[tuple[str, int, Path, str]] = field(default_factory=list)
     missing: list[tuple[str, int]] = field(default_factory=list)
+    #: runs whose result.json is damaged (also in ``missing``): the sentence naming the file and the fix
+    damaged: dict[tuple[str, int], str] = field(default_factory=dict)
 
 
 def _evaluation_splits(g: GridConfig, data_path: Path) -> dict[str, tuple[list[str], list[str]]]:
@@ -621,6 +623,7 @@ def _plan_run(plan: GridPlan, item: tuple[str, int, Path, str], cfg: Config, fin
         except DamagedResult as err:  # said, and left out: the report of the other runs still comes out
             say(f"{tag}: left out: {err}")
             plan.missing.append((name, seed))
+            plan.damaged[(name, seed)] = str(err)
             return
         res["run_dir"] = str(run_dir)  # where it is now (the directory may have been moved or copied)
         if res.get("split", g.evaluate.split) != g.evaluate.split:
@@ -742,6 +745,32 @@ def schedule_runs(runs: _Runs, items: list[tuple[str, int, Path, str]], jobs_at_
         raise failure
 
 
+def _check_baseline(plan: GridPlan, out: Path) -> None:
+    """The report needs the baseline's first seed: without its results (``--report-only`` before it finished) or
+    with a damaged record, one sentence saying which, the file and the fix."""
+    g, key = plan.grid, (plan.grid.baseline, plan.grid.seeds[0])
+    if key in plan.results:
+        return
+    needs = f"{g.source}: the report needs the results of the baseline '{g.baseline}' (seed {g.seeds[0]})"
+    if key in plan.damaged:  # its record is there but cannot be read: not "has none"
+        raise ExperimentError(f"{needs}, but {plan.damaged[key]}")
+    raise ExperimentError(f"{needs}, which has none in {out}; train it (or restore its result.json) first.")
+
+
+def _capped_jobs(jobs: int, to_train: int, say) -> int:
+    """``--jobs`` capped at the CPUs and at the runs left to train (:func:`structnmt.device.cap_workers`), said
+    in one line when capped."""
+    from ..device import cap_workers
+
+    if jobs < 2 or not to_train:
+        return jobs
+    jobs, note = cap_workers(jobs, "experiment: --jobs", [(to_train, f"{to_train} run{'s' if to_train != 1 else ''} "
+                                                                     "to train")])
+    if note:
+        say(note)
+    return jobs
+
+
 def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: list[str] | None = None, *,
              jobs_at_once: int = 1, report_only: bool = False, log=print) -> Path:
     """Train, decode and score every (run, seed) of ``grid``; write the report; return results.md.
@@ -776,16 +805,14 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
     # one run at a time has the machine to itself when it is decoded: decode as translate does by default
     # (worker processes for inputs of 8 batches or more); runs trained side by side decode in one process each
     trained_with = _training_commands(out, None if report_only or not (plan.to_train or plan.to_evaluate) else command)
+    jobs_at_once = _capped_jobs(jobs_at_once, len(plan.to_train), say)
     runs = _Runs(plan, say, decode_workers=None if jobs_at_once == 1 else 1)
     for item in plan.to_evaluate:
         runs.evaluate(item)
     schedule_runs(runs, plan.to_train, jobs_at_once)
-    if (g.baseline, g.seeds[0]) not in plan.results:  # --report-only, or its record was damaged (said above)
-        raise ExperimentError(f"{g.source}: the report needs the results of the baseline '{g.baseline}' (seed "
-                              f"{g.seeds[0]}), which has none in {out}; train it (or restore its result.json) "
-                              "first.")
+    _check_baseline(plan, out)
     report = write_report(g, out, plan.results, plan.configs, plan.split_data, dirs=plan.dirs, command=command,
-                          data_path=Path(recorded_path(plan.data_path)), log=say, missing=plan.missing,
+                          data_path=Path(recorded_path(plan.data_path)), log=say, missing=plan.missing, damaged=plan.damaged,
                           trained_with=[c for c in trained_with if c != command])
     say(f"experiment {g.name}: report {report} ({time.time() - t_start:.0f} s this invocation).")
     return report

@@ -145,6 +145,22 @@ class MetricsLog:
             self.tb.close()
 
 
+def keep_earlier_metrics(path: Path, log) -> Path | None:
+    """A run that starts from update 0 (no checkpoint to resume from) beside the ``metrics.jsonl`` of an earlier
+    one (stopped before its first checkpoint, or whose checkpoints were removed) starts its own: the earlier file
+    is renamed to ``metrics.jsonl.1`` (``.2``, ... the first name free), never removed, and said; the new curve is
+    not appended to the old one. Returns the kept file's path (None when there was nothing to keep)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    n = 1
+    while (kept := path.with_name(f"{path.name}.{n}")).exists() or kept.is_symlink():
+        n += 1
+    os.rename(path, kept)  # never over a file: the name was free
+    log(f"train: no checkpoint to resume from, so this run starts at update 0 with a metrics.jsonl of its own; "
+        f"the earlier run's is kept as {kept}.")
+    return kept
+
+
 # --------------------------------------------------------------------------- trainer
 
 
@@ -323,6 +339,8 @@ class Trainer:
             self.load(state, path)
             if self.is_main:
                 log(f"resumed from {path} at update {self.state.num_updates} (epoch {self.state.epoch}).")
+        elif self.is_main:
+            keep_earlier_metrics(self.metrics.path, log)
 
     # ---------------------------------------------------------------- checkpoints
 

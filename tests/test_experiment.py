@@ -837,3 +837,14 @@ def test_a_damaged_baseline_record_in_a_normal_run_is_a_sentence(tmp_path, corpu
         run_grid(grid, overrides=["train.threads=1"], log=lambda _: None)
     assert "its result.json holds a list, not a run's record; delete" in str(err.value)  # damaged, not "has none"
     assert "has none" not in str(err.value)
+
+
+def test_the_reports_command_line_shows_paths_under_the_working_directory_relative(tmp_path, monkeypatch):
+    """A grid run from the directory holding its data, given absolute paths, prints a command the reader can run
+    from that directory on another machine; a path outside it stays as given."""
+    monkeypatch.chdir(tmp_path)
+    line = runner_mod._command_line(tmp_path / "configs" / "g.yaml", tmp_path / "out" / "g", ["seeds=[1]"],
+                                    report_only=True)
+    assert str(tmp_path) not in line
+    assert line.endswith("experiment configs/g.yaml --report-only --out out/g 'seeds=[1]'")
+    assert "/elsewhere/g.yaml" in runner_mod._command_line("/elsewhere/g.yaml", None, [])

@@ -432,11 +432,23 @@ def _evaluate_benchmark(directory: str, tr, dcfg, run_dir: Path) -> dict:
     return summary
 
 
+def _shown_path(path: str | Path) -> str:
+    """A path as the report's command line shows it: an absolute path under the working directory relative to
+    it (the report is read on other machines; the command is run from the directory the grid ran in)."""
+    p = Path(path)
+    if p.is_absolute():
+        try:
+            return str(p.relative_to(Path.cwd()))
+        except ValueError:
+            return str(p)
+    return str(p)
+
+
 def _command_line(grid: str | Path, out_dir, overrides: list[str], jobs_at_once: int = 1,
                   report_only: bool = False) -> str:
-    parts = ["structnmt", "experiment", str(grid)] + (["--report-only"] if report_only else [])
+    parts = ["structnmt", "experiment", _shown_path(grid)] + (["--report-only"] if report_only else [])
     if out_dir is not None:
-        parts += ["--out", str(out_dir)]
+        parts += ["--out", _shown_path(out_dir)]
     if jobs_at_once > 1:
         parts += ["--jobs", str(jobs_at_once)]
     parts += list(overrides)

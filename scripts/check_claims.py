@@ -1,0 +1,342 @@
+"""The numbers the docs quote from the cross-paper comparison, recomputed from the committed outputs.
+
+Every claim is a row of :data:`CLAIMS`: the document, the function that recomputes the quoted text from the
+runs, and its arguments. The function reads the runs' ``result.json`` and translations straight from the
+committed archives (``docs/outputs/cross_paper_multi30k.tar.xz``, ``..._8k_gpu.tar.xz``; no unpacking), scores
+them against the references (``../shared/data/multi30k/test_2016_flickr.de.gz`` and ``test_2017_flickr.de.gz``,
+the prepared dataset's ``test.ref.txt`` and ``test1.ref.txt`` line for line) and runs the library's seed-aware
+test (:class:`structnmt.evaluate.seeds.RunStatistics`, the grid's settings: BLEU (lc,tok), German, 1,000
+resamples, seed 12345, the decomposed form); the claim holds when the text it returns is in the document, as
+written. ``docs/reports/*/results.csv`` is never read: it is what the report wrote, not a recomputation.
+
+    PYTHONPATH=src python scripts/check_claims.py          # every claim (a minute or two on one core)
+    PYTHONPATH=src python scripts/check_claims.py --fast   # the subset tests/test_claims.py checks
+
+Exit status 1 and one line per claim that the document does not state as recomputed.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import importlib.util
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCES = ROOT.parent / "shared" / "data" / "multi30k"
+README = "README.md"
+CROSS = "docs/results/cross_paper.md"
+
+#: budget -> the archive of docs/outputs holding its runs
+ARCHIVES = {"2k": "cross_paper_multi30k", "8k": "cross_paper_multi30k_8k_gpu"}
+#: split -> the reference file it was prepared from; "test+test1" is the two joined in this order
+SPLITS = {"test": "test_2016_flickr.de.gz", "test1": "test_2017_flickr.de.gz"}
+JOINED = "test+test1"
+BASELINE = "transformer"
+#: the grid's evaluate settings (configs/grids/cross_paper_multi30k.yaml)
+N_SAMPLES, BOOT_SEED, METHOD, LANG = 1000, 12345, "decomposed", "de"
+
+#: the README's row label -> the run folder of the grid's row (runs/<slug>/seed<k>)
+ROWS = {
+    "+ Rel_Pos": "rel-pos",
+    "+ Heterogeneous QUERYK (1-2)": "heterogeneous-queryk-1-2",
+    "+ Rel_Pos + Heterogeneous QUERYK": "rel-pos-heterogeneous-queryk-1-2",
+    "+ MG-SA (syntactic + ON-LSTM)": "mg-sa-syntactic-on-lstm",
+    "+ DEA + RHE": "dea-rhe",
+    "+ LPEA + RHE": "lpea-rhe",
+    "+ Localness": "localness",
+    "PhraseTransformer (k=2)": "phrasetransformer-k-2",
+    "Structured attention (Transformer)": "structured-attention-transformer-layer-1",
+    "RNN (NMT)": "rnn-nmt",
+    "SA-NMT (shared)": "sa-nmt-shared",
+}
+#: the rows of the Transformer family (the README's MDE range is over these)
+TRANSFORMER_ROWS = [s for s in ROWS.values() if s not in ("rnn-nmt", "sa-nmt-shared")]
+
+
+def _outputs_module():
+    spec = importlib.util.spec_from_file_location("outputs_script", ROOT / "scripts" / "outputs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@cache
+def archive(budget: str) -> dict[str, bytes]:
+    """{member: content} of the budget's committed archive."""
+    return _outputs_module().read_archive(ROOT / "docs" / "outputs" / f"{ARCHIVES[budget]}.tar.xz")
+
+
+def seeds(budget: str, slug: str) -> list[int]:
+    """The seeds of a row with a finished run (a result.json) in the archive, in order."""
+    found = [int(n.split("/")[2][4:]) for n in archive(budget)
+             if n.startswith(f"runs/{slug}/seed") and n.endswith("/result.json")]
+    return sorted(found)
+
+
+@cache
+def result(budget: str, slug: str, seed: int) -> dict:
+    return json.loads(archive(budget)[f"runs/{slug}/seed{seed}/result.json"])
+
+
+def per_set_score(budget: str, slug: str, seed: int, split: str, key: str = "bleu_lc_tok") -> float:
+    """A run's score on one test set as its result.json records it."""
+    res = result(budget, slug, seed)
+    return float(res[key] if split == res["split"] else res["splits"][split][key])
+
+
+def _lines(data: bytes) -> list[str]:
+    text = data.decode("utf-8")
+    return text[:-1].split("\n") if text.endswith("\n") else text.split("\n")
+
+
+def hyps(budget: str, slug: str, seed: int, split: str) -> list[str]:
+    """A run's translations of ``split`` (of each part of a joined set, in order), from the archive."""
+    res = result(budget, slug, seed)
+    out: list[str] = []
+    for part in split.split("+"):
+        hyp_file = res["hyp_file"] if part == res["split"] else res["splits"][part]["hyp_file"]
+        out += _lines(archive(budget)[f"runs/{slug}/seed{seed}/{hyp_file}"])
+    return out
+
+
+@cache
+def refs(split: str) -> tuple[str, ...]:
+    """The references of ``split`` (joined: the parts' in order)."""
+    out: list[str] = []
+    for part in split.split("+"):
+        path = REFERENCES / SPLITS[part]
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: the Multi30k references (the shared data folder beside the "
+                                    "checkout) are needed to recompute joined scores and tests.")
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            out += f.read().splitlines()
+    return tuple(out)
+
+
+@cache
+def _stats(budget: str, slug: str, seed: int, split: str):
+    from structnmt.evaluate.seeds import run_statistics
+
+    metric, stats = run_statistics([hyps(budget, slug, seed, split)], list(refs(split)), metric="bleu_lc_tok",
+                                   lang=LANG)
+    return metric, stats[0]
+
+
+def score(budget: str, slug: str, seed: int, split: str) -> float:
+    """A run's corpus BLEU (lc,tok), recomputed from its translations (a joined set: on the join)."""
+    from structnmt.evaluate.seeds import _scores
+
+    metric, st = _stats(budget, slug, seed, split)
+    return float(_scores(metric, st.sum(0, keepdims=True))[0])
+
+
+def mean(budget: str, slug: str, split: str, *, recompute: bool = False) -> float:
+    """A row's mean BLEU (lc,tok) over its seeds: from result.json (one set), or rescored (``recompute``, joined)."""
+    vals = [score(budget, slug, s, split) if recompute or "+" in split else per_set_score(budget, slug, s, split)
+            for s in seeds(budget, slug)]
+    return float(np.mean(vals))
+
+
+def delta(budget: str, slug: str, split: str) -> float:
+    return mean(budget, slug, split) - mean(budget, BASELINE, split)
+
+
+@cache
+def test(budget: str, slug: str, split: str, against: str = BASELINE):
+    """The seed-aware test of the row against the baseline (or the row ``against``) on ``split``, as the report
+    runs it."""
+    from structnmt.evaluate.seeds import RunStatistics
+
+    base, row = seeds(budget, against), seeds(budget, slug)
+    metric = _stats(budget, against, base[0], split)[0]
+    stats = [_stats(budget, against, s, split)[1] for s in base] + [_stats(budget, slug, s, split)[1] for s in row]
+    rs = RunStatistics("bleu_lc_tok", metric, stats, [len(base), len(row)], [slug])
+    return rs.test(n_samples=N_SAMPLES, seed=BOOT_SEED, aso=False, method=METHOD)[slug]
+
+
+def mark(budget: str, slug: str, split: str) -> str:
+    from structnmt.experiment.report import significance_mark
+
+    t = test(budget, slug, split)
+    return significance_mark(t.p_value, t.delta)
+
+
+def fmt_delta(x: float) -> str:
+    return f"{x:+.2f}".replace("-", "−")
+
+
+def fmt_p(p: float) -> str:
+    """p as the docs write it: "< 0.001", else three decimals."""
+    if p < 0.001:
+        return "< 0.001"
+    text = f"{p:.3f}"
+    if float(text) in (0.01, 0.05) and p < float(text):  # 0.0099 is below the mark's threshold: say so
+        text = f"{p:.4f}"
+    return f"= {text}"
+
+
+# ---- the claims: each function returns the text the document must contain ----
+
+def readme_cell(budget: str, slug: str) -> str:
+    """A README table cell: the joined Δ with its mark, bold when marked ("**+2.18 ⇑**", "+0.41")."""
+    if not seeds(budget, slug):
+        return "not run yet"
+    d, m = delta(budget, slug, JOINED), mark(budget, slug, JOINED)
+    return f"**{fmt_delta(d)} {m}**" if m else fmt_delta(d)
+
+
+def readme_row(label: str) -> str:
+    """A whole README table row: the joined Δ and mark at 2,000 and 8,000 updates."""
+    slug = ROWS[label]
+    return f"| {label} | {readme_cell('2k', slug)} | {readme_cell('8k', slug)} |"
+
+
+def readme_rnn_row() -> str:
+    """The README's one line for the RNN and SA-NMT (both untested at 8,000 updates)."""
+    return (f"| RNN (NMT) / SA-NMT (shared) | {readme_cell('2k', 'rnn-nmt')}; {readme_cell('2k', 'sa-nmt-shared')} "
+            f"(one seed collapsed) | {readme_cell('8k', 'rnn-nmt')} |")
+
+
+def baseline_per_set(budget: str) -> str:
+    """The baseline's mean BLEU (lc,tok) on each set, from result.json alone: "(36.31 / 27.41)"."""
+    return f"({mean(budget, BASELINE, 'test'):.2f} / {mean(budget, BASELINE, 'test1'):.2f})"
+
+
+def baseline_scores(budget: str) -> str:
+    """The baseline's mean BLEU (lc,tok), joined (recomputed) and per set (result.json): "37.03 (36.31 / 27.41)"."""
+    return (f"{mean(budget, BASELINE, JOINED):.2f} ({mean(budget, BASELINE, 'test'):.2f} / "
+            f"{mean(budget, BASELINE, 'test1'):.2f})")
+
+
+def mde(budget: str, slug: str, split: str = JOINED) -> float:
+    return test(budget, slug, split).minimal_detectable_effect()
+
+
+def mde_range(rows: tuple[tuple[str, str], ...]) -> str:
+    """The header's MDE range over (budget, slug) pairs: "0.6-1.1"."""
+    vals = [mde(b, s) for b, s in rows]
+    return f"{min(vals):.1f}-{max(vals):.1f} BLEU for the Transformer rows"
+
+
+def transformer_pairs() -> tuple[tuple[str, str], ...]:
+    """Every (budget, Transformer-family row) with runs."""
+    return tuple((b, s) for b in ARCHIVES for s in TRANSFORMER_ROWS if seeds(b, s))
+
+
+def seed_counts() -> str:
+    """The header's seed counts: every row's at 2,000 updates, and those at 8,000 that differ."""
+    two = {len(seeds("2k", s)) for s in [BASELINE, *ROWS.values()]}
+    assert len(two) == 1, f"2k rows with different seed counts: {two}"
+    n = two.pop()
+    six = sorted(s for s in [BASELINE, *ROWS.values()] if len(seeds("8k", s)) not in (0, n))
+    assert six == ["rel-pos", "transformer"], six
+    assert {len(seeds("8k", s)) for s in six} == {6}
+    return f"{n} seeds a row\n(6 for the baseline and Rel_Pos at 8,000 updates)"
+
+
+def joined_claim(budget: str, slug: str) -> str:
+    """cross_paper.md's joined figure for a row: "+2.18 ⇑ (p < 0.001, MDE 0.92)"."""
+    t = test(budget, slug, JOINED)
+    m = mark(budget, slug, JOINED)
+    return f"{fmt_delta(t.delta)}{(' ' + m) if m else ''} (p {fmt_p(t.p_value)}, MDE {t.minimal_detectable_effect():.2f})"
+
+
+def per_set_claim(budget: str, slug: str) -> str:
+    """cross_paper.md's per-set figures under the new test: "+1.69 ⇑ / +2.68 ⇑ (p < 0.001 / < 0.001)"."""
+    cells, ps = [], []
+    for split in ("test", "test1"):
+        t, m = test(budget, slug, split), mark(budget, slug, split)
+        cells.append(f"{fmt_delta(t.delta)}{(' ' + m) if m else ''}")
+        ps.append(fmt_p(t.p_value).removeprefix("= "))
+    return f"{' / '.join(cells)} (p {' / '.join(ps)})"
+
+
+def versus_claim(budget: str, slug: str, against: str) -> str:
+    """One row against another (not the baseline), joined then each set: "+0.65 (p = 0.021) joined; +0.69 /
+    +0.60 (p 0.13 / 0.074)"."""
+    j = test(budget, slug, JOINED, against)
+    ts = [test(budget, slug, x, against) for x in ("test", "test1")]
+    return (f"{fmt_delta(j.delta)} (p {fmt_p(j.p_value)}) joined; {' / '.join(fmt_delta(t.delta) for t in ts)} "
+            f"(p {' / '.join(fmt_p(t.p_value).removeprefix('= ') for t in ts)})")
+
+
+@dataclass(frozen=True)
+class Claim:
+    doc: str
+    what: str
+    fn: Callable[..., str]
+    args: tuple = ()
+    fast: bool = False  # checked by tests/test_claims.py on every run (the rest: this script)
+
+    def expected(self) -> str:
+        return self.fn(*self.args)
+
+
+CLAIMS: list[Claim] = [
+    # README, "The answer: which mechanism helps": the header
+    Claim(README, "header: seed counts", seed_counts, fast=True),
+    Claim(README, "header: the MDE range over the Transformer rows", lambda: mde_range(transformer_pairs())),
+    Claim(README, "the baseline's scores on each set at 2,000 updates", baseline_per_set, ("2k",), fast=True),
+    Claim(README, "the baseline's scores on each set at 8,000 updates", baseline_per_set, ("8k",), fast=True),
+    Claim(README, "the baseline's scores at 2,000 updates", baseline_scores, ("2k",), fast=True),
+    Claim(README, "the baseline's scores at 8,000 updates", baseline_scores, ("8k",)),
+    # README: the table, one row per mechanism
+    *[Claim(README, f"table row {label}", readme_row, (label,), fast=label == "+ Rel_Pos")
+      for label in ROWS if label not in ("RNN (NMT)", "SA-NMT (shared)")],
+    Claim(README, "table row RNN / SA-NMT", readme_rnn_row),
+    # docs/results/cross_paper.md: the joined verdicts it quotes, and each set under the new test
+    *[Claim(CROSS, f"{b} joined {s}", joined_claim, (b, s), fast=(b, s) == ("8k", "rel-pos"))
+      for b in ARCHIVES for s in ROWS.values() if seeds(b, s)],
+    *[Claim(CROSS, f"{b} per set {s}", per_set_claim, (b, s))
+      for b in ARCHIVES for s in ROWS.values() if seeds(b, s)],
+    # the combination against each of its parts, and SA-NMT against its own RNN
+    Claim(CROSS, "2k combination v Rel_Pos", versus_claim, ("2k", "rel-pos-heterogeneous-queryk-1-2", "rel-pos")),
+    Claim(CROSS, "2k combination v QUERYK", versus_claim,
+          ("2k", "rel-pos-heterogeneous-queryk-1-2", "heterogeneous-queryk-1-2")),
+    Claim(CROSS, "2k SA-NMT v the RNN", versus_claim, ("2k", "sa-nmt-shared", "rnn-nmt")),
+]
+
+
+def _words(text: str) -> str:
+    """Text with every run of white space one space (a claim may wrap across lines of the document)."""
+    return " ".join(text.split())
+
+
+def check(claims: list[Claim], texts: dict[str, str] | None = None) -> list[str]:
+    """One line per claim whose recomputed text its document does not contain (``texts``: {doc: text} read
+    instead of the files, e.g. an edited copy)."""
+    docs: dict[str, str] = {d: _words(t) for d, t in (texts or {}).items()}
+    failures = []
+    for c in claims:
+        text = docs.setdefault(c.doc, _words((ROOT / c.doc).read_text(encoding="utf-8")))
+        want = _words(c.expected())
+        if want not in text:
+            failures.append(f"{c.doc}: {c.what}: recomputed {want!r}, not in the text")
+    return failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fast", action="store_true", help="only the subset tests/test_claims.py checks")
+    ap.add_argument("--show", action="store_true", help="print every claim's recomputed text")
+    args = ap.parse_args(argv)
+    claims = [c for c in CLAIMS if c.fast or not args.fast]
+    if args.show:
+        for c in claims:
+            print(f"{c.doc}: {c.what}: {c.expected()}")
+    failures = check(claims)
+    for line in failures:
+        print(line)
+    print(f"{len(claims) - len(failures)} of {len(claims)} claims as recomputed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

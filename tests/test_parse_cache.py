@@ -150,6 +150,20 @@ def test_parse_cache_bad_input_through_the_cli(model, tmp_path, capsys):
         in capsys.readouterr().err
 
 
+
+def _stopping_at_third_parse():
+    """SpacyParser.parse as it is, but its third call is interrupted (Ctrl-C) as a user would."""
+    real, calls = parsers.SpacyParser.parse, {"n": 0}
+
+    def stopping(self, texts, **kw):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(self, texts, **kw)
+
+    return stopping
+
+
 def test_parse_streams_in_chunks_and_resume_finishes_an_interrupted_run(tmp_path, monkeypatch):
     """Chunks of 4 lines: a line repeated in a later chunk is written once; a run stopped in its third chunk
     keeps two chunks (whole gzip members) and --resume ends with the same parses as one run."""
@@ -161,13 +175,7 @@ def test_parse_streams_in_chunks_and_resume_finishes_an_interrupted_run(tmp_path
     assert read_parse_cache(one) == read_parse_cache(tmp_path / "whole.jsonl.gz")
     with gzip.open(one, "rt") as f:
         assert len(f.read().splitlines()) == 14
-    real, calls = parsers.SpacyParser.parse, {"n": 0}
-
-    def stopping(self, texts, **kw):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return real(self, texts, **kw)
+    stopping = _stopping_at_third_parse()
 
     out = tmp_path / "out.jsonl.gz"
     with monkeypatch.context() as m:
@@ -191,13 +199,7 @@ def test_parse_resume_refuses_a_record_whose_counts_or_notes_were_edited(tmp_pat
     import hashlib
 
     cfg = ParserConfig(name="spacy")
-    real, calls = parsers.SpacyParser.parse, {"n": 0}
-
-    def stopping(self, texts, **kw):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return real(self, texts, **kw)
+    stopping = _stopping_at_third_parse()
 
     out = tmp_path / "out.jsonl"
     with monkeypatch.context() as m:

@@ -152,7 +152,12 @@ def seeds_needed(delta: float, parts: VarianceParts, *, alpha: float = 0.05, tar
         raise ValueError(f"max_seeds must be >= 2, got {max_seeds}.")
     if power(delta, parts, max_seeds, max_seeds, alpha=alpha) < target:
         return None
-    lo, hi = 2, max_seeds  # power grows with the seeds: the first n reaching the target, by bisection
+    return _fewest_seeds(delta, parts, 2, max_seeds, alpha=alpha, target=target)
+
+
+def _fewest_seeds(delta: float, parts: VarianceParts, lo: int, hi: int, *, alpha: float, target: float) -> int:
+    """The first n in [lo, hi] whose power reaches ``target`` (``hi`` reaches it), by bisection: power grows
+    with the seeds."""
     while lo < hi:
         mid = (lo + hi) // 2
         if power(delta, parts, mid, mid, alpha=alpha) >= target:
@@ -233,11 +238,4 @@ def seeds_for(delta: float, comp: NoiseComponents, scale: float = 1.0, *, alpha:
         if hi >= max_seeds:
             return None
         hi = min(2 * hi, max_seeds)
-    lo = max(2, hi // 2)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if power(delta, parts, mid, mid, alpha=alpha) >= target:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+    return _fewest_seeds(delta, parts, max(2, hi // 2), hi, alpha=alpha, target=target)

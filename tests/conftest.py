@@ -30,6 +30,44 @@ settings.register_profile("structnmt", deadline=None, suppress_health_check=[Hea
 settings.load_profile("structnmt")
 
 
+def train_tiny(data: Path, save: Path) -> Path:
+    """A Transformer trained for 2 updates on ``data`` into ``save``; its last checkpoint's path."""
+    from structnmt.config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig
+    from structnmt.training import train
+
+    train(Config(data=DataConfig(path=str(data), max_tokens=600),
+                 model=ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=1),
+                 train=TrainConfig(save_dir=str(save), max_updates=2, validate_interval_updates=2, warmup_updates=1,
+                                   tensorboard=False, progress=False),
+                 decode=DecodeConfig(beam=2, max_len_b=3)), log=lambda *_: None)
+    return save / "checkpoint_last.pt"
+
+
+def decode_in_this_process(monkeypatch) -> list[int]:
+    """translate's DecodePool replaced by one that decodes here with the checkpoint's own model: the sizes of the
+    pools translate started (a test reads how many processes it would have used)."""
+    import structnmt.decode.translate as translate
+
+    started: list[int] = []
+
+    class HerePool:
+        def __init__(self, checkpoint, workers, threads=1, data_dir=None):
+            started.append(workers)
+            self.workers = workers
+            self.model = translate.Translator(checkpoint, device="cpu").model
+
+        def decode(self, batches, dcfg, max_positions):
+            model = translate.model_for_dtype(self.model, dcfg.dtype)
+            return [(k, translate.decode_batch(model, *translate.pad_sources(b), dcfg, max_positions))
+                    for k, b in enumerate(batches)]
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(translate, "DecodePool", HerePool)
+    return started
+
+
 def random_sources(seed: int = 0, n: int = 6, S: int = 9, vocab: int = 40, shortest: int = 3):
     """(src (n, S) ids from 4 to ``vocab``, mask (n, S) bool): n padded sources of random lengths shortest..S."""
     g = torch.Generator().manual_seed(seed)

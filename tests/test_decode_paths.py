@@ -366,32 +366,12 @@ def test_a_training_config_with_bfloat16_decoding_for_a_mechanism_is_refused_bef
 def test_translate_starts_no_more_decoding_processes_than_the_input_has_batches(monkeypatch, synth_data, tmp_path):
     """translate --workers N: one batch is decoded here (no process loads the model for nothing), k < N batches
     by k processes; a later call with more batches gets a larger pool; the translations are those of one process."""
+    from conftest import decode_in_this_process, train_tiny
+
     import structnmt.decode.translate as translate
-    from structnmt.config import Config, DataConfig, TrainConfig
-    from structnmt.training import train
 
-    c = Config(data=DataConfig(path=str(synth_data), max_tokens=600),
-               model=ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=1),
-               train=TrainConfig(save_dir=str(tmp_path / "m"), max_updates=2, validate_interval_updates=2,
-                                 warmup_updates=1, tensorboard=False, progress=False),
-               decode=DecodeConfig(beam=2, max_len_b=3))
-    train(c, log=lambda *_: None)
-    started: list[int] = []
-
-    class HerePool:  # a pool that records its size and decodes in this process
-        def __init__(self, checkpoint, workers, threads=1, data_dir=None):
-            started.append(workers)
-            self.workers = workers
-
-        def decode(self, batches, dcfg, max_positions):
-            model = translate.model_for_dtype(one.model, dcfg.dtype)
-            return [(k, translate.decode_batch(model, *translate.pad_sources(b), dcfg, max_positions))
-                    for k, b in enumerate(batches)]
-
-        def close(self):
-            pass
-
-    monkeypatch.setattr(translate, "DecodePool", HerePool)
+    train_tiny(synth_data, tmp_path / "m")
+    started = decode_in_this_process(monkeypatch)  # pools record their size and decode in this process
     lines = [f"the cat {'and the dog ' * (i % 3)}sleeps" for i in range(20)]
     one = translate.Translator(tmp_path / "m" / "checkpoint_last.pt", device="cpu")
     many = translate.Translator(tmp_path / "m" / "checkpoint_last.pt", device="cpu", workers=4)

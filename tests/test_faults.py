@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_user_error as assert_one_sentence  # noqa: E402
-from conftest import cli  # noqa: E402
+from conftest import cli, train_tiny  # noqa: E402
 
 
 def tiny_grid(tmp_path: Path) -> Path:
@@ -25,16 +25,7 @@ def tiny_grid(tmp_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def checkpoint(synth_data, tmp_path_factory) -> Path:
     """A Transformer trained for 2 updates on the shared synthetic dataset."""
-    from structnmt.config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig
-    from structnmt.training import train
-
-    save = tmp_path_factory.mktemp("faults") / "run"
-    train(Config(data=DataConfig(path=str(synth_data), max_tokens=600),
-                 model=ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=1),
-                 train=TrainConfig(save_dir=str(save), max_updates=2, validate_interval_updates=2, warmup_updates=1,
-                                   tensorboard=False, progress=False),
-                 decode=DecodeConfig(beam=2, max_len_b=3)), log=lambda *_: None)
-    return save / "checkpoint_last.pt"
+    return train_tiny(synth_data, tmp_path_factory.mktemp("faults") / "run")
 
 
 # --------------------------------------------------------------------------- outputs that are not plain files

@@ -8,14 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import cli
+from conftest import cli, decode_in_this_process, train_tiny
 
 import structnmt.device as device
-from structnmt.config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig
 from structnmt.data import prepare as prepare_mod
-from structnmt.decode import translate as translate_mod
 from structnmt.experiment import runner as runner_mod
-from structnmt.training import train
 
 
 def _cpus(monkeypatch, n: int) -> None:
@@ -94,35 +91,12 @@ def test_prepare_spacy_processes_are_capped_at_the_batches_to_parse(tmp_path, mo
 
 @pytest.fixture(scope="module")
 def checkpoint(synth_data, tmp_path_factory) -> Path:
-    save = tmp_path_factory.mktemp("caps") / "run"
-    train(Config(data=DataConfig(path=str(synth_data), max_tokens=600),
-                 model=ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=1),
-                 train=TrainConfig(save_dir=str(save), max_updates=2, validate_interval_updates=2, warmup_updates=1,
-                                   tensorboard=False, progress=False),
-                 decode=DecodeConfig(beam=2, max_len_b=3)), log=lambda *_: None)
-    return save / "checkpoint_last.pt"
+    return train_tiny(synth_data, tmp_path_factory.mktemp("caps") / "run")
 
 
 def _pools_in_this_process(monkeypatch) -> list[int]:
     """DecodePool replaced by one that decodes here: the sizes of the pools translate started."""
-    started: list[int] = []
-
-    class HerePool:
-        def __init__(self, checkpoint, workers, threads=1, data_dir=None):
-            started.append(workers)
-            self.workers = workers
-            self.model = translate_mod.Translator(checkpoint, device="cpu").model
-
-        def decode(self, batches, dcfg, max_positions):
-            model = translate_mod.model_for_dtype(self.model, dcfg.dtype)
-            return [(k, translate_mod.decode_batch(model, *translate_mod.pad_sources(b), dcfg, max_positions))
-                    for k, b in enumerate(batches)]
-
-        def close(self):
-            pass
-
-    monkeypatch.setattr(translate_mod, "DecodePool", HerePool)
-    return started
+    return decode_in_this_process(monkeypatch)
 
 
 def test_translate_workers_are_capped_at_the_cpus_and_the_chunk(checkpoint, synth_data, tmp_path, monkeypatch,

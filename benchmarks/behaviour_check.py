@@ -93,8 +93,8 @@ def run_one(cfg, corpus: Path) -> dict:
 
     from structnmt.decode.translate import Translator
     try:
-        from structnmt.training import train
-    except ImportError:  # the layout before structnmt.training (a record written by an older checkout)
+        from structnmt.cli.training import train
+    except ImportError:  # the layout before structnmt.cli.training (a record written by an older checkout)
         from structnmt.train.trainer import train
 
     save = Path(cfg.train.save_dir)

@@ -13,7 +13,7 @@ Variants, all on the same sentences, beam and batch size, in one run, in rotatin
 * ``ctranslate2-int8`` (``--int8``): the same export with int8 weights.
 
 ``--malloc-compare`` instead runs the ``structnmt`` variant in child processes with
-STRUCTNMT_MALLOC=system and =retain (structnmt.allocator; a process setting),
+STRUCTNMT_MALLOC=system and =retain (structnmt.machine.allocator; a process setting),
 alternating ``--rounds`` times, and reports the ratio and whether the translations are
 identical. Otherwise the benchmark applies STRUCTNMT_MALLOC (default: retain), as
 ``structnmt translate`` does.
@@ -98,7 +98,7 @@ def _structnmt_variant(tr, lines: list[str], dcfg, share: bool) -> Callable[[], 
 def _add_ctranslate2(variants: dict[str, Callable[[], list[str]]], args: argparse.Namespace, tmp: Path,
                      lines: list[str], dcfg) -> None:
     """The CTranslate2 export of the checkpoint (float32, and int8 with ``--int8``) as variants, exported in ``tmp``."""
-    from structnmt.export import CT2Translator, export_ctranslate2
+    from structnmt.tasks.export import CT2Translator, export_ctranslate2
 
     ct = CT2Translator(export_ctranslate2(args.checkpoint, tmp / "f32"), threads=args.threads)
     variants["ctranslate2"] = lambda: [h[0].text for h in ct.translate(lines, dcfg)]
@@ -154,7 +154,7 @@ def main() -> None:
     if args.malloc_compare:
         malloc_compare(args)
         return
-    from structnmt.allocator import configure_allocator
+    from structnmt.machine.allocator import configure_allocator
 
     allocator = configure_allocator()
     torch.set_num_threads(args.threads)

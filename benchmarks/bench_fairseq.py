@@ -63,7 +63,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from structnmt.device import cpu_model_name
+from structnmt.machine.device import cpu_model_name
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "multi30k_transformer_tiny.yaml"
@@ -182,7 +182,7 @@ def median_after(values: list[float], skip: int) -> float:
 
 DECODE_SNIPPET = (
     "import sys, time, torch; torch.set_num_threads(int(sys.argv[3]))\n"
-    "from structnmt.allocator import configure_allocator; configure_allocator()  # as structnmt translate\n"
+    "from structnmt.machine.allocator import configure_allocator; configure_allocator()  # as structnmt translate\n"
     "from structnmt.decode.translate import Translator\nfrom structnmt.config import DecodeConfig\n"
     "if __name__ == '__main__':\n"
     "    lines = open(sys.argv[2], encoding='utf-8').read().splitlines()\n"
@@ -213,7 +213,7 @@ def decode_ct2(checkpoint: Path, src_lines: Path, threads: int, work: Path, env:
     except ImportError:
         return {}
     snippet = (
-        "import sys, time\nfrom structnmt.export import export_ctranslate2, CT2Translator\n"
+        "import sys, time\nfrom structnmt.tasks.export import export_ctranslate2, CT2Translator\n"
         "from structnmt.config import DecodeConfig\n"
         "lines = open(sys.argv[2], encoding='utf-8').read().splitlines()\n"
         "q = None if sys.argv[5] == 'none' else sys.argv[5]\n"

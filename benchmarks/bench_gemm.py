@@ -7,7 +7,7 @@ For each shape of ``transformer_tiny`` (d 128, FFN 256, a 10,000-piece vocabular
 batch) and in beam decoding (128 sentences x beam 5 = 640 hypotheses a step), times the three products of a
 linear layer y = x W^T + b — the forward, the input gradient dy W and the weight gradient dy^T x — once by
 PyTorch's default (``F.linear`` / ``torch.mm``: MKL on x86) and once by oneDNN's float32 inner product (the
-kernel :mod:`structnmt.cpu_gemm` uses), alternated call by call, the median of ``--rounds`` rounds of
+kernel :mod:`structnmt.machine.cpu_gemm` uses), alternated call by call, the median of ``--rounds`` rounds of
 ``--calls`` calls each. Prints one table with the CPU (``/proc/cpuinfo``), torch version and threads; the ratio
 is MKL's time over oneDNN's (above 1: oneDNN faster). Both are float32; their results agree within float32
 rounding (checked here on every shape, printed as the largest relative difference).
@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from structnmt.cpu_gemm import _onednn, cpu_vendor
-from structnmt.device import cpu_model_name
+from structnmt.machine.cpu_gemm import _onednn, cpu_vendor
+from structnmt.machine.device import cpu_model_name
 
 #: (name, rows M, in K, out N): transformer_tiny's linear layers in training and in a decoding step
 SHAPES = [

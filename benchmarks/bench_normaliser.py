@@ -28,11 +28,11 @@ from pathlib import Path
 
 import torch
 
-from structnmt.allocator import configure_allocator
 from structnmt.decode.beam import _chunk_size, topk_rows
+from structnmt.machine.allocator import configure_allocator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from structnmt.device import cpu_model_name  # noqa: E402
+from structnmt.machine.device import cpu_model_name  # noqa: E402
 
 
 def topk_gather(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -45,13 +45,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from structnmt.allocator import configure_allocator  # noqa: E402
 from structnmt.config import AttentionSpec, ModelConfig
 from structnmt.data.dataset import PreparedDataset, collate, make_batches
 from structnmt.data.prepare import PrepareConfig, prepare
 from structnmt.data.synthetic import SynthConfig, write_corpus
 from structnmt.data.vocab import EOS
 from structnmt.decode.beam import beam_search
+from structnmt.machine.allocator import configure_allocator  # noqa: E402
 from structnmt.models.transformer import TransformerModel
 from structnmt.train.loss import label_smoothed_nll
 

@@ -42,9 +42,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_mgsa import SIZES, dataset, step  # noqa: E402
 
-from structnmt.allocator import configure_allocator  # noqa: E402
 from structnmt.config import AttentionPlan, AttentionSpec, ModelConfig  # noqa: E402
 from structnmt.data.dataset import PreparedDataset, collate, make_batches  # noqa: E402
+from structnmt.machine.allocator import configure_allocator  # noqa: E402
 from structnmt.models.transformer import TransformerModel  # noqa: E402
 
 REL = AttentionSpec("rel_pos", {"k": 16})

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from structnmt.device import cpu_model_name
+from structnmt.machine.device import cpu_model_name
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "multi30k"

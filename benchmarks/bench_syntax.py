@@ -26,7 +26,7 @@ import torch
 
 
 def bench_parse(data: Path, n: int, processes: int, batch_size: int) -> dict:
-    from structnmt.data.corpus import read_lines
+    from structnmt.fileio.corpus import read_lines
     from structnmt.syntax.parsers import ParserConfig, build_parser
 
     lines = [x.strip() for x in read_lines(data / "train.en.gz")][:n]
@@ -48,7 +48,7 @@ def _prepare_subset(data: Path, n: int, work: Path):
 
     src = (work / "train.en")
     tgt = (work / "train.de")
-    from structnmt.data.corpus import read_lines
+    from structnmt.fileio.corpus import read_lines
 
     src.write_text("\n".join(list(read_lines(data / "train.en.gz"))[:n]) + "\n")
     tgt.write_text("\n".join(list(read_lines(data / "train.de.gz"))[:n]) + "\n")

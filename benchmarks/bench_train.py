@@ -22,13 +22,13 @@ Variants:
                  uniform-threshold masks
   autograd-loss  the label-smoothed loss left to autograd (log_softmax, gather, mean) instead
                  of structnmt.train.loss's written-out gradient
-  onednn-linear  the linear layers on oneDNN (structnmt.cpu_gemm.to_onednn; the trainer's choice on AMD
+  onednn-linear  the linear layers on oneDNN (structnmt.machine.cpu_gemm.to_onednn; the trainer's choice on AMD
                  CPUs), the others' on PyTorch's default (MKL)
 
 Two process settings are compared in child processes that run the baseline alternately,
 ``--rounds`` times each: ``--thp-compare`` (transparent huge pages for torch's CPU
 allocator, THP_MEM_ALLOC_ENABLE=0 and =1, read at the first allocation) and
-``--malloc-compare`` (structnmt's allocator setting, ``structnmt.allocator``:
+``--malloc-compare`` (structnmt's allocator setting, ``structnmt.machine.allocator``:
 STRUCTNMT_MALLOC=system and =retain). Like the command line, the benchmark applies the
 allocator setting of STRUCTNMT_MALLOC (default: retain) before it allocates anything.
 ``--omp-wait-compare`` compares OpenMP's wait policy the same way: OMP_WAIT_POLICY unset
@@ -61,10 +61,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from structnmt.allocator import configure_allocator
 from structnmt.config import load_config
-from structnmt.cpu_gemm import to_onednn
 from structnmt.data.dataset import PreparedDataset, collate, make_batches
+from structnmt.machine.allocator import configure_allocator
+from structnmt.machine.cpu_gemm import to_onednn
 from structnmt.models import build_model
 from structnmt.train.loss import label_smoothed_nll
 

@@ -9,7 +9,7 @@ device's name and the torch and CUDA versions:
 * **Transformer-base training** (the papers' size: d 512, 8 heads, 6 + 6 layers, FFN 2048, a 32,000-piece
   shared vocabulary) in bf16 autocast (float32 on a CPU) at 4k, 8k and 16k target tokens per batch, on sentences of
   Multi30k's lengths (drawn from a fixed distribution, mean about 14 pieces): target tokens per second and MFU,
-  the model's FLOPs per second (:mod:`structnmt.flops`: matrix products over the real tokens, three forward
+  the model's FLOPs per second (:mod:`structnmt.machine.flops`: matrix products over the real tokens, three forward
   passes a step) over the device's dense bf16 peak (:data:`PEAK_BF16`; none known: no MFU).
 * **Decoding** at beam 5, 128 sentences a batch, a fixed 20 steps per sentence (a random model never ends on its
   own), in bfloat16 on a GPU (``decode.dtype=bfloat16``), for Transformer-base and transformer_tiny, each without
@@ -48,7 +48,7 @@ from structnmt.data.vocab import BOS, EOS
 from structnmt.decode.beam import beam_search
 from structnmt.decode.cuda_graphs import GraphPool
 from structnmt.decode.translate import model_for_dtype
-from structnmt.flops import mfu, transformer_training_flops
+from structnmt.machine.flops import mfu, transformer_training_flops
 from structnmt.models import build_model
 from structnmt.train.cuda_graphs import BUCKET, compiled_step
 

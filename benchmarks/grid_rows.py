@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from structnmt.checkpoint import load_model_state
+from structnmt.cli.training import training_hooks
 from structnmt.config import Config
 from structnmt.experiment.grid import load_grid, resolve_run_config, slug
+from structnmt.models.checkpoint import load_model_state
 from structnmt.train.trainer import Trainer
-from structnmt.training import training_hooks
 
 
 def grid_rows(grid_path: str | Path, data: str | Path, overrides: list[str] | None = None,

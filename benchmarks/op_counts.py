@@ -5,7 +5,7 @@
     ... --checkpoint 'Structured attention (Transformer, layer 1)=runs/.../checkpoint_2000.pt'
 
 On a GPU a small model's step is bound by the process that launches its kernels, so a mechanism's cost there
-is its operator calls per step more than its FLOPs. Counted (:class:`structnmt.op_count.OpCounter`, on the
+is its operator calls per step more than its FLOPs. Counted (:class:`structnmt.machine.op_count.OpCounter`, on the
 CPU: the count does not depend on the device): every ATen call of ``--steps`` whole training steps (the
 trainer's own ``train_step``: forward, backward, clipping, Adam), after one uncounted step; the calls that
 compute (not views: each one a kernel launch or more on a GPU); the host's reads of tensor values (on a GPU, a
@@ -30,10 +30,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grid_rows import grid_rows, row_trainer, step_groups  # noqa: E402
 
-from structnmt.cpu_gemm import to_plain  # noqa: E402
 from structnmt.experiment.grid import load_grid  # noqa: E402
+from structnmt.machine.cpu_gemm import to_plain  # noqa: E402
+from structnmt.machine.op_count import OpCounter  # noqa: E402
 from structnmt.nn import matrix_tree  # noqa: E402
-from structnmt.op_count import OpCounter  # noqa: E402
 
 
 def count_row(cfg, steps: int, checkpoint: Path | None = None) -> dict:
@@ -64,7 +64,7 @@ def references(rows: dict[str, dict], baseline: str) -> dict[str, str]:
 
 def table(rows: dict[str, dict], baseline: str, steps: int) -> str:
     refs = references(rows, baseline)
-    lines = [f"Operator calls per training step, mean of {steps} steps (structnmt.op_count.OpCounter)", "",
+    lines = [f"Operator calls per training step, mean of {steps} steps (structnmt.machine.op_count.OpCounter)", "",
              "| row | weights | calls/step | kernels/step | host reads/step | x baseline | x family baseline "
              "| matrix-tree sentences eliminated |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for name, r in rows.items():

@@ -32,8 +32,8 @@ settings.load_profile("structnmt")
 
 def train_tiny(data: Path, save: Path) -> Path:
     """A Transformer trained for 2 updates on ``data`` into ``save``; its last checkpoint's path."""
+    from structnmt.cli.training import train
     from structnmt.config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig
-    from structnmt.training import train
 
     train(Config(data=DataConfig(path=str(data), max_tokens=600),
                  model=ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=1),

@@ -1,4 +1,4 @@
-"""The process allocator setting (structnmt.allocator): what it changes, and its switch."""
+"""The process allocator setting (structnmt.machine.allocator): what it changes, and its switch."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from structnmt import cli
-from structnmt.allocator import _glibc, configure_allocator
+from structnmt.cli import commands as cli
 from structnmt.errors import UserError
+from structnmt.machine.allocator import _glibc, configure_allocator
 
 PROBE = """
 import ctypes, sys
-from structnmt.allocator import configure_allocator
+from structnmt.machine.allocator import configure_allocator
 mode = configure_allocator(sys.argv[1])
 import torch
 

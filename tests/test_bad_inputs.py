@@ -21,10 +21,10 @@ import pytest
 import torch
 from conftest import assert_user_error, cli  # noqa: E402  (the shared "one sentence" checks)
 
-from structnmt.checkpoint import load_checkpoint
 from structnmt.cli import main
 from structnmt.data.prepare import PrepareConfig, prepare
 from structnmt.data.vocab import Vocab
+from structnmt.models.checkpoint import load_checkpoint
 
 
 def tree_snapshot(root: Path) -> dict[str, bytes]:
@@ -604,7 +604,7 @@ def test_file_system_faults_are_one_sentence_from_any_command(tmp_path, capsys, 
 
 
 def test_a_closed_pipe_ends_quietly(tmp_path, capsys, monkeypatch):
-    import structnmt.cli as cli_mod
+    import structnmt.cli.commands as cli_mod
 
     def reader_gone(args):
         raise BrokenPipeError(32, "Broken pipe")
@@ -708,11 +708,11 @@ def test_average_refuses_a_training_owned_name_and_leaves_nothing_partial_on_a_f
             fh.write(b"partial")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    import structnmt.files
+    import structnmt.fileio.files
 
-    monkeypatch.setattr(structnmt.files, "write_torch", full_disk)
+    monkeypatch.setattr(structnmt.fileio.files, "write_torch", full_disk)
     (tmp_path / "avg.pt").write_bytes(b"PK\x03\x04 an older average")  # an earlier output of average, recorded
-    from structnmt.files import record_output_file
+    from structnmt.fileio.files import record_output_file
 
     record_output_file(tmp_path / "avg.pt", "average")
     code, _, err = cli(capsys, "average", "--inputs", run, "--num", "2", "--output", tmp_path / "avg.pt")
@@ -845,7 +845,7 @@ def test_sigterm_inside_code_run_by_pyrun_string_still_ends_with_exit_status_2(t
 
 
 def test_atomic_writes_keep_the_usual_file_mode(tmp_path):
-    from structnmt.files import atomic_write_text
+    from structnmt.fileio.files import atomic_write_text
 
     old = os.umask(0o022)
     try:

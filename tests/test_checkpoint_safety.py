@@ -12,8 +12,8 @@ import pytest
 import torch
 from conftest import assert_user_error, cli
 
-from structnmt.checkpoint import load_checkpoint
 from structnmt.errors import CheckpointError
+from structnmt.models.checkpoint import load_checkpoint
 
 
 class Payload:
@@ -82,9 +82,9 @@ def test_a_training_does_not_resume_from_a_crafted_checkpoint(capsys, evil, synt
 
 
 def test_structnmt_checkpoints_load_restricted_old_and_new(synth_data, tmp_path):
+    from structnmt.cli.training import train
     from structnmt.config import Config, DataConfig, ModelConfig, TrainConfig
     from structnmt.train.trainer import set_rng_state
-    from structnmt.training import train
 
     cfg = Config(data=DataConfig(path=str(synth_data), max_tokens=400),
                  model=ModelConfig(d_model=16, ffn_dim=32, heads=2, encoder_layers=1, decoder_layers=1),

@@ -193,7 +193,7 @@ def test_user_errors_are_one_sentence_without_traceback(tmp_path):
 
 def test_demo_prints_bleu_last(tmp_path):
     """The embedded default runs end to end (tiny budget here) and its last line holds BLEU."""
-    from structnmt.demo import run_demo
+    from structnmt.cli.demo import run_demo
 
     lines: list[str] = []
     run_demo(tmp_path / "demo", updates=20, n_train=400, n_test=20, log=lines.append,
@@ -227,7 +227,7 @@ def test_demo_prints_bleu_last(tmp_path):
 
 def test_demo_trains_a_fixed_number_of_updates_unless_given_minutes(tmp_path):
     """The demo's budget is updates, not time, so a busy machine prints the same numbers as an idle one."""
-    from structnmt.demo import demo_config
+    from structnmt.cli.demo import demo_config
 
     fixed = demo_config(tmp_path, None, 0.0, 1)
     assert fixed.train.max_updates == 2500 and fixed.train.max_time_minutes == 0
@@ -236,7 +236,7 @@ def test_demo_trains_a_fixed_number_of_updates_unless_given_minutes(tmp_path):
 
 
 def test_overrides_may_follow_options_and_unknown_flags_are_refused(monkeypatch, capsys):
-    import structnmt.cli as cli
+    import structnmt.cli.commands as cli
 
     seen = {}
 
@@ -295,7 +295,7 @@ def test_every_help_page_renders(capsys):
     is read as a format specifier by argparse and fails the whole page)."""
     import argparse
 
-    import structnmt.cli as cli
+    import structnmt.cli.commands as cli
 
     parser = cli.build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
@@ -312,7 +312,7 @@ def test_every_help_page_renders(capsys):
 @pytest.mark.parametrize("command, required", [("train", "config"), ("experiment", "grid"), ("probe", "config"),
                                                ("tag", "config")])
 def test_a_missing_config_names_only_what_is_required(command, required, capsys):
-    import structnmt.cli as cli
+    import structnmt.cli.commands as cli
 
     with pytest.raises(SystemExit) as done:
         cli.main([command])
@@ -325,7 +325,7 @@ def test_every_option_says_what_it_does():
     """A fairseq-like CLI documents each option in --help: no option of any command has an empty help."""
     import argparse
 
-    import structnmt.cli as cli
+    import structnmt.cli.commands as cli
 
     parser = cli.build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices

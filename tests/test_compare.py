@@ -208,7 +208,7 @@ def test_committed_runs_may_keep_their_translations_gzipped(tmp_path):
     """docs/outputs keeps a run's <split>.hyp as <split>.hyp.gz: the report and compare read either."""
     import gzip
 
-    from structnmt.files import committed_or_plain, read_lines_exact
+    from structnmt.fileio.files import committed_or_plain, read_lines_exact
 
     lines = ["ein Hund .", "", "zwei Katzen"]
     (tmp_path / "a").mkdir()

@@ -15,7 +15,7 @@ from test_compare_html import browser  # noqa: F401 (the fixture)
 
 from structnmt.analysis.compare import CompareConfig, System
 from structnmt.analysis.compare_report import CompareInputs, run
-from structnmt.compare_attention import attention_payload, decode_map, encode_map
+from structnmt.cli.compare_attention import attention_payload, decode_map, encode_map
 
 LINES = 12
 
@@ -23,8 +23,8 @@ LINES = 12
 @pytest.fixture(scope="module")
 def models(synth_data, tmp_path_factory) -> dict[str, Path]:
     """Two tiny checkpoints on the synthetic data: a Transformer and an SA-NMT RNN (a tree-inducing model)."""
+    from structnmt.cli.training import train
     from structnmt.config import Config, DataConfig, ModelConfig, RNNConfig, TrainConfig
-    from structnmt.training import train
 
     root = tmp_path_factory.mktemp("compare_attention")
     out = {}
@@ -60,7 +60,7 @@ def test_a_map_travels_as_one_byte_per_weight():
 def test_the_maps_are_analyze_s_maps_and_the_tree_is_induce_s_tree(synth_data, models, tmp_path):
     from structnmt.analysis.heatmaps import sentence_maps
     from structnmt.decode.translate import Translator
-    from structnmt.induce import read_words, run_induce
+    from structnmt.tasks.induce import read_words, run_induce
 
     sources, _ = texts(synth_data)
     lines = [0, 3, 5]

@@ -1,4 +1,4 @@
-"""Tests for streaming, validating corpus reading (structnmt.data.corpus)."""
+"""Tests for streaming, validating corpus reading (structnmt.fileio.corpus)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from structnmt.data.corpus import (
+from structnmt.fileio.corpus import (
     CorpusError,
     PairStats,
     count_lines,

@@ -1,4 +1,4 @@
-"""structnmt.cpu_gemm: the linear layers on oneDNN instead of MKL (the choice made on AMD CPUs)."""
+"""structnmt.machine.cpu_gemm: the linear layers on oneDNN instead of MKL (the choice made on AMD CPUs)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import torch
 from conftest import random_sources
 from torch import nn
 
-from structnmt import cpu_gemm
+from structnmt.machine import cpu_gemm
 from structnmt.config import Config, DecodeConfig, ModelConfig
-from structnmt.cpu_gemm import (
+from structnmt.decode.translate import decoding_model, is_int8, translate_ids
+from structnmt.errors import UserError
+from structnmt.machine.cpu_gemm import (
     OneDNNLinear,
     backend,
     to_onednn,
@@ -17,8 +19,6 @@ from structnmt.cpu_gemm import (
     uses_onednn,
     with_cpu_gemm,
 )
-from structnmt.decode.translate import decoding_model, is_int8, translate_ids
-from structnmt.errors import UserError
 from structnmt.models import build_model
 
 

@@ -21,8 +21,8 @@ from structnmt.data.vocab import EOS
 from structnmt.decode.beam import beam_search, greedy_search
 from structnmt.decode.translate import translate_ids
 from structnmt.errors import UserError
+from structnmt.machine.op_count import OpCounter
 from structnmt.models import build_model
-from structnmt.op_count import OpCounter
 
 FAMILIES = {
     "transformer": {},
@@ -358,7 +358,7 @@ def test_translating_many_batches_records_a_graph_once_a_bucket(monkeypatch):
 def test_the_translate_option_sets_decode_cuda_graphs():
     import argparse
 
-    from structnmt.cli import _apply_decode_options
+    from structnmt.cli.commands import _apply_decode_options
 
     d = DecodeConfig()
     args = argparse.Namespace(beam=None, lenpen=None, max_len_a=None, max_len_b=None, nbest=None, batch_size=None,
@@ -399,7 +399,7 @@ def test_a_checkpoint_trained_with_cuda_graphs_translates_on_a_cpu_without_them(
     refused in one sentence whose advice translate takes."""
     from conftest import assert_user_error, cli
 
-    from structnmt.checkpoint import load_checkpoint
+    from structnmt.models.checkpoint import load_checkpoint
 
     ckpt, src = graphs_checkpoint
     assert load_checkpoint(ckpt)["config"]["decode"]["cuda_graphs"] is True

@@ -403,7 +403,7 @@ def test_bfloat16_on_a_cpu_without_bfloat16_arithmetic_is_refused_unless_allowed
     """bfloat16 is emulated on a CPU without AVX512-BF16 or AMX (several times slower than float32): refused
     in one sentence naming the formats to use instead, unless decode.allow_slow_dtype; where the CPU has
     it, or its flags cannot be read, it decodes."""
-    import structnmt.device as device_mod
+    import structnmt.machine.device as device_mod
     from structnmt.decode.translate import check_dtype_speed
 
     cpu = torch.device("cpu")

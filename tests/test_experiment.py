@@ -61,7 +61,7 @@ evaluate: {{split: test, average_last: 2, beam: 2, bootstrap_samples: 50}}
 def _cpus_for_every_job(monkeypatch):
     """As many CPUs as the tests ask for jobs: --jobs is capped at the CPUs (tests/test_worker_caps.py), and these
     tests train two runs at once on any machine."""
-    import structnmt.device as device
+    import structnmt.machine.device as device
 
     monkeypatch.setattr(device, "usable_cores", lambda: 8)
 
@@ -407,7 +407,7 @@ def test_seeds_extra_splits_and_grid_overrides(tmp_path, corpus, monkeypatch):
     import yaml
 
     from structnmt.evaluate.seeds import seed_aware_test
-    from structnmt.files import read_lines_exact
+    from structnmt.fileio.files import read_lines_exact
 
     out = tmp_path / "out"
     grid = _grid(tmp_path, corpus, out, extra="overrides: ['train.lr_schedule=linear', 'train.warmup_updates=2']")

@@ -13,7 +13,7 @@ from structnmt.config import DecodeConfig
 from structnmt.data.dataset import encode_sources
 from structnmt.data.vocab import BOS, EOS
 from structnmt.decode.translate import Translator
-from structnmt.export import MARKER, CT2Translator, ExportError, export_ctranslate2, is_export
+from structnmt.tasks.export import MARKER, CT2Translator, ExportError, export_ctranslate2, is_export
 
 
 def _train(data, work, **model):
@@ -131,7 +131,7 @@ def test_translate_command_uses_an_export_and_export_refuses_what_it_cannot_do(s
     # a failure while writing a new export (a full disk) leaves the earlier one whole, and nothing half-written
     import errno
 
-    import structnmt.export as export_mod
+    import structnmt.tasks.export as export_mod
 
     before = {p.name: p.read_bytes() for p in ct2.iterdir()}
 

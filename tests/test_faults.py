@@ -77,7 +77,7 @@ def test_a_full_disk_is_one_sentence_naming_the_output_and_a_device_stays_a_devi
 def test_a_failed_checkpoint_write_leaves_no_temporary_file_and_names_the_checkpoint(tmp_path, monkeypatch):
     import errno
 
-    import structnmt.files as files
+    import structnmt.fileio.files as files
     from structnmt.train.resume import atomic_save
 
     def full(obj, path):
@@ -109,7 +109,7 @@ def test_a_directory_that_takes_no_new_files_is_named_as_such_not_as_a_missing_p
     import errno
     import tempfile
 
-    from structnmt import files
+    from structnmt.fileio import files
 
     (tmp_path / "r.csv").write_text("System,bleu\nk = 1,10\nk = 2,12\n")
 
@@ -134,7 +134,7 @@ def test_a_directory_built_beside_its_destination_is_never_named_in_an_error(tmp
     disk names the destination the user gave, not the hidden name."""
     import errno
 
-    from structnmt.files import errors_name, temp_dir_beside
+    from structnmt.fileio.files import errors_name, temp_dir_beside
 
     (tmp_path / "a_file").write_text("x\n")
     with pytest.raises(OSError) as info:
@@ -161,7 +161,7 @@ def test_a_directory_built_beside_its_destination_is_never_named_in_an_error(tmp
 def test_a_report_file_is_recorded_only_once_written():
     import tempfile
 
-    from structnmt.files import MANIFEST, OutputDir
+    from structnmt.fileio.files import MANIFEST, OutputDir
 
     with tempfile.TemporaryDirectory() as d:
         out = OutputDir(d, "sweep-plot")
@@ -186,7 +186,7 @@ def test_a_command_does_not_replace_another_commands_report_file(capsys, tmp_pat
     `--out RUN/results.png` would be RUN/results.md, so both are refused before drawing and the report stays;
     the experiment itself replaces its own; a manifest without commands (older) lets any command replace."""
     from structnmt.errors import UserError
-    from structnmt.files import MANIFEST, OutputDir
+    from structnmt.fileio.files import MANIFEST, OutputDir
 
     OutputDir(tmp_path, "experiment").write_text("results.md", "the experiment's report\n")
     assert json.loads((tmp_path / MANIFEST).read_text())["commands"] == {"results.md": "experiment"}
@@ -206,7 +206,7 @@ def test_a_command_does_not_replace_another_commands_report_file(capsys, tmp_pat
 
 
 def test_an_earlier_output_of_another_command_is_not_removed_as_stale(tmp_path):
-    from structnmt.files import OutputDir
+    from structnmt.fileio.files import OutputDir
 
     OutputDir(tmp_path, "induce").write_text("sent1_tree.png", "induce's picture\n")
     mine = OutputDir(tmp_path, "analyze")
@@ -250,7 +250,7 @@ def test_a_file_named_like_an_earlier_outputs_marker_but_not_written_so_does_not
     writes: a user's experiment.log (or metrics.jsonl, tag.json, synth.json) does not make their results.md the
     runner's to replace."""
     from structnmt.errors import UserError
-    from structnmt.files import METRICS_RECORD, TORCH_FILE, OutputDir
+    from structnmt.fileio.files import METRICS_RECORD, TORCH_FILE, OutputDir
 
     out = tmp_path / "exp"
     out.mkdir()
@@ -285,7 +285,7 @@ def test_text_inputs_that_are_pipes_are_read_whole(tmp_path):
     (tmp_path / "f.txt").write_text("\n".join(lines) + "\n")
     with gzip.open(tmp_path / "f.txt.gz", "wt") as f:
         f.write("\n".join(lines) + "\n")
-    code = ("import sys\nfrom structnmt.data.corpus import read_lines\n"
+    code = ("import sys\nfrom structnmt.fileio.corpus import read_lines\n"
             "print(*[len(list(read_lines(p))) for p in sys.argv[1:]])")
     for name in ("f.txt", "f.txt.gz"):
         out = subprocess.run(["bash", "-c", f'{sys.executable} -c "$0" <(cat {tmp_path / name})', code],
@@ -394,7 +394,7 @@ def test_head_roles_refuses_a_label_given_twice(tmp_path, capsys):
 
 def test_tag_names_a_result_it_cannot_read_instead_of_a_traceback(tmp_path):
     from structnmt.config import ConfigError
-    from structnmt.tagger import _read_result
+    from structnmt.tasks.tagger import _read_result
 
     (tmp_path / "result.json").write_text("")  # what a full disk left of a plain write
     with pytest.raises(ConfigError, match="result.json: not a readable row result .* remove it"):

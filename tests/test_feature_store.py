@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from conftest import assert_user_error, cli
 
+from structnmt.cli.store_features import store_features
 from structnmt.config import (
     AttentionSpec,
     Config,
@@ -42,7 +43,6 @@ from structnmt.data.feature_store import (
 )
 from structnmt.data.prepare import PrepareConfig, prepare
 from structnmt.data.synthetic import SynthConfig, write_corpus
-from structnmt.store_features import store_features
 from structnmt.syntax.batching import StructureSpec, feature_values
 from structnmt.syntax.features import FEATURES, Feature, Padding
 from structnmt.syntax.parsers import ParserConfig

@@ -1,4 +1,4 @@
-"""The MFU formula (structnmt.flops) against torch's own count of a small model's matrix products."""
+"""The MFU formula (structnmt.machine.flops) against torch's own count of a small model's matrix products."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from structnmt.config import ModelConfig
-from structnmt.flops import mfu, transformer_forward_flops, transformer_training_flops
+from structnmt.machine.flops import mfu, transformer_forward_flops, transformer_training_flops
 from structnmt.models import build_model
 
 

@@ -121,7 +121,7 @@ def test_forced_gates_equal_the_gates_of_step_by_step_decoding_and_ignore_paddin
 
 @pytest.fixture(scope="module")
 def sa_checkpoint(synth_data, tmp_path_factory) -> Path:
-    from structnmt.training import train
+    from structnmt.cli.training import train
 
     root = tmp_path_factory.mktemp("gate")
     model = ModelConfig(family="rnn", d_model=32, encoder_layers=1, decoder_layers=1,

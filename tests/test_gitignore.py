@@ -64,7 +64,7 @@ def test_files_the_commands_write_in_a_clone_are_ignored(path):
 
 
 @pytest.mark.parametrize("path", [
-    "docs/reports/compare_2k/.structnmt-written.json", "docs/reliability.md", "src/structnmt/cli.py",
+    "docs/reports/compare_2k/.structnmt-written.json", "docs/reliability.md", "src/structnmt/cli/commands.py",
     "configs/grids/multi30k_transformer.yaml", "tests/test_gitignore.py", "README.md",
 ])
 def test_the_repository_s_own_files_are_not_ignored(path):

@@ -15,8 +15,8 @@ from structnmt.analysis.head_roles import (
     head_roles_table,
     read_head_roles,
 )
-from structnmt.checkpoint import load_checkpoint
 from structnmt.cli import main as cli_main
+from structnmt.cli.training import train
 from structnmt.config import (
     AttentionSpec,
     Config,
@@ -28,8 +28,8 @@ from structnmt.config import (
 from structnmt.data.prepare import PrepareConfig, prepare
 from structnmt.data.synthetic import SynthConfig, write_corpus
 from structnmt.errors import UserError
+from structnmt.models.checkpoint import load_checkpoint
 from structnmt.syntax.parsers import ParserConfig
-from structnmt.training import train
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

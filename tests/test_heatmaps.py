@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from structnmt.cli.training import train
 from structnmt.config import (
     AttentionSpec,
     Config,
@@ -18,7 +19,6 @@ from structnmt.config import (
 from structnmt.data.prepare import PrepareConfig, prepare
 from structnmt.data.synthetic import SynthConfig, write_corpus
 from structnmt.syntax.parsers import ParserConfig
-from structnmt.training import train
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 GROUPS = [{"kind": "word", "heads": 1}, {"kind": "ngram", "heads": 1, "n": 2},

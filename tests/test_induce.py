@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from structnmt.induce import (
+from structnmt.tasks.induce import (
     Sentence,
     attachment,
     branching,
@@ -86,7 +86,7 @@ def test_attachment_and_baselines():
 def test_punctuation_protocols_when_a_gold_head_is_punctuation():
     """'a , b': gold head of 'b' is the comma (as some treebank arcs are). reduce: 'b' is headed
     by a removed word, so no tree can attach it; skip: the comma is a valid head."""
-    from structnmt.induce import full_view
+    from structnmt.tasks.induce import full_view
 
     s = Sentence(["a", ",", "b"], [0, 1, 2], ["NOUN", "PUNCT", "NOUN"])
     v = eval_view(s)
@@ -107,9 +107,9 @@ def test_punctuation_protocols_when_a_gold_head_is_punctuation():
 
 
 def test_induce_end_to_end(synth_data, tmp_path):
+    from structnmt.cli.training import train
     from structnmt.config import Config, DataConfig, ModelConfig, RNNConfig, TrainConfig
-    from structnmt.induce import run_induce
-    from structnmt.training import train
+    from structnmt.tasks.induce import run_induce
 
     cfg = Config(data=DataConfig(path=str(synth_data), max_tokens=600),
                  model=ModelConfig(family="rnn", d_model=16, encoder_layers=1, decoder_layers=1, dropout=0.0,
@@ -142,8 +142,8 @@ def test_induce_end_to_end(synth_data, tmp_path):
     assert skip["punct"] == "skip" and skip["model"]["scored"] == 6
     # skip scores the very trees it wrote
     written_trees = [t.heads for t in read_words(tmp_path / "skip" / "g.induced.conllu")]
-    from structnmt.induce import attachment as att
-    from structnmt.induce import full_view
+    from structnmt.tasks.induce import attachment as att
+    from structnmt.tasks.induce import full_view
 
     assert att(written_trees, [full_view(t) for t in read_words(gold)], True) == skip["model"]
     with pytest.raises(UserError, match="--punct"):

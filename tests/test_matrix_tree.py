@@ -322,8 +322,8 @@ def test_large_unscaled_scores_never_raise_and_keep_gradients_finite():
 def test_the_training_logs_the_paths_taken_at_every_validation_and_resets_the_counts():
     from types import SimpleNamespace
 
+    from structnmt.cli.training import MatrixTreeHook
     from structnmt.nn import matrix_tree
-    from structnmt.training import MatrixTreeHook
 
     logged = []
     trainer = SimpleNamespace(state=SimpleNamespace(num_updates=500),

@@ -68,7 +68,7 @@ def test_collect_structures_merges_agreeing_requests_and_refuses_conflicting_one
 def test_the_tagger_and_the_prober_refuse_conflicting_requests_like_the_transformer():
     """Both used to let the last request win; all three now ask collect_structures."""
     from structnmt.analysis.probe import ScratchEncoder
-    from structnmt.tagger import Tagger
+    from structnmt.tasks.tagger import Tagger
 
     for owner in (Tagger, ScratchEncoder):
         holder = owner.__new__(owner)

@@ -357,8 +357,8 @@ def parsed_data(tmp_path_factory) -> Path:
 
 
 def test_transformer_with_mgsa_trains_and_logs_the_tag_loss(parsed_data):
+    from structnmt.cli.training import train
     from structnmt.models.transformer import TransformerModel
-    from structnmt.training import train
 
     root = parsed_data
     labels = json.loads((root / "bin" / "manifest.json").read_text())["syntax"]["labels"]

@@ -9,7 +9,13 @@ import pytest
 
 from structnmt.config import ConfigError
 from structnmt.errors import UserError
-from structnmt.files import MANIFEST, OutputDir, check_component, check_distinct, is_inside_name
+from structnmt.fileio.files import (
+    MANIFEST,
+    OutputDir,
+    check_component,
+    check_distinct,
+    is_inside_name,
+)
 
 
 def test_inside_names():
@@ -61,7 +67,7 @@ def test_grid_rows_sharing_a_run_directory_are_refused(tmp_path):
 
 @pytest.mark.parametrize("name", ["../escape", "/abs/path"])
 def test_a_tag_row_name_cannot_leave_the_output_directory(tmp_path, name):
-    from structnmt.tagger import row_dir
+    from structnmt.tasks.tagger import row_dir
 
     with pytest.raises(UserError, match="cannot be a name inside the output directory"):
         row_dir(tmp_path / "out", name)

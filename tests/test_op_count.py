@@ -1,4 +1,4 @@
-"""Operator calls (what a GPU launches) of the mechanisms' hot paths: structnmt.op_count and benchmarks/op_counts.py.
+"""Operator calls (what a GPU launches) of the mechanisms' hot paths: structnmt.machine.op_count and benchmarks/op_counts.py.
 
 Counts, not timings: they do not depend on the machine or its load (torch is pinned below 2.14). The bounds
 below would fail for the code they replaced (in brackets: its count), so a change that puts work back into a
@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from structnmt.config import ModelConfig, RNNConfig
+from structnmt.machine.op_count import OpCounter
 from structnmt.models import build_model
 from structnmt.nn import matrix_tree
 from structnmt.nn.matrix_tree_elimination import exact_marginals
-from structnmt.op_count import OpCounter
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))

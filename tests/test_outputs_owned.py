@@ -10,7 +10,7 @@ import zipfile
 
 from conftest import cli
 
-from structnmt.files import MANIFEST
+from structnmt.fileio.files import MANIFEST
 
 
 def test_average_and_translate_leave_a_user_s_zip_gzip_and_metrics_alone(capsys, tmp_path):
@@ -49,7 +49,7 @@ def test_parse_replaces_only_a_parse_cache(tmp_path):
 
 
 def test_a_recorded_output_is_replaced_by_its_own_command_only(tmp_path, capsys):
-    from structnmt.files import check_output_file, record_output_file
+    from structnmt.fileio.files import check_output_file, record_output_file
 
     out = tmp_path / "test.hyp"
     out.write_text("first\n")
@@ -60,7 +60,7 @@ def test_a_recorded_output_is_replaced_by_its_own_command_only(tmp_path, capsys)
 
 
 def test_a_device_output_is_written_and_nothing_recorded_beside_it(tmp_path):
-    from structnmt.files import record_output_file
+    from structnmt.fileio.files import record_output_file
 
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
@@ -71,7 +71,7 @@ def test_a_device_output_is_written_and_nothing_recorded_beside_it(tmp_path):
 def test_a_single_output_recorded_in_an_older_run_directory_keeps_the_run_s_files_its_own(tmp_path):
     """`average --output RUN/average.pt` in a save_dir from before manifests makes a manifest there: the training's
     own files (known by its marker) must stay the training's, or the run could not resume."""
-    from structnmt.files import METRICS_RECORD, TORCH_FILE, OutputDir, record_output_file
+    from structnmt.fileio.files import METRICS_RECORD, TORCH_FILE, OutputDir, record_output_file
 
     run = tmp_path / "run"
     run.mkdir()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from structnmt.cli import main
+from structnmt.cli.training import train
 from structnmt.config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig
 from structnmt.data.prepare import PrepareConfig, prepare
 from structnmt.decode.translate import Translator
@@ -25,7 +26,6 @@ from structnmt.syntax.parse_cache import (
     write_parse_cache,
 )
 from structnmt.syntax.parsers import ParserConfig, ParserError, build_parser
-from structnmt.training import train
 
 WHO = ["A man", "The little girl", "Two dogs", "A woman in a red coat", "The old fisherman", "Three children"]
 DOES = ["is riding a bike", "plays with a ball", "walks along the beach", "is reading a newspaper"]

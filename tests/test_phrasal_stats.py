@@ -88,6 +88,7 @@ def test_quadrant_matrix_rows_sum_to_one_and_are_labelled():
                                           ("phrasal_heterogeneous", {"variant": "convkv", "ngrams": [1, 2]})])
 def test_analyze_writes_quadrant_tables_and_pictures(tmp_path, name, options):
     from structnmt.analysis.heatmaps import run_analyze
+    from structnmt.cli.training import train
     from structnmt.config import (
         AttentionSpec,
         Config,
@@ -98,7 +99,6 @@ def test_analyze_writes_quadrant_tables_and_pictures(tmp_path, name, options):
     )
     from structnmt.data.prepare import PrepareConfig, prepare
     from structnmt.data.synthetic import SynthConfig, write_corpus
-    from structnmt.training import train
 
     write_corpus(SynthConfig(seed=4, n_train=120, n_valid=6, n_test=6), tmp_path / "c")
     prepare(PrepareConfig(source_lang="src", target_lang="tgt", trainpref=str(tmp_path / "c" / "train"),

@@ -425,7 +425,7 @@ def test_training_step_has_finite_gradients_everywhere(impl):
 
 def test_old_checkpoint_keys_load():
     """Checkpoints from before EncoderStack (encoder_layers.*, encoder_norm.*) still load."""
-    from structnmt.checkpoint import load_model_state
+    from structnmt.models.checkpoint import load_model_state
 
     cfg = ModelConfig(d_model=D, ffn_dim=64, heads=H, encoder_layers=1, decoder_layers=1)
     model = build_model(cfg, V, V)
@@ -441,10 +441,10 @@ def test_old_checkpoint_keys_load():
 def test_analyze_draws_both_phases_over_words_and_hypernodes(tmp_path):
     """Fig. 3: structnmt analyze writes phase 1 and phase 2 of every PhraseTransformer layer."""
     from structnmt.analysis.heatmaps import run_analyze
+    from structnmt.cli.training import train
     from structnmt.config import Config, DataConfig, DecodeConfig, TrainConfig
     from structnmt.data.prepare import PrepareConfig, prepare
     from structnmt.data.synthetic import SynthConfig, write_corpus
-    from structnmt.training import train
 
     write_corpus(SynthConfig(seed=4, n_train=150, n_valid=10, n_test=10), tmp_path / "c")
     prepare(PrepareConfig(source_lang="src", target_lang="tgt", trainpref=str(tmp_path / "c" / "train"),

@@ -49,7 +49,7 @@ def test_every_config_file_is_a_known_row():
 def test_tagging_tables_are_their_row_files(table):
     """Each tagging table lists the nine Table 2 row files; every row resolves to the table's
     corpus, split and sizes with the row's trees and mechanism, and the tagger builds it."""
-    from structnmt.tagger import Tagger, load_tag_config, row_name
+    from structnmt.tasks.tagger import Tagger, load_tag_config, row_name
 
     path = ROOT / "configs" / "tag" / f"{table}.yaml"
     base = load_tag_config(path)
@@ -76,7 +76,7 @@ def test_tagging_tables_are_their_row_files(table):
 
 def test_a_row_file_may_not_move_the_table(tmp_path):
     from structnmt.config import ConfigError
-    from structnmt.tagger import load_tag_config
+    from structnmt.tasks.tagger import load_tag_config
 
     (tmp_path / "row.yaml").write_text("name: R\ncorpus: {name: ud, path: x.conllu}\n")
     (tmp_path / "table.yaml").write_text("rows:\n  - config: row.yaml\n")

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from structnmt.data.corpus import CorpusError
 from structnmt.data.dataset import PreparedDataset
 from structnmt.data.prepare import PrepareConfig, prepare
+from structnmt.fileio.corpus import CorpusError
 
 WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron "
          "pi rho sigma tau upsilon phi chi psi omega red green blue cat dog bird").split()
@@ -405,9 +405,9 @@ def test_lowercase_trains_and_encodes_lowercased_text_and_keeps_raw_references(l
 
 
 def test_lowercase_is_part_of_the_vocabulary_identity_and_of_the_manifest_key(lowercased, tmp_path):
-    from structnmt.checkpoint import checkpoint_vocabs, dataset_vocabs, vocab_entry
     from structnmt.data.prepare import _manifest_key
     from structnmt.data.vocab import Vocab
+    from structnmt.models.checkpoint import checkpoint_vocabs, dataset_vocabs, vocab_entry
 
     ds = PreparedDataset(lowercased["out"])
     cased = Vocab(proto=ds.src_vocab.proto)
@@ -421,8 +421,8 @@ def test_lowercase_is_part_of_the_vocabulary_identity_and_of_the_manifest_key(lo
     src2, _ = dataset_vocabs(lowercased["out"], {"src": "spm.model", "tgt": "spm.model"})
     assert src2.lowercase and src2.sha256 == ds.src_vocab.sha256
     # a cased dataset with the same pieces is refused for this checkpoint
-    from structnmt.checkpoint import check_same_vocab
     from structnmt.errors import CheckpointError
+    from structnmt.models.checkpoint import check_same_vocab
 
     with pytest.raises(CheckpointError, match="not the one"):
         check_same_vocab(state, cased, cased, checkpoint="ckpt.pt", data="cased-data")
@@ -444,8 +444,8 @@ def test_a_text_form_with_a_parser_is_refused_with_the_fix(tmp_path, option):
 
 def _tiny_model(data: Path, save: Path) -> Path:
     """A 1+1-layer Transformer trained 3 updates on ``data``; its last checkpoint."""
+    from structnmt.cli.training import train
     from structnmt.config import Config, DataConfig, ModelConfig, TrainConfig
-    from structnmt.training import train
 
     cfg = Config(data=DataConfig(path=str(data), max_tokens=600),
                  model=ModelConfig(d_model=32, ffn_dim=64, heads=4, encoder_layers=1, decoder_layers=1,
@@ -458,8 +458,8 @@ def _tiny_model(data: Path, save: Path) -> Path:
 
 
 def test_a_model_trained_on_lowercased_data_lowercases_what_it_translates(lowercased, tmp_path):
-    from structnmt.checkpoint import load_checkpoint
     from structnmt.decode.translate import Translator
+    from structnmt.models.checkpoint import load_checkpoint
 
     ckpt = _tiny_model(lowercased["out"], tmp_path / "model")
     state = load_checkpoint(ckpt)
@@ -529,15 +529,15 @@ def test_moses_tokenizes_each_side_in_its_language_before_sentencepiece(mosesed)
 
 
 def test_moses_is_part_of_the_vocabulary_identity_and_travels_with_checkpoints(mosesed):
-    from structnmt.checkpoint import (
+    from structnmt.data.prepare import _manifest_key
+    from structnmt.data.vocab import Vocab
+    from structnmt.errors import CheckpointError
+    from structnmt.models.checkpoint import (
         check_same_vocab,
         checkpoint_vocabs,
         dataset_vocabs,
         vocab_entry,
     )
-    from structnmt.data.prepare import _manifest_key
-    from structnmt.data.vocab import Vocab
-    from structnmt.errors import CheckpointError
 
     ds = PreparedDataset(mosesed["out"])
     raw = Vocab(proto=ds.src_vocab.proto, lowercase=True)
@@ -584,7 +584,7 @@ def test_a_model_trained_on_moses_data_tokenizes_its_input_and_detokenizes_its_o
     # the commands that align raw text (a treebank's words) to the model's pieces refuse it with the fix
     from structnmt.analysis.probe import load_frozen
     from structnmt.errors import UserError
-    from structnmt.induce import run_induce
+    from structnmt.tasks.induce import run_induce
 
     conllu = tmp_path / "t.conllu"
     conllu.write_text("1\tAlpha\t_\t_\t_\t_\t0\troot\t_\t_\n2\t,\t_\t_\t_\t_\t1\tpunct\t_\t_\n\n", encoding="utf-8")

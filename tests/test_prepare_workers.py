@@ -15,11 +15,11 @@ import pytest
 from conftest import assert_user_error, cli
 
 import structnmt.data.prepare as prepare_module
-from structnmt.data.corpus import CorpusError, LinePosition, read_lines
 from structnmt.data.prepare import PrepareConfig, prepare
 from structnmt.data.shards import _Marks, plan_shards
 from structnmt.data.synthetic import SynthConfig, write_corpus
 from structnmt.experiment.runner import dataset_fingerprint
+from structnmt.fileio.corpus import CorpusError, LinePosition, read_lines
 from structnmt.syntax.io import (
     TreeFormatError,
     _conllu_starts,
@@ -40,7 +40,7 @@ def _quiet(*_):
 def _cpus_for_every_worker(monkeypatch):
     """As many CPUs as the tests ask for workers: prepare caps --workers at the CPUs (tests/test_worker_caps.py),
     and these tests are about 2 and 3 shards on any machine."""
-    import structnmt.device as device
+    import structnmt.machine.device as device
 
     monkeypatch.setattr(device, "usable_cores", lambda: 8)
 

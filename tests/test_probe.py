@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from structnmt.analysis.probe import load_probe_config, run_probe, split_indices
+from structnmt.cli.training import train
 from structnmt.config import Config, ConfigError, DataConfig, ModelConfig, TrainConfig
 from structnmt.data.prepare import PrepareConfig, prepare
 from structnmt.data.synthetic import SynthConfig, write_corpus
-from structnmt.training import train
 
 QUIET = lambda *_: None  # noqa: E731
 

@@ -84,9 +84,9 @@ def test_beam_search_runs_on_the_rnn():
 
 
 def test_trains_and_translates_through_the_shared_machinery(synth_data, tmp_path):
+    from structnmt.cli.training import train
     from structnmt.config import Config, DataConfig, DecodeConfig, TrainConfig
     from structnmt.decode.translate import Translator
-    from structnmt.training import train
 
     c = Config(data=DataConfig(path=str(synth_data), max_tokens=600),
                model=cfg(d_model=32, rnn=RNNConfig(init_range=0.1)),

@@ -92,8 +92,8 @@ def test_a_warm_up_longer_than_the_budget_is_warned_with_the_fix():
 
 
 def test_the_trainer_says_the_warning(synth_data, tmp_path):
+    from structnmt.cli.training import train
     from structnmt.config import Config, DataConfig, ModelConfig
-    from structnmt.training import train
 
     lines: list[str] = []
     cfg = Config(data=DataConfig(path=str(synth_data), max_tokens=400),

@@ -171,8 +171,8 @@ def test_prepare_writes_a_subword_nmt_dataset(bpe_data):
 
 
 def test_the_subword_choice_is_part_of_the_manifest_key_and_checked(tmp_path):
-    from structnmt.data.corpus import CorpusError
     from structnmt.data.prepare import _manifest_key, prepare
+    from structnmt.fileio.corpus import CorpusError
 
     assert "subword" not in _manifest_key(PrepareConfig("en", "de", "train"), {})["config"]  # older datasets stay
     key = _manifest_key(PrepareConfig("en", "de", "train", subword="subword-nmt", merges=5), {})["config"]
@@ -200,8 +200,8 @@ def test_prepare_through_the_command_line(tmp_path, capsys):
 
 
 def test_a_subword_nmt_model_translates_and_its_checkpoint_carries_the_codes(bpe_data, tmp_path):
-    from structnmt.checkpoint import checkpoint_vocabs, load_checkpoint
     from structnmt.decode.translate import Translator
+    from structnmt.models.checkpoint import checkpoint_vocabs, load_checkpoint
 
     ckpt = _tiny_model(bpe_data["out"], tmp_path / "model")
     state = load_checkpoint(ckpt)
@@ -299,10 +299,10 @@ def test_a_word_level_mechanism_reads_subword_nmt_words(bpe_data, tmp_path):
     import json
     import math
 
+    from structnmt.cli.training import train
     from structnmt.config import AttentionSpec, Config, DataConfig, ModelConfig, TrainConfig
     from structnmt.data.dataset import collate
     from structnmt.models.transformer import TransformerModel
-    from structnmt.training import train
 
     ds = PreparedDataset(bpe_data["out"])
     split = ds.split("train")

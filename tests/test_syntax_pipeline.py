@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from structnmt.cli.training import train
 from structnmt.config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig
 from structnmt.data.dataset import PreparedDataset, collate
 from structnmt.data.prepare import PrepareConfig, prepare
@@ -14,7 +15,6 @@ from structnmt.data.synthetic import SynthConfig, write_corpus
 from structnmt.decode.translate import Translator
 from structnmt.syntax.batching import StructureSpec
 from structnmt.syntax.parsers import ParserConfig
-from structnmt.training import train
 
 SPECS = {
     "wb": StructureSpec("word_boundaries"),

@@ -13,14 +13,14 @@ import pytest
 
 from structnmt.config import ConfigError
 from structnmt.errors import UserError
-from structnmt.tagger import accuracy_ci, paired_bootstrap, read_ptb, read_ud, run_tag
+from structnmt.tasks.tagger import accuracy_ci, paired_bootstrap, read_ptb, read_ud, run_tag
 
 
 @pytest.fixture(autouse=True)
 def _cpus_for_every_job(monkeypatch):
     """As many CPUs as the tests ask for jobs: --jobs is capped at the CPUs (tests/test_worker_caps.py), and these
     tests train two rows at once on any machine."""
-    import structnmt.device as device
+    import structnmt.machine.device as device
 
     monkeypatch.setattr(device, "usable_cores", lambda: 8)
 
@@ -152,7 +152,7 @@ def test_tagger_learns_the_task(tmp_path, attention):
 def test_rows_resume_and_report_only_trains_nothing(tmp_path, monkeypatch):
     """A finished row is read back, not retrained; --report-only reports the finished rows and
     names the rest."""
-    import structnmt.tagger as tagger_mod
+    import structnmt.tasks.tagger as tagger_mod
 
     cfg = tag_config(tmp_path, extra="rows:\n  - name: Transformer\n  - name: PhraseTransformer (k=2)\n"
                                      "    overrides: ['model.attention={name: phrase_transformer, options: {k: 2}}']\n")
@@ -252,7 +252,7 @@ def test_chunked_batches_give_the_whole_batch_gradient_and_predictions():
     import torch.nn.functional as F
 
     from structnmt.config import AttentionSpec
-    from structnmt.tagger import (
+    from structnmt.tasks.tagger import (
         Sentence,
         Tagger,
         TagModelConfig,
@@ -309,8 +309,8 @@ def test_chunked_batches_give_the_whole_batch_gradient_and_predictions():
 def test_ctrl_c_of_tag_jobs_starts_no_queued_row_and_stops_the_running_ones(tmp_path, monkeypatch):
     from conftest import CtrlCDuringTwoLaunches
 
-    import structnmt.subprocesses as subprocesses_mod
-    from structnmt.tagger import _train_rows_in_processes
+    import structnmt.machine.subprocesses as subprocesses_mod
+    from structnmt.tasks.tagger import _train_rows_in_processes
 
     ctrl_c = CtrlCDuringTwoLaunches()  # a row's process runs until stopped
     monkeypatch.setattr(subprocesses_mod, "launch_cli", lambda args, log_path, live=None: ctrl_c.launch(

@@ -12,11 +12,11 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from structnmt.cli.training import train
 from structnmt.config import Config, DataConfig, ModelConfig, TrainConfig, save_config
 from structnmt.errors import UserError
 from structnmt.train import trainer as trainer_mod
 from structnmt.train.trainer import Trainer, TrainingError
-from structnmt.training import train
 
 
 def small_config(data: Path, save_dir: Path, **train_kw) -> Config:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_user_error, cli
 
+from structnmt.cli.training import train
 from structnmt.config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig
 from structnmt.data.prepare import PrepareConfig, prepare
 from structnmt.data.synthetic import SynthConfig, write_corpus
@@ -18,10 +19,9 @@ from structnmt.decode import stream
 from structnmt.decode.stream import ChunkResult, StreamOptions, run_stream
 from structnmt.decode.translate import Translator
 from structnmt.errors import UserError
-from structnmt.resumable import partial_paths
+from structnmt.fileio.resumable import partial_paths
 from structnmt.syntax.batching import StructureSpec
 from structnmt.syntax.parsers import ParserConfig
-from structnmt.training import train
 
 
 def _train(save: Path, data: Path, structures: dict | None = None) -> Path:

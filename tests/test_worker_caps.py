@@ -1,6 +1,6 @@
 """Worker options are capped at what the machine and the input can use, and the cap is said in one line
-(`structnmt.device.cap_workers`): `prepare --workers` and `--spacy-processes`, `translate --workers`,
-`experiment --jobs`. The CPU count is set by monkeypatching `structnmt.device.usable_cores`, so no test depends
+(`structnmt.machine.device.cap_workers`): `prepare --workers` and `--spacy-processes`, `translate --workers`,
+`experiment --jobs`. The CPU count is set by monkeypatching `structnmt.machine.device.usable_cores`, so no test depends
 on the machine it runs on."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import cli, decode_in_this_process, train_tiny
 
-import structnmt.device as device
+import structnmt.machine.device as device
 from structnmt.data import prepare as prepare_mod
 from structnmt.experiment import runner as runner_mod
 
@@ -160,7 +160,7 @@ def test_experiment_jobs_are_capped_at_the_cpus_and_the_runs_to_train(synth_data
 def test_tag_jobs_are_capped_at_the_cpus_and_the_rows_to_train(tmp_path, monkeypatch, capsys):
     from test_tagger import tag_config
 
-    from structnmt import tagger
+    from structnmt.tasks import tagger
 
     launched: list[str] = []
     monkeypatch.setattr(tagger.subprocesses, "launch_cli",  # each row's process fails at once: nothing trains

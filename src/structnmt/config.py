@@ -29,7 +29,6 @@ from typing import Any
 import yaml
 
 from .errors import UserError
-from .syntax.batching import StructureSpec
 
 
 class ConfigError(UserError, ValueError):
@@ -43,6 +42,15 @@ class ConfigError(UserError, ValueError):
         super().__init__(message)
         self.keys = keys
 
+
+
+@dataclass
+class StructureSpec:
+    """One structure tensor the collator builds (``data.structures.<key>``): a registered feature
+    (``structnmt.syntax.features.FEATURES``, built by ``structnmt.syntax.batching``) and its parameters."""
+
+    feature: str  # a key of structnmt.syntax.features.FEATURES
+    params: dict[str, Any] = field(default_factory=dict)
 
 @dataclass
 class AttentionSpec:

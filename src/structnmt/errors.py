@@ -6,7 +6,7 @@ without a traceback; ``structnmt --debug ...`` shows the traceback as well. Anyt
 else that escapes a command is a bug and keeps its traceback.
 
 The specific classes (:class:`~structnmt.config.ConfigError`,
-:class:`~structnmt.data.corpus.CorpusError`, :class:`CheckpointError`, ...) derive from
+:class:`~structnmt.fileio.corpus.CorpusError`, :class:`CheckpointError`, ...) derive from
 :class:`UserError`, so the command line needs to know only this one.
 """
 

@@ -13,7 +13,7 @@ import torch
 
 from structnmt.data.dataset import encode_sources
 from structnmt.decode.translate import Translator
-from structnmt.induce import read_words
+from structnmt.tasks.induce import read_words
 
 conllu, n_sent, checkpoints = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 sents = read_words(conllu)[:n_sent]

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from ..data.corpus import CorpusError
-from ..data.corpus import read_lines as corpus_lines
 from ..errors import UserError
 from ..evaluate.score import moses_lc_tokenize
-from ..files import OutputDir
+from ..fileio.corpus import CorpusError
+from ..fileio.corpus import read_lines as corpus_lines
+from ..fileio.files import OutputDir
 from ..syntax.parse_cache import cached_parses, dataset_parser, read_parse_cache
 from ..syntax.parsers import build_parser
 from .compare import (
@@ -79,7 +79,7 @@ def test_set_buckets(inputs: CompareInputs) -> dict[str, list[str]]:
 
 
 def read_lines(path: str | Path, what: str) -> list[str]:
-    """The lines of a text file, plain or gzip (:func:`structnmt.data.corpus.read_lines`: a missing, unreadable
+    """The lines of a text file, plain or gzip (:func:`structnmt.fileio.corpus.read_lines`: a missing, unreadable
     or non-UTF-8 file is one sentence naming it); ``what`` names the file's role in the sentence."""
 
     try:
@@ -114,7 +114,7 @@ def parses_for(sources: list[str], data: str | None, parse_cache: str | None) ->
 def run(inputs: CompareInputs, cfg: CompareConfig, out_dir: str | Path, *, html: bool = False,
         attention: Callable[[list[int]], dict] | None = None) -> list[Path]:
     """Compute and write the comparison (and, with ``html``, ``report.html``); returns the files written.
-    ``attention``: lines -> the attention maps the page draws (:func:`structnmt.compare_attention.attention_payload`
+    ``attention``: lines -> the attention maps the page draws (:func:`structnmt.cli.compare_attention.attention_payload`
     of the systems given with a checkpoint), called with :func:`.compare.attention_lines`."""
 
     check_inputs(inputs.sources, inputs.refs, inputs.systems)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
-from ..files import OutputDir
+from ..fileio.files import OutputDir
 from .sweep import PICTURE_SUFFIXES, csv_number, read_rows
 
 

@@ -57,12 +57,12 @@ from pathlib import Path
 
 import torch
 
-from ..data.corpus import read_lines
 from ..data.dataset import encode_sources, pad_sources
 from ..data.vocab import BOS, PAD
 from ..decode.translate import Translator
 from ..errors import UserError
-from ..files import OutputDir
+from ..fileio.corpus import read_lines
+from ..fileio.files import OutputDir
 from ..syntax.parsers import resolve_pipeline
 
 SPIECE = "\u2581"

@@ -40,7 +40,7 @@ from torch import Tensor
 from ..config import ConfigError
 from ..data.dataset import collate
 from ..errors import UserError
-from ..files import OutputDir
+from ..fileio.files import OutputDir
 from ..nn.head_identification import (
     DEP_MASK_KEY,
     dep_mask_spec,

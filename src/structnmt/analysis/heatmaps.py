@@ -70,19 +70,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..data.corpus import read_lines
 from ..data.dataset import encode_sources
 from ..data.vocab import BOS
 from ..decode.beam import greedy_search
 from ..decode.translate import Translator
 from ..errors import UserError
-from ..files import OutputDir
+from ..fileio.corpus import read_lines
+from ..fileio.files import OutputDir
 from ..syntax.batching import build_structures
 from .phrasal_stats import quadrant_mass, quadrant_matrix, quadrant_percentages, quadrant_table
 
 if TYPE_CHECKING:
     from ..decode.translate import Translator
-    from ..files import OutputDir
+    from ..fileio.files import OutputDir
 
 SPIECE = "\u2581"
 
@@ -199,7 +199,7 @@ def _heads_and_mean(fig, axes, w: np.ndarray, xlabels: list[str], ylabels: list[
     _heat(fig, axes[H], w.mean(0), xlabels, ylabels, mean_title, show_y=False, vmax=vmax, **style)
 
 def _save(fig, out, name: str) -> Path:
-    """``fig`` as ``name`` in ``out`` (a :class:`structnmt.files.OutputDir`: checked, written atomically)."""
+    """``fig`` as ``name`` in ``out`` (a :class:`structnmt.fileio.files.OutputDir`: checked, written atomically)."""
     return out.write_with(name, lambda tmp: fig.savefig(tmp, dpi=90, format="png"))
 
 

@@ -50,7 +50,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..checkpoint import checkpoint_vocabs, load_checkpoint, load_model_state
 from ..config import (
     AttentionPlan,
     AttentionSpec,
@@ -64,13 +63,14 @@ from ..config import (
     read_yaml_mapping,
     to_dict,
 )
-from ..data.corpus import read_lines
 from ..data.dataset import pad_sources
 from ..data.vocab import EOS, PAD, Vocab, VocabSizeError, train_sentencepiece
-from ..device import set_threads
 from ..errors import UserError
-from ..files import OutputDir
+from ..fileio.corpus import read_lines
+from ..fileio.files import OutputDir
+from ..machine.device import set_threads
 from ..models import build_model
+from ..models.checkpoint import checkpoint_vocabs, load_checkpoint, load_model_state
 from ..models.transformer import EncoderStack, sinusoidal_table
 from ..nn.attention import collect_structures
 from ..syntax import probing as P
@@ -545,7 +545,7 @@ def _pct(x) -> str:
 
 
 def write_report(out, result: dict) -> Path:
-    """probe.md into ``out`` (a :class:`structnmt.files.OutputDir`)."""
+    """probe.md into ``out`` (a :class:`structnmt.fileio.files.OutputDir`)."""
     cols = [(result["name"], result)]
     for path in result["config"]["compare"]:
         other = json.loads(Path(path).read_text())

@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 from ..errors import UserError
-from ..files import OutputDir
+from ..fileio.files import OutputDir
 
 
 def read_rows(path: str | Path) -> list[dict[str, str]]:

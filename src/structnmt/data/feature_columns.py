@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserError
-from .corpus import file_digest
+from ..fileio.corpus import file_digest
 
 HOW_RAW, HOW_BITS, HOW_TABLE, HOW_NARROW = 0, 1, 2, 3
 NARROW = tuple(np.dtype(t) for t in ("int8", "uint8", "int16", "uint16", "int32", "uint32"))

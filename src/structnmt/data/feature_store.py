@@ -8,7 +8,7 @@ and its parameters) for every sentence of every split of a prepared dataset and 
         <split>.<column>.*     the values, part by part (:mod:`structnmt.data.feature_columns`)
 
 A store is built in a temporary directory beside it and renamed into place (:func:`build_store`); the
-``features`` directory records what ``structnmt features`` wrote there (:class:`structnmt.files.OutputDir`),
+``features`` directory records what ``structnmt features`` wrote there (:class:`structnmt.fileio.files.OutputDir`),
 so a directory of the user's under a store's name is never replaced.
 
 A training reads a request from its store when there is one (:func:`open_store`, through
@@ -47,11 +47,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import UserError
-from ..files import OutputDir, errors_name, temp_dir_beside
+from ..fileio.corpus import file_digest
+from ..fileio.files import OutputDir, errors_name, temp_dir_beside
 from ..syntax.batching import StructureSpec, feature_values
 from ..syntax.features import FEATURES, Feature
 from ..syntax.trees import trees_from_json
-from .corpus import file_digest
 from .feature_columns import (
     Column,
     ColumnReader,

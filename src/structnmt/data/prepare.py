@@ -64,11 +64,7 @@ from typing import BinaryIO, TextIO
 import numpy as np
 from tqdm import tqdm
 
-from ..files import errors_name, temp_dir_beside
-from ..syntax.align import AlignmentError, align_trees
-from ..syntax.parsers import Parsed, ParserConfig, build_parser, resolve_pipeline
-from ..syntax.trees import node_to_list
-from .corpus import (
+from ..fileio.corpus import (
     CorpusError,
     PairStats,
     count_lines,
@@ -77,6 +73,10 @@ from .corpus import (
     read_pairs,
     resolve,
 )
+from ..fileio.files import errors_name, temp_dir_beside
+from ..syntax.align import AlignmentError, align_trees
+from ..syntax.parsers import Parsed, ParserConfig, build_parser, resolve_pipeline
+from ..syntax.trees import node_to_list
 from .lock import claim_dataset
 from .moses import has_rules, moses_pretokenize
 from .shards import Shard, merge_shard_files, plan_shards, run_shards
@@ -253,10 +253,10 @@ def _check_workers(workers: int, parser: ParserConfig) -> None:
 def capped_processes(cfg: PrepareConfig, workers: int, splits: dict[str, tuple[Path, Path]]
                      ) -> tuple[int, int, list[str]]:
     """``(workers, spaCy processes, notes)``: ``workers`` and ``cfg.parser.n_process`` capped
-    (:func:`structnmt.device.cap_workers`) at the CPUs and at what the largest split gives them: a worker
+    (:func:`structnmt.machine.device.cap_workers`) at the CPUs and at what the largest split gives them: a worker
     encodes at least a line, a spaCy process parses whole batches of ``cfg.parser.batch_size`` lines. Only
     as many lines as could matter are read. ``notes``: one line for each capped request."""
-    from ..device import cap_workers
+    from ..machine.device import cap_workers
 
     notes = []
     if workers > 1:

@@ -33,9 +33,9 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ..errors import UserError
+from ..fileio.corpus import CorpusError, LinePosition, is_blank, line_count_error, raw_lines
 from ..syntax.io import tree_positions
 from ..syntax.parsers import TreeStart, tree_count_error
-from .corpus import CorpusError, LinePosition, is_blank, line_count_error, raw_lines
 
 #: the file a shard's process leaves its result in, and the one it leaves its input's error in
 RESULT, ERROR = "result.pickle", "error.pickle"

@@ -15,7 +15,7 @@ import numpy as np
 import sentencepiece as spm
 
 from ..errors import UserError
-from ..files import atomic_path, atomic_write_text
+from ..fileio.files import atomic_path, atomic_write_text
 from ..syntax.features import word_of_piece_from_pieces
 from .moses import moses_detokenize, moses_pretokenize
 from .subword_nmt import MAGIC, SubwordNmtError, SubwordNmtModel, learn_codes, word_counts

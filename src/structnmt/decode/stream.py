@@ -7,7 +7,7 @@ by one :meth:`structnmt.decode.translate.Translator.translate` call; a longer on
 machine and with any number of ``--workers``, so the output does not depend on how it was decoded.
 
 With ``--output FILE`` the lines go to ``FILE.partial`` as each chunk is done, with a record beside it
-(:mod:`structnmt.resumable`: the input lines done, hashes of them and of the output, the checkpoint's hash,
+(:mod:`structnmt.fileio.resumable`: the input lines done, hashes of them and of the output, the checkpoint's hash,
 the decoding settings and the chunk size). When the input is done ``FILE.partial`` becomes ``FILE``. An
 interrupted run leaves ``FILE.partial`` holding the complete lines of every finished chunk, and ``--resume``
 goes on from the next input line, refusing an input, checkpoint, option or output that changed.
@@ -24,10 +24,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ..data.corpus import file_digest
 from ..errors import UserError
-from ..files import errors_name, is_device
-from ..resumable import PartialOutput, chunked
+from ..fileio.corpus import file_digest
+from ..fileio.files import errors_name, is_device
+from ..fileio.resumable import PartialOutput, chunked
 
 CHUNK_BATCHES = 64
 """Batches per chunk (``--chunk-batches``): the window sorted by length, 8,192 lines at batch 128. Measured
@@ -99,7 +99,7 @@ def notes_problem(notes: dict, input_lines: int) -> str | None:
 
 def lines_problem(nbest: int) -> Callable:
     """The check of a ``.partial`` file's recorded lines against the input lines done (for
-    :class:`~structnmt.resumable.PartialOutput`): one line per input line, or with ``nbest`` > 1 at most ``nbest``
+    :class:`~structnmt.fileio.resumable.PartialOutput`): one line per input line, or with ``nbest`` > 1 at most ``nbest``
     lines per input line, the last one's INDEX that of the last input line done."""
 
     def problem(input_lines: int, tally) -> str | None:

@@ -21,14 +21,14 @@ from pathlib import Path
 
 import torch
 
-from ..allocator import configure_allocator
-from ..checkpoint import load_checkpoint, model_from_checkpoint
 from ..config import Config, DecodeConfig, ModelConfig, build_dataclass, low_precision_refusal
-from ..cpu_gemm import to_plain, uses_onednn, with_cpu_gemm
 from ..data.dataset import encode_sources, pad_sources
 from ..data.vocab import EOS
-from ..device import get_device, slow_dtype_refusal, usable_cores
 from ..errors import CheckpointError, UserError
+from ..machine.allocator import configure_allocator
+from ..machine.cpu_gemm import to_plain, uses_onednn, with_cpu_gemm
+from ..machine.device import get_device, slow_dtype_refusal, usable_cores
+from ..models.checkpoint import load_checkpoint, model_from_checkpoint
 from ..syntax.align import AlignmentError, align_trees
 from ..syntax.batching import build_structures
 from ..syntax.features import FEATURES
@@ -80,7 +80,7 @@ def check_dtype(model, dtype: str) -> None:
 
 
 def check_dtype_speed(dcfg: DecodeConfig, device: torch.device) -> None:
-    """Refuse a number format slower than float32 on this machine (:func:`structnmt.device.slow_dtype_refusal`)
+    """Refuse a number format slower than float32 on this machine (:func:`structnmt.machine.device.slow_dtype_refusal`)
     unless ``dcfg.allow_slow_dtype``: one sentence with the formats to use instead."""
 
     why = None if dcfg.allow_slow_dtype else slow_dtype_refusal(dcfg.dtype, device)
@@ -174,7 +174,7 @@ def model_for_dtype(model, dtype: str):
 
 def decoding_model(model, dtype: str):
     """:func:`model_for_dtype`, then, for float32 on a CPU, the linear layers on the library the CPU runs
-    faster (:func:`structnmt.cpu_gemm.with_cpu_gemm`: oneDNN on AMD CPUs; a view sharing the weights, the
+    faster (:func:`structnmt.machine.cpu_gemm.with_cpu_gemm`: oneDNN on AMD CPUs; a view sharing the weights, the
     caller's model unchanged)."""
     out = model_for_dtype(model, dtype)
     if dtype == "float32" and next(out.parameters()).device.type == "cpu" and not uses_onednn(out):

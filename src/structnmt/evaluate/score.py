@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..data.corpus import read_lines as stream_lines
 from ..data.moses import moses_tokenizer
+from ..fileio.corpus import read_lines as stream_lines
 
 __all__ = [
     "Score",
@@ -99,9 +99,9 @@ def bootstrap_refusal(n_samples: int, what: str, sentences: int | None = None) -
 def read_lines(path: str | Path) -> list[str]:
     """The lines of a UTF-8 text file (plain or gzip) without their line endings.
 
-    :func:`structnmt.data.corpus.read_lines` as a list: only ``"\\n"`` ends a line,
+    :func:`structnmt.fileio.corpus.read_lines` as a list: only ``"\\n"`` ends a line,
     and a bad file (missing, invalid UTF-8, truncated gzip) raises
-    :class:`~structnmt.data.corpus.CorpusError` (a ``ValueError``) naming the file, the
+    :class:`~structnmt.fileio.corpus.CorpusError` (a ``ValueError``) naming the file, the
     line and the column.
     """
 

@@ -14,7 +14,7 @@ from ..analysis.compare_report import CompareInputs, parses_for, read_lines
 from ..data.generalization import benchmark_splits, load_examples
 from ..errors import UserError
 from ..evaluate.runs import check_runs
-from ..files import committed_or_plain, read_lines_exact
+from ..fileio.files import committed_or_plain, read_lines_exact
 from .datasets import fingerprint_text, prepare_hint
 from .grid import slug
 
@@ -171,8 +171,8 @@ def _check_same_dataset(where: Path, rec: dict, run_dir: Path) -> None:
 def _recorded_bleu(where: Path, run_dir: Path) -> tuple[str, float, float | None]:
     """(the run's evaluation split, its recorded BLEU, the BLEU of its translations against ``where``'s
     references of that split, or None where they cannot be scored: missing, another number of lines)."""
-    from ..data.corpus import CorpusError
     from ..evaluate.score import corpus_scores
+    from ..fileio.corpus import CorpusError
 
     try:
         res = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))

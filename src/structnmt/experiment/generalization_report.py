@@ -22,7 +22,7 @@ from pathlib import Path
 from ..data.generalization import benchmark_splits, load_examples
 from ..evaluate.score import paired_bootstrap
 from ..evaluate.seeds import describe_test, seed_aware_accuracy_test, seed_aware_test
-from ..files import read_lines_exact
+from ..fileio.files import read_lines_exact
 from .grid import GridConfig, seeds_of
 
 N_PERMUTATIONS = 2000
@@ -142,7 +142,7 @@ def _header(grid: GridConfig, results: dict, directory: str) -> list[str]:
 
 def generalization_section(grid: GridConfig, results: dict, out) -> list[str]:
     """Markdown lines of the per-split tables (and the attractor picture and ``generalization.csv`` in ``out``,
-    the report's :class:`structnmt.files.OutputDir`)."""
+    the report's :class:`structnmt.fileio.files.OutputDir`)."""
 
     directory = grid.evaluate.benchmark
     splits = benchmark_splits(directory)

@@ -27,7 +27,7 @@ from ..analysis.deltas import draw_report_deltas, read_deltas
 from ..config import Config
 from ..evaluate.score import corpus_scores, paired_bootstrap
 from ..evaluate.seeds import describe_test, seed_aware_test
-from ..files import OutputDir, committed_or_plain, read_lines_exact
+from ..fileio.files import OutputDir, committed_or_plain, read_lines_exact
 from .generalization_report import generalization_section
 from .grid import GridConfig, seeds_of, split_prefix
 
@@ -616,7 +616,7 @@ REPORT_FILES = ("results.md", "results.csv", "learning_curves.png", "ngram_gain.
 
 
 def report_dir(grid: GridConfig, out: Path):
-    """``out`` as the report directory of ``structnmt experiment`` (:class:`structnmt.files.OutputDir`): a
+    """``out`` as the report directory of ``structnmt experiment`` (:class:`structnmt.fileio.files.OutputDir`): a
     file under a report name that no structnmt command wrote is refused, before any run is trained; a
     directory with the runner's ``experiment.log`` but no manifest is an earlier report, replaced."""
 

@@ -43,24 +43,24 @@ from pathlib import Path
 import yaml
 
 from ..analysis.curves import read_curves
-from ..checkpoint import load_checkpoint
 from ..config import Config, ConfigError, build_dataclass, from_dict, to_dict, with_defaults
-from ..data.corpus import CorpusError, read_lines
 from ..data.dataset import PreparedDataset
 from ..data.generalization import benchmark_splits, load_examples
 from ..data.prepare import PrepareConfig, prepare
 from ..data.subword_nmt import MAGIC
 from ..decode.translate import Translator, check_dtype_speed
-from ..device import get_device, set_threads
 from ..errors import UserError
 from ..evaluate.generalization import split_metrics
 from ..evaluate.score import corpus_scores
-from ..files import OutputDir, atomic_write_text
-from ..induce import induces_trees, run_induce
+from ..fileio.corpus import CorpusError, read_lines
+from ..fileio.files import OutputDir, atomic_write_text
+from ..machine.device import get_device, set_threads
+from ..machine.subprocesses import interrupt_pool, launch_cli
 from ..models import build_model
-from ..subprocesses import interrupt_pool, launch_cli
+from ..models.checkpoint import load_checkpoint
 from ..syntax.parse_cache import cached_parses, dataset_parser, read_parse_cache
 from ..syntax.parsers import ParserError, SpacyParser, resolve_pipeline
+from ..tasks.induce import induces_trees, run_induce
 from ..train.average import average_checkpoints, last_checkpoints
 from ..train.lock import RESUMABLE_KEYS
 from .datasets import prepare_command, recorded_path
@@ -770,9 +770,9 @@ def _check_baseline(plan: GridPlan, out: Path) -> None:
 
 
 def _capped_jobs(jobs: int, to_train: int, say) -> int:
-    """``--jobs`` capped at the CPUs and at the runs left to train (:func:`structnmt.device.cap_workers`), said
+    """``--jobs`` capped at the CPUs and at the runs left to train (:func:`structnmt.machine.device.cap_workers`), said
     in one line when capped."""
-    from ..device import cap_workers
+    from ..machine.device import cap_workers
 
     if jobs < 2 or not to_train:
         return jobs

@@ -96,7 +96,7 @@ from structnmt.nn.matrix_tree_elimination import exact_marginals
 STATS = {"sentences": 0, "exact_elimination": 0, "tempered": 0}
 """Sentences of this process whose marginals were computed, and how many needed the elimination
 path (:func:`_gth_marginals`) or the tempered fallback; the training logs and resets them at every
-validation (:class:`structnmt.training.MatrixTreeHook`)."""
+validation (:class:`structnmt.cli.training.MatrixTreeHook`)."""
 
 COND_MAX = 1e4
 """The closed form's result is accepted only where the 1-norm condition number of L-hat is at most this

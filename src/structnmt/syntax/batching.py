@@ -30,21 +30,15 @@ word_boundaries        ``key`` (B, S) bool, True at the first piece of a word an
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..config import StructureSpec  # noqa: F401  (re-exported: defined with the config it is part of)
 from ..plugins import load_plugins
 from .features import FEATURES, IGNORE_LABEL, node_neighbours  # noqa: F401  (re-exported)
 from .trees import ConstituencyTree, DependencyTree
-
-
-@dataclass
-class StructureSpec:
-    feature: str  # a key of structnmt.syntax.features.FEATURES
-    params: dict[str, Any] = field(default_factory=dict)
 
 
 def check_structures(specs: dict[str, StructureSpec]) -> None:

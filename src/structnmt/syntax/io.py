@@ -40,7 +40,7 @@ from pathlib import Path
 from structnmt.errors import UserError
 from structnmt.syntax.trees import ConstituencyTree, DependencyTree, Node
 
-from ..data.corpus import LinePosition, is_blank, raw_blocks, raw_lines, read_lines
+from ..fileio.corpus import LinePosition, is_blank, raw_blocks, raw_lines, read_lines
 
 __all__ = [
     "TreeFormatError",
@@ -82,7 +82,7 @@ class TreeFormatError(UserError, ValueError):
 def _read_lines(path: str, start: LinePosition | None = None) -> Iterator[str]:
     """Lines without endings, read like parallel text (only ``\\n`` ends a line, gzip by
     its magic bytes); a missing file, invalid UTF-8 or broken gzip data raise
-    :class:`~structnmt.data.corpus.CorpusError` naming the file and line. ``start``: from that line on."""
+    :class:`~structnmt.fileio.corpus.CorpusError` naming the file and line. ``start``: from that line on."""
 
     return read_lines(path, start)
 

@@ -31,8 +31,8 @@ from tqdm import tqdm
 
 from ..config import build_dataclass
 from ..errors import UserError
-from ..files import errors_name, is_device
-from ..resumable import PartialOutput, chunked
+from ..fileio.files import errors_name, is_device
+from ..fileio.resumable import PartialOutput, chunked
 from .parsers import Parsed, ParserConfig, build_parser
 from .trees import ConstituencyTree, DependencyTree, Node
 
@@ -103,7 +103,7 @@ def write_parse_cache(cfg: ParserConfig, texts: Iterable[str], path: str | Path,
     of parses written.
 
     Streamed: ``chunk_lines`` input lines at a time are parsed and appended to ``path.partial``
-    (:class:`structnmt.resumable.PartialOutput`; a ``.gz`` output gets one gzip member per chunk), renamed to
+    (:class:`structnmt.fileio.resumable.PartialOutput`; a ``.gz`` output gets one gzip member per chunk), renamed to
     ``path`` at the end. Memory holds one chunk and a 16-byte digest per distinct line written (about 80 bytes
     of Python set per line). ``resume``: go on with an interrupted run's ``path.partial`` (the same texts,
     ``input_name`` and parser settings), after the chunks it finished."""
@@ -142,7 +142,7 @@ def write_parse_cache(cfg: ParserConfig, texts: Iterable[str], path: str | Path,
 
 def _cache_lines_problem(input_lines: int, tally) -> str | None:
     """A resumed cache's recorded lines against the input lines done: one parse per distinct line, so at most
-    one per input line (for :class:`structnmt.resumable.PartialOutput`; a ``.gz`` cache's members are not read
+    one per input line (for :class:`structnmt.fileio.resumable.PartialOutput`; a ``.gz`` cache's members are not read
     here)."""
     return None if tally.lines <= input_lines else f"hold {tally.lines:,} parses, more than one per input line"
 

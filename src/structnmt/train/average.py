@@ -6,9 +6,9 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import load_checkpoint
 from ..errors import CheckpointError
-from ..files import atomic_save
+from ..fileio.files import atomic_save
+from ..models.checkpoint import load_checkpoint
 
 
 def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
@@ -23,7 +23,7 @@ def last_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
 
 def is_average(path: str | Path) -> bool:
     """Whether ``path`` is a checkpoint ``average`` wrote (its ``averaged_from`` record), read safely
-    (:func:`structnmt.checkpoint.load_checkpoint`); a user's other zip file or checkpoint is not."""
+    (:func:`structnmt.models.checkpoint.load_checkpoint`); a user's other zip file or checkpoint is not."""
 
     try:
         return "averaged_from" in load_checkpoint(path)

@@ -9,7 +9,7 @@ validation, and when the run ends. It reads the trainer's documented attributes 
 
 The hooks of the package (the learning-curve picture, RHE's head roles) live beside their
 analyses (:mod:`structnmt.analysis.curves`, :mod:`structnmt.analysis.head_roles`) and are
-chosen from the config by :func:`structnmt.training.training_hooks`.
+chosen from the config by :func:`structnmt.cli.training.training_hooks`.
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..checkpoint import load_checkpoint
 from ..config import Config, to_dict, with_defaults
 from ..errors import CheckpointError, TrainingError
-from ..files import atomic_save as save
+from ..fileio.files import atomic_save as save
+from ..models.checkpoint import load_checkpoint
 from .lock import config_changes
 
 

@@ -43,16 +43,16 @@ import torch
 import torch.distributed as dist
 
 from .. import plugins
-from ..checkpoint import check_same_vocab, load_model_state, vocab_entry
 from ..config import Config, ConfigError, to_dict
-from ..cpu_gemm import uses_onednn, with_cpu_gemm
 from ..data.dataset import EpochBatchIterator, PreparedDataset, collate, make_batches
 from ..data.lock import hold_dataset
 from ..decode.translate import check_decode_cuda_graphs, check_dtype_speed
-from ..device import get_device, set_threads
 from ..errors import TrainingError
-from ..files import METRICS_RECORD, TORCH_FILE, OutputDir
+from ..fileio.files import METRICS_RECORD, TORCH_FILE, OutputDir
+from ..machine.cpu_gemm import uses_onednn, with_cpu_gemm
+from ..machine.device import get_device, set_threads
 from ..models import build_model
+from ..models.checkpoint import check_same_vocab, load_model_state, vocab_entry
 from .cuda_graphs import bucketed, check_cuda_graphs, compiled_step
 from .hooks import TrainingHook
 from .lock import SaveDirLock

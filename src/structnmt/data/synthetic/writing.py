@@ -5,7 +5,7 @@ dependency trees are written by :func:`structnmt.syntax.io.format_conllu`, with 
 the examples.
 
 Every file is written to a temporary name beside its own and renamed at the end, all together
-(:meth:`structnmt.files.OutputDir.writing`), so memory does not grow with the corpus and an
+(:meth:`structnmt.fileio.files.OutputDir.writing`), so memory does not grow with the corpus and an
 interrupted run leaves no partial file under a corpus name."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-from ...files import OutputDir
+from ...fileio.files import OutputDir
 from ...syntax.io import format_conllu
 from .lexicon import AGREEMENT_SUFFIX, PLURAL_SUFFIX, TENSE_SUFFIX
 from .render import SynthExample
@@ -38,7 +38,7 @@ def split_files(split: str) -> tuple[str, ...]:
 
 
 def corpus_dir(out, names: tuple[str, ...] = ()):
-    """``out`` as the :class:`structnmt.files.OutputDir` of a synthetic corpus: a file of the user's under one
+    """``out`` as the :class:`structnmt.fileio.files.OutputDir` of a synthetic corpus: a file of the user's under one
     of ``names`` is refused before anything is written; a corpus directory from before manifests (it holds
     ``synth.json`` or ``benchmark.json``) is the generator's own."""
 

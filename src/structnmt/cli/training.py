@@ -8,12 +8,12 @@ trainer with them, as the command line, the experiment runner and the demo do.
 
 from __future__ import annotations
 
-from .analysis.curves import LearningCurveHook
-from .analysis.head_roles import HeadRolesHook
-from .config import Config
-from .nn import matrix_tree
-from .train.hooks import TrainingHook
-from .train.trainer import RunState, Trainer
+from ..analysis.curves import LearningCurveHook
+from ..analysis.head_roles import HeadRolesHook
+from ..config import Config
+from ..nn import matrix_tree
+from ..train.hooks import TrainingHook
+from ..train.trainer import RunState, Trainer
 
 
 class MatrixTreeHook(TrainingHook):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .config import ModelConfig
+from ..config import ModelConfig
 
 
 def transformer_forward_flops(cfg: ModelConfig, src_lens: Sequence[int], tgt_lens: Sequence[int],

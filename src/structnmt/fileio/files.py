@@ -28,8 +28,8 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import TextIO
 
-from .data.corpus import note_bom
-from .errors import NoNewFilesError, UserError
+from ..errors import NoNewFilesError, UserError
+from .corpus import note_bom
 
 #: names the trainer writes and resumes from (``checkpoint_last.pt``, ``checkpoint_best.pt``, ``checkpoint_<N>.pt``)
 TRAINING_OWNED = re.compile(r"^checkpoint_(last|best|\d+)\.pt$")

@@ -40,11 +40,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import from_dict
-from .data.vocab import Vocab, entry_options, vocab_pair
-from .errors import CheckpointError
-from .models import build_model
-from .nn.attention import UnknownMechanismError
+from ..config import from_dict
+from ..data.vocab import Vocab, entry_options, vocab_pair
+from ..errors import CheckpointError
+from ..nn.attention import UnknownMechanismError
+from . import build_model
 
 
 def _legacy_globals() -> list:

@@ -60,8 +60,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import subprocesses
-from .config import (
+from ..config import (
     AttentionPlan,
     AttentionSpec,
     ConfigError,
@@ -74,15 +73,16 @@ from .config import (
     read_yaml_mapping,
     to_dict,
 )
-from .device import cap_workers, set_threads
-from .files import OutputDir, atomic_write_text, check_component, check_distinct
-from .models.transformer import EncoderStack, sinusoidal_table
-from .nn.attention import collect_structures
-from .syntax.batching import feature_values, pad_structures
-from .syntax.convert import PTB_TO_UPOS
-from .syntax.io import PtbSample, read_conllu
-from .syntax.parsers import resolve_pipeline
-from .syntax.trees import DependencyTree
+from ..fileio.files import OutputDir, atomic_write_text, check_component, check_distinct
+from ..machine import subprocesses
+from ..machine.device import cap_workers, set_threads
+from ..models.transformer import EncoderStack, sinusoidal_table
+from ..nn.attention import collect_structures
+from ..syntax.batching import feature_values, pad_structures
+from ..syntax.convert import PTB_TO_UPOS
+from ..syntax.io import PtbSample, read_conllu
+from ..syntax.parsers import resolve_pipeline
+from ..syntax.trees import DependencyTree
 
 PAD_ID, UNK_ID = 0, 1
 TREES = ("none", "gold", "spacy")

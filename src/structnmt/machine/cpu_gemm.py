@@ -37,8 +37,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
+from ..errors import UserError
 from .device import cpuinfo
-from .errors import UserError
 
 ENV = "STRUCTNMT_CPU_GEMM"
 CHOICES = ("auto", "onednn", "mkl")

@@ -23,16 +23,16 @@ from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 
-from .config import ConfigError, apply_overrides, from_dict, naming_override
-from .data.generalization import BenchmarkConfig, load_examples, write_benchmark
-from .data.prepare import PrepareConfig, prepare
-from .data.synthetic import agreement_accuracy
-from .decode.translate import Translator
-from .errors import UserError
-from .evaluate.score import corpus_scores
-from .files import TORCH_FILE, OutputDir
-from .train.average import average_checkpoints, last_checkpoints
-from .train.resume import resumable_changes, resume_state
+from ..config import ConfigError, apply_overrides, from_dict, naming_override
+from ..data.generalization import BenchmarkConfig, load_examples, write_benchmark
+from ..data.prepare import PrepareConfig, prepare
+from ..data.synthetic import agreement_accuracy
+from ..decode.translate import Translator
+from ..errors import UserError
+from ..evaluate.score import corpus_scores
+from ..fileio.files import TORCH_FILE, OutputDir
+from ..train.average import average_checkpoints, last_checkpoints
+from ..train.resume import resumable_changes, resume_state
 from .training import train
 
 

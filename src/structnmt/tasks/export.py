@@ -43,14 +43,14 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import checkpoint_vocabs, dataset_vocabs, load_checkpoint, load_model_state
-from .config import Config, DecodeConfig, first_mechanism, from_dict
-from .data.corpus import file_digest
-from .data.dataset import encode_sources
-from .data.vocab import Vocab
-from .errors import UserError
-from .files import errors_name, temp_dir_beside
-from .models import build_model
+from ..config import Config, DecodeConfig, first_mechanism, from_dict
+from ..data.dataset import encode_sources
+from ..data.vocab import Vocab
+from ..errors import UserError
+from ..fileio.corpus import file_digest
+from ..fileio.files import errors_name, temp_dir_beside
+from ..models import build_model
+from ..models.checkpoint import checkpoint_vocabs, dataset_vocabs, load_checkpoint, load_model_state
 
 MARKER = "structnmt_export.json"
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .errors import UserError
+from ..errors import UserError
 
 
 def get_device(name: str) -> torch.device:

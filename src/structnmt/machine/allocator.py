@@ -27,7 +27,7 @@ import ctypes.util
 import os
 import sys
 
-from .errors import UserError
+from ..errors import UserError
 
 # mallopt parameter numbers from glibc's <malloc.h>
 _M_TRIM_THRESHOLD = -1

@@ -4,8 +4,8 @@ For every system given with a checkpoint and every chosen sentence (``--attentio
 where the systems differ most, or ``--attention-lines``), what ``structnmt analyze`` computes
 (:func:`structnmt.analysis.heatmaps.sentence_maps`: the checkpoint's greedy translation, teacher-forced
 once with ``need_weights``): every encoder layer's self-attention and every decoder layer's cross-attention,
-per head. For a tree-inducing model (:func:`structnmt.induce.induces_trees`) also the tree
-``structnmt induce`` gives the sentence (:func:`structnmt.induce.induced_heads`), over the words of the
+per head. For a tree-inducing model (:func:`structnmt.tasks.induce.induces_trees`) also the tree
+``structnmt induce`` gives the sentence (:func:`structnmt.tasks.induce.induced_heads`), over the words of the
 source's parse where one is given, else over its whitespace-separated words.
 
 Weights travel as one byte per cell (``round(255 w)``, base64): a 16-piece sentence under a 4-layer model
@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .analysis.heatmaps import sentence_maps
-from .decode.translate import Translator
-from .errors import UserError
-from .induce import induced_heads, induces_trees
-from .syntax.parsers import ParserError
+from ..analysis.heatmaps import sentence_maps
+from ..decode.translate import Translator
+from ..errors import UserError
+from ..syntax.parsers import ParserError
+from ..tasks.induce import induced_heads, induces_trees
 
 
 def encode_map(w: np.ndarray) -> dict:

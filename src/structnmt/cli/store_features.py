@@ -19,17 +19,17 @@ from typing import Any
 import numpy as np
 import yaml
 
-from .config import Config, ConfigError, load_config
-from .data.dataset import PreparedDataset
-from .data.feature_store import build_store, request_text, store_name
-from .data.lock import hold_dataset
-from .errors import UserError
-from .models import build_model
-from .plugins import load_plugins
-from .syntax.batching import StructureSpec
-from .syntax.features import FEATURES, Feature
-from .syntax.io import parse_ptb
-from .syntax.trees import ConstituencyTree, DependencyTree
+from ..config import Config, ConfigError, load_config
+from ..data.dataset import PreparedDataset
+from ..data.feature_store import build_store, request_text, store_name
+from ..data.lock import hold_dataset
+from ..errors import UserError
+from ..models import build_model
+from ..plugins import load_plugins
+from ..syntax.batching import StructureSpec
+from ..syntax.features import FEATURES, Feature
+from ..syntax.io import parse_ptb
+from ..syntax.trees import ConstituencyTree, DependencyTree
 from .training import training_hooks
 
 

@@ -36,7 +36,7 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import UserError, os_error_sentence
+from ..errors import UserError, os_error_sentence
 
 
 def _at_least(low: int):
@@ -63,13 +63,13 @@ def _err(msg: str) -> int:
 
 
 def cmd_synth(args) -> int:
-    from .data.synthetic import SynthConfig, write_corpus
+    from ..data.synthetic import SynthConfig, write_corpus
 
     for flag, value in (("--n-train", args.n_train), ("--n-valid", args.n_valid), ("--n-test", args.n_test)):
         if value < 1:
             return _err(f"{flag} {value}: give a number of sentences of at least 1.")
     if args.generalization:
-        from .data.generalization import BenchmarkConfig, write_benchmark
+        from ..data.generalization import BenchmarkConfig, write_benchmark
 
         if args.n_gen < 1 or args.train_max_len < 3:
             return _err("--n-gen must be at least 1 and --train-max-len at least 3.")
@@ -106,8 +106,8 @@ def _parser_synth(sub) -> None:
 
 
 def cmd_prepare(args) -> int:
-    from .data.prepare import PrepareConfig, prepare
-    from .syntax.parsers import ParserConfig
+    from ..data.prepare import PrepareConfig, prepare
+    from ..syntax.parsers import ParserConfig
 
     parser = ParserConfig(name=args.parser, pipeline=args.spacy_pipeline, n_process=args.spacy_processes,
                           dependency_file=args.parse_dependency or "", constituency_file=args.parse_constituency or "",
@@ -213,7 +213,7 @@ def _parser_features(sub) -> None:
 
 
 def cmd_train(args) -> int:
-    from .config import load_config
+    from ..config import load_config
     from .training import train
 
     cfg = load_config(args.config, args.overrides)
@@ -235,19 +235,19 @@ def _parser_train(sub) -> None:
 
 
 def cmd_translate(args) -> int:
-    from .decode.translate import Translator
+    from ..decode.translate import Translator
 
     overrides = {k: v for k, v in (("dependency_file", args.parse_dependency),
                                    ("constituency_file", args.parse_constituency)) if v}
 
     if args.output:  # refused or unwritable now, not after decoding
-        from .files import check_output_file
+        from ..fileio.files import check_output_file
 
         check_output_file(args.output, "--output", "translate", [
             ("the input file", args.input), ("the checkpoint", args.checkpoint), ("the parse cache", args.parse_cache),
             ("the dependency parse file", args.parse_dependency),
             ("the constituency parse file", args.parse_constituency)])
-    from .export import is_export
+    from ..tasks.export import is_export
 
     if is_export(args.checkpoint):
         if args.workers not in (None, 1):
@@ -271,7 +271,7 @@ def _cap_translate_workers(tr, args) -> None:
     process per batch, so a chunk of fewer batches than N never keeps N processes busy (said in one line)."""
     if tr.workers is None or tr.workers < 2:
         return
-    from .device import cap_workers
+    from ..machine.device import cap_workers
 
     n = args.chunk_batches
     tr.workers, note = cap_workers(tr.workers, "translate: --workers", [
@@ -284,8 +284,8 @@ def _cap_translate_workers(tr, args) -> None:
 def cmd_parse(args) -> int:
     import dataclasses
 
-    from .data.corpus import read_lines
-    from .syntax.parse_cache import dataset_parser, write_parse_cache
+    from ..fileio.corpus import read_lines
+    from ..syntax.parse_cache import dataset_parser, write_parse_cache
 
     parser = dataset_parser(args.data)
     if parser is None:
@@ -294,8 +294,8 @@ def cmd_parse(args) -> int:
     if parser.name != "spacy":
         return _err(f"--data {args.data}: its parser is '{parser.name}', not spacy: its models read "
                     "parses from files (or none), so there is nothing to parse beforehand.")
-    from .files import check_output_file
-    from .syntax.parse_cache import is_parse_cache
+    from ..fileio.files import check_output_file
+    from ..syntax.parse_cache import is_parse_cache
 
     check_output_file(args.out, "--out", "parse", [("an input file", path) for path in args.input],
                       own=is_parse_cache)
@@ -309,8 +309,8 @@ def cmd_parse(args) -> int:
 
 def _parse_processes(args, parser) -> int:
     """``--spacy-processes`` capped at the CPUs and at the batches the inputs make (said in one line)."""
-    from .data.corpus import count_lines
-    from .device import cap_workers
+    from ..fileio.corpus import count_lines
+    from ..machine.device import cap_workers
 
     n, size = args.spacy_processes, max(1, parser.batch_size)
     if n < 2:
@@ -393,7 +393,7 @@ def _parser_translate(sub) -> None:
 
 
 def _translate_with(tr, args) -> int:
-    from .decode.cuda_graphs import cuda_graphs_refusal
+    from ..decode.cuda_graphs import cuda_graphs_refusal
 
     d = tr.cfg.decode
     _apply_decode_options(args, d)
@@ -406,7 +406,7 @@ def _translate_with(tr, args) -> int:
     used = []
 
     def chunk(lines, first):
-        from .decode.stream import ChunkResult
+        from ..decode.stream import ChunkResult
 
         results = tr.translate(lines, d, first_line=first)
         used.append(tr.workers_used)
@@ -446,8 +446,8 @@ def _stream(args, chunk, d, identity: str, *, skip_trees=None, finish=None):
     ``identity``: the file that identifies the model (its hash is in the resume record)."""
     import dataclasses
 
-    from .data.corpus import file_digest
-    from .decode.stream import StreamOptions, run_stream
+    from ..decode.stream import StreamOptions, run_stream
+    from ..fileio.corpus import file_digest
 
     chunk_lines = args.chunk_batches * d.batch_size
     parses = [args.parse_dependency, args.parse_constituency, args.parse_cache]
@@ -464,7 +464,7 @@ def _stream(args, chunk, d, identity: str, *, skip_trees=None, finish=None):
 
 
 def _input_lines(path):
-    from .data.corpus import decode_lines, read_lines
+    from ..fileio.corpus import decode_lines, read_lines
 
     if path in (None, "-"):  # bytes, decoded as a file's are: invalid UTF-8 is a sentence naming the line
         return decode_lines(sys.stdin.buffer, "<stdin>")
@@ -473,7 +473,7 @@ def _input_lines(path):
 
 def _apply_decode_options(args, d) -> None:
     """The translate command's --beam, --lenpen, ... over the checkpoint's decode settings ``d``, checked."""
-    from .config import validate_decode
+    from ..config import validate_decode
 
     for name in ("beam", "lenpen", "max_len_a", "max_len_b", "nbest", "batch_size", "dtype"):
         value = getattr(args, name)
@@ -490,7 +490,7 @@ def _apply_decode_options(args, d) -> None:
 
 def _translate_ctranslate2(args) -> int:
     """``translate --checkpoint DIR`` where DIR is a ``structnmt export --format ctranslate2`` directory."""
-    from .export import CT2Translator
+    from ..tasks.export import CT2Translator
 
     if args.parse_dependency or args.parse_constituency:
         return _err(f"{args.checkpoint} is a CTranslate2 export of a plain Transformer, which reads no parses; "
@@ -509,11 +509,11 @@ def _translate_ctranslate2(args) -> int:
     _apply_decode_options(args, d)
 
     def chunk(lines, first):
-        from .decode.stream import ChunkResult
+        from ..decode.stream import ChunkResult
 
         return ChunkResult(tr.translate(lines, d), list(tr.too_long))
 
-    from .export import MARKER
+    from ..tasks.export import MARKER
 
     summary = _stream(args, chunk, d, str(Path(args.checkpoint) / MARKER))
     _report_too_long(summary, "empty", tr.max_positions)
@@ -521,7 +521,7 @@ def _translate_ctranslate2(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .export import export_ctranslate2
+    from ..tasks.export import export_ctranslate2
 
     out = export_ctranslate2(args.checkpoint, args.out, quantization=args.quantization)
     print(f"export: {args.checkpoint} -> {out} (CTranslate2, quantization {args.quantization or 'none'}); "
@@ -540,27 +540,27 @@ def _parser_export(sub) -> None:
 
 
 def cmd_average(args) -> int:
-    from .train.average import average_checkpoints, last_checkpoints
+    from ..train.average import average_checkpoints, last_checkpoints
 
     if not args.checkpoints and not args.inputs:
         return _err("average needs checkpoints: --inputs SAVE_DIR (its last --num) or --checkpoints FILE [FILE ...].")
     if args.num < 1:
         return _err(f"--num {args.num}: average at least 1 checkpoint.")
-    from .files import check_output_file
+    from ..fileio.files import check_output_file
 
     paths = [Path(p) for p in args.checkpoints] if args.checkpoints else last_checkpoints(args.inputs, args.num)
-    from .files import same_file_pairs
+    from ..fileio.files import same_file_pairs
 
     dup = same_file_pairs(paths, by_content=False)
     if dup:
         return _err(f"average: {dup[0]} and {dup[1]} are the same file; averaging it twice would weight it double: "
                     "give each checkpoint once.")
-    from .train.average import is_average
+    from ..train.average import is_average
 
     check_output_file(args.output, "--output", "average", [("one of the checkpoints being averaged", p) for p in paths],
                       own=is_average, example="average.pt")
     average_checkpoints(paths, args.output)
-    from .files import record_output_file
+    from ..fileio.files import record_output_file
 
     record_output_file(args.output, "average")
     print(f"average: {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) -> {args.output}")
@@ -583,8 +583,8 @@ def _parser_average(sub) -> None:
 
 def _score_systems(args, refs: list[str]) -> tuple[dict[str, list[list[str]]], str | None]:
     """{system label: its runs' hypotheses} of the --hyp groups, or an error sentence."""
-    from .evaluate.runs import check_runs
-    from .evaluate.score import moses_unescape, read_lines
+    from ..evaluate.runs import check_runs
+    from ..evaluate.score import moses_unescape, read_lines
 
     check_runs([(group[0], [[p] for p in group]) for group in args.hyp])  # one run counts once
     systems: dict[str, list[list[str]]] = {}
@@ -613,13 +613,13 @@ def _score_systems(args, refs: list[str]) -> tuple[dict[str, list[list[str]]], s
 
 def _bootstrap_problem(args, n_lines: int) -> str | None:
     """--bootstrap beyond what memory allows for ``n_lines`` test lines: the sentence that says so, else None."""
-    from .evaluate.score import bootstrap_refusal
+    from ..evaluate.score import bootstrap_refusal
 
     return bootstrap_refusal(args.bootstrap, f"--bootstrap {args.bootstrap}", n_lines)
 
 
 def cmd_score(args) -> int:
-    from .evaluate.score import read_lines
+    from ..evaluate.score import read_lines
 
     if args.bootstrap < 0:
         return _err(f"--bootstrap {args.bootstrap}: give a number of samples >= 0.")
@@ -644,7 +644,7 @@ def _score_test_sets(args) -> int:
     the joined set (every set's lines concatenated) scored and tested first, then each set alone."""
     import argparse
 
-    from .evaluate.score import read_lines
+    from ..evaluate.score import read_lines
 
     n = len(args.ref)
     for group in args.hyp:
@@ -683,7 +683,7 @@ def _score_report(systems: dict[str, list[list[str]]], refs: list[str], args) ->
     """Print every system's scores (mean ± std over its runs) and, with --bootstrap, the test against the first."""
     import statistics
 
-    from .evaluate.score import corpus_scores, format_report
+    from ..evaluate.score import corpus_scores, format_report
 
     for name, runs in systems.items():
         print(f"== {name}")
@@ -735,7 +735,7 @@ def _seed_test_option(s) -> None:
 
 
 def _bootstrap_lines(systems: dict, refs: list[str], metric: str, label: str, args) -> list[str]:
-    from .evaluate.score import paired_bootstrap
+    from ..evaluate.score import paired_bootstrap
 
     names = list(systems)
     res = paired_bootstrap(systems[names[0]][0], {n: systems[n][0] for n in names[1:]}, refs, metric=metric,
@@ -747,7 +747,7 @@ def _bootstrap_lines(systems: dict, refs: list[str], metric: str, label: str, ar
 
 
 def _seed_aware_lines(systems: dict, refs: list[str], metric: str, label: str, args) -> list[str]:
-    from .evaluate.seeds import describe_test, seed_aware_test
+    from ..evaluate.seeds import describe_test, seed_aware_test
 
     names = list(systems)
     res = seed_aware_test(systems[names[0]], {n: systems[n] for n in names[1:]}, refs, metric=metric,
@@ -761,7 +761,7 @@ def _seed_aware_lines(systems: dict, refs: list[str], metric: str, label: str, a
 
 
 def cmd_experiment(args) -> int:
-    from .experiment import run_grid
+    from ..experiment import run_grid
 
     overrides = list(args.overrides) + ([f"evaluate.seed_test={args.seed_test}"] if args.seed_test else [])
     report = run_grid(args.grid, out_dir=args.out, overrides=overrides, jobs_at_once=args.jobs,
@@ -791,7 +791,7 @@ def _parser_experiment(sub) -> None:
 
 
 def cmd_probe(args) -> int:
-    from .analysis.probe import load_probe_config, run_probe
+    from ..analysis.probe import load_probe_config, run_probe
 
     report = run_probe(load_probe_config(args.config, args.overrides))
     print(f"probe: results in {report}")
@@ -806,7 +806,7 @@ def _parser_probe(sub) -> None:
 
 
 def cmd_tag(args) -> int:
-    from .tagger import run_tag
+    from ..tasks.tagger import run_tag
 
     report = run_tag(args.config, args.overrides, report_only=args.report_only, only_rows=args.rows,
                      jobs=args.jobs)
@@ -828,7 +828,7 @@ def _parser_tag(sub) -> None:
 
 
 def cmd_induce(args) -> int:
-    from .induce import run_induce
+    from ..tasks.induce import run_induce
 
     written = run_induce(checkpoint=args.checkpoint, conllu=args.conllu, out_dir=args.out, scores=args.scores,
                          layer=args.layer, head=args.head, punct=args.punct, progress=not args.no_progress,
@@ -858,7 +858,7 @@ def _parser_induce(sub) -> None:
 
 
 def cmd_induce_table(args) -> int:
-    from .induce import induce_table
+    from ..tasks.induce import induce_table
 
     runs = []
     for item in args.runs:
@@ -898,7 +898,7 @@ def _parser_induce_table(sub) -> None:
 
 
 def cmd_analyze(args) -> int:
-    from .analysis.heatmaps import run_analyze
+    from ..analysis.heatmaps import run_analyze
 
     written = run_analyze(checkpoint=args.checkpoint, input_path=args.input, out_dir=args.out,
                           sentences=args.sentences, stats_sentences=args.stats_sentences,
@@ -924,7 +924,7 @@ def _parser_analyze(sub) -> None:
 
 
 def cmd_gate(args) -> int:
-    from .analysis.gate import run_gate
+    from ..analysis.gate import run_gate
 
     written = run_gate(checkpoint=args.checkpoint, input_path=args.input, reference_path=args.reference,
                        out_dir=args.out, beam=args.beam, pos=args.pos, word_rule=args.word_rule,
@@ -964,7 +964,7 @@ def _pairs(items: list[str] | None, option: str, form: str, example: str) -> dic
 
 
 def cmd_sweep_plot(args) -> int:
-    from .analysis.sweep import plot_sweep
+    from ..analysis.sweep import plot_sweep
 
     where = _pairs(args.where, "--where", "COLUMN=VALUE", "split=attraction4")
     written = plot_sweep(args.results, args.pattern, args.out, references=args.reference or [], column=args.column,
@@ -990,7 +990,7 @@ def _parser_sweep_plot(sub) -> None:
 
 
 def cmd_delta_plot(args) -> int:
-    from .analysis.deltas import plot_deltas
+    from ..analysis.deltas import plot_deltas
 
     names = _pairs(args.split_name, "--split-name", "SPLIT=NAME", "test1=test_2017_flickr")
     written = plot_deltas(args.results, args.out, title=args.title, split_names=names)
@@ -1011,10 +1011,10 @@ def _parser_delta_plot(sub) -> None:
 
 
 def cmd_compare(args) -> int:
-    from .analysis.compare import CompareConfig
-    from .analysis.compare_report import run
-    from .evaluate.score import bootstrap_refusal
-    from .experiment.compare_inputs import inputs_from_benchmark, inputs_from_experiment
+    from ..analysis.compare import CompareConfig
+    from ..analysis.compare_report import run
+    from ..evaluate.score import bootstrap_refusal
+    from ..experiment.compare_inputs import inputs_from_benchmark, inputs_from_experiment
 
     too_many = bootstrap_refusal(args.bootstrap, f"--bootstrap {args.bootstrap}")
     if too_many:
@@ -1066,9 +1066,9 @@ def cmd_compare(args) -> int:
 def _compare_files(args, names: list[str]):
     """``compare --src --ref --hyp``'s inputs; several test sets (``--src A B --ref A B``, every --hyp file comma-joined
     in their order) are joined in order, each set also a bucket of its own. Misaligned files: one sentence."""
-    from .analysis.compare import System
-    from .analysis.compare_report import CompareInputs, parses_for, read_lines
-    from .evaluate.runs import check_runs
+    from ..analysis.compare import System
+    from ..analysis.compare_report import CompareInputs, parses_for, read_lines
+    from ..evaluate.runs import check_runs
 
     n = len(args.ref)
     if len(args.src) != n:
@@ -1175,7 +1175,7 @@ def _parser_compare(sub) -> None:
 
 
 def cmd_plan_seeds(args) -> int:
-    from .analysis.seed_plan import format_plan, plan_seeds
+    from ..analysis.seed_plan import format_plan, plan_seeds
 
     metric, rows = plan_seeds(args.results, args.delta, alpha=args.alpha, target=args.power,
                               max_seeds=args.max_seeds, test_scale=args.test_scale, method=args.seed_test,
@@ -1205,7 +1205,7 @@ def _parser_plan_seeds(sub) -> None:
 
 
 def cmd_head_roles(args) -> int:
-    from .analysis.head_roles import compare_runs
+    from ..analysis.head_roles import compare_runs
 
     written = compare_runs(args.runs, args.labels, args.out)
     print(f"head-roles: wrote {', '.join(str(p) for p in written)}")
@@ -1311,11 +1311,11 @@ def _main(argv: list[str] | None) -> int:
     try:  # the SIGTERM handler is installed inside the try: a signal the moment it is installed is caught too
         restore = _terminate_as_interrupt()
         # freed tensor memory stays in the process (glibc); STRUCTNMT_MALLOC=system turns it off
-        from .allocator import configure_allocator
+        from ..machine.allocator import configure_allocator
 
         configure_allocator()
         if getattr(args, "user_dir", None):
-            from .plugins import add_user_dirs
+            from ..plugins import add_user_dirs
 
             add_user_dirs(args.user_dir)  # kept in the environment: every process this command starts imports them
         return args.func(args) or 0

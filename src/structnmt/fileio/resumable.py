@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from .errors import UserError
+from ..errors import UserError
 from .files import atomic_write_text, check_writable, record_output_file
 
 RECORD_VERSION = 1

@@ -56,20 +56,26 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .analysis.trees import draw_head_weights, draw_tree
-from .data.corpus import file_digest
-from .data.dataset import encode_sources
-from .decode.translate import Translator
-from .errors import UserError
-from .evaluate.correlation import spearman
-from .files import OutputDir, atomic_write_text, check_output_file, record_output_file, same_file
-from .syntax.align import AlignmentError, align, find_word_spans, piece_char_spans
-from .syntax.io import TreeFormatError, read_conllu_sentences
+from ..analysis.trees import draw_head_weights, draw_tree
+from ..data.dataset import encode_sources
+from ..decode.translate import Translator
+from ..errors import UserError
+from ..evaluate.correlation import spearman
+from ..fileio.corpus import file_digest
+from ..fileio.files import (
+    OutputDir,
+    atomic_write_text,
+    check_output_file,
+    record_output_file,
+    same_file,
+)
+from ..syntax.align import AlignmentError, align, find_word_spans, piece_char_spans
+from ..syntax.io import TreeFormatError, read_conllu_sentences
 
 if TYPE_CHECKING:
-    from .config import Config
-    from .decode.translate import Translator
-    from .files import OutputDir
+    from ..config import Config
+    from ..decode.translate import Translator
+    from ..fileio.files import OutputDir
 
 SCORES = ("phi", "beta", "log_beta")
 PUNCT_PROTOCOLS = ("reduce", "skip")
@@ -546,7 +552,7 @@ def _write_conllu(out, name: str, sents: list[Sentence], pred: list[list[int]]) 
 
 
 def _write_report(out, r: dict) -> list[Path]:
-    """induce.json and induce.md into ``out`` (a :class:`structnmt.files.OutputDir`)."""
+    """induce.json and induce.md into ``out`` (a :class:`structnmt.fileio.files.OutputDir`)."""
     json_path = out.write_text("induce.json", json.dumps(r, indent=1))
     how = ("gold PUNCT removed from the sentence, trees over the other words" if r["punct"] == "reduce" else
            "one tree over the whole sentence, gold-PUNCT dependents not scored")

@@ -1,0 +1,3 @@
+"""The machine: devices and worker counts (:mod:`.device`), the CPU's matrix library (:mod:`.cpu_gemm`), the
+memory allocator (:mod:`.allocator`), operation and FLOP counts (:mod:`.op_count`, :mod:`.flops`) and child
+processes (:mod:`.subprocesses`)."""

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
 from conftest import random_sources
 from torch import nn
 
-from structnmt.machine import cpu_gemm
 from structnmt.config import Config, DecodeConfig, ModelConfig
 from structnmt.decode.translate import decoding_model, is_int8, translate_ids
-from structnmt.errors import UserError
+from structnmt.machine import cpu_gemm, gemm_choice
 from structnmt.machine.cpu_gemm import (
     OneDNNLinear,
-    backend,
+    choose,
     to_onednn,
     to_plain,
     uses_onednn,
@@ -105,20 +106,79 @@ def test_a_swapped_model_shares_its_parameters_ties_and_state_dict():
     assert not uses_onednn(view) and sum(type(m) is nn.Linear for m in view.modules()) == n_linear
 
 
-@pytest.mark.parametrize("value, vendor, chosen", [("", "AuthenticAMD", "onednn"), ("auto", "GenuineIntel", "mkl"),
-                                                   ("mkl", "AuthenticAMD", "mkl"), ("onednn", "GenuineIntel", "onednn"),
-                                                   ("auto", None, "mkl")])
-def test_the_backend_follows_the_variable_and_the_cpu(monkeypatch, value, vendor, chosen):
+@pytest.mark.parametrize("value, chosen", [("mkl", "mkl"), ("onednn", "onednn"), (" MKL ", "mkl")])
+def test_a_fixed_library_is_taken_as_given_and_measures_nothing(monkeypatch, value, chosen):
     monkeypatch.setenv(cpu_gemm.ENV, value)
-    monkeypatch.setattr(cpu_gemm, "cpu_vendor", lambda: vendor)
-    assert backend() == chosen
+    monkeypatch.setattr(cpu_gemm, "measured_choice", lambda *a, **k: pytest.fail("measured under a fixed library"))
+    choice = choose(_model())
+    assert choice.library == chosen and f"STRUCTNMT_CPU_GEMM={chosen}" in choice.why
     assert uses_onednn(with_cpu_gemm(_model(), in_place=False)) == (chosen == "onednn")
 
 
-def test_an_unknown_backend_is_one_sentence(monkeypatch):
-    monkeypatch.setenv(cpu_gemm.ENV, "openblas")
-    with pytest.raises(UserError, match="STRUCTNMT_CPU_GEMM='openblas': give auto .*, onednn or mkl"):
-        backend()
+@pytest.mark.parametrize("mkl, onednn, chosen", [(2.0, 1.0, "onednn"), (1.0, 2.0, "mkl"), (1.0, 0.99, "mkl"),
+                                                 (1.0, 0.96, "onednn")])
+def test_auto_keeps_the_library_the_measurement_finds_faster(monkeypatch, tmp_path, mkl, onednn, chosen):
+    """The decision from measured seconds: oneDNN only when it saves at least MARGIN (3 %) of MKL's time."""
+    monkeypatch.setenv(cpu_gemm.ENV, "auto")
+    monkeypatch.setenv("STRUCTNMT_CACHE_DIR", str(tmp_path))
+    seen = []
+
+    def measure(shapes, rows, purpose, onednn_fn):
+        seen.append((sum(shapes.values()), rows, purpose))
+        return {"mkl": mkl, "onednn": onednn}
+
+    model = _model()
+    choice = gemm_choice.measured_choice(model, "decode", 640, cpu_gemm._onednn, measure_fn=measure)
+    assert choice.library == chosen
+    assert seen == [(sum(isinstance(m, nn.Linear) for m in model.modules()), 640, "decode")]
+    assert ("oneDNN:" if chosen == "onednn" else "MKL:") in choice.why and "measured now" in choice.why
+
+
+def test_the_measurement_is_cached_per_key_and_never_rewritten(monkeypatch, tmp_path):
+    monkeypatch.setenv("STRUCTNMT_CACHE_DIR", str(tmp_path))
+    results = iter([{"mkl": 2.0, "onednn": 1.0}, {"mkl": 1.0, "onednn": 2.0}, {"mkl": 5.0, "onednn": 1.0}])
+    calls = []
+
+    def measure(shapes, rows, purpose, onednn_fn):
+        calls.append(purpose)
+        return next(results)
+
+    model = _model()
+    first = gemm_choice.measured_choice(model, "train", 4096, cpu_gemm._onednn, measure_fn=measure)
+    again = gemm_choice.measured_choice(model, "train", 4096, cpu_gemm._onednn, measure_fn=measure)
+    assert first.library == again.library == "onednn" and calls == ["train"]  # read back, not re-measured
+    assert "measured before on this machine" in again.why
+    other = gemm_choice.measured_choice(model, "decode", 640, cpu_gemm._onednn, measure_fn=measure)
+    assert other.library == "mkl" and calls == ["train", "decode"]  # another purpose: another key
+    monkeypatch.setattr(torch, "__version__", "9.9.9")  # a new library version: measured again
+    newer = gemm_choice.measured_choice(model, "train", 4096, cpu_gemm._onednn, measure_fn=measure)
+    assert calls == ["train", "decode", "train"] and newer.seconds == (("mkl", 5.0), ("onednn", 1.0))
+    shapes = gemm_choice.linear_shapes(model)
+    key = gemm_choice.machine_key("train", 4096, shapes)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # an instruction set held back: another key
+    assert gemm_choice.machine_key("train", 4096, shapes) != key
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 97)  # another thread count: another key
+    assert gemm_choice.machine_key("train", 4096, shapes) != key
+
+
+def test_a_cache_that_cannot_be_written_costs_a_measurement_not_the_run(monkeypatch, tmp_path):
+    blocked = tmp_path / "a_file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("STRUCTNMT_CACHE_DIR", str(blocked))
+    choice = gemm_choice.measured_choice(_model(), "train", 64, cpu_gemm._onednn,
+                                         measure_fn=lambda *a: {"mkl": 1.0, "onednn": 3.0})
+    assert choice.library == "mkl" and "not kept" in choice.why and str(blocked) in choice.why
+
+
+def test_the_real_measurement_times_both_libraries_on_the_models_shapes(monkeypatch):
+    """measure() with a counting clock: every distinct shape timed ROUNDS times per library, weighted by how
+    many layers have it (no wall-clock reading is asserted)."""
+    ticks = iter(range(10**6))
+    shapes = Counter({(8, 16): 3, (16, 8): 1})
+    seconds = gemm_choice.measure(shapes, 4, "train", cpu_gemm._onednn, timer=lambda: float(next(ticks)), rounds=3)
+    # each timed call reads the clock twice, consecutive ticks: one "second" per call, times the layer count
+    assert seconds == {"mkl": 4.0, "onednn": 4.0}
 
 
 def test_decoding_on_onednn_translates_as_on_mkl_and_leaves_the_model_alone(monkeypatch):
@@ -161,9 +221,29 @@ def test_the_trainer_puts_its_cpu_model_on_the_chosen_library(monkeypatch, tmp_p
     assert uses_onednn(t.model) == (choice == "onednn")
     t.train()
     (summary,) = [line for line in lines if line.startswith("model: ")]
-    assert summary.endswith("; linear layers on oneDNN (STRUCTNMT_CPU_GEMM).") == (choice == "onednn")
-    assert summary.endswith("process(es).") == (choice == "mkl")
+    name = "oneDNN" if choice == "onednn" else "MKL"
+    assert summary.endswith(f"; linear layers on {name}: STRUCTNMT_CPU_GEMM={choice}.")
     assert t.state.num_updates == 2
+
+
+def test_the_training_log_says_what_auto_measured_and_chose(monkeypatch, tmp_path, synth_data):
+    import structnmt.train.trainer as trainer
+
+    monkeypatch.setenv(cpu_gemm.ENV, "auto")
+    monkeypatch.setenv("STRUCTNMT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(gemm_choice, "measure", lambda shapes, rows, purpose, fn: {"mkl": 0.004, "onednn": 0.002})
+    cfg = Config()
+    cfg.data.path = str(synth_data)
+    cfg.model = ModelConfig(d_model=16, ffn_dim=32, heads=2, encoder_layers=1, decoder_layers=1)
+    cfg.train.max_updates = 1
+    cfg.train.save_dir = str(tmp_path / "run")
+    lines = []
+    t = trainer.Trainer(cfg, log=lines.append)
+    assert uses_onednn(t.model)
+    t.train()
+    (summary,) = [line for line in lines if line.startswith("model: ")]
+    assert "linear layers on oneDNN: the model's linear products took 4.00 ms with MKL, 2.00 ms with oneDNN, " \
+           "measured now" in summary and str(tmp_path / "cache") in summary
 
 
 def test_the_gemm_benchmark_times_every_product_and_checks_they_agree(monkeypatch, tmp_path, capsys):

@@ -172,14 +172,20 @@ def model_for_dtype(model, dtype: str):
     return copy.deepcopy(model).to(target)
 
 
-def decoding_model(model, dtype: str):
+def decoding_model(model, dtype: str, rows: int = 640):
     """:func:`model_for_dtype`, then, for float32 on a CPU, the linear layers on the library the CPU runs
-    faster (:func:`structnmt.machine.cpu_gemm.with_cpu_gemm`: oneDNN on AMD CPUs; a view sharing the weights, the
-    caller's model unchanged)."""
+    faster for this model with ``rows`` hypotheses a step (batch size x beam)
+    (:func:`structnmt.machine.cpu_gemm.with_cpu_gemm`, measured once per machine; a view sharing the weights,
+    the caller's model unchanged)."""
     out = model_for_dtype(model, dtype)
     if dtype == "float32" and next(out.parameters()).device.type == "cpu" and not uses_onednn(out):
-        out = with_cpu_gemm(out, in_place=False)
+        out = with_cpu_gemm(out, in_place=False, purpose="decode", rows=rows)
     return out
+
+
+def decode_rows(dcfg: DecodeConfig) -> int:
+    """Hypotheses in a decoding step: sentences a batch times the beam (what the linear layers multiply)."""
+    return max(1, dcfg.batch_size) * max(1, dcfg.beam)
 
 
 def decode_batch(model, src: torch.Tensor, src_mask: torch.Tensor, dcfg: DecodeConfig, max_positions: int,
@@ -230,7 +236,7 @@ def translate_ids(
     check_decode_cuda_graphs(model, dcfg)
 
     def decoded_here():
-        model_d = decoding_model(model, dcfg.dtype)
+        model_d = decoding_model(model, dcfg.dtype, decode_rows(dcfg))
         graphs = graph_pool if graph_pool is not None or not dcfg.cuda_graphs else GraphPool()
         for idx in batches:
             src, mask = pad_sources([sources[i] for i in idx])
@@ -354,7 +360,7 @@ def _pool_decode(task) -> list:
     sources, dcfg, max_positions = task
     src, mask = pad_sources(sources)
     if dcfg.dtype not in _POOL_MODEL:  # the worker's model never changes: one copy per number format
-        _POOL_MODEL[dcfg.dtype] = decoding_model(_POOL_MODEL["model"], dcfg.dtype)
+        _POOL_MODEL[dcfg.dtype] = decoding_model(_POOL_MODEL["model"], dcfg.dtype, decode_rows(dcfg))
     return decode_batch(_POOL_MODEL[dcfg.dtype], src, mask, dcfg, max_positions)
 
 
@@ -595,7 +601,7 @@ class Translator:
         check_dtype(self.model, dcfg.dtype)  # before the copy in that format is made
         check_dtype_speed(dcfg, self.device)
         if dcfg.dtype not in self._cast:  # this translator's model never changes: one copy per number format
-            self._cast[dcfg.dtype] = decoding_model(self.model, dcfg.dtype)
+            self._cast[dcfg.dtype] = decoding_model(self.model, dcfg.dtype, decode_rows(dcfg))
         pool = self._pool_for(-(-len(todo) // dcfg.batch_size)) if self.workers != 1 else None
         graphs = self._graphs.setdefault(dcfg.dtype, GraphPool()) if dcfg.cuda_graphs else None
         hyps = translate_ids(self._cast[dcfg.dtype], [sources[j] for j in todo], dcfg, device=self.device,

@@ -14,8 +14,9 @@ whose weight gradient runs ``torch.mm``; the arithmetic is float32 either way, s
 (results within float32 rounding of MKL's: tests/test_cpu_gemm.py). :func:`with_cpu_gemm` gives a model whose
 ``nn.Linear`` modules are OneDNNLinear sharing the same parameters, when the backend chosen is oneDNN:
 
-* ``STRUCTNMT_CPU_GEMM=auto`` (the default): oneDNN on AMD CPUs (and Hygon's, which are Zen cores: not measured),
-  MKL elsewhere (on Intel CPUs MKL is PyTorch's tuned default, not measured against oneDNN here);
+* ``STRUCTNMT_CPU_GEMM=auto`` (the default): the faster of the two for this model on this machine, measured
+  (:mod:`structnmt.machine.gemm_choice`: the model's own shapes, cached per CPU, instruction set, thread count
+  and library versions; the training log says which and why);
 * ``STRUCTNMT_CPU_GEMM=onednn`` or ``mkl``: that library, whatever the CPU.
 
 Applied where the toolkit runs float32 on the CPU: the trainer's model (``structnmt train`` and the runner),
@@ -39,11 +40,10 @@ from torch.autograd.function import once_differentiable
 
 from ..errors import UserError
 from .device import cpuinfo
+from .gemm_choice import GemmChoice, measured_choice
 
 ENV = "STRUCTNMT_CPU_GEMM"
 CHOICES = ("auto", "onednn", "mkl")
-ZEN_VENDORS = ("AuthenticAMD", "HygonGenuine")
-"""CPU vendor ids whose CPUs get oneDNN under ``auto``: AMD's, and Hygon's (licensed Zen cores)."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -57,16 +57,21 @@ def cpu_vendor() -> str | None:
     return cpuinfo("vendor_id")
 
 
-def backend() -> str:
-    """``"onednn"`` or ``"mkl"``: the library the CPU's float32 linear layers use, from ``STRUCTNMT_CPU_GEMM``."""
+def choose(model: nn.Module, purpose: str = "train", rows: int = 4096) -> GemmChoice:
+    """The library for ``model``'s float32 linear layers on the CPU, from ``STRUCTNMT_CPU_GEMM``: ``auto``
+    measures (:func:`structnmt.machine.gemm_choice.measured_choice`; ``purpose`` "train" or "decode", ``rows``
+    the tokens or hypotheses of a step), ``mkl`` or ``onednn`` is taken as given."""
     choice = os.environ.get(ENV, "auto").strip().lower() or "auto"
     if choice not in CHOICES:
-        raise UserError(f"{ENV}={os.environ[ENV]!r}: give auto (oneDNN on AMD CPUs, MKL elsewhere), onednn or mkl.")
-    if choice == "auto":
-        choice = "onednn" if cpu_vendor() in ZEN_VENDORS else "mkl"
+        raise UserError(f"{ENV}={os.environ[ENV]!r}: give auto (the faster library, measured on this machine), "
+                        "onednn or mkl.")
     if choice == "onednn" and not onednn_available():
         raise UserError(f"{ENV}=onednn: this PyTorch has no oneDNN linear kernel; set {ENV}=mkl (or auto).")
-    return choice
+    if choice != "auto":
+        return GemmChoice(choice, f"{'oneDNN' if choice == 'onednn' else 'MKL'}: {ENV}={choice}")
+    if not onednn_available():
+        return GemmChoice("mkl", "MKL: this PyTorch has no oneDNN linear kernel to measure against")
+    return measured_choice(model, purpose, rows, _onednn)
 
 
 def _onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -114,11 +119,13 @@ def uses_onednn(model: nn.Module) -> bool:
     return any(isinstance(m, OneDNNLinear) for m in model.modules())
 
 
-def with_cpu_gemm(model: nn.Module, *, in_place: bool) -> nn.Module:
-    """``model`` with its linear layers on the library :func:`backend` chooses: MKL, ``model`` itself; oneDNN,
-    :func:`to_onednn` (``in_place`` for a trainer's own model; a decoder's view of a model the caller keeps
-    swaps a copy of the module tree that shares every parameter)."""
-    return to_onednn(model, in_place=in_place) if backend() == "onednn" else model
+def with_cpu_gemm(model: nn.Module, *, in_place: bool, choice: GemmChoice | None = None,
+                  purpose: str = "train", rows: int = 4096) -> nn.Module:
+    """``model`` with its linear layers on ``choice``'s library (default: :func:`choose` for ``purpose`` and
+    ``rows``): MKL, ``model`` itself; oneDNN, :func:`to_onednn` (``in_place`` for a trainer's own model; a
+    decoder's view of a model the caller keeps swaps a copy of the module tree that shares every parameter)."""
+    choice = choose(model, purpose, rows) if choice is None else choice
+    return to_onednn(model, in_place=in_place) if choice.library == "onednn" else model
 
 
 def to_onednn(model: nn.Module, *, in_place: bool) -> nn.Module:

@@ -49,7 +49,7 @@ from ..data.lock import hold_dataset
 from ..decode.translate import check_decode_cuda_graphs, check_dtype_speed
 from ..errors import TrainingError
 from ..fileio.files import METRICS_RECORD, TORCH_FILE, OutputDir
-from ..machine.cpu_gemm import uses_onednn, with_cpu_gemm
+from ..machine.cpu_gemm import choose, with_cpu_gemm
 from ..machine.device import get_device, set_threads
 from ..models import build_model
 from ..models.checkpoint import check_same_vocab, load_model_state, vocab_entry
@@ -302,8 +302,10 @@ class Trainer:
         self.label_ids = {label: i for i, label in enumerate(syntax.get("labels", []))}
         self.vocab_models = vocab_entry(self.data.src_vocab, self.data.tgt_vocab)
         self.model = build_model(cfg.model, len(self.data.src_vocab), len(self.data.tgt_vocab)).to(self.device)
-        if self.device.type == "cpu":  # the linear layers on the library this CPU runs faster (oneDNN on AMD)
-            self.model = with_cpu_gemm(self.model, in_place=True)
+        # the linear layers on the library this CPU runs faster for this model (measured once, cached)
+        self.gemm = choose(self.model, "train", cfg.data.max_tokens) if self.device.type == "cpu" else None
+        if self.gemm is not None:
+            self.model = with_cpu_gemm(self.model, in_place=True, choice=self.gemm)
         self.n_params = param_count(self.model)
         if tc.validate_bleu or tc.early_stop_metric == "bleu":  # refused now, not at the first BLEU validation
             check_decode_cuda_graphs(self.model, cfg.decode)
@@ -541,7 +543,7 @@ class Trainer:
         if self.is_main:
             self.log(f"model: {self.cfg.model.family}, {self.n_params:,} parameters; {len(self.train_split):,} training "
                      f"pairs in {len(self.batches.batches):,} batches; device {self.device}, {self.world} process(es)"
-                     + ("; linear layers on oneDNN (STRUCTNMT_CPU_GEMM)." if uses_onednn(self.model) else "."))
+                     + (f"; linear layers on {self.gemm.why}." if self.gemm is not None else "."))
             self.log(f"budget: {self.budget}.")
             self.outputs.write_text("config.yaml", __import__("yaml").safe_dump(to_dict(self.cfg), sort_keys=False))
         if self.structures:  # structures are data: computed once, before the first update

@@ -35,7 +35,12 @@ What it does, in one run:
    row, so it is left out), structnmt's ``--dtype bfloat16`` and
    ``--dtype int8``, plus structnmt's CTranslate2 export (float32 and int8) when
    ``ctranslate2`` is installed.
-5. **On a GPU** (``--device cuda``): both train and decode on the GPU in mixed precision,
+5. **Where a step goes** (``--breakdown``, instead of 3 and 4): each toolkit trains ``--updates`` once, in its own
+   process, with updates ``--profile-first`` .. ``--profile-first + --profile-count - 1`` under
+   ``torch.profiler`` (``benchmarks/profile_step.py``); one table gives each toolkit's ms per update and share of
+   the step by category (linear GEMMs, attention, softmax, layer norm, dropout, loss, Adam, gradient scaling and
+   norm, allocation, other, and the time outside operators), then each toolkit's largest operators.
+6. **On a GPU** (``--device cuda``): both train and decode on the GPU in mixed precision,
    fairseq with its ``--fp16`` (half-precision weights, dynamic loss scaling), structnmt with
    its bfloat16 autocast (``train.bf16``, the default on CUDA); decoding fairseq-generate
    ``--fp16`` against structnmt in float32 and ``--dtype bfloat16``. The CPU-only rows
@@ -45,6 +50,8 @@ What it does, in one run:
     bash benchmarks/install_fairseq.sh ~/fairseq-venv
     python benchmarks/bench_fairseq.py --data data-bin/multi30k_en_de --fairseq-venv ~/fairseq-venv \\
         --threads 2 --updates 200 --rounds 2
+    python benchmarks/bench_fairseq.py --data data-bin/multi30k_en_de --fairseq-venv ~/fairseq-venv \\
+        --threads 2 --updates 60 --breakdown --profile-first 21 --profile-count 20 [--cpu-isa avx2]
 """
 
 from __future__ import annotations
@@ -67,6 +74,7 @@ from structnmt.machine.device import cpu_model_name
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "multi30k_transformer_tiny.yaml"
+PROFILE_STEP = ROOT / "benchmarks" / "profile_step.py"
 
 
 def write_pieces(data: Path, work: Path) -> None:
@@ -248,6 +256,12 @@ def _build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--cpu-isa", choices=sorted(ISA_LIMITS), default="native",
                     help="avx2: hold PyTorch's, oneDNN's and MKL's kernels of both toolkits to AVX2 (the code paths of "
                          "a CPU without AVX-512, on this one; not the other CPU's caches and clocks)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="instead of the rounds and decoding: one profiled training of each toolkit, and where its "
+                         "update goes by operator category, side by side (benchmarks/profile_step.py)")
+    ap.add_argument("--profile-first", type=int, default=21,
+                    help="--breakdown: the first profiled update (the ones before it are the warm-up)")
+    ap.add_argument("--profile-count", type=int, default=20, help="--breakdown: how many updates are profiled")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="cuda: train and decode on the GPU in mixed precision (fairseq --fp16, structnmt bf16 "
                          "autocast); the CPU-only rows are left out")
@@ -361,9 +375,53 @@ def _measure(venv: Path, data: Path, work: Path, args: argparse.Namespace, env: 
                     fs_dec=fs_dec, fs_tokens=fs_tokens, sn_dec=sn, modes=modes, ct2_dec=ct2_dec)
 
 
+def _profile(tool: str, python: str, train_argv: list[str], out: Path, args: argparse.Namespace,
+             env: dict) -> dict:
+    """One profiled training of ``tool`` (benchmarks/profile_step.py run by ``python``): the JSON it wrote."""
+    out.unlink(missing_ok=True)
+    cmd = [python, str(PROFILE_STEP), tool, str(out), "--first", str(args.profile_first),
+           "--count", str(args.profile_count), "--", *train_argv]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if p.returncode or not out.exists():
+        raise SystemExit(f"{tool}'s profiled training failed: {(p.stdout + p.stderr)[-2000:]}")
+    return json.loads(out.read_text())
+
+
+def breakdown_lines(venv: Path, data: Path, work: Path, args: argparse.Namespace, env: dict) -> list[str]:
+    """``--breakdown``: fairseq's and then structnmt's profiled training, each as its own command line trains (the
+    same arguments as the rounds), and the side-by-side table of where an update goes. Both run with
+    ``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets a policy (structnmt's command line sets it for itself;
+    fairseq's would spin idle OpenMP threads, and on a shared machine the table would show the wait policy, not
+    the operators). The profiles stay in ``work`` (breakdown-*.json)."""
+    sys.path.insert(0, str(PROFILE_STEP.parent))
+    from profile_step import breakdown, table_lines
+
+    end = args.profile_first + args.profile_count
+    if args.profile_first < 1 or args.profile_count < 1 or args.updates < end:
+        raise SystemExit(f"--breakdown: the profiled window (updates {args.profile_first}-{end - 1}) must lie within "
+                         f"--updates {args.updates}, with one update after it; give --updates {end + 10} or more.")
+    bin_dir = _binarise(venv, data, work, env)
+    saves = {tool: work / f"{tool}-profile-run" for tool in ("fairseq", "structnmt")}
+    for save in saves.values():
+        shutil.rmtree(save, ignore_errors=True)  # both toolkits resume from a checkpoint left in their save dir
+    env = {**env, "OMP_WAIT_POLICY": env.get("OMP_WAIT_POLICY", "PASSIVE")}
+    fs = _profile("fairseq", str(venv / "bin" / "python"),
+                  fairseq_train_args(bin_dir, saves["fairseq"], args.updates, args.log_interval),
+                  work / "breakdown-fairseq.json", args, env)
+    sn = _profile("structnmt", sys.executable, structnmt_train_args(data, saves["structnmt"], args, args.threads),
+                  work / "breakdown-structnmt.json", args, env)
+    return [f"updates {args.profile_first}-{end - 1} of {args.updates} profiled (self CPU time of each operator on "
+            f"the training thread, per update); kernels: fairseq {fs['capability']}, structnmt {sn['capability']}; "
+            f"torch threads: fairseq {fs['threads']}, structnmt {sn['threads']}; "
+            f"OMP_WAIT_POLICY={env['OMP_WAIT_POLICY']} for both", "",
+            *table_lines(breakdown(fs), breakdown(sn))]
+
+
 def main() -> None:
     ap = _build_parser()
     args = ap.parse_args()
+    if args.breakdown and args.device != "cpu":
+        raise SystemExit("--breakdown profiles the CPU's operators; drop --device cuda.")
     if args.device == "cuda":
         import torch
 
@@ -382,18 +440,23 @@ def main() -> None:
            # fairseq 0.12 checkpoints hold an argparse.Namespace, which torch >= 2.6 refuses to unpickle by default
            "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
     try:
-        measured = _measure(venv, data, work, args, env)
+        if args.breakdown:
+            lines = breakdown_lines(venv, data, work, args, env)
+        else:
+            measured = _measure(venv, data, work, args, env)
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
 
     gpu = f", GPU {gpu_name()}, mixed precision (fairseq --fp16, structnmt bf16)" if args.device == "cuda" else ""
     print(f"# bench_fairseq {datetime.date.today()} {platform.machine()} {cpu_model_name()}, {os.cpu_count()} cores{gpu}, "
-          f"{args.threads} thread(s), {args.updates} updates x {args.rounds} rounds each, data {args.data}"
+          f"{args.threads} thread(s), "
+          + (f"{args.updates} updates once each (--breakdown)" if args.breakdown
+             else f"{args.updates} updates x {args.rounds} rounds each") + f", data {args.data}"
           + (f", kernels held to {args.cpu_isa} ({' '.join(f'{k}={v}' for k, v in ISA_LIMITS[args.cpu_isa].items())})"
              if args.cpu_isa != "native" else "")
           + (" (decoding only: the models of an earlier run)" if args.decode_only else ""))
-    print("\n".join(report_lines(measured)))
+    print("\n".join(lines if args.breakdown else report_lines(measured)))
 
 
 @dataclass

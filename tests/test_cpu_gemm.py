@@ -115,44 +115,75 @@ def test_a_fixed_library_is_taken_as_given_and_measures_nothing(monkeypatch, val
     assert uses_onednn(with_cpu_gemm(_model(), in_place=False)) == (chosen == "onednn")
 
 
+def _per_shape(model, mkl: float, onednn: float, big: tuple[float, float] | None = None):
+    """A fake measurement: every shape mkl/onednn seconds, the output projection (out 40) ``big`` if given."""
+    def measure(shapes, rows, purpose, onednn_fn):
+        return {s: ({"mkl": big[0], "onednn": big[1]} if big and s[1] == 40 else {"mkl": mkl, "onednn": onednn})
+                for s in shapes}
+    return measure
+
+
 @pytest.mark.parametrize("mkl, onednn, chosen", [(2.0, 1.0, "onednn"), (1.0, 2.0, "mkl"), (1.0, 0.99, "mkl"),
                                                  (1.0, 0.96, "onednn")])
 def test_auto_keeps_the_library_the_measurement_finds_faster(monkeypatch, tmp_path, mkl, onednn, chosen):
     """The decision from measured seconds: oneDNN only when it saves at least MARGIN (3 %) of MKL's time."""
-    monkeypatch.setenv(cpu_gemm.ENV, "auto")
     monkeypatch.setenv("STRUCTNMT_CACHE_DIR", str(tmp_path))
     seen = []
+    model = _model()
 
     def measure(shapes, rows, purpose, onednn_fn):
         seen.append((sum(shapes.values()), rows, purpose))
-        return {"mkl": mkl, "onednn": onednn}
+        return _per_shape(model, mkl, onednn)(shapes, rows, purpose, onednn_fn)
 
-    model = _model()
     choice = gemm_choice.measured_choice(model, "decode", 640, cpu_gemm._onednn, measure_fn=measure)
-    assert choice.library == chosen
+    assert choice.library == chosen and choice.onednn_shapes is None
     assert seen == [(sum(isinstance(m, nn.Linear) for m in model.modules()), 640, "decode")]
-    assert ("oneDNN:" if chosen == "onednn" else "MKL:") in choice.why and "measured now" in choice.why
+    assert choice.why.startswith("oneDNN:" if chosen == "onednn" else "MKL:") and "measured now" in choice.why
+    assert uses_onednn(with_cpu_gemm(model, in_place=False, choice=choice)) == (chosen == "onednn")
+
+
+def test_each_shape_goes_to_its_faster_library(monkeypatch, tmp_path):
+    """oneDNN faster only for the output projection (40 pieces out): that layer on oneDNN, the others on MKL."""
+    monkeypatch.setenv("STRUCTNMT_CACHE_DIR", str(tmp_path))
+    model = _model()
+    choice = gemm_choice.measured_choice(model, "decode", 640, cpu_gemm._onednn,
+                                         measure_fn=_per_shape(model, 1.0, 2.0, big=(3.0, 1.0)))
+    assert choice.library == "mixed" and choice.onednn_shapes == {(32, 40)}
+    assert "oneDNN for 32->40 (in->out), MKL for the other shapes" in choice.why
+    assert dict(choice.seconds)["chosen"] < min(dict(choice.seconds)["mkl"], dict(choice.seconds)["onednn"])
+    view = with_cpu_gemm(model, in_place=False, choice=choice)
+    on = {(m.in_features, m.out_features) for m in view.modules() if type(m) is OneDNNLinear}
+    assert on == {(32, 40)} and any(type(m) is nn.Linear for m in view.modules())
+    src, mask = random_sources(2, n=4, S=7)
+    sources = [src[i, : int(mask[i].sum())].tolist() for i in range(4)]
+    dcfg = DecodeConfig(beam=3, batch_size=2, max_len_a=1.0, max_len_b=4)
+    mixed = translate_ids(view, sources, dcfg, device=torch.device("cpu"), max_positions=64)
+    monkeypatch.setenv(cpu_gemm.ENV, "mkl")
+    plain = translate_ids(model, sources, dcfg, device=torch.device("cpu"), max_positions=64)
+    for a, b in zip(mixed, plain, strict=True):  # the same translations, scores within float32 rounding
+        assert a[0].tokens == b[0].tokens and abs(a[0].score - b[0].score) < 1e-4
 
 
 def test_the_measurement_is_cached_per_key_and_never_rewritten(monkeypatch, tmp_path):
     monkeypatch.setenv("STRUCTNMT_CACHE_DIR", str(tmp_path))
-    results = iter([{"mkl": 2.0, "onednn": 1.0}, {"mkl": 1.0, "onednn": 2.0}, {"mkl": 5.0, "onednn": 1.0}])
+    model = _model()
+    results = iter([_per_shape(model, 2.0, 1.0), _per_shape(model, 1.0, 2.0), _per_shape(model, 5.0, 1.0)])
     calls = []
 
     def measure(shapes, rows, purpose, onednn_fn):
         calls.append(purpose)
-        return next(results)
+        return next(results)(shapes, rows, purpose, onednn_fn)
 
-    model = _model()
     first = gemm_choice.measured_choice(model, "train", 4096, cpu_gemm._onednn, measure_fn=measure)
     again = gemm_choice.measured_choice(model, "train", 4096, cpu_gemm._onednn, measure_fn=measure)
     assert first.library == again.library == "onednn" and calls == ["train"]  # read back, not re-measured
-    assert "measured before on this machine" in again.why
+    assert first.seconds == again.seconds and "measured before on this machine" in again.why
     other = gemm_choice.measured_choice(model, "decode", 640, cpu_gemm._onednn, measure_fn=measure)
     assert other.library == "mkl" and calls == ["train", "decode"]  # another purpose: another key
     monkeypatch.setattr(torch, "__version__", "9.9.9")  # a new library version: measured again
     newer = gemm_choice.measured_choice(model, "train", 4096, cpu_gemm._onednn, measure_fn=measure)
-    assert calls == ["train", "decode", "train"] and newer.seconds == (("mkl", 5.0), ("onednn", 1.0))
+    n_shapes = len(gemm_choice.linear_shapes(model))
+    assert calls == ["train", "decode", "train"] and dict(newer.seconds)["mkl"] == 5.0 * n_shapes
     shapes = gemm_choice.linear_shapes(model)
     key = gemm_choice.machine_key("train", 4096, shapes)
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # an instruction set held back: another key
@@ -166,19 +197,25 @@ def test_a_cache_that_cannot_be_written_costs_a_measurement_not_the_run(monkeypa
     blocked = tmp_path / "a_file"
     blocked.write_text("not a folder")
     monkeypatch.setenv("STRUCTNMT_CACHE_DIR", str(blocked))
-    choice = gemm_choice.measured_choice(_model(), "train", 64, cpu_gemm._onednn,
-                                         measure_fn=lambda *a: {"mkl": 1.0, "onednn": 3.0})
+    model = _model()
+    choice = gemm_choice.measured_choice(model, "train", 64, cpu_gemm._onednn,
+                                         measure_fn=_per_shape(model, 1.0, 3.0))
     assert choice.library == "mkl" and "not kept" in choice.why and str(blocked) in choice.why
 
 
-def test_the_real_measurement_times_both_libraries_on_the_models_shapes(monkeypatch):
-    """measure() with a counting clock: every distinct shape timed ROUNDS times per library, weighted by how
-    many layers have it (no wall-clock reading is asserted)."""
+def test_the_real_measurement_times_both_libraries_on_the_models_shapes():
+    """measure() with a counting clock: every distinct shape timed at every row count of the ladder, ROUNDS
+    times per library, weighted by how many layers have it (no wall-clock reading is asserted)."""
     ticks = iter(range(10**6))
     shapes = Counter({(8, 16): 3, (16, 8): 1})
-    seconds = gemm_choice.measure(shapes, 4, "train", cpu_gemm._onednn, timer=lambda: float(next(ticks)), rounds=3)
+    clock = lambda: float(next(ticks))  # noqa: E731
+    seconds = gemm_choice.measure(shapes, 4, "train", cpu_gemm._onednn, timer=clock, rounds=3)
     # each timed call reads the clock twice, consecutive ticks: one "second" per call, times the layer count
-    assert seconds == {"mkl": 4.0, "onednn": 4.0}
+    assert seconds == {(8, 16): {"mkl": 3.0, "onednn": 3.0}, (16, 8): {"mkl": 1.0, "onednn": 1.0}}
+    assert gemm_choice.row_ladder(640, "decode") == [640, 320, 160, 80, 40, 20, 10]
+    assert gemm_choice.row_ladder(640, "train") == [640]
+    seconds = gemm_choice.measure(shapes, 40, "decode", cpu_gemm._onednn, timer=clock, rounds=3)
+    assert seconds[(8, 16)] == {"mkl": 3.0 * 3, "onednn": 3.0 * 3}  # rows 40, 20, 10: three counts
 
 
 def test_decoding_on_onednn_translates_as_on_mkl_and_leaves_the_model_alone(monkeypatch):
@@ -231,7 +268,8 @@ def test_the_training_log_says_what_auto_measured_and_chose(monkeypatch, tmp_pat
 
     monkeypatch.setenv(cpu_gemm.ENV, "auto")
     monkeypatch.setenv("STRUCTNMT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(gemm_choice, "measure", lambda shapes, rows, purpose, fn: {"mkl": 0.004, "onednn": 0.002})
+    monkeypatch.setattr(gemm_choice, "measure", lambda shapes, rows, purpose, fn: {
+        s: {"mkl": 0.004 / len(shapes), "onednn": 0.002 / len(shapes)} for s in shapes})
     cfg = Config()
     cfg.data.path = str(synth_data)
     cfg.model = ModelConfig(d_model=16, ffn_dim=32, heads=2, encoder_layers=1, decoder_layers=1)
@@ -242,8 +280,8 @@ def test_the_training_log_says_what_auto_measured_and_chose(monkeypatch, tmp_pat
     assert uses_onednn(t.model)
     t.train()
     (summary,) = [line for line in lines if line.startswith("model: ")]
-    assert "linear layers on oneDNN: the model's linear products took 4.00 ms with MKL, 2.00 ms with oneDNN, " \
-           "measured now" in summary and str(tmp_path / "cache") in summary
+    assert "linear layers on oneDNN: the model's linear products took 4.00 ms with MKL alone, 2.00 ms with " \
+           "oneDNN alone, 2.00 ms as chosen, measured now" in summary and str(tmp_path / "cache") in summary
 
 
 def test_the_gemm_benchmark_times_every_product_and_checks_they_agree(monkeypatch, tmp_path, capsys):

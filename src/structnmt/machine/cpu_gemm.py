@@ -125,34 +125,40 @@ def with_cpu_gemm(model: nn.Module, *, in_place: bool, choice: GemmChoice | None
     ``rows``): MKL, ``model`` itself; oneDNN, :func:`to_onednn` (``in_place`` for a trainer's own model; a
     decoder's view of a model the caller keeps swaps a copy of the module tree that shares every parameter)."""
     choice = choose(model, purpose, rows) if choice is None else choice
-    return to_onednn(model, in_place=in_place) if choice.library == "onednn" else model
+    if choice.library == "mkl":
+        return model
+    return to_onednn(model, in_place=in_place, shapes=choice.onednn_shapes)
 
 
-def to_onednn(model: nn.Module, *, in_place: bool) -> nn.Module:
-    """``model`` with every ``nn.Linear`` module (exactly that class) a :class:`OneDNNLinear` holding the same
-    parameters (tied weights stay tied). ``in_place``: swapped in ``model``; otherwise in a copy of the module
-    tree sharing every parameter and buffer with ``model`` (no weight copied). A model without such a module
-    is returned as it is."""
-    if not any(type(m) is nn.Linear for m in model.modules()):
+def to_onednn(model: nn.Module, *, in_place: bool, shapes: frozenset[tuple[int, int]] | None = None) -> nn.Module:
+    """``model`` with every ``nn.Linear`` module (exactly that class; with ``shapes``, only those whose
+    (in_features, out_features) is in it) a :class:`OneDNNLinear` holding the same parameters (tied weights
+    stay tied). ``in_place``: swapped in ``model``; otherwise in a copy of the module tree sharing every
+    parameter and buffer with ``model`` (no weight copied). A model without such a module is returned as it is."""
+    def wanted(m: nn.Module) -> bool:
+        return type(m) is nn.Linear and (shapes is None or (m.in_features, m.out_features) in shapes)
+
+    if not any(wanted(m) for m in model.modules()):
         return model
     if not in_place:
         shared = {id(t): t for t in [*model.parameters(), *model.buffers()]}
         model = copy.deepcopy(model, memo=shared)
-    return _swap(model, nn.Linear, OneDNNLinear)
+    return _swap(model, nn.Linear, OneDNNLinear, shapes)
 
 
 def to_plain(model: nn.Module) -> nn.Module:
     """``model`` with every :class:`OneDNNLinear` an ``nn.Linear`` again holding the same parameters, in place
     (before PyTorch's int8 quantization, which converts modules of exactly that class)."""
-    return _swap(model, OneDNNLinear, nn.Linear)
+    return _swap(model, OneDNNLinear, nn.Linear, None)
 
 
-def _swap(model: nn.Module, old: type[nn.Linear], new: type[nn.Linear]) -> nn.Module:
-    """Every submodule of exactly class ``old`` replaced, in place, by one of class ``new`` with the same
-    attributes (the same parameters and hooks)."""
+def _swap(model: nn.Module, old: type[nn.Linear], new: type[nn.Linear],
+          shapes: frozenset[tuple[int, int]] | None) -> nn.Module:
+    """Every submodule of exactly class ``old`` (with ``shapes``: of an (in, out) shape in it) replaced, in
+    place, by one of class ``new`` with the same attributes (the same parameters and hooks)."""
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is old:
+            if type(child) is old and (shapes is None or (child.in_features, child.out_features) in shapes):
                 swapped = new.__new__(new)
                 swapped.__dict__.update(child.__dict__)
                 setattr(parent, name, swapped)

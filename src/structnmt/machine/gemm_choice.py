@@ -9,9 +9,12 @@ the CPU it times that model's own linear layers with both libraries and keeps th
 What is timed, for each distinct (in, out) shape of the model's ``nn.Linear`` layers, weighted by how many
 layers have it: in training the forward product x W^T + b and the input gradient dy W over ``rows`` tokens
 (the weight gradient dy^T x runs on MKL under both choices, :class:`~structnmt.machine.cpu_gemm.OneDNNLinear`),
-in decoding the forward product over ``rows`` hypotheses. The two libraries alternate call by call, each
-shape's median over ``ROUNDS`` rounds is kept; oneDNN is chosen when it takes at most ``1 - MARGIN`` of MKL's
-time (MKL, PyTorch's own default, otherwise: a tie is not worth swapping the layers).
+in decoding the forward product over ``rows``, ``rows/2``, ... 8 hypotheses (:func:`row_ladder`: a search's
+steps shrink as sentences finish, and oneDNN's fixed cost per call, about 20 us against MKL's 10 us on a Zen 4
+held to AVX2, loses the small products it wins the large ones). The two libraries alternate call by call,
+each count's median over ``ROUNDS`` rounds is kept. Each shape goes to the faster library: oneDNN when it
+takes at most ``1 - MARGIN`` of MKL's time (MKL, PyTorch's own default, otherwise: a tie is not worth swapping
+the layer), so a model may run its 10,000-way output projection on oneDNN and its small layers on MKL.
 
 The result is cached per key (the CPU model and stepping, the instruction set PyTorch and oneDNN may use, the
 thread count, the torch, MKL and oneDNN versions, the purpose and the shapes) in
@@ -56,11 +59,14 @@ CACHE_FILE = "cpu_gemm.json"
 
 @dataclass(frozen=True)
 class GemmChoice:
-    """A library for the float32 linear layers and why: ``library`` "mkl" | "onednn"; ``why`` one line for
-    the log; ``seconds`` the measured time of the model's products per library (empty when not measured)."""
+    """Where the float32 linear layers run and why: ``library`` "mkl" (every layer), "onednn" (every layer)
+    or "mixed" (the layers whose (in, out) shape is in ``onednn_shapes`` on oneDNN, the others on MKL);
+    ``why`` one line for the log; ``seconds`` the measured time of the model's products per step with MKL
+    alone, oneDNN alone and as chosen (empty when not measured)."""
 
     library: str
     why: str
+    onednn_shapes: frozenset[tuple[int, int]] | None = None
     seconds: tuple[tuple[str, float], ...] = ()
 
 
@@ -91,6 +97,19 @@ def machine_key(purpose: str, rows: int, shapes: Counter) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
+def row_ladder(rows: int, purpose: str) -> list[int]:
+    """The row counts timed: training multiplies a whole batch (``rows``); a beam search's step multiplies
+    the hypotheses still alive, from ``rows`` down as sentences finish, so decoding times ``rows``, ``rows/2``,
+    ... down to 8 (a library's fixed cost per call, which dominates the small products of a search's last
+    steps, is part of the measurement)."""
+    if purpose != "decode":
+        return [rows]
+    ladder = [rows]
+    while ladder[-1] // 2 >= 8:
+        ladder.append(ladder[-1] // 2)
+    return ladder
+
+
 def _products(K: int, N: int, rows: int, purpose: str, onednn: Callable) -> tuple[Callable, Callable]:
     """(MKL's call, oneDNN's call) computing what one layer of this shape computes per step for ``purpose``."""
     gen = torch.Generator().manual_seed(rows + K + N)
@@ -102,27 +121,35 @@ def _products(K: int, N: int, rows: int, purpose: str, onednn: Callable) -> tupl
             (lambda: (onednn(x, w, b), onednn(dy, w.t(), None))))
 
 
+def _timed(calls: dict[str, Callable], timer: Callable[[], float], rounds: int) -> dict[str, float]:
+    """Median seconds of each call over ``rounds`` rounds, the libraries alternating, after one warm-up call
+    each (a library's first call on a shape prepares it)."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for call in calls.values():
+        call()
+    for r in range(rounds):
+        for name in (list(calls) if r % 2 == 0 else list(calls)[::-1]):
+            start = timer()
+            calls[name]()
+            times[name].append(timer() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def measure(shapes: Counter, rows: int, purpose: str, onednn: Callable, *,
-            timer: Callable[[], float] = time.perf_counter, rounds: int = ROUNDS) -> dict[str, float]:
-    """Seconds per step of the model's linear products with each library: {"mkl": s, "onednn": s}. Each
-    distinct shape: one warm-up call each, then ``rounds`` rounds alternating the libraries; its median times
-    how many layers have it."""
-    total = {"mkl": 0.0, "onednn": 0.0}
+            timer: Callable[[], float] = time.perf_counter, rounds: int = ROUNDS) -> dict[tuple[int, int], dict]:
+    """Seconds per step of each distinct linear shape (K, N) with each library, for all the layers that have
+    it: {(K, N): {"mkl": s, "onednn": s}}. Each shape is timed at every row count of :func:`row_ladder`
+    (summed), each count by :func:`_timed`, and multiplied by how many layers have the shape."""
+    out: dict[tuple[int, int], dict] = {}
     with torch.no_grad():
         for (K, N), count in sorted(shapes.items()):
-            calls = dict(zip(("mkl", "onednn"), _products(K, N, rows, purpose, onednn), strict=True))
-            times: dict[str, list[float]] = {"mkl": [], "onednn": []}
-            for call in calls.values():
-                call()  # warm-up: the library's first call on a shape prepares it
-            for r in range(rounds):
-                order = ("mkl", "onednn") if r % 2 == 0 else ("onednn", "mkl")
-                for name in order:
-                    start = timer()
-                    calls[name]()
-                    times[name].append(timer() - start)
-            for name in total:
-                total[name] += count * statistics.median(times[name])
-    return total
+            total = {"mkl": 0.0, "onednn": 0.0}
+            for m in row_ladder(rows, purpose):
+                calls = dict(zip(("mkl", "onednn"), _products(K, N, m, purpose, onednn), strict=True))
+                for name, sec in _timed(calls, timer, rounds).items():
+                    total[name] += count * sec
+            out[(K, N)] = total
+    return out
 
 
 def decide(seconds: dict[str, float]) -> str:
@@ -156,32 +183,54 @@ def _write(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def measured_choice(model: nn.Module, purpose: str, rows: int, onednn: Callable,
-                    measure_fn: Callable[..., dict[str, float]] | None = None) -> GemmChoice:
-    """The library for ``model``'s linear layers in ``purpose`` ("train" or "decode") with ``rows`` tokens or
-    hypotheses a step: from the cache, else measured (``measure_fn``, default :func:`measure`) and cached."""
-    measure_fn = measure if measure_fn is None else measure_fn
-    rows = max(1, min(rows, MAX_ROWS))
-    shapes = linear_shapes(model)
+def _encode(seconds: dict[tuple[int, int], dict]) -> dict[str, dict]:
+    return {f"{K}x{N}": {k: float(v) for k, v in t.items()} for (K, N), t in seconds.items()}
+
+
+def _decode(stored: dict) -> dict[tuple[int, int], dict]:
+    out = {}
+    for shape, t in stored.items():
+        K, N = (int(x) for x in shape.split("x"))
+        out[(K, N)] = {"mkl": float(t["mkl"]), "onednn": float(t["onednn"])}
+    return out
+
+
+def _cached_seconds(shapes: Counter, rows: int, purpose: str, onednn: Callable,
+                    measure_fn: Callable) -> tuple[dict[tuple[int, int], dict], str]:
+    """The per-shape seconds of :func:`measure` from the cache, else measured now and kept; and where from."""
     key = machine_key(purpose, rows, shapes)
     path = cache_dir() / CACHE_FILE
     what = f"{purpose}, {sum(shapes.values())} linear layers, {rows:,} rows, {torch.get_num_threads()} thread(s)"
     try:
         with _locked(path.with_name(path.name + ".lock")):
             entry = _read(path).get(key)
-            if entry is None:
-                entry = {"seconds": measure_fn(shapes, rows, purpose, onednn), "cpu": cpu_model_name(),
-                         "capability": torch.backends.cpu.get_cpu_capability(), "what": what}
-                _write(path, {**_read(path), key: entry})
-                source = f"measured now ({what}), kept in {path}"
-            else:
-                source = f"measured before on this machine ({what}; {path})"
+            if entry is not None:
+                return _decode(entry["seconds"]), f"measured before on this machine ({what}; {path})"
+            seconds = measure_fn(shapes, rows, purpose, onednn)
+            entry = {"seconds": _encode(seconds), "cpu": cpu_model_name(), "what": what,
+                     "capability": torch.backends.cpu.get_cpu_capability()}
+            _write(path, {**_read(path), key: entry})
+            return seconds, f"measured now ({what}), kept in {path}"
     except OSError as e:
-        entry = {"seconds": measure_fn(shapes, rows, purpose, onednn)}
-        source = f"measured now ({what}); not kept, the cache {path} cannot be written ({e.strerror or e})"
-    seconds = {k: float(v) for k, v in entry["seconds"].items()}
-    library = decide(seconds)
-    why = (f"{'oneDNN' if library == 'onednn' else 'MKL'}: the model's linear products took "
-           f"{seconds['mkl'] * 1e3:.2f} ms with MKL, {seconds['onednn'] * 1e3:.2f} ms with oneDNN, {source}; "
-           "STRUCTNMT_CPU_GEMM=mkl or onednn fixes the library")
-    return GemmChoice(library, why, tuple(sorted(seconds.items())))
+        seconds = measure_fn(shapes, rows, purpose, onednn)
+        return seconds, f"measured now ({what}); not kept, the cache {path} cannot be written ({e.strerror or e})"
+
+
+def measured_choice(model: nn.Module, purpose: str, rows: int, onednn: Callable,
+                    measure_fn: Callable[..., dict] | None = None) -> GemmChoice:
+    """Where ``model``'s linear layers run in ``purpose`` ("train" or "decode") with ``rows`` tokens or
+    hypotheses a step: each (in, out) shape on the library :func:`decide` finds faster for it, from the
+    cache, else measured (``measure_fn``, default :func:`measure`) and cached."""
+    rows = max(1, min(rows, MAX_ROWS))
+    shapes = linear_shapes(model)
+    seconds, source = _cached_seconds(shapes, rows, purpose, onednn, measure if measure_fn is None else measure_fn)
+    fast = frozenset(shape for shape, t in seconds.items() if decide(t) == "onednn")
+    totals = {lib: sum(t[lib] for t in seconds.values()) for lib in ("mkl", "onednn")}
+    totals["chosen"] = sum(t["onednn"] if shape in fast else t["mkl"] for shape, t in seconds.items())
+    library = "mkl" if not fast else "onednn" if fast == set(seconds) else "mixed"
+    where = {"mkl": "MKL", "onednn": "oneDNN"}.get(library) or (
+        f"oneDNN for {', '.join(f'{K}->{N}' for K, N in sorted(fast))} (in->out), MKL for the other shapes")
+    why = (f"{where}: the model's linear products took {totals['mkl'] * 1e3:.2f} ms with MKL alone, "
+           f"{totals['onednn'] * 1e3:.2f} ms with oneDNN alone, {totals['chosen'] * 1e3:.2f} ms as chosen, "
+           f"{source}; STRUCTNMT_CPU_GEMM=mkl or onednn fixes the library")
+    return GemmChoice(library, why, fast if library == "mixed" else None, tuple(sorted(totals.items())))

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import yaml
 
+from .. import plugins
 from ..analysis.curves import read_curves
 from ..config import Config, ConfigError, build_dataclass, from_dict, to_dict, with_defaults
 from ..data.dataset import PreparedDataset
@@ -446,11 +447,18 @@ def _shown_path(path: str | Path) -> str:
 
 def _command_line(grid: str | Path, out_dir, overrides: list[str], jobs_at_once: int = 1,
                   report_only: bool = False) -> str:
+    """The command that reruns (resumes) this grid from the directory it runs in: the report's **Command** and
+    an entry of ``training_commands.json``. It names the plugins the grid imports (``--user-dir``, from
+    :func:`structnmt.plugins.user_dirs`, as a checkpoint records them), each relative to the current
+    directory as a run's ``data.path`` is recorded (:func:`structnmt.experiment.datasets.recorded_path`)."""
+
     parts = ["structnmt", "experiment", _shown_path(grid)] + (["--report-only"] if report_only else [])
     if out_dir is not None:
         parts += ["--out", _shown_path(out_dir)]
     if jobs_at_once > 1:
         parts += ["--jobs", str(jobs_at_once)]
+    for path in plugins.user_dirs():
+        parts += ["--user-dir", recorded_path(path)]
     parts += list(overrides)
     env = [f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES") if k in os.environ]
     return shlex.join(env + parts) if not env else " ".join(env) + " " + shlex.join(parts)

@@ -7,10 +7,10 @@ import torch
 from conftest import random_sources
 from torch import nn
 
-from structnmt.machine import cpu_gemm
 from structnmt.config import Config, DecodeConfig, ModelConfig
 from structnmt.decode.translate import decoding_model, is_int8, translate_ids
 from structnmt.errors import UserError
+from structnmt.machine import cpu_gemm
 from structnmt.machine.cpu_gemm import (
     OneDNNLinear,
     backend,

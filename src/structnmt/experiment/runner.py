@@ -40,6 +40,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 import yaml
 
 from .. import plugins
@@ -55,7 +56,7 @@ from ..evaluate.generalization import split_metrics
 from ..evaluate.score import corpus_scores
 from ..fileio.corpus import CorpusError, read_lines
 from ..fileio.files import OutputDir, atomic_write_text
-from ..machine.device import get_device, set_threads
+from ..machine.device import cap_workers, get_device, set_threads
 from ..machine.subprocesses import interrupt_pool, launch_cli
 from ..models import build_model
 from ..models.checkpoint import load_checkpoint
@@ -152,7 +153,6 @@ def _sentencepiece_content(data: bytes) -> bytes:
     """A SentencePiece model's bytes without its training path (pieces, scores and normalizer kept)."""
     from sentencepiece import sentencepiece_model_pb2
 
-
     if data.startswith(MAGIC):  # a subword-nmt model holds no path
         return data
     proto = sentencepiece_model_pb2.ModelProto()
@@ -225,8 +225,6 @@ def _prepare_data(grid: GridConfig, out: Path, log, report_only: bool = False) -
 
 
 def _threads_guard(cfg: Config):
-    import torch
-
     old = torch.get_num_threads()
 
     set_threads(cfg.train.threads)
@@ -237,8 +235,6 @@ def _score_split(grid: GridConfig, cfg: Config, tr, dcfg, run_dir: Path, split: 
                  refs: list[str]) -> dict:
     """Translate one dataset split with the averaged model into ``<run>/<split>.hyp`` and score it:
     sacreBLEU BLEU and chrF (with signatures and n-gram precisions), BLEU (lc,tok) where the grid asks."""
-    import torch
-
 
     ev = grid.evaluate
     prefix, lang = split_prefix(cfg, split)
@@ -286,8 +282,6 @@ def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, splits: dict[str
                   workers: int | None = 1) -> dict:
     """Average the last checkpoints, translate and score the evaluation split (timed) and every extra
     split, translate the grid's other files (``workers``: see :func:`_translator`)."""
-    import torch
-
 
     ev = grid.evaluate
     last = load_checkpoint(run_dir / "checkpoint_last.pt")
@@ -317,8 +311,6 @@ def _finish_result(grid: GridConfig, cfg: Config, run_dir: Path, tr, dcfg, main:
                    paths: list[Path], run: dict) -> dict:
     """A run's result.json: its training figures, its scores, and what the grid asks for beyond them (the
     decoding benchmark, the translated and induced files) with ``tr``."""
-    import torch
-
     ev = grid.evaluate
     # training throughput excludes the time spent validating
     train_seconds = float(run.get("train_seconds", 0.0)) - float(run.get("valid_seconds", 0.0))
@@ -356,8 +348,6 @@ def _complete_run(grid: GridConfig, cfg: Config, run_dir: Path, res: dict,
                   splits: dict[str, tuple[list[str], list[str]]], workers: int | None = 1) -> list[str]:
     """Decode and score the extra splits a finished run has no scores for (a split added to the grid
     after the run finished); ``res`` is updated and rewritten. Returns the splits added."""
-    import torch
-
     todo = [s for s in grid.evaluate.extra_splits if s not in res.get("splits", {})]
     if not todo:
         return []
@@ -780,8 +770,6 @@ def _check_baseline(plan: GridPlan, out: Path) -> None:
 def _capped_jobs(jobs: int, to_train: int, say) -> int:
     """``--jobs`` capped at the CPUs and at the runs left to train (:func:`structnmt.machine.device.cap_workers`), said
     in one line when capped."""
-    from ..machine.device import cap_workers
-
     if jobs < 2 or not to_train:
         return jobs
     jobs, note = cap_workers(jobs, "experiment: --jobs", [(to_train, f"{to_train} run{'s' if to_train != 1 else ''} "

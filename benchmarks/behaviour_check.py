@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -89,8 +90,6 @@ def settings_key(cfg) -> str:
 
 def run_one(cfg, corpus: Path) -> dict:
     """Train the small budget and translate the first test sentences."""
-    import shutil
-
     from structnmt.decode.translate import Translator
     try:
         from structnmt.cli.training import train

@@ -63,6 +63,7 @@ import os
 import platform
 import re
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -143,8 +144,6 @@ def train_structnmt_processes(data: Path, work: Path, args, env: dict) -> float:
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

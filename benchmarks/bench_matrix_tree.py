@@ -16,6 +16,7 @@ Part 3 (``--memory``): how far the process's peak memory grows for 16 sentences 
 
 from __future__ import annotations
 
+import resource
 import statistics
 import sys
 import time
@@ -71,8 +72,6 @@ def batch_seconds(std: float, lengths: torch.Tensor, repeats: int = 5) -> tuple[
 def peak_memory(std: float) -> str:
     """How much the process's peak resident memory grows for the marginals of 16 sentences of 100 words at score
     std ``std`` with a graph and the backward of a weighted sum (a process-wide peak: one std per process)."""
-    import resource
-
     torch.manual_seed(0)
     s = (torch.randn(16, 100, 100, dtype=torch.float64) * std).requires_grad_(True)
     w = torch.randn(16, 100, 100, dtype=torch.float64)

@@ -31,6 +31,7 @@ import platform
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -129,8 +130,6 @@ def main() -> None:
 
 def time_marginals(batch: int, words: int, reps: int, device: torch.device) -> float:
     """Median seconds of marginals() forward + backward on random (batch, words, words) scores."""
-    import time
-
     from structnmt.nn.matrix_tree import marginals
 
     g = torch.Generator().manual_seed(1)

@@ -17,6 +17,8 @@ Two measurements:
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import statistics
 import tempfile
 import time
@@ -173,9 +175,6 @@ def main() -> None:
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    import os
-    import platform
-
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads")
     if not args.skip_parse:

@@ -36,6 +36,7 @@ Needs ``python scripts/outputs.py unpack cross_paper_multi30k_8k_gpu`` (and the 
 from __future__ import annotations
 
 import argparse
+import gzip
 import itertools
 import json
 import math
@@ -133,8 +134,6 @@ def _boot_scores(runs: list[list[str]], split: str, n_samples: int, seed: int) -
 
 
 def _read_refs(split: str) -> list[str]:
-    import gzip
-
     path = ROOT.parent / "shared" / "data" / "multi30k" / REFS[split]
     if not path.exists():
         path = Path("/work/shared/data/multi30k") / REFS[split]

@@ -28,6 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+from structnmt.evaluate.seeds import RunStatistics, _scores, run_statistics
+from structnmt.experiment.report import significance_mark
+
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCES = ROOT.parent / "shared" / "data" / "multi30k"
 README = "README.md"
@@ -122,8 +125,6 @@ def refs(split: str) -> tuple[str, ...]:
 
 @cache
 def _stats(budget: str, slug: str, seed: int, split: str):
-    from structnmt.evaluate.seeds import run_statistics
-
     metric, stats = run_statistics([hyps(budget, slug, seed, split)], list(refs(split)), metric="bleu_lc_tok",
                                    lang=LANG)
     return metric, stats[0]
@@ -131,8 +132,6 @@ def _stats(budget: str, slug: str, seed: int, split: str):
 
 def score(budget: str, slug: str, seed: int, split: str) -> float:
     """A run's corpus BLEU (lc,tok), recomputed from its translations (a joined set: on the join)."""
-    from structnmt.evaluate.seeds import _scores
-
     metric, st = _stats(budget, slug, seed, split)
     return float(_scores(metric, st.sum(0, keepdims=True))[0])
 
@@ -152,8 +151,6 @@ def delta(budget: str, slug: str, split: str) -> float:
 def test(budget: str, slug: str, split: str, against: str = BASELINE):
     """The seed-aware test of the row against the baseline (or the row ``against``) on ``split``, as the report
     runs it."""
-    from structnmt.evaluate.seeds import RunStatistics
-
     base, row = seeds(budget, against), seeds(budget, slug)
     metric = _stats(budget, against, base[0], split)[0]
     stats = [_stats(budget, against, s, split)[1] for s in base] + [_stats(budget, slug, s, split)[1] for s in row]
@@ -162,8 +159,6 @@ def test(budget: str, slug: str, split: str, against: str = BASELINE):
 
 
 def mark(budget: str, slug: str, split: str) -> str:
-    from structnmt.experiment.report import significance_mark
-
     t = test(budget, slug, split)
     return significance_mark(t.p_value, t.delta)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import subprocess
@@ -210,8 +211,6 @@ def main(argv: list[str] | None = None) -> int:
                          "remain before the deadline")
     ap.add_argument("overrides", nargs="*", help="key=value items for every run (after --)")
     args = ap.parse_args(argv)
-    import math
-
     if args.at_once is not None and args.at_once < 1:
         raise SystemExit(f"gpu_pack: --at-once {args.at_once} starts nothing; give 1 or more.")
     if args.min_left < 0:

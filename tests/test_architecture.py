@@ -189,3 +189,13 @@ def test_every_documented_import_works():
 def test_the_public_names_stay_where_the_docs_put_them(name):
     module, _, attr = name.rpartition(".")
     assert callable(getattr(importlib.import_module(module), attr))
+
+
+def test_prepare_and_parse_load_without_torch():
+    """`structnmt prepare` and `parse` start without torch (1.7 s): the three places that import it lazily for them
+    (marked `# noqa: PLC0415` in fileio/files.py, syntax/features.py and data/prepare.py) keep it so."""
+    script = ("import sys\nimport structnmt.data.prepare, structnmt.syntax.parse_cache, structnmt.fileio.files\n"
+              "print(sorted(m for m in ('torch', 'structnmt.machine.device') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

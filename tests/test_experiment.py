@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -843,8 +844,20 @@ def test_the_reports_command_line_shows_paths_under_the_working_directory_relati
     """A grid run from the directory holding its data, given absolute paths, prints a command the reader can run
     from that directory on another machine; a path outside it stays as given."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("STRUCTNMT_USER_DIRS", raising=False)  # no plugin: no --user-dir
     line = runner_mod._command_line(tmp_path / "configs" / "g.yaml", tmp_path / "out" / "g", ["seeds=[1]"],
                                     report_only=True)
     assert str(tmp_path) not in line
     assert line.endswith("experiment configs/g.yaml --report-only --out out/g 'seeds=[1]'")
     assert "/elsewhere/g.yaml" in runner_mod._command_line("/elsewhere/g.yaml", None, [])
+
+
+def test_the_reports_command_line_names_the_plugins_relative_to_the_working_directory(tmp_path, monkeypatch):
+    """The grid's plugins (--user-dir, kept absolute in STRUCTNMT_USER_DIRS) are recorded as data paths are:
+    relative to the directory the grid runs in, inside it or beside it, so the command reruns from there."""
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("STRUCTNMT_USER_DIRS", os.pathsep.join([str(tmp_path / "work" / "plugins" / "mine"),
+                                                               str(tmp_path / "shared" / "theirs.py")]))
+    line = runner_mod._command_line(tmp_path / "work" / "g.yaml", None, ["seeds=[1]"])
+    assert line.endswith("experiment g.yaml --user-dir plugins/mine --user-dir ../shared/theirs.py 'seeds=[1]'")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +30,8 @@ def grid_run(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("tutorial")
     done = run(work, "synth", "--out", "runs/synth", "--n-train", "200", "--n-valid", "12", "--n-test", "12")
     assert done.returncode == 0, done.stderr
-    done = run(work, "experiment", PLUGIN / "grid.yaml", "--user-dir", PLUGIN, "budget.max_updates=6", "seeds=[1]",
+    # --user-dir before the command (fairseq's place): the tests below read how the grid records it
+    done = run(work, "--user-dir", PLUGIN, "experiment", PLUGIN / "grid.yaml", "budget.max_updates=6", "seeds=[1]",
                "train.validate_interval_updates=3", "train.save_interval_updates=3", "model.d_model=32",
                "model.ffn_dim=64", "train.progress=false")
     assert done.returncode == 0, done.stderr
@@ -44,6 +46,48 @@ def test_the_tutorial_grid_trains_the_plugin_mechanism_as_a_row(grid_run):
     assert "tree_distance" in resolved
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("kind") == "valid" for r in metrics)
+
+
+def _recorded_run(command: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Run a command as results.md records it (``VAR=value ... structnmt experiment ...``) from ``cwd``, with no
+    plugin in the environment: only what the command names."""
+    words = shlex.split(command)
+    env = {k: v for k, v in os.environ.items() if k != "STRUCTNMT_USER_DIRS"}
+    while "=" in words[0]:
+        key, value = words.pop(0).split("=", 1)
+        env[key] = value
+    assert words[:2] == ["structnmt", "experiment"], command
+    return subprocess.run([sys.executable, "-m", "structnmt.cli", *words[1:]], cwd=cwd, env=env,
+                          capture_output=True, text=True)
+
+
+def test_the_grid_s_record_keeps_user_dir_and_its_command_resumes_the_grid(grid_run):
+    """results.md's command and training_commands.json name the plugin (relative to the grid's directory, as
+    data paths are), every training command names it, and the recorded command resumes the grid, which the
+    same command without --user-dir cannot."""
+    out = grid_run / "runs" / "experiments" / "tree_distance"
+    shown = Path(os.path.relpath(PLUGIN, grid_run)).as_posix()
+    report = (out / "results.md").read_text()
+    command = next(line for line in report.splitlines() if line.startswith("- **Command**: `"))
+    command = command.removeprefix("- **Command**: `").split("`")[0]
+    assert f" --user-dir {shown} " in f" {command} ", command
+    assert json.loads((out / "training_commands.json").read_text()) == [command]
+    run_dir = out / "runs" / "tree-distance-layer-1" / "seed1"
+    launched = next(line for line in (run_dir / "train.log").read_text().splitlines() if line.startswith("$ "))
+    assert shlex.split(launched)[-2:] == ["--user-dir", str(PLUGIN)]
+
+    result = run_dir / "result.json"
+    scored = json.loads(result.read_text())
+    result.unlink()  # the run is decoded and scored again: its checkpoint needs the plugin
+    without = shlex.join(w for w in shlex.split(command) if w not in ("--user-dir", shown))
+    done = _recorded_run(without, grid_run)
+    assert done.returncode == 2 and "tree_distance" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not result.exists()
+    done = _recorded_run(command, grid_run)
+    assert done.returncode == 0, done.stderr
+    again = json.loads(result.read_text())
+    assert again["bleu"] == scored["bleu"] and again["hyp_file"] == scored["hyp_file"]
+    assert json.loads((out / "training_commands.json").read_text()).count(command) == 1  # the same command, once
 
 
 def test_the_plugin_checkpoint_translates_and_is_analysed_with_the_same_user_dir(grid_run):

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from structnmt.config import ConfigError
 from structnmt.nn import AttentionContext, AttentionDims, MultiHeadAttention, register_attention
 from structnmt.syntax.batching import StructureSpec
 from structnmt.syntax.features import Feature, Padding, check_word_of_piece, register_feature
@@ -67,8 +68,6 @@ class TreeDistanceAttention(MultiHeadAttention):
     def __init__(self, *, dims: AttentionDims, options: Options):
         super().__init__(dims=dims)
         if dims.role != "encoder_self":
-            from structnmt.config import ConfigError
-
             raise ConfigError(f"model.attention ({dims.cache_key}) tree_distance: an encoder self-attention; "
                               "use it under encoder_self.")
         inverse = float(np.log(np.expm1(options.init)))  # softplus^-1(init)

@@ -55,7 +55,9 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import torch
+from tqdm import tqdm
 
 from ..data.dataset import encode_sources, pad_sources
 from ..data.vocab import BOS, PAD
@@ -227,8 +229,6 @@ def forced_gates(model, sources: list[list[int]], targets: list[list[int]], devi
     out: list[list[float] | None] = [None] * len(sources)
     bar = None
     if progress:
-        from tqdm import tqdm
-
         bar = tqdm(total=len(order), desc=desc, unit=" sent", mininterval=1.0)
     with torch.inference_mode():
         for k in range(0, len(order), batch_size):
@@ -339,7 +339,6 @@ def _draw_sentences(sents: list[SentenceGates], path: Path, lo: float, hi: float
 
 
 def _draw_pos(summaries: dict[str, dict], path: Path) -> Path:
-    import numpy as np
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(12, 4.2))

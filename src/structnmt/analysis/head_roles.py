@@ -147,7 +147,6 @@ def _layer_means(rec: dict) -> list[float | None]:
 def plot_head_roles(runs: list[tuple[str, list[dict]]], path: str | Path, title: str = "redundant heads") -> None:
     """One column per run: its last record as a layer x head map (redundant fraction, annotated),
     and below, every layer's mean redundant fraction over training."""
-    import numpy as np
     from matplotlib.figure import Figure
 
     n = len(runs)

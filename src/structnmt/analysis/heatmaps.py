@@ -69,6 +69,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from ..data.dataset import encode_sources
 from ..data.vocab import BOS
@@ -347,8 +348,6 @@ def _analyse_sentences(run: _Run, sources: list[list[int]], structs: list[dict |
              for layer in run.enc_layers]
     bar = None
     if progress:
-        from tqdm import tqdm
-
         bar = tqdm(total=len(run.chosen), desc="analyze", unit=" sent", mininterval=1.0)
     try:
         for n, (src_ids, structures) in enumerate(zip(sources, structs), start=1):

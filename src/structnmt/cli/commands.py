@@ -25,7 +25,8 @@ Each command's function (``cmd_<name>``) has its parser beside it (``_parser_<na
     gate          SA-NMT's syntactic gate per target token and POS (Fig. 6)
     demo          the embedded default: synth -> prepare -> train on CPU -> BLEU
 
-Every command takes ``--user-dir DIR`` (mechanisms and features of your own, :mod:`structnmt.plugins`).
+Every command takes ``--user-dir DIR`` (mechanisms and features of your own, :mod:`structnmt.plugins`), after
+the command's name or, as in fairseq, before it (``structnmt --user-dir DIR experiment grid.yaml``).
 """
 
 from __future__ import annotations
@@ -1259,13 +1260,17 @@ PARSERS = (
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="structnmt", description="Structure-aware neural machine translation.",
                                 epilog="--debug (anywhere on the line) shows the traceback of an error.")
+    help_user_dir = ("import mechanisms and structure features from DIR (a package, a folder of .py files or one "
+                     ".py file) before running; may be repeated (docs/extending.md)")
+    # before the command's name too (fairseq's place): its own destination, since a subcommand's default would
+    # overwrite the value of an option of the same destination given before it; _main joins the two
+    p.add_argument("--user-dir", action="append", default=[], metavar="DIR", dest="user_dir_before",
+                   help=help_user_dir)
     sub = p.add_subparsers(dest="command", required=True)
     for add_parser in PARSERS:
         add_parser(sub)
     for command in sub.choices.values():  # fairseq's --user-dir: mechanisms and features of your own
-        command.add_argument("--user-dir", action="append", default=[], metavar="DIR",
-                             help="import mechanisms and structure features from DIR (a package, a folder of "
-                                  ".py files or one .py file) before running; may be repeated (docs/extending.md)")
+        command.add_argument("--user-dir", action="append", default=[], metavar="DIR", help=help_user_dir)
     return p
 
 
@@ -1314,7 +1319,8 @@ def _main(argv: list[str] | None) -> int:
         from ..machine.allocator import configure_allocator
 
         configure_allocator()
-        if getattr(args, "user_dir", None):
+        args.user_dir = args.user_dir_before + args.user_dir  # `structnmt --user-dir A cmd --user-dir B`: A, B
+        if args.user_dir:
             from ..plugins import add_user_dirs
 
             add_user_dirs(args.user_dir)  # kept in the environment: every process this command starts imports them

@@ -23,6 +23,8 @@ from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 
+import yaml
+
 from ..config import ConfigError, apply_overrides, from_dict, naming_override
 from ..data.generalization import BenchmarkConfig, load_examples, write_benchmark
 from ..data.prepare import PrepareConfig, prepare
@@ -39,8 +41,6 @@ from .training import train
 def demo_config(workdir: Path, updates: int | None, minutes: float, seed: int, overrides: list[str] | None = None):
     """``recipes/demo.yaml`` for ``workdir``: its ``train.max_updates`` (or ``updates``), or ``minutes`` of
     training if that comes first (0: no time limit)."""
-    import yaml
-
     data = yaml.safe_load(resources.files("structnmt").joinpath("recipes/demo.yaml").read_text(encoding="utf-8"))
     data = apply_overrides(data, [f"data.path={workdir / 'data-bin'}", f"train.save_dir={workdir / 'model'}",
                                   f"train.seed={seed}", f"train.max_time_minutes={minutes}",

@@ -8,6 +8,8 @@ trainer with them, as the command line, the experiment runner and the demo do.
 
 from __future__ import annotations
 
+import torch.distributed as dist
+
 from ..analysis.curves import LearningCurveHook
 from ..analysis.head_roles import HeadRolesHook
 from ..config import Config
@@ -40,8 +42,6 @@ def training_hooks(cfg: Config) -> list[TrainingHook]:
 
 def train(cfg: Config, log=print, *, allow_config_change: bool = False) -> RunState:
     """Train ``cfg`` (resuming its save_dir), with :func:`training_hooks`; returns the run state."""
-    import torch.distributed as dist
-
     trainer = Trainer(cfg, log=log, allow_config_change=allow_config_change, hooks=training_hooks(cfg))
     try:
         return trainer.train()

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from ..errors import UserError
 from ..syntax.batching import check_structures, feature_values, pad_structures
@@ -184,8 +185,6 @@ class PreparedSplit:
         structures = {k: s for k, s in structures.items() if _spec_key(s) not in self._stores}
         if not structures:
             return len(self)
-        from tqdm import tqdm
-
         n = len(self)
         bar = tqdm(total=n, desc=f"structures {self.split}", unit="sent", disable=not progress, leave=False)
         kept = 0

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from tqdm import tqdm
 
 from ..errors import UserError
 from ..fileio.corpus import file_digest
@@ -418,8 +419,6 @@ def _write_split(sp: PreparedSplit, spec: StructureSpec, directory: Path, layout
                  what: str, progress: bool, digests: dict) -> tuple[tuple[str, list[Column]] | None, int]:
     """Append every sentence's value of ``sp`` to its column files; ``(layout, bytes written)``; each file's
     SHA-256 and size go into ``digests``."""
-    from tqdm import tqdm
-
     writers: list[ColumnWriter] | None = None
     bar = tqdm(total=len(sp), desc=f"{store_name(spec)} {sp.split}", unit="sent", disable=not progress, leave=False)
     for start in range(0, len(sp), CHUNK):

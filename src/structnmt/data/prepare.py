@@ -50,6 +50,7 @@ new file whose name is taken by a file it did not write.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -74,6 +75,7 @@ from ..fileio.corpus import (
     resolve,
 )
 from ..fileio.files import errors_name, temp_dir_beside
+from ..fileio.resumable import chunked
 from ..syntax.align import AlignmentError, align_trees
 from ..syntax.parsers import Parsed, ParserConfig, build_parser, resolve_pipeline
 from ..syntax.trees import node_to_list
@@ -173,17 +175,6 @@ def _trees_json(parsed: Parsed) -> bytes:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def _chunks(pairs: Iterator[tuple[int, str, str]], size: int) -> Iterator[list[tuple[int, str, str]]]:
-    buf: list[tuple[int, str, str]] = []
-    for p in pairs:
-        buf.append(p)
-        if len(buf) == size:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
-
-
 def prepare(cfg: PrepareConfig, out_dir: str | Path, *, workers: int = 1, progress: bool = True, log=print) -> dict:
     """Build (or reuse) the dataset in ``out_dir``; returns the manifest.
 
@@ -256,7 +247,7 @@ def capped_processes(cfg: PrepareConfig, workers: int, splits: dict[str, tuple[P
     (:func:`structnmt.machine.device.cap_workers`) at the CPUs and at what the largest split gives them: a worker
     encodes at least a line, a spaCy process parses whole batches of ``cfg.parser.batch_size`` lines. Only
     as many lines as could matter are read. ``notes``: one line for each capped request."""
-    from ..machine.device import cap_workers
+    from ..machine.device import cap_workers  # noqa: PLC0415 (it loads torch; prepare runs without it)
 
     notes = []
     if workers > 1:
@@ -287,8 +278,6 @@ def _lock_of(tmp: Path) -> Path:
 def _hold(tmp: Path):
     """An exclusive flock on ``<tmp>.lock`` for as long as the returned file is open (the kernel drops it when the
     process dies, so a killed prepare's directory is free to remove)."""
-    import fcntl
-
     f = open(_lock_of(tmp), "w")  # noqa: SIM115 (held open for the whole prepare)
     fcntl.flock(f, fcntl.LOCK_EX)
     return f
@@ -301,8 +290,6 @@ SPM_MAX_SENTENCE_BYTES = 4192
 def _remove_leftovers(out: Path, log) -> None:
     """Remove the temporary directories (``.<name>.prepare-XXXX``) a killed ``prepare`` of ``out`` left beside it:
     those whose lock (:func:`_hold`) no live process holds; another prepare building one now keeps its own."""
-    import fcntl
-
     for d in sorted(out.parent.glob(f".{out.name}.prepare-*")):
         if not d.is_dir() or d.is_symlink():
             continue
@@ -656,7 +643,7 @@ def _encode_shard(job: _ShardJob, vocabs: dict[str, Vocab], backend, advance: Ca
     out = _SplitFiles.open(job.out, job.split, parsing)
     try:
         pairs = read_pairs(job.src, job.tgt, tally.stats, start=(shard.src, shard.tgt), count=shard.count)
-        for chunk in _chunks(pairs, cfg.chunk):
+        for chunk in chunked(pairs, cfg.chunk):
             enc, spans, keep = _encode_chunk(cfg, job.split, chunk, vocabs, parsing, tally)
             if parsing:
                 keep = _align_kept(chunk, keep, spans, parsed_stream, out, tally)

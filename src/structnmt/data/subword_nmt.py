@@ -33,6 +33,9 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
+from subword_nmt.apply_bpe import BPE
+from subword_nmt.learn_bpe import learn_bpe
+
 MAGIC = b"structnmt subword-nmt 1\n"
 """The first line of a subword-nmt model's bytes (a SentencePiece model starts with a protobuf tag)."""
 
@@ -65,8 +68,6 @@ def learn_codes(words: Counter[str], merges: int, *, progress: bool = False) -> 
     """``merges`` BPE merge operations learned by subword-nmt's ``learn_bpe`` from the token counts
     ``words`` (:func:`word_counts`; minimum pair frequency 2, its default): (the codes file's text, the
     number of merges learned, fewer when no pair occurs twice any more)."""
-    from subword_nmt.learn_bpe import learn_bpe
-
     listing = io.StringIO("".join(f"{w} {c}\n" for w, c in words.items()))
     out = io.StringIO()
     quiet = contextlib.redirect_stderr(io.StringIO()) if not progress else contextlib.nullcontext()
@@ -97,8 +98,6 @@ class SubwordNmtModel:
                 raise SubwordNmtError(f"merge {i} of the BPE codes is not two pieces separated by a space: {line!r}")
         if tuple(pieces[:4]) != SPECIALS or len(set(pieces)) != len(pieces):
             raise SubwordNmtError("the piece inventory does not start with <pad> <unk> <s> </s> or repeats a piece")
-        from subword_nmt.apply_bpe import BPE
-
         self.codes = codes
         self.pieces = list(pieces)
         self.index = {p: i for i, p in enumerate(self.pieces)}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -41,8 +42,6 @@ class VocabSizeError(UserError, RuntimeError):
 
 def _pieces_needed(err: RuntimeError) -> int | None:
     """The size SentencePiece's "smaller than required_chars" error asks for (``... 8 vs 41``), or None."""
-    import re
-
     found = re.search(r"smaller than required_chars\.\s*\d+\s*vs\s*(\d+)", str(err))
     return int(found.group(1)) if found else None
 

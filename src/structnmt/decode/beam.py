@@ -247,6 +247,50 @@ def _make_steps(model, enc, *, beam: int, shared: bool, max_lens: Tensor, fixed_
                       shared=shared, graphs=cuda_graphs)
 
 
+@dataclass
+class _Beams:
+    """The live hypotheses of beam search's ``n`` unfinished sentences."""
+
+    tokens: Tensor  # (n*width, t) their prefixes, BOS first
+    scores: Tensor  # (n, width) their total log-probabilities
+    active: Tensor  # (n,) the batch index of each sentence
+    width: int = 1  # rows per sentence: 1 at the first step (every hypothesis is the empty prefix), then K
+
+
+def _advance(beams: _Beams, steps, step: int, max_lens: Tensor, finished: list[list[Hypothesis]], K: int,
+             lenpen: float) -> tuple[Tensor, Tensor, bool]:
+    """One step of beam search: extend every live hypothesis by a token, finalise the EOS extensions that rank
+    within each sentence's top K into ``finished``, continue ``beams`` with the K best others, and drop the
+    sentences now done. Returns what ``steps.reorder`` takes: the rows (of the step's input) the continued
+    hypotheses extend, (n_kept*K,); ``keep`` (n,) bool, the sentences that stay; and whether all of them do."""
+    n = beams.active.numel()
+    width = beams.width
+    # (n*width, V) in float32: bfloat16 logits (decode.dtype) are converted once here, since reductions over
+    # bfloat16 rows (the top-k's chunk maxima, the normaliser's sum) are several times slower on the CPU
+    logits = steps.logits(beams.tokens, step).float()
+    V = logits.shape[-1]
+    c = min(2 * K, V)
+    cand_lp, cand_tok, eos_lp = _top_extensions(logits, c)  # logits overwritten: not read again
+    at_max = (max_lens[beams.active] <= step + 1).repeat_interleave(width)
+    _force_eos(cand_lp, cand_tok, eos_lp, at_max)
+    top_scores, beam_idx, tok = _best_extensions(beams.scores, cand_lp, cand_tok, n, width, K)
+    is_eos = tok == EOS
+    # finalise EOS candidates ranked within the top K
+    fin = is_eos[:, :K] & torch.isfinite(top_scores[:, :K])
+    done = _finalise(finished, fin, beams.active, top_scores, beam_idx, beams.tokens, width, step + 1, lenpen, K)
+    # continue with the K best non-EOS extensions
+    scores, sel_beam, sel_tok, done = _continuations(top_scores, is_eos, beam_idx, tok, done, K)
+    rows = (torch.arange(n, device=beams.tokens.device)[:, None] * width + sel_beam).view(-1)  # (n*K,)
+    tokens = torch.cat([beams.tokens[rows], sel_tok.view(-1, 1)], dim=1)
+    active = beams.active
+    keep = ~done
+    kept_all = bool(keep.all())
+    if not kept_all:
+        rows, tokens, scores, active = _drop_done(keep, K, rows, tokens, scores, active)
+    beams.tokens, beams.scores, beams.active = tokens, scores, active
+    return rows, keep, kept_all
+
+
 def _nbest(finished: list[list[Hypothesis]], nbest: int) -> list[list[Hypothesis]]:
     """Each sentence's ``nbest`` best finalised hypotheses, best first (sorted in place)."""
     out = []
@@ -302,40 +346,16 @@ def beam_search(
     shared = share_source and K > 1 and bool(getattr(model, "shares_source_across_beam", lambda: False)())
     steps = _make_steps(model, enc, beam=K, shared=shared, max_lens=max_lens, fixed_shapes=fixed_shapes,
                         cuda_graphs=cuda_graphs, graph_pool=graph_pool, max_positions=max_positions)
-    width = 1  # rows per sentence: 1 at the first step (every hypothesis is the empty prefix), then K
-    tokens = torch.full((B, 1), BOS, dtype=torch.long, device=device)
-    scores = torch.zeros(B, 1, device=device)
-    active = torch.arange(B, device=device)  # original sentence ids of the rows
+    beams = _Beams(tokens=torch.full((B, 1), BOS, dtype=torch.long, device=device),
+                   scores=torch.zeros(B, 1, device=device), active=torch.arange(B, device=device))
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     step = 0
-    while active.numel() > 0:
-        n = active.numel()
-        # (n*width, V) in float32: bfloat16 logits (decode.dtype) are converted once here, since reductions over
-        # bfloat16 rows (the top-k's chunk maxima, the normaliser's sum) are several times slower on the CPU
-        logits = steps.logits(tokens, step).float()
-        V = logits.shape[-1]
-        c = min(2 * K, V)
-        cand_lp, cand_tok, eos_lp = _top_extensions(logits, c)  # logits overwritten: not read again
-        at_max = (max_lens[active] <= step + 1).repeat_interleave(width)
-        _force_eos(cand_lp, cand_tok, eos_lp, at_max)
-        top_scores, beam_idx, tok = _best_extensions(scores, cand_lp, cand_tok, n, width, K)
-        is_eos = tok == EOS
-        length = step + 1
-        # finalise EOS candidates ranked within the top K
-        fin = is_eos[:, :K] & torch.isfinite(top_scores[:, :K])
-        done = _finalise(finished, fin, active, top_scores, beam_idx, tokens, width, length, lenpen, K)
-        # continue with the K best non-EOS extensions
-        scores, sel_beam, sel_tok, done = _continuations(top_scores, is_eos, beam_idx, tok, done, K)
-        rows = (torch.arange(n, device=device)[:, None] * width + sel_beam).view(-1)  # (n*K,) rows they extend
-        tokens = torch.cat([tokens[rows], sel_tok.view(-1, 1)], dim=1)
-        keep = ~done
-        kept_all = bool(keep.all())
-        if not kept_all:
-            rows, tokens, scores, active = _drop_done(keep, K, rows, tokens, scores, active)
-        if active.numel() == 0:
+    while beams.active.numel() > 0:
+        rows, keep, kept_all = _advance(beams, steps, step, max_lens, finished, K, lenpen)
+        if beams.active.numel() == 0:
             break
-        steps.reorder(rows, keep, kept_all, active)
-        width = K
+        steps.reorder(rows, keep, kept_all, beams.active)
+        beams.width = K
         step += 1
     return _nbest(finished, nbest)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from ..config import Config, DecodeConfig, ModelConfig, build_dataclass, low_precision_refusal
 from ..data.dataset import encode_sources, pad_sources
@@ -225,8 +226,6 @@ def translate_ids(
     results: list[list] = [[] for _ in sources]  # a source longer than max_positions keeps []
     bar = None
     if progress:
-        from tqdm import tqdm
-
         bar = tqdm(total=len(sources), desc="translate", unit=" sent", mininterval=1.0)
     batches = [order[start : start + dcfg.batch_size] for start in range(0, len(order), dcfg.batch_size)]
     if pool is not None and structures_for is not None:

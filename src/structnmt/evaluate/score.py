@@ -316,7 +316,16 @@ def _sacrebleu_seed(seed: int | None) -> Iterator[None]:
 def _bootstrap_result(
     res: Any, bl: Any, identical: bool, metric_name: str, signature: str, n_samples: int
 ) -> dict:
-    """One system's result in :func:`paired_bootstrap` from sacreBLEU's ``res`` and baseline ``bl``."""
+    """One system's result in :func:`paired_bootstrap` from sacreBLEU's ``res`` and baseline ``bl``.
+
+    Degenerate case: for a system whose hypotheses are *identical* to the
+    baseline every resampled difference is exactly 0, and sacreBLEU's strict
+    ``>`` count then yields the minimum p-value ``1/(n_samples+1)``, i.e. it
+    would call a system "significantly different" from itself. For such a
+    system the result reports ``p_value = 1.0`` (no evidence of any
+    difference) and keeps sacreBLEU's raw number in ``"sacrebleu_p_value"``;
+    ``"identical_to_baseline"`` flags the case. The same holds, and ``"constant"`` flags it, for two
+    different outputs whose every resample scores the same (both at BLEU 0.00, say)."""
     raw_p = float(res.p_value)
     mean = float(res.mean)
     half = float(res.ci)
@@ -363,14 +372,9 @@ def paired_bootstrap(
     concurrently in the same process). All systems share the same resample
     indices, as in sacreBLEU.
 
-    Degenerate case: for a system whose hypotheses are *identical* to the
-    baseline every resampled difference is exactly 0, and sacreBLEU's strict
-    ``>`` count then yields the minimum p-value ``1/(n_samples+1)``, i.e. it
-    would call a system "significantly different" from itself. For such a
-    system this function reports ``p_value = 1.0`` (no evidence of any
-    difference) and keeps sacreBLEU's raw number in ``"sacrebleu_p_value"``;
-    ``"identical_to_baseline"`` flags the case. The same holds, and ``"constant"`` flags it, for two
-    different outputs whose every resample scores the same (both at BLEU 0.00, say).
+    Degenerate case: a system identical to the baseline, or scoring the same
+    on every resample, gets ``p_value = 1.0`` where sacreBLEU gives the
+    minimum ``1/(n_samples+1)`` (:func:`_bootstrap_result` says why).
 
     Args:
         baseline_hyps: Baseline outputs.
@@ -408,29 +412,43 @@ def paired_bootstrap(
         ValueError: On length mismatches (counts named), empty input, an
             unknown metric, ``n_samples <= 0`` or an invalid seed.
     """
-    from sacrebleu.metrics import BLEU, CHRF
-    from sacrebleu.significance import PairedTest
-
     key = _normalize_metric(metric)
     _check_bootstrap_args(baseline_hyps, system_hyps, refs, n_samples, seed)
     if not system_hyps:
         return {}
 
     names = list(system_hyps)
-    base = list(baseline_hyps)
-    systems = [list(system_hyps[n]) for n in names]
-    references = list(refs)
-    suffix = ""
+    metric_obj, base, systems, references, suffix = _bootstrap_inputs(
+        key, list(baseline_hyps), [list(system_hyps[n]) for n in names], list(refs), lang)
+    metric_name, results, signature = _paired_bs_test(key, metric_obj, base, systems, references, n_samples, seed)
+    signature += suffix
+    out: dict[str, dict] = {}
+    for idx, name in enumerate(names):
+        identical = system_hyps[name] == list(baseline_hyps) or systems[idx] == base
+        out[name] = _bootstrap_result(results[idx + 1], results[0], identical, metric_name, signature, n_samples)
+    return out
+
+
+def _bootstrap_inputs(key: str, base: list[str], systems: list[list[str]], references: list[str], lang: str
+                      ) -> tuple[Any, list[str], list[list[str]], list[str], str]:
+    """The sacreBLEU metric of ``key`` and the texts it scores: ``(metric, baseline, systems, references,
+    signature suffix)``. ``bleu_lc_tok`` scores the lowercased Moses tokens of every text (its suffix names the
+    convention); ``bleu`` and ``chrf`` score the texts as given (no suffix)."""
+    from sacrebleu.metrics import BLEU, CHRF
+
     if key == "bleu":
-        metric_obj: Any = BLEU()
-    elif key == "chrf":
-        metric_obj = CHRF()
-    else:
-        metric_obj = lc_tok_bleu()
-        base = moses_lc_tokenize(base, lang)
-        systems = [moses_lc_tokenize(s, lang) for s in systems]
-        references = moses_lc_tokenize(references, lang)
-        suffix = f"|{_lc_tok_convention(lang)}"
+        return BLEU(), base, systems, references, ""
+    if key == "chrf":
+        return CHRF(), base, systems, references, ""
+    return (lc_tok_bleu(), moses_lc_tokenize(base, lang), [moses_lc_tokenize(s, lang) for s in systems],
+            moses_lc_tokenize(references, lang), f"|{_lc_tok_convention(lang)}")
+
+
+def _paired_bs_test(key: str, metric_obj: Any, base: list[str], systems: list[list[str]], references: list[str],
+                    n_samples: int, seed: int | None) -> tuple[str, list, str]:
+    """sacreBLEU's paired bootstrap (``PairedTest``, ``test_type="bs"``) of ``systems`` against ``base`` under
+    ``seed``: ``(metric name, [baseline result, system results...], the test's signature)``."""
+    from sacrebleu.significance import PairedTest
 
     named = [("__baseline__", base)] + [(f"system_{i}", s) for i, s in enumerate(systems)]
     with _sacrebleu_seed(seed):
@@ -446,16 +464,7 @@ def paired_bootstrap(
 
     # table: {"System": [...], <metric name>: [baseline Result, system Results...]}
     metric_name = next(k for k in table if k != "System")
-    results = table[metric_name]
-    bl = results[0]
-    signature = str(signatures[metric_name]) + suffix
-
-    out: dict[str, dict] = {}
-    for idx, name in enumerate(names):
-        res = results[idx + 1]
-        identical = system_hyps[name] == list(baseline_hyps) or systems[idx] == base
-        out[name] = _bootstrap_result(res, bl, identical, metric_name, signature, n_samples)
-    return out
+    return metric_name, table[metric_name], str(signatures[metric_name])
 
 
 # --------------------------------------------------------------------------

@@ -8,21 +8,24 @@ import json
 import sys
 from pathlib import Path
 
+import yaml
+
 from ..analysis.compare import System
 from ..analysis.compare_agreement import AgreementRuns, probe_outcomes
 from ..analysis.compare_report import CompareInputs, parses_for, read_lines
 from ..data.generalization import benchmark_splits, load_examples
 from ..errors import UserError
 from ..evaluate.runs import check_runs
+from ..evaluate.score import corpus_scores
+from ..fileio.corpus import CorpusError
 from ..fileio.files import committed_or_plain, read_lines_exact
 from .datasets import fingerprint_text, prepare_hint
 from .grid import slug
+from .runner import dataset_fingerprint
 
 
 def _data_path(run_dir: Path) -> str:
     """The dataset a run trained on (its resolved.yaml's data.path), or one sentence."""
-    import yaml
-
     try:
         return str(yaml.safe_load((run_dir / "resolved.yaml").read_text(encoding="utf-8"))["data"]["path"])
     except (OSError, yaml.YAMLError, KeyError, TypeError):
@@ -150,8 +153,6 @@ def _check_same_dataset(where: Path, rec: dict, run_dir: Path) -> None:
     and its references do not give the run's recorded BLEU on its evaluation split. The same references
     under another fingerprint (the dataset prepared again, with another parser version, say) are used,
     with a note."""
-    from .runner import dataset_fingerprint
-
     recorded = rec.get("fingerprint")
     if not recorded or recorded in (dataset_fingerprint(where), dataset_fingerprint(where, raw=True)):
         return
@@ -171,9 +172,6 @@ def _check_same_dataset(where: Path, rec: dict, run_dir: Path) -> None:
 def _recorded_bleu(where: Path, run_dir: Path) -> tuple[str, float, float | None]:
     """(the run's evaluation split, its recorded BLEU, the BLEU of its translations against ``where``'s
     references of that split, or None where they cannot be scored: missing, another number of lines)."""
-    from ..evaluate.score import corpus_scores
-    from ..fileio.corpus import CorpusError
-
     try:
         res = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -19,6 +19,8 @@ import random
 import statistics
 from pathlib import Path
 
+import numpy as np
+
 from ..data.generalization import benchmark_splits, load_examples
 from ..evaluate.score import paired_bootstrap
 from ..evaluate.seeds import describe_test, seed_aware_accuracy_test, seed_aware_test
@@ -59,8 +61,6 @@ def _items(per_sentence: dict, key: str) -> list[float]:
 
 def sentence_counts(per_sentence: dict, key: str):
     """(N, 2) array of (items right, items) per sentence (``exact``: one item per sentence)."""
-    import numpy as np
-
     data = per_sentence[key]
     rows = [[int(bool(x)), 1] for x in data] if key == "exact" else [[sum(map(bool, s)), len(s)] for s in data]
     return np.array(rows, dtype=np.int64).reshape(-1, 2)

@@ -22,6 +22,8 @@ import re
 import statistics
 from pathlib import Path
 
+import torch
+
 from ..analysis.curves import plot_curves
 from ..analysis.deltas import draw_report_deltas, read_deltas
 from ..config import Config
@@ -62,8 +64,6 @@ def significance_mark(p: float | None, delta: float) -> str:
 
 
 def hardware() -> dict:
-    import torch
-
     cpu = platform.processor() or ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

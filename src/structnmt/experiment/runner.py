@@ -40,8 +40,10 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 import yaml
 
+from .. import plugins
 from ..analysis.curves import read_curves
 from ..config import Config, ConfigError, build_dataclass, from_dict, to_dict, with_defaults
 from ..data.dataset import PreparedDataset
@@ -54,7 +56,7 @@ from ..evaluate.generalization import split_metrics
 from ..evaluate.score import corpus_scores
 from ..fileio.corpus import CorpusError, read_lines
 from ..fileio.files import OutputDir, atomic_write_text
-from ..machine.device import get_device, set_threads
+from ..machine.device import cap_workers, get_device, set_threads
 from ..machine.subprocesses import interrupt_pool, launch_cli
 from ..models import build_model
 from ..models.checkpoint import load_checkpoint
@@ -151,7 +153,6 @@ def _sentencepiece_content(data: bytes) -> bytes:
     """A SentencePiece model's bytes without its training path (pieces, scores and normalizer kept)."""
     from sentencepiece import sentencepiece_model_pb2
 
-
     if data.startswith(MAGIC):  # a subword-nmt model holds no path
         return data
     proto = sentencepiece_model_pb2.ModelProto()
@@ -224,8 +225,6 @@ def _prepare_data(grid: GridConfig, out: Path, log, report_only: bool = False) -
 
 
 def _threads_guard(cfg: Config):
-    import torch
-
     old = torch.get_num_threads()
 
     set_threads(cfg.train.threads)
@@ -236,8 +235,6 @@ def _score_split(grid: GridConfig, cfg: Config, tr, dcfg, run_dir: Path, split: 
                  refs: list[str]) -> dict:
     """Translate one dataset split with the averaged model into ``<run>/<split>.hyp`` and score it:
     sacreBLEU BLEU and chrF (with signatures and n-gram precisions), BLEU (lc,tok) where the grid asks."""
-    import torch
-
 
     ev = grid.evaluate
     prefix, lang = split_prefix(cfg, split)
@@ -285,8 +282,6 @@ def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, splits: dict[str
                   workers: int | None = 1) -> dict:
     """Average the last checkpoints, translate and score the evaluation split (timed) and every extra
     split, translate the grid's other files (``workers``: see :func:`_translator`)."""
-    import torch
-
 
     ev = grid.evaluate
     last = load_checkpoint(run_dir / "checkpoint_last.pt")
@@ -316,8 +311,6 @@ def _finish_result(grid: GridConfig, cfg: Config, run_dir: Path, tr, dcfg, main:
                    paths: list[Path], run: dict) -> dict:
     """A run's result.json: its training figures, its scores, and what the grid asks for beyond them (the
     decoding benchmark, the translated and induced files) with ``tr``."""
-    import torch
-
     ev = grid.evaluate
     # training throughput excludes the time spent validating
     train_seconds = float(run.get("train_seconds", 0.0)) - float(run.get("valid_seconds", 0.0))
@@ -355,8 +348,6 @@ def _complete_run(grid: GridConfig, cfg: Config, run_dir: Path, res: dict,
                   splits: dict[str, tuple[list[str], list[str]]], workers: int | None = 1) -> list[str]:
     """Decode and score the extra splits a finished run has no scores for (a split added to the grid
     after the run finished); ``res`` is updated and rewritten. Returns the splits added."""
-    import torch
-
     todo = [s for s in grid.evaluate.extra_splits if s not in res.get("splits", {})]
     if not todo:
         return []
@@ -446,11 +437,18 @@ def _shown_path(path: str | Path) -> str:
 
 def _command_line(grid: str | Path, out_dir, overrides: list[str], jobs_at_once: int = 1,
                   report_only: bool = False) -> str:
+    """The command that reruns (resumes) this grid from the directory it runs in: the report's **Command** and
+    an entry of ``training_commands.json``. It names the plugins the grid imports (``--user-dir``, from
+    :func:`structnmt.plugins.user_dirs`, as a checkpoint records them), each relative to the current
+    directory as a run's ``data.path`` is recorded (:func:`structnmt.experiment.datasets.recorded_path`)."""
+
     parts = ["structnmt", "experiment", _shown_path(grid)] + (["--report-only"] if report_only else [])
     if out_dir is not None:
         parts += ["--out", _shown_path(out_dir)]
     if jobs_at_once > 1:
         parts += ["--jobs", str(jobs_at_once)]
+    for path in plugins.user_dirs():
+        parts += ["--user-dir", recorded_path(path)]
     parts += list(overrides)
     env = [f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES") if k in os.environ]
     return shlex.join(env + parts) if not env else " ".join(env) + " " + shlex.join(parts)
@@ -772,8 +770,6 @@ def _check_baseline(plan: GridPlan, out: Path) -> None:
 def _capped_jobs(jobs: int, to_train: int, say) -> int:
     """``--jobs`` capped at the CPUs and at the runs left to train (:func:`structnmt.machine.device.cap_workers`), said
     in one line when capped."""
-    from ..machine.device import cap_workers
-
     if jobs < 2 or not to_train:
         return jobs
     jobs, note = cap_workers(jobs, "experiment: --jobs", [(to_train, f"{to_train} run{'s' if to_train != 1 else ''} "

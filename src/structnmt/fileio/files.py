@@ -23,6 +23,7 @@ import json
 import os
 import re
 import stat
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -147,7 +148,7 @@ def write_torch(obj, path: str | Path) -> None:
     """``torch.save(obj)`` into ``path`` with the bytes written by Python, so that a full disk is an
     ``OSError`` (torch's own file writer reports it as a ``RuntimeError``: "unexpected pos")."""
 
-    import torch
+    import torch  # noqa: PLC0415 (fileio/ loads without torch: prepare and parse use it)
 
     buf = io.BytesIO()
     torch.save(obj, buf)
@@ -291,8 +292,6 @@ def record_output_file(out: str | Path, command: str) -> None:
     try:
         OutputDir(out.parent, command, check=False).record(out.name)
     except OSError as err:  # the output is written: an unrecordable directory costs only the later replacement
-        import sys
-
         print(f"note: {out.parent}: could not record {out.name} as written by `structnmt {command}` "
               f"({err.strerror or err}); a later run will not replace it without your leave.", file=sys.stderr)
 

@@ -27,9 +27,12 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import TypeVar
 
 from ..errors import UserError
 from .files import atomic_write_text, check_writable, record_output_file
+
+T = TypeVar("T")  # what :func:`chunked` groups
 
 RECORD_VERSION = 1
 
@@ -344,11 +347,12 @@ class PartialOutput:
             self.record_path.unlink(missing_ok=True)
 
 
-def chunked(lines: Iterable[str], size: int) -> Iterator[list[str]]:
-    """``lines`` in lists of ``size`` (the last shorter), read lazily."""
-    chunk: list[str] = []
-    for line in lines:
-        chunk.append(line)
+def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """``items`` (lines of an input, ``prepare``'s numbered sentence pairs) in lists of ``size`` (the last
+    shorter), read lazily."""
+    chunk: list[T] = []
+    for item in items:
+        chunk.append(item)
         if len(chunk) == size:
             yield chunk
             chunk = []

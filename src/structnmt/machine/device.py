@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 from collections.abc import Sequence
 
 import torch
@@ -79,8 +80,6 @@ def cpuinfo(field: str) -> str | None:
 
 def cpu_model_name() -> str:
     """The CPU's model name, so that a benchmark's table says which machine it was measured on."""
-    import platform
-
     return cpuinfo("model name") or platform.processor() or "unknown CPU"
 
 

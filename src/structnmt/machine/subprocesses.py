@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..plugins import user_dirs
+
 #: seconds an interrupted run is given to stop after SIGINT before it is terminated
 STOP_GRACE_SECONDS = 30.0
 
@@ -19,8 +21,13 @@ STOP_GRACE_SECONDS = 30.0
 def launch_cli(args: list[str], log_path: Path, live: set | None = None) -> int:
     """Run ``structnmt ARGS`` in a fresh Python process, output appended to ``log_path``;
     returns the exit status. ``live``: a set the running process is kept in (for
-    :func:`stop_processes`). Interrupted (Ctrl-C) while waiting, the process is stopped too."""
+    :func:`stop_processes`). Interrupted (Ctrl-C) while waiting, the process is stopped too.
+
+    The process inherits this one's plugins (``STRUCTNMT_USER_DIRS``); its command also names them
+    (``--user-dir``, absolute), so that the command line the log begins with reruns it on its own."""
     cmd = [sys.executable, "-m", "structnmt.cli", *args]
+    for path in user_dirs():
+        cmd += ["--user-dir", path]
     with open(log_path, "a", encoding="utf-8") as f:
         f.write(f"$ {shlex.join(cmd)}\n")
         f.flush()

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -83,8 +84,6 @@ def load_checkpoint(path: str | Path) -> dict:
         with torch.serialization.safe_globals(LEGACY_GLOBALS):
             state = torch.load(p, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        import re
-
         named = re.search(r"GLOBAL [\w.]+\.\w+", str(err))  # a global the file asks for: code, not damage
         if named is None or ("weights only" not in str(err).lower() and "weights_only" not in str(err).lower()):
             raise CheckpointError(f"{p}: not a readable checkpoint (UnpicklingError); it is truncated, corrupt or "

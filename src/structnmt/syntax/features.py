@@ -582,7 +582,7 @@ class Feature:
 
     def batch(self, key: str, values: list[Any], S: int, label_ids: dict[str, int] | None = None) -> dict:
         """The batch tensors of this feature under ``key`` (and its companions), from one value per sentence."""
-        import torch
+        import torch  # noqa: PLC0415 (prepare imports this module and runs without torch)
 
         arrays = [self.array(v) for v in values] if self.array is not None else values
         batched = self.padding.batch(arrays, S)
@@ -608,7 +608,7 @@ def register_feature(feature: Feature) -> Feature:
 
 def _syntax_labels(key: str, values: list, batched: np.ndarray, label_ids: dict[str, int] | None) -> dict:
     """``key.labels`` (B, K, M) long: label ids of each level's phrases, IGNORE_LABEL elsewhere."""
-    import torch
+    import torch  # noqa: PLC0415 (prepare imports this module and runs without torch)
 
     K = batched.shape[1]
     M = max(len(lab) for _, labels in values for lab in labels) + 1
@@ -621,7 +621,7 @@ def _syntax_labels(key: str, values: list, batched: np.ndarray, label_ids: dict[
 
 def _hypernode_companions(key: str, values: list, batched: np.ndarray, label_ids) -> dict:
     """``key.mask`` (B, N) bool (a real hypernode) and ``key.neighbours`` (B, S + N, K) (eq. 6's lists)."""
-    import torch
+    import torch  # noqa: PLC0415 (prepare imports this module and runs without torch)
 
     mask = np.zeros(batched.shape[:2], dtype=np.bool_)
     for b, (_, adj) in enumerate(values):

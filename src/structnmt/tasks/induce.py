@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from ..analysis.trees import draw_head_weights, draw_tree
 from ..data.dataset import encode_sources
@@ -440,8 +441,6 @@ def _induce_trees(tr, sents: list[Sentence], scores: str, layer: int, head: int,
     res = _Induced()
     it = range(len(sents))
     if progress:
-        from tqdm import tqdm
-
         it = tqdm(it, desc="induce", unit=" sent", mininterval=1.0)
     for i in it:
         s, text, ids = sents[i], texts[i], sources[i]

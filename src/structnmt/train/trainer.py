@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
+from tqdm import tqdm
 
 from .. import plugins
 from ..config import Config, ConfigError, to_dict
@@ -550,8 +551,6 @@ class Trainer:
             self._precompute_structures()
         bar = None
         if self.is_main and tc.progress:
-            from tqdm import tqdm
-
             # progress against whichever budget binds first (updates, epochs, time or tokens)
             bar = tqdm(total=100.0, desc="train", mininterval=2.0, dynamic_ncols=True,
                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")

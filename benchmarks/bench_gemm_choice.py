@@ -5,12 +5,13 @@
 
 Training: the trainer's step (benchmarks/bench_train.py's ``baseline`` on MKL and ``onednn-linear`` on oneDNN)
 over the same ``--batches`` batches, taking turns batch by batch, ``--rounds`` timed passes after an untimed
-one: target tokens/s. Decoding: ``translate_ids`` (beam ``--beam``, ``--batch-size`` sentences) of the first
+one, with a third variant, the model as ``auto`` sets it up (each layer shape on the library measured
+faster for it): target tokens/s. Decoding: ``translate_ids`` (beam ``--beam``, ``--batch-size`` sentences) of the first
 ``--sentences`` test sentences with the linear layers on each library, alternated, ``--rounds`` times:
-sentences/s. Then what ``auto`` chooses for the same model, purpose and step size
+sentences/s, the same three ways. What ``auto`` chooses for the same model, purpose and step size
 (structnmt.machine.gemm_choice: its own short measurement, here with a cache in a temporary folder so it is
-measured now), and the end-to-end rate of that choice over the faster fixed library's: at least 1.00 (within
-the spread of the rounds) is the claim. ``--cpu-isa avx2`` holds every library to AVX2 (set before torch
+measured now) is taken first; the table gives its end-to-end rate over the faster fixed library's: at least
+1.00 (within the spread of the rounds) is the claim. ``--cpu-isa avx2`` holds every library to AVX2 (set before torch
 loads, in a child process).
 """
 
@@ -44,19 +45,30 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _train_rates(args, cfg, ds, model) -> dict[str, float]:
+def _train_rates(args, cfg, ds, model, chosen) -> dict[str, float]:
     sys.path.insert(0, str(ROOT / "benchmarks"))
+    import copy  # noqa: PLC0415
+
     import bench_train  # noqa: PLC0415 (a sibling script, not a package)
+    import torch  # noqa: PLC0415
+
+    from structnmt.machine.cpu_gemm import with_cpu_gemm  # noqa: PLC0415
 
     _, data = bench_train._load_batches(args, cfg)
     n_tok = [b.n_tgt_tokens for b in data]
-    names = ["baseline", "onednn-linear"]
-    runs = bench_train._build_runs(model, names, cfg.train.label_smoothing)
+    runs = bench_train._build_runs(model, ["baseline", "onednn-linear"], cfg.train.label_smoothing)
+    # the measured choice as a third variant: a copy of the model with the chosen layers on oneDNN
+    runs.flags["chosen"] = dict(runs.flags["baseline"])
+    runs.models["chosen"] = runs.calls["chosen"] = with_cpu_gemm(copy.deepcopy(model).train(), in_place=True,
+                                                                  choice=chosen)
+    runs.opts["chosen"] = torch.optim.Adam(runs.models["chosen"].parameters(), lr=5e-4, betas=(0.9, 0.98),
+                                           eps=1e-8)
+    names = ["baseline", "onednn-linear", "chosen"]
     rates = bench_train._timed_rounds(runs, names, data, n_tok, args.rounds)
-    return {"mkl": statistics.median(rates["baseline"]), "onednn": statistics.median(rates["onednn-linear"])}
+    return {lib: statistics.median(rates[n]) for lib, n in zip(("mkl", "onednn", "chosen"), names, strict=True)}
 
 
-def _decode_rates(args, ds, model) -> dict[str, float]:
+def _decode_rates(args, ds, model, chosen) -> dict[str, float]:
     import torch  # noqa: PLC0415 (after the ISA variables are set)
 
     from structnmt.config import DecodeConfig  # noqa: PLC0415
@@ -67,16 +79,21 @@ def _decode_rates(args, ds, model) -> dict[str, float]:
     sources = [split.get("src", i).tolist() for i in range(min(args.sentences, len(split)))]
     dcfg = DecodeConfig(beam=args.beam, batch_size=args.batch_size)
     model = model.eval()
-    spent = {"mkl": [], "onednn": []}
+    # MKL alone and oneDNN alone through the variable; the choice as a view whose chosen layers are swapped
+    # (decoding leaves a model with oneDNN layers as it is; under "mkl" a plain view stays plain)
+    views = {"mkl": ("mkl", model), "onednn": ("onednn", model),
+             "chosen": ("mkl", cpu_gemm.with_cpu_gemm(model, in_place=False, choice=chosen))}
+    spent: dict[str, list[float]] = {name: [] for name in views}
     for r in range(args.rounds + 1):  # the first round untimed (warm-up)
-        for lib in (("mkl", "onednn") if r % 2 == 0 else ("onednn", "mkl")):
-            os.environ[cpu_gemm.ENV] = lib
+        order = list(views) if r % 2 == 0 else list(views)[::-1]
+        for name in order:
+            os.environ[cpu_gemm.ENV], m = views[name]
             t0 = time.perf_counter()
-            translate_ids(model, sources, dcfg, device=torch.device("cpu"), max_positions=1024)
+            translate_ids(m, sources, dcfg, device=torch.device("cpu"), max_positions=1024)
             if r:
-                spent[lib].append(time.perf_counter() - t0)
+                spent[name].append(time.perf_counter() - t0)
     os.environ.pop(cpu_gemm.ENV)
-    return {lib: len(sources) / statistics.median(s) for lib, s in spent.items()}
+    return {name: len(sources) / statistics.median(s) for name, s in spent.items()}
 
 
 def run(args) -> None:
@@ -101,16 +118,19 @@ def run(args) -> None:
     os.environ.pop("STRUCTNMT_CPU_GEMM", None)
     chosen = {"train": choose(model, "train", cfg.data.max_tokens),
               "decode": choose(model, "decode", decode_rows(DecodeConfig(beam=args.beam, batch_size=args.batch_size)))}
-    rates = {"train": _train_rates(args, cfg, ds, model), "decode": _decode_rates(args, ds, model)}
+    rates = {"train": _train_rates(args, cfg, ds, model, chosen["train"]),
+             "decode": _decode_rates(args, ds, model, chosen["decode"])}
     print(f"# bench_gemm_choice {datetime.date.today()}: {cpu_model_name()} (family {cpuinfo('cpu family')}, model "
           f"{cpuinfo('model')}), ISA {args.cpu_isa} (torch capability {torch.backends.cpu.get_cpu_capability()}), "
           f"torch {torch.__version__}, {args.threads} thread(s), {args.rounds} rounds; {args.config}")
-    print("| purpose | MKL | oneDNN | auto chose | auto / the faster fixed library | auto / the slower |")
-    print("|---|---|---|---|---|---|")
+    print("| purpose | MKL alone | oneDNN alone | auto's choice | its rate | / the faster fixed library | "
+          "/ the slower |")
+    print("|---|---|---|---|---|---|---|")
     for purpose, unit in (("train", "target tok/s"), ("decode", "sentences/s")):
-        r, lib = rates[purpose], chosen[purpose].library
-        print(f"| {purpose} | {r['mkl']:.1f} {unit} | {r['onednn']:.1f} {unit} | {lib} | "
-              f"{r[lib] / max(r.values()):.2f} | {r[lib] / min(r.values()):.2f} |")
+        r = rates[purpose]
+        fixed = (r["mkl"], r["onednn"])
+        print(f"| {purpose} | {r['mkl']:.1f} {unit} | {r['onednn']:.1f} {unit} | {chosen[purpose].library} | "
+              f"{r['chosen']:.1f} | {r['chosen'] / max(fixed):.2f} | {r['chosen'] / min(fixed):.2f} |")
     for purpose, c in chosen.items():
         print(f"# auto for {purpose}: {c.why}")
 

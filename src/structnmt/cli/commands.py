@@ -1265,7 +1265,8 @@ def build_parser() -> argparse.ArgumentParser:
     for command in sub.choices.values():  # fairseq's --user-dir: mechanisms and features of your own
         command.add_argument("--user-dir", action="append", default=[], metavar="DIR",
                              help="import mechanisms and structure features from DIR (a package, a folder of "
-                                  ".py files or one .py file) before running; may be repeated (docs/extending.md)")
+                                  ".py files but its test_*.py, *_test.py and conftest.py, or one .py file) before "
+                                  "running; may be repeated (docs/extending.md)")
     return p
 
 

@@ -9,7 +9,12 @@ import pytest
 import torch
 
 import structnmt.models  # noqa: F401 (registers the package's mechanisms)
-from structnmt.nn.attention import ATTENTION_REGISTRY, MultiHeadAttention, register_attention
+from structnmt.nn.attention import (
+    ATTENTION_REGISTRY,
+    MultiHeadAttention,
+    register_attention,
+    split_heads,
+)
 from structnmt.testing import ContractError, check_mechanism
 
 MGSA_GROUPS = [{"kind": "word", "heads": 1}, {"kind": "ngram", "heads": 1, "n": 2},
@@ -116,7 +121,60 @@ class BadExtras(MultiHeadAttention):
         return dataclasses.replace(out, extras={"mean_norm": out.output.norm(dim=-1).mean(0)})
 
 
+@register_attention("_broken_reweight_padding")
+class ReweightOnPadding(MultiHeadAttention):
+    """A hook after the softmax that spreads some weight over every key, the padded ones too."""
+
+    def reweight(self, weights, query, q, k, ctx):
+        return 0.9 * weights + 0.1 / weights.shape[-1]
+
+
+@register_attention("_broken_reweight_shape")
+class ReweightShape(MultiHeadAttention):
+    """A hook that drops the last key (a (B, H, T, S - 1) result)."""
+
+    def reweight(self, weights, query, q, k, ctx):
+        return weights[..., :-1]
+
+
+@register_attention("_broken_reweight_nan")
+class ReweightNaN(MultiHeadAttention):
+    """A hook that divides by (S - 2): NaN for a one-word sentence (its word and EOS) alone."""
+
+    def reweight(self, weights, query, q, k, ctx):
+        return weights * (weights.shape[-1] - 2) / (weights.shape[-1] - 2)
+
+
+@register_attention("_broken_reweight_by_length")
+class ReweightByLength(MultiHeadAttention):
+    """A hook that reads the number of queries of the call: the full pass and the steps of decoding disagree."""
+
+    def reweight(self, weights, query, q, k, ctx):
+        return weights * weights.shape[-2]
+
+
+@register_attention("_broken_reweight_unused")
+class ReweightUnused(MultiHeadAttention):
+    """Overrides the hook, then writes its own forward that never applies it."""
+
+    def reweight(self, weights, query, q, k, ctx):
+        return 0.5 * weights
+
+    def forward(self, query, memory, ctx):
+        plain = MultiHeadAttention.__new__(MultiHeadAttention)
+        plain.__dict__ = self.__dict__
+        return MultiHeadAttention._attention_with_hooks(plain, query, split_heads(self.q_proj(query), self.heads),
+                                          *self.project_kv(memory, ctx), ctx)
+
+
 @pytest.mark.parametrize(("name", "role", "rule"), [
+    ("_broken_reweight_padding", "encoder_self", "reweight: ReweightOnPadding.reweight gives masked keys (padding, "
+                                                 "later positions under causality) weight"),
+    ("_broken_reweight_padding", "decoder_self", "reweight: ReweightOnPadding.reweight gives masked keys"),
+    ("_broken_reweight_shape", "cross", "reweight: ReweightShape.reweight returns a torch.float64 tensor of shape "),
+    ("_broken_reweight_nan", "encoder_self", "reweight: ReweightNaN.reweight gives NaN or inf weights"),
+    ("_broken_reweight_by_length", "decoder_self", "incremental decoding: step-by-step decoding with the cache"),
+    ("_broken_reweight_unused", "encoder_self", "reweight: the hook is overridden but no forward pass called it"),
     ("_broken_ignores_mask", "encoder_self", "padding: sentence"),
     ("_broken_ignores_mask", "encoder_self", "masked keys: encoder_self layer 1 gives padded source positions"),
     ("_broken_ignores_mask", "cross", "masked keys: cross layer 1"),
@@ -149,3 +207,12 @@ def test_a_batch_of_two_parsed_sentences_is_enough():
     from structnmt.testing import example_trees
 
     assert check_mechanism("mha", trees=example_trees(2)).checked
+
+
+def test_a_hook_that_changes_the_shape_is_one_sentence_and_stops_the_role_s_other_rules():
+    with pytest.raises(ContractError) as err:
+        check_mechanism("_broken_reweight_shape", roles=("encoder_self",))
+    failures = [line for line in str(err.value).splitlines() if "FAILED" in line]
+    assert failures == ["  FAILED: encoder_self: reweight: ReweightShape.reweight returns a torch.float64 tensor of "
+                        "shape (3, 4, 5, 4) for torch.float64 weights of shape (3, 4, 5, 5); it must keep the "
+                        "weights' shape (B, H, T, S) and dtype."], failures

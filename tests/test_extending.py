@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "examples" / "tree_distance"
@@ -207,3 +208,171 @@ def test_a_plugin_named_like_a_module_in_use_replaces_nothing(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path.parent, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ['{"ok":', 'true}', "True"]
+
+
+# --------------------------------------------------------------------------- a test file beside a plugin
+
+
+def test_a_user_dir_imports_no_test_file_kept_beside_the_plugin(tmp_path):
+    """`--user-dir DIR` (a folder without __init__.py) imports its plugin files, not the tests beside them: a test
+    that imports the plugin would register its feature a second time ("Duplicate feature name")."""
+    (tmp_path / "plug.py").write_text(
+        "import numpy as np\nfrom structnmt.syntax.features import Feature, Padding, register_feature\n"
+        "register_feature(Feature('beside_tests', lambda w, t: np.zeros(len(w)), (), (), 'zeros',\n"
+        "                         Padding('sequence', np.float32, pad=0.0)))\n", encoding="utf-8")
+    for name in ("test_plug.py", "plug_test.py", "conftest.py"):  # each would fail the import if it ran
+        (tmp_path / name).write_text(f"import plug  # noqa\nraise SystemExit('{name} was imported')\n",
+                                     encoding="utf-8")
+    code = (f"from structnmt.plugins import add_user_dirs; add_user_dirs([{str(tmp_path)!r}]); "
+            "from structnmt.syntax.features import FEATURES; print('beside_tests' in FEATURES)")
+    env = {k: v for k, v in os.environ.items() if k != "STRUCTNMT_USER_DIRS"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path.parent, env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.split() == ["True"], done.stderr + done.stdout
+
+
+# --------------------------------------------------------------------------- parent-scaled attention (PASCAL)
+
+PASCAL = ROOT / "examples" / "parent_scaled"
+
+
+@pytest.fixture
+def pascal():
+    """examples/parent_scaled/parent_scaled.py imported here, the registries restored afterwards."""
+    import importlib.util
+
+    from structnmt.nn.attention import ATTENTION_REGISTRY
+    from structnmt.syntax.features import FEATURES
+
+    saved = (ATTENTION_REGISTRY.pop("parent_scaled", None), FEATURES.pop("parent_position", None))
+    spec = importlib.util.spec_from_file_location("parent_scaled_under_test", PASCAL / "parent_scaled.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[spec.name]
+        ATTENTION_REGISTRY.pop("parent_scaled", None)
+        FEATURES.pop("parent_position", None)
+        for registry, key, value in zip((ATTENTION_REGISTRY, FEATURES), ("parent_scaled", "parent_position"), saved):
+            if value is not None:
+                registry[key] = value
+
+
+def pascal_tree():
+    """'the big dog barked': the <- dog, big <- dog, dog <- barked, barked the root (heads 1-based, 0 = root)."""
+    from structnmt.syntax.trees import DependencyTree
+
+    return DependencyTree(["the", "big", "dog", "barked"], [3, 3, 4, 0], ["det", "amod", "nsubj", "root"],
+                          ["DET", "ADJ", "NOUN", "VERB"])
+
+
+def test_parent_position_is_the_middle_of_the_parent_word_s_pieces_and_a_float_feature_batches(pascal):
+    from structnmt.syntax.batching import StructureSpec, build_structures
+
+    wop = np.array([0, 1, 2, 2, 3, 3, 3])  # "dog" in pieces 2-3, "barked" in pieces 4-6
+    got = pascal.parent_positions(wop, {"dependency": pascal_tree()})
+    assert got.dtype == np.float32
+    assert got.tolist() == [2.5, 2.5, 5.0, 5.0, 5.0, 5.0, 5.0]  # the root "barked" is its own parent
+    batch = build_structures({"p": StructureSpec("parent_position")}, [(pascal_tree(), None)] * 2,
+                             [wop, np.array([0, 1, 2, 3])], S=8)
+    p = batch["p"]
+    assert p.dtype == torch.float32 and p.shape == (2, 8)
+    assert p[0].tolist() == got.tolist() + [-1.0]  # the pieces, then EOS (no parent); no BOS before them
+    assert p[1].tolist() == [2.0, 2.0, 3.0, 3.0, -1.0, -1.0, -1.0, -1.0]  # EOS at 4, then padding
+
+
+def test_parent_scaled_attention_keeps_the_contract(pascal):
+    from structnmt.testing import check_mechanism
+
+    for options in ({}, {"heads": 2, "sigma": 2.0}, {"where": "logits"}):
+        report = check_mechanism("parent_scaled", options)
+        assert report.checked == ["encoder_self (every layer)"] and not report.failures
+
+
+def test_parent_scaled_attention_is_the_paper_s_product_in_float64(pascal):
+    """Every head's weights times N(j; p_i, sigma^2), written out in float64: equal to 1e-12 (no float32 step)."""
+    from structnmt.nn import (
+        AttentionContext,
+        AttentionDims,
+        masked_softmax,
+        merge_heads,
+        split_heads,
+    )
+    from structnmt.syntax.batching import StructureSpec, build_structures
+
+    D, H, sigma = 16, 2, 1.5
+    dims = AttentionDims(D, H, 0.0, "encoder_self", "enc.0.self")
+    torch.manual_seed(0)
+    attn = pascal.ParentScaledAttention(dims=dims, options=pascal.ParentScaledAttention.Options(sigma=sigma))
+    attn = attn.double().eval()
+    wops = [np.array([0, 1, 2, 2, 3, 3, 3]), np.array([0, 1, 2, 3])]
+    st = build_structures({"parent_position": StructureSpec("parent_position")}, [(pascal_tree(), None)] * 2, wops,
+                          S=8)
+    mask = torch.tensor([[True] * 8, [True] * 5 + [False] * 3])
+    x = torch.randn(2, 8, D, dtype=torch.float64)
+    out = attn(x, x, AttentionContext(key_mask=mask, structures=st, need_weights=True))
+    q = split_heads(attn.q_proj(x), H)
+    k, v = (split_heads(t, H) for t in attn.kv_proj(x).chunk(2, -1))
+    w = masked_softmax(q @ k.transpose(-1, -2) / (D // H) ** 0.5, mask[:, None, None, :])
+    p = st["parent_position"].double()
+    p = torch.where(p >= 0, p, torch.arange(8.0, dtype=torch.float64))  # EOS and padding: themselves
+    j = torch.arange(8.0, dtype=torch.float64)
+    gauss = torch.exp(-((j[None, None] - p[:, :, None]) ** 2) / (2 * sigma**2)) / (2 * np.pi * sigma**2) ** 0.5
+    want = w * gauss[:, None]
+    torch.testing.assert_close(out.weights, want, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(out.output, attn.out_proj(merge_heads(want @ v)), atol=1e-12, rtol=1e-12)
+    assert float(out.weights[1, :, :, 5:].detach().abs().sum()) == 0.0  # the padded keys stay at 0
+
+
+def test_the_parent_scaled_plugin_trains_a_few_updates_and_translates(tmp_path):
+    """docs/extending.md's parent-scaled example through the command line: its config trains with --user-dir, and
+    the checkpoint translates new text with its dependency trees."""
+    done = run(tmp_path, "synth", "--out", "runs/synth", "--n-train", "200", "--n-valid", "12", "--n-test", "12")
+    assert done.returncode == 0, done.stderr
+    done = run(tmp_path, "prepare", "-s", "src", "-t", "tgt", "--trainpref", "runs/synth/train", "--validpref",
+               "runs/synth/valid", "--testpref", "runs/synth/test", "--destdir", "data-bin/synth_trees",
+               "--vocab-size", "1000", "--parser", "synthetic")
+    assert done.returncode == 0, done.stderr
+    done = run(tmp_path, "train", PASCAL / "config.yaml", "--user-dir", PASCAL, "--no-progress",
+               "train.max_updates=4", "train.validate_interval_updates=2", "train.save_interval_updates=2",
+               "model.d_model=32", "model.ffn_dim=64")
+    assert done.returncode == 0, done.stderr
+    metrics = [json.loads(line) for line in (tmp_path / "runs" / "parent_scaled" / "metrics.jsonl").read_text()
+               .splitlines()]
+    assert any(r.get("kind") == "valid" for r in metrics)
+    test = tmp_path / "runs" / "synth" / "test.src"
+    done = run(tmp_path, "translate", "--checkpoint", "runs/parent_scaled/checkpoint_last.pt", "--input", test,
+               "--output", "out.txt", "--parse-dependency", f"{test}.conllu", "--user-dir", PASCAL)
+    assert done.returncode == 0, done.stderr
+    assert len((tmp_path / "out.txt").read_text().splitlines()) == 12
+
+
+# --------------------------------------------------------------------------- the page's Python blocks
+
+
+def doc_block(after: str) -> str:
+    """The first ```python block of docs/extending.md after the text ``after``."""
+    import re
+
+    text = (ROOT / "docs" / "extending.md").read_text(encoding="utf-8")
+    return re.search(r"```python\n(.*?)```", text.split(after, 1)[1], re.S).group(1)
+
+
+def test_the_page_s_trees_in_a_test_example_runs():
+    namespace: dict = {}
+    exec(compile(doc_block("**Trees in a test.**"), "docs/extending.md", "exec"), namespace)
+    assert namespace["mask"].shape == (7, 7)
+
+
+def test_the_page_s_forward_of_your_own_keeps_the_contract():
+    from structnmt.nn.attention import ATTENTION_REGISTRY
+    from structnmt.testing import check_mechanism
+
+    namespace: dict = {}
+    try:
+        exec(compile(doc_block("## 7. A forward of your own"), "docs/extending.md", "exec"), namespace)
+        report = check_mechanism("gated_heads")
+    finally:
+        ATTENTION_REGISTRY.pop("gated_heads", None)
+    assert len(report.checked) == 3 and not report.failures

@@ -6,9 +6,10 @@ A plugin is Python code that registers what it adds when it is imported
 two places:
 
 * ``--user-dir DIR`` (every command; fairseq's convention; may be given several times): a
-  directory with an ``__init__.py`` is imported as a package (its modules may import each other
-  relatively), a directory without one has each of its ``*.py`` files imported, in name order, and a
-  ``.py`` file is imported on its own. Every plugin module is imported under a private name
+  directory with an ``__init__.py`` is imported as a package (its ``__init__.py`` and what it imports,
+  its modules may import each other relatively), a directory without one has each of its ``*.py``
+  files imported, in name order, except test files (``test_*.py``, ``*_test.py``, ``conftest.py``:
+  pytest's names, so that a plugin's tests may live beside it), and a ``.py`` file is imported on its own. Every plugin module is imported under a private name
   (``structnmt_user_...``), never its own: a plugin directory called ``json`` or ``torch`` cannot
   replace the module of that name. An empty ``--user-dir ''`` (an unset shell variable) is refused:
   it would import every ``.py`` file of the current directory. The directories are
@@ -107,7 +108,15 @@ def _import_path(path: Path) -> None:
         _import_file(path / "__init__.py", _private_name(path), package=True)
     else:
         for file in sorted(path.glob("*.py")):
-            _import_file(file, _private_name(file))
+            if not is_test_file(file):
+                _import_file(file, _private_name(file))
+
+
+def is_test_file(file: Path) -> bool:
+    """A test module by pytest's names (``test_*.py``, ``*_test.py``) or a ``conftest.py``: a ``--user-dir``
+    directory's own tests, which it does not import (they would register the plugin's names a second time)."""
+    name = file.name
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
 
 
 def _import_file(file: Path, name: str, package: bool = False) -> None:

@@ -18,7 +18,12 @@ piece per word, built by the collator's own :func:`~structnmt.syntax.batching.bu
    one-word sentence in the batch;
 5. **outputs**: every auxiliary loss is a finite scalar, and every tensor in ``extras`` and every weight map
    has the batch first;
-6. **no hidden state**: a second identical call gives the same output (nothing kept on the module).
+6. **no hidden state**: a second identical call gives the same output (nothing kept on the module);
+7. **reweight** (a mechanism whose :meth:`~structnmt.nn.attention.MultiHeadAttention.reweight` is overridden):
+   the hook keeps the weights' shape and dtype, holds no NaN or inf, keeps every masked key (padding, later
+   positions under causality, ``logit_mask``) at exactly 0, in full passes with and without weights, and is
+   applied in every step of incremental decoding (decoder roles), whose outputs rule 3 compares with the full
+   pass. A hook that changes the shape stops the other rules of its role (they could not run).
 
 The returned :class:`CheckReport` says which roles were checked and which were left out, and why.
 tests/test_check_mechanism.py runs it on every mechanism of the package, and on broken ones it must catch.
@@ -268,6 +273,107 @@ def _check_incremental(model, b: _Batch, fail: list[str], cut: int = 3) -> None:
                     "cached tensor.")
 
 
+def _masked_keys(m: Mechanism, weights: Tensor, query: Tensor, q: Tensor, k: Tensor, ctx) -> Tensor:
+    """(B, H, T, S) bool: the keys no query of this call may see (key mask, causality, ``logit_mask``)."""
+    B, H, T, S = weights.shape
+    allowed = torch.ones(1, 1, T, S, dtype=torch.bool, device=weights.device)
+    if ctx.key_mask is not None:
+        allowed = allowed & ctx.key_mask[:, None, None, :]
+    if ctx.causal:
+        pos = torch.arange(T, device=weights.device)[:, None] + int(ctx.query_offset)
+        allowed = allowed & (torch.arange(S, device=weights.device)[None, :] <= pos)
+    mask = m.logit_mask(query, q, k, ctx)
+    if mask is not None:
+        allowed = allowed & mask
+    return ~allowed.expand(B, H, T, S)
+
+
+class _ReweightWatch:
+    """Rule 7: the ``reweight`` of every mechanism of ``model`` that overrides it, wrapped (an instance attribute,
+    which ``forward`` calls instead of the method) while the role's rules run, each of its calls checked; what it
+    broke in :attr:`found`, one sentence per kind."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.watched = [m for m in model.modules() if getattr(m, "uses_reweight", False)]
+        self.calls: list[str] = []  # the role of the layer of each call
+        self.found: dict[str, str] = {}
+        for m in self.watched:
+            m.reweight = self._wrap(m)
+
+    def remove(self) -> None:
+        for m in self.watched:
+            del m.reweight
+
+    def _wrap(self, m: Mechanism):
+        hook, who = type(m).reweight, type(m).__name__
+
+        def watched(weights, query, q, k, ctx):
+            out = hook(m, weights, query, q, k, ctx)
+            self.calls.append(m.dims.role)
+            if not (isinstance(out, Tensor) and out.shape == weights.shape and out.dtype == weights.dtype):
+                got = (f"a {out.dtype} tensor of shape {tuple(out.shape)}" if isinstance(out, Tensor)
+                       else type(out).__name__)
+                self.found.setdefault("shape", f"reweight: {who}.reweight returns {got} for {weights.dtype} weights "
+                                               f"of shape {tuple(weights.shape)}; it must keep the weights' shape "
+                                               "(B, H, T, S) and dtype.")
+                return weights  # so that the pass ends; the role's other rules are then left out
+            seen = out.detach()
+            if not torch.isfinite(seen).all():
+                self.found.setdefault("finite", f"reweight: {who}.reweight gives NaN or inf weights (with a "
+                                                "one-word sentence in the batch); a hook must keep them finite.")
+            leak = seen.masked_select(_masked_keys(m, weights.detach(), query, q, k, ctx))
+            if leak.numel() and float(leak.abs().max()) != 0.0:
+                self.found.setdefault("masked", f"reweight: {who}.reweight gives masked keys (padding, later "
+                                                f"positions under causality) weight {float(leak.abs().max()):.2e}; "
+                                                "a key the softmax gave 0 must keep exactly 0.")
+            return out
+
+        return watched
+
+    def check_applied(self, b: _Batch) -> bool:
+        """The hook is called in full passes, and in every step of incremental decoding by every decoder layer that
+        overrides it; False when it changes the weights' shape (the other rules would only stop at its error)."""
+        if not self.watched:
+            return True
+        st = _structures(self.model, b, list(range(len(b.trees))), b.src.shape[1])
+        self.model(b.src, b.mask, b.tgt, st)
+        self.model(b.src, b.mask, b.tgt, st, need_weights=True)
+        if not self.calls:
+            self.found["unused"] = ("reweight: the hook is overridden but no forward pass called it; a mechanism "
+                                    "with its own forward must apply it (docs/extending.md).")
+        decoding = {m.dims.role for m in self.watched if m.dims.role != "encoder_self"}
+        if decoding and not self.found.keys() & {"shape", "unused"}:
+            enc, cache = self.model.encode(b.src, b.mask, st), IncrementalCache()
+            for t in range(b.tgt.shape[1]):
+                del self.calls[:]
+                self.model.decode_step(b.tgt[:, : t + 1], enc, cache)
+                if not decoding <= set(self.calls):
+                    self.found.setdefault("steps", f"reweight: decoding step {t + 1} with the cache did not apply the "
+                                                   "hook of every decoder layer that overrides it; apply it on every "
+                                                   "path.")
+        return "shape" not in self.found
+
+
+def _check_role(model, b: _Batch, role: str) -> list[str]:
+    """The broken rules of ``model`` (the mechanism in ``role``), one sentence each."""
+    fail: list[str] = []
+    watch = _ReweightWatch(model)
+    try:
+        with torch.no_grad():
+            if not watch.check_applied(b):
+                return list(watch.found.values())
+            _check_padding(model, b, fail)
+            _check_weights_and_state(model, b, fail)
+            _check_outputs(model, b, fail)
+            if role != "encoder_self":
+                _check_incremental(model, b, fail)
+        _check_finite(model, b, fail)
+    finally:
+        watch.remove()
+    return fail + list(watch.found.values())
+
+
 # --------------------------------------------------------------------------- entry point
 
 
@@ -298,15 +404,7 @@ def check_mechanism(name: str | type[Mechanism], options: Mapping[str, Any] | No
             continue
         report.left_out.pop(role, None)
         report.checked.append(f"{role} ({where})")
-        fail: list[str] = []
-        with torch.no_grad():
-            _check_padding(model, batch, fail)
-            _check_weights_and_state(model, batch, fail)
-            _check_outputs(model, batch, fail)
-            if role != "encoder_self":
-                _check_incremental(model, batch, fail)
-        _check_finite(model, batch, fail)
-        report.failures += [f"{role}: {f}" for f in fail]
+        report.failures += [f"{role}: {f}" for f in _check_role(model, batch, role)]
     if not report.checked:
         raise ContractError(f"check_mechanism({name!r}): no role accepts the mechanism with these options:\n" +
                             "\n".join(f"  {r}: {why}" for r, why in report.left_out.items()))

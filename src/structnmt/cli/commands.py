@@ -1260,8 +1260,9 @@ PARSERS = (
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="structnmt", description="Structure-aware neural machine translation.",
                                 epilog="--debug (anywhere on the line) shows the traceback of an error.")
-    help_user_dir = ("import mechanisms and structure features from DIR (a package, a folder of .py files or one "
-                     ".py file) before running; may be repeated (docs/extending.md)")
+    help_user_dir = ("import mechanisms and structure features from DIR (a package, a folder of .py files but its "
+                     "test_*.py, *_test.py and conftest.py, or one .py file) before running; may be repeated "
+                     "(docs/extending.md)")
     # before the command's name too (fairseq's place): its own destination, since a subcommand's default would
     # overwrite the value of an option of the same destination given before it; _main joins the two
     p.add_argument("--user-dir", action="append", default=[], metavar="DIR", dest="user_dir_before",

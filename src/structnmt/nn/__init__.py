@@ -8,6 +8,7 @@ from .attention import (  # noqa: F401
     IncrementalCache,
     MultiHeadAttention,
     build_attention,
+    masked_softmax,
     merge_heads,
     register_attention,
     scaled_attention,

@@ -67,7 +67,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -368,9 +368,11 @@ def masked_softmax(scores: Tensor, allowed: Tensor | None) -> Tensor:
     ``allowed`` is a bool mask broadcastable to ``scores`` (True = may attend). A row with
     no allowed key at all (a padded query under a structural mask, a decoder position
     with no valid phrase) gets all-zero weights instead of the NaN of a softmax over
-    only ``-inf``, and no NaN reaches the gradient. Computed in float32; the caller casts.
+    only ``-inf``, and no NaN reaches the gradient. Computed in float32 for float32, float16 and
+    bfloat16 scores (half precision is upcast), in float64 for float64 scores (so that a float64
+    reference test can be exact); the caller casts.
     """
-    scores = scores.float()
+    scores = scores if scores.dtype == torch.float64 else scores.float()
     if allowed is None:
         return torch.softmax(scores, dim=-1)
     live = allowed.any(dim=-1, keepdim=True)  # (..., 1): the row has a key
@@ -404,6 +406,7 @@ def scaled_attention(
     need_weights: bool = False,
     scale: float | None = None,
     return_dropped: bool = False,
+    reweight: Callable[[Tensor], Tensor] | None = None,
 ) -> tuple[Tensor, Any]:
     """softmax(q k^T * scale + bias) v with masks; returns (out, weights or None).
 
@@ -420,6 +423,10 @@ def scaled_attention(
     output and zero weights on every path (see :func:`masked_softmax`).
     ``return_dropped=True`` (explicit path) returns ``(weights, dropped weights)`` as the
     second element, for mechanisms that also read the weights that met the values.
+    ``reweight``: a function of the weights (B, H, T, S) after the softmax, in ``q``'s dtype, returning
+    the weights of the same shape that meet the dropout and the values (and are returned); it is applied
+    on the explicit and the few-queries paths, and turns the SDPA path off
+    (:meth:`MultiHeadAttention.reweight`).
     """
     T, S = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
@@ -438,14 +445,17 @@ def scaled_attention(
     explicit = need_weights or return_dropped or (bias is not None and bias.requires_grad)
     if (not explicit and T <= _FEW_QUERIES and dropout_p == 0.0 and q.device.type == "cpu"
             and not torch.is_grad_enabled()):
-        return _few_queries(q, k, v, scale, bias, _causal(T, S, q.device) if use_is_causal else allowed), None
-    if not explicit:
+        return _few_queries(q, k, v, scale, bias, _causal(T, S, q.device) if use_is_causal else allowed,
+                            reweight), None
+    if not explicit and reweight is None:
         return _sdpa(q, k, v, scale, bias, allowed, dropout_p, use_is_causal), None
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
     if bias is not None:
         allowed = bias_allows(bias, allowed)  # (a bias turns SDPA's is_causal kernel off: allowed holds causality)
         scores = scores + bias.masked_fill(~allowed, 0.0)  # the −inf keys are masked: no −inf reaches the softmax
     weights = masked_softmax(scores, _causal(T, S, q.device) if use_is_causal else allowed).to(q.dtype)
+    if reweight is not None:
+        weights = reweight(weights)
     dropped = F.dropout(weights, p=dropout_p, training=dropout_p > 0)
     return torch.matmul(dropped, v), ((weights, dropped) if return_dropped else weights)
 
@@ -456,18 +466,21 @@ def _causal(T: int, S: int, device: torch.device) -> Tensor:
 
 
 def _few_queries(q: Tensor, k: Tensor, v: Tensor, scale: float, bias: Tensor | None,
-                 allowed: Tensor | None) -> Tensor:
+                 allowed: Tensor | None, reweight: Callable[[Tensor], Tensor] | None = None) -> Tensor:
     """:func:`scaled_attention`'s path for decoding on the CPU (one new step per hypothesis, or a sentence's
     hypotheses over its source): two batched matmuls beat SDPA's blocked kernel for so few queries
-    (benchmarks/README.md). Scores in float32 whatever q's dtype (a bfloat16 model's logits rounded to
-    bfloat16 would be ~10x less exact than SDPA's, which accumulates them in float32); for float32 the
-    casts are no-ops."""
-    scores = torch.matmul(q.float() * scale, k.float().transpose(-1, -2))
+    (benchmarks/README.md). Scores in float32 for float32 and half-precision q (a bfloat16 model's logits
+    rounded to bfloat16 would be ~10x less exact than SDPA's, which accumulates them in float32), in float64
+    for float64 q; for float32 and float64 the casts are no-ops. ``reweight`` gets the weights in q's dtype."""
+    wide = torch.float64 if q.dtype == torch.float64 else torch.float32
+    scores = torch.matmul(q.to(wide) * scale, k.to(wide).transpose(-1, -2))
     if bias is not None:
         scores = scores + bias
     weights = masked_softmax(scores, allowed)
     if bias is not None:  # a bias of -inf on every allowed key: zeros, as SDPA gives, not NaN
         weights = weights.nan_to_num(nan=0.0)
+    if reweight is not None:
+        weights = reweight(weights.to(q.dtype))
     return torch.matmul(weights.to(v.dtype), v)
 
 
@@ -515,7 +528,11 @@ class MultiHeadAttention(Mechanism):
     projected keys and values of all previous steps, ``k, v`` (B, H, t, d); in
     cross-attention it holds the source keys and values, computed once per sentence.
     Subclasses that only change the logits override :meth:`logit_bias` (added to them; a −inf there masks
-    its key) or :meth:`logit_mask` (which keys a query may see).
+    its key) or :meth:`logit_mask` (which keys a query may see); those that change the weights after the
+    softmax override :meth:`reweight`; those that add to the values, :meth:`value_term`. The order on every
+    path: q, k, v projections (``q_proj``, ``kv_proj``), logits ``q k^T / sqrt(d) + logit_bias`` under the
+    key mask, causality and ``logit_mask``, :func:`masked_softmax`, :meth:`reweight`, dropout
+    (``dims.dropout``, training only), ``@ v`` plus :meth:`value_term`, ``merge_heads``, ``out_proj``.
     """
 
     def __init__(self, *, dims: AttentionDims):
@@ -587,6 +604,27 @@ class MultiHeadAttention(Mechanism):
 
     uses_value_term: bool = False
 
+    def reweight(self, weights: Tensor, query: Tensor, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
+        """The attention weights after the softmax, changed before the dropout and the values.
+
+        ``weights`` (B, H, T, S) in ``q``'s dtype: each row sums to 1 over the keys the query may see, and is
+        exactly 0 on masked keys (padding, later positions under causality, :meth:`logit_mask`, a −inf of
+        :meth:`logit_bias`) and on a row without any key. Returns a tensor of the same shape and dtype, which
+        meets the dropout and the values, is given to :meth:`value_term` and comes back as
+        ``AttentionOutput.weights``; it must keep every masked key at 0 and hold no NaN (it need not sum to
+        1). ``query`` (B, T, D) is the layer's input, ``q`` (B, H, T, d) and ``k`` (B, H, S, d) its
+        projections, ``ctx`` the call's context (``ctx.query_offset``: the absolute position of query 0 in
+        incremental decoding). Plain MHA returns ``weights`` unchanged and never calls it: a subclass that
+        overrides it gets :attr:`uses_reweight` set, which makes :meth:`forward` take a path that applies it
+        (the explicit path, or the few-queries path of CPU decoding; never SDPA's kernel), in training,
+        with or without weights, with :meth:`value_term`, step by step with the cache, and in beam search's
+        grouped cross-attention (for a subclass that sets ``groups_memory = True``).
+        """
+        return weights
+
+    #: set on a subclass that overrides :meth:`reweight` (by ``__init_subclass__``); plain MHA: False
+    uses_reweight: bool = False
+
     #: reads a sentence-level memory for ``memory_group`` hypotheses per sentence (beam search):
     #: true for plain MHA only; a subclass (which changes logits or values) must opt in itself.
     groups_memory: bool = True
@@ -602,13 +640,19 @@ class MultiHeadAttention(Mechanism):
         for flag in ("groups_memory", "attends_hypernodes", "decodes_in_fixed_shapes"):
             if flag not in cls.__dict__:
                 setattr(cls, flag, False)
+        cls.uses_reweight = cls.reweight is not MultiHeadAttention.reweight
 
     def forward(self, query: Tensor, memory: Tensor, ctx: AttentionContext) -> AttentionOutput:
         q = split_heads(self.q_proj(query), self.heads)
         k, v = self.project_kv(memory, ctx)
         g = ctx.memory_group
         if g > 1:
-            return self._grouped_forward(q, k, v, ctx)
+            return self._grouped_forward(query, q, k, v, ctx)
+        return self._attention_with_hooks(query, q, k, v, ctx)
+
+    def _attention_with_hooks(self, query: Tensor, q: Tensor, k: Tensor, v: Tensor,
+                              ctx: AttentionContext) -> AttentionOutput:
+        """The attention of q (B, H, T, d) over k, v (B, H, S, d) with the hooks, out_proj applied."""
         out, weights = scaled_attention(
             q,
             k,
@@ -621,6 +665,7 @@ class MultiHeadAttention(Mechanism):
             dropout_p=self.dims.dropout if self.training else 0.0,
             need_weights=ctx.need_weights or self.uses_value_term,
             return_dropped=self.uses_value_term,
+            reweight=self._reweight_hook(query, q, k, ctx) if self.uses_reweight else None,
         )
         if self.uses_value_term:
             weights, dropped = weights
@@ -628,13 +673,32 @@ class MultiHeadAttention(Mechanism):
         return AttentionOutput(output=self.out_proj(merge_heads(out)),
                                weights=weights if ctx.need_weights else None)
 
-    def _grouped_forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> AttentionOutput:
+    def _reweight_hook(self, query: Tensor, q: Tensor, k: Tensor,
+                       ctx: AttentionContext) -> Callable[[Tensor], Tensor]:
+        """:meth:`reweight` as ``scaled_attention`` calls it (weights -> weights), its result's shape and dtype
+        checked."""
+
+        def hook(weights: Tensor) -> Tensor:
+            out = self.reweight(weights, query, q, k, ctx)
+            if not isinstance(out, Tensor) or out.shape != weights.shape or out.dtype != weights.dtype:
+                got = (f"a {out.dtype} tensor of shape {tuple(out.shape)}" if isinstance(out, Tensor)
+                       else type(out).__name__)
+                raise ValueError(f"{type(self).__name__}.reweight returned {got} for {weights.dtype} weights of "
+                                 f"shape {tuple(weights.shape)}; return the weights' shape (B, H, T, S) and dtype.")
+            return out
+
+        return hook
+
+    def _grouped_forward(self, query: Tensor, q: Tensor, k: Tensor, v: Tensor,
+                         ctx: AttentionContext) -> AttentionOutput:
         """Cross-attention of ``g`` hypotheses per sentence over the sentence's one memory row.
 
         q (n*g, H, T, d), k/v (n, H, S, d), ctx.key_mask (n, S): the g hypotheses' queries of
         a sentence become g*T query positions of one row, so the source keys and values are
         neither copied per hypothesis nor reordered with the beam. Every query row is the
-        same computation as with a memory copied g times.
+        same computation as with a memory copied g times. A subclass with :meth:`reweight` (and
+        ``groups_memory = True``) gets the memory copied g times, so that its hook sees the
+        (n*g, H, T, S) weights, keys and structures of one row per hypothesis, as on every other path.
         """
         if not self.groups_memory or ctx.causal or not self.static_kv:
             raise ValueError(f"{type(self).__name__} ({self.dims.role}) cannot read a memory shared by "
@@ -644,6 +708,11 @@ class MultiHeadAttention(Mechanism):
         n = N // g
         if n * g != N or k.shape[0] != n:
             raise ValueError(f"memory_group={g}: {N} query rows do not make groups over {k.shape[0]} memory rows.")
+        if self.uses_reweight:
+            rows = {name: t.repeat_interleave(g, 0) for name, t in ctx.structures.items()}
+            key_mask = None if ctx.key_mask is None else ctx.key_mask.repeat_interleave(g, 0)
+            return self._attention_with_hooks(query, q, k.repeat_interleave(g, 0), v.repeat_interleave(g, 0),
+                                              replace(ctx, key_mask=key_mask, structures=rows, memory_group=1))
         qg = q.view(n, g, H, T, d).transpose(1, 2).reshape(n, H, g * T, d)
         out, weights = scaled_attention(qg, k, v, key_mask=ctx.key_mask, need_weights=ctx.need_weights,
                                         dropout_p=self.dims.dropout if self.training else 0.0)

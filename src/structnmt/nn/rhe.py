@@ -321,7 +321,7 @@ class RHEAttention(Mechanism):
         if bias is not None:
             scores = scores + bias
         allowed = None if ctx.key_mask is None else ctx.key_mask[:, None, None, :]
-        plain = masked_softmax(scores, allowed)  # (B, H, T, S) float32: the base's own distribution
+        plain = masked_softmax(scores, allowed)  # (B, H, T, S) float32 (float64 models: float64): the base's own distribution
 
         dep = None
         if self.needs_dependencies or DEP_MASK_KEY in ctx.structures:

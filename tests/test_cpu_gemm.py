@@ -193,6 +193,23 @@ def test_the_measurement_is_cached_per_key_and_never_rewritten(monkeypatch, tmp_
     assert gemm_choice.machine_key("train", 4096, shapes) != key
 
 
+def test_decoding_is_measured_through_the_layers_themselves(monkeypatch, tmp_path):
+    """choose() for decoding times OneDNNLinear's forward (its own cost per call included), not the bare kernel."""
+    monkeypatch.setenv(cpu_gemm.ENV, "auto")
+    monkeypatch.setenv("STRUCTNMT_CACHE_DIR", str(tmp_path))
+    layers, kernel = [], []
+    real_forward, real_kernel = OneDNNLinear.forward, cpu_gemm._onednn
+    monkeypatch.setattr(OneDNNLinear, "forward", lambda self, x: layers.append(x.shape) or real_forward(self, x))
+    monkeypatch.setattr(gemm_choice, "ROUNDS", 1)
+    choice = choose(_model(), "decode", 16)
+    assert layers and all(shape[0] in (16, 8) for shape in layers)  # the ladder 16, 8 through the layer
+    assert choice.library in ("mkl", "onednn", "mixed") and "measured now (decode" in choice.why
+    monkeypatch.setattr(cpu_gemm, "_onednn", lambda *a: kernel.append(1) or real_kernel(*a))
+    layers.clear()
+    choose(_model(), "train", 8)  # training: the kernel's products (forward and input gradient)
+    assert kernel and not layers
+
+
 def test_a_cache_that_cannot_be_written_costs_a_measurement_not_the_run(monkeypatch, tmp_path):
     blocked = tmp_path / "a_file"
     blocked.write_text("not a folder")
@@ -268,7 +285,7 @@ def test_the_training_log_says_what_auto_measured_and_chose(monkeypatch, tmp_pat
 
     monkeypatch.setenv(cpu_gemm.ENV, "auto")
     monkeypatch.setenv("STRUCTNMT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(gemm_choice, "measure", lambda shapes, rows, purpose, fn: {
+    monkeypatch.setattr(gemm_choice, "measure", lambda shapes, rows, purpose, fn, **kw: {
         s: {"mkl": 0.004 / len(shapes), "onednn": 0.002 / len(shapes)} for s in shapes})
     cfg = Config()
     cfg.data.path = str(synth_data)

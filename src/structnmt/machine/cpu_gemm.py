@@ -39,6 +39,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from ..errors import UserError
+from . import gemm_choice
 from .device import cpuinfo
 from .gemm_choice import GemmChoice, measured_choice
 
@@ -71,7 +72,13 @@ def choose(model: nn.Module, purpose: str = "train", rows: int = 4096) -> GemmCh
         return GemmChoice(choice, f"{'oneDNN' if choice == 'onednn' else 'MKL'}: {ENV}={choice}")
     if not onednn_available():
         return GemmChoice("mkl", "MKL: this PyTorch has no oneDNN linear kernel to measure against")
-    return measured_choice(model, purpose, rows, _onednn)
+    measure = functools.partial(gemm_choice.measure, onednn_layer=_onednn_layer)
+    return measured_choice(model, purpose, rows, _onednn, measure_fn=measure)
+
+
+def _onednn_layer(layer: nn.Linear) -> nn.Module:
+    """The :class:`OneDNNLinear` version of ``layer`` (the same parameters), for the measurement of decoding."""
+    return to_onednn(nn.Sequential(layer), in_place=False)[0]
 
 
 def _onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:

@@ -55,6 +55,8 @@ MAX_ROWS = 2048
 ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",
                  "MKL_DEBUG_CPU_TYPE")
 CACHE_FILE = "cpu_gemm.json"
+#: what is timed (part of the cache key: a change of method measures again). 2: decoding times the layers
+METHOD = 2
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ def machine_key(purpose: str, rows: int, shapes: Counter) -> str:
         "isa_variables": {v: os.environ[v] for v in ISA_VARIABLES if v in os.environ},
         "threads": torch.get_num_threads(), "torch": torch.__version__,
         "libraries": hashlib.sha256(torch.__config__.show().encode()).hexdigest()[:16],
-        "purpose": purpose, "rows": rows, "shapes": sorted(shapes.items()),
+        "purpose": purpose, "rows": rows, "shapes": sorted(shapes.items()), "method": METHOD,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
@@ -110,10 +112,18 @@ def row_ladder(rows: int, purpose: str) -> list[int]:
     return ladder
 
 
-def _products(K: int, N: int, rows: int, purpose: str, onednn: Callable) -> tuple[Callable, Callable]:
-    """(MKL's call, oneDNN's call) computing what one layer of this shape computes per step for ``purpose``."""
+def _products(K: int, N: int, rows: int, purpose: str, onednn: Callable,
+              onednn_layer: Callable[[nn.Linear], nn.Module] | None = None) -> tuple[Callable, Callable]:
+    """(MKL's call, oneDNN's call) computing what one layer of this shape computes per step for ``purpose``.
+    Decoding with ``onednn_layer`` (a function giving the oneDNN version of an ``nn.Linear``) times the two
+    layers themselves, so that a swapped layer's own cost per call (its Python path) is measured: a beam
+    search calls every layer thousands of times a sentence on few rows."""
     gen = torch.Generator().manual_seed(rows + K + N)
     x, w, b = torch.randn(rows, K, generator=gen), torch.randn(N, K, generator=gen), torch.randn(N, generator=gen)
+    if purpose == "decode" and onednn_layer is not None:
+        plain = nn.Linear(K, N)
+        swapped = onednn_layer(plain)
+        return (lambda: plain(x)), (lambda: swapped(x))
     if purpose == "decode":
         return (lambda: F.linear(x, w, b)), (lambda: onednn(x, w, b))
     dy = torch.randn(rows, N, generator=gen)
@@ -136,7 +146,8 @@ def _timed(calls: dict[str, Callable], timer: Callable[[], float], rounds: int) 
 
 
 def measure(shapes: Counter, rows: int, purpose: str, onednn: Callable, *,
-            timer: Callable[[], float] = time.perf_counter, rounds: int = ROUNDS) -> dict[tuple[int, int], dict]:
+            timer: Callable[[], float] = time.perf_counter, rounds: int = ROUNDS,
+            onednn_layer: Callable[[nn.Linear], nn.Module] | None = None) -> dict[tuple[int, int], dict]:
     """Seconds per step of each distinct linear shape (K, N) with each library, for all the layers that have
     it: {(K, N): {"mkl": s, "onednn": s}}. Each shape is timed at every row count of :func:`row_ladder`
     (summed), each count by :func:`_timed`, and multiplied by how many layers have the shape."""
@@ -145,7 +156,7 @@ def measure(shapes: Counter, rows: int, purpose: str, onednn: Callable, *,
         for (K, N), count in sorted(shapes.items()):
             total = {"mkl": 0.0, "onednn": 0.0}
             for m in row_ladder(rows, purpose):
-                calls = dict(zip(("mkl", "onednn"), _products(K, N, m, purpose, onednn), strict=True))
+                calls = dict(zip(("mkl", "onednn"), _products(K, N, m, purpose, onednn, onednn_layer), strict=True))
                 for name, sec in _timed(calls, timer, rounds).items():
                     total[name] += count * sec
             out[(K, N)] = total

@@ -154,8 +154,8 @@ class CtrlCDuringTwoLaunches:
 def pytest_configure(config):
     """Under pytest-xdist each worker process (and every process it starts) computes with one thread:
     the workers already use the cores, and more threads than cores make every one of them wait. The
-    measurements ``STRUCTNMT_CPU_GEMM=auto`` caches (structnmt.machine.gemm_choice) go to a folder of the test
-    session, never the user's ~/.cache."""
+    measurements ``STRUCTNMT_CPU_GEMM=auto`` caches (structnmt.machine.gemm_choice) go to a folder made for this
+    test run, never the user's ~/.cache."""
     import os
     import tempfile
 

@@ -28,7 +28,7 @@ from ..data.vocab import EOS
 from ..errors import CheckpointError, UserError
 from ..machine.allocator import configure_allocator
 from ..machine.cpu_gemm import to_plain, uses_onednn, with_cpu_gemm
-from ..machine.device import get_device, slow_dtype_refusal, usable_cores
+from ..machine.device import get_device, slow_dtype_refusal, usable_cores, use_threads
 from ..models.checkpoint import load_checkpoint, model_from_checkpoint
 from ..syntax.align import AlignmentError, align_trees
 from ..syntax.batching import build_structures
@@ -347,7 +347,7 @@ def _pool_init(checkpoint: str, threads: int, data_dir, ready) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         configure_allocator()
-        torch.set_num_threads(threads)
+        use_threads(threads)
         _POOL_MODEL["model"] = model_from_checkpoint(load_checkpoint(checkpoint), checkpoint, data_dir)[3]
     except Exception as e:  # reported by the parent as one sentence, which then stops the pool
         ready.put(f"{type(e).__name__}: {e}")  # (not raised here: the pool would start the worker again)

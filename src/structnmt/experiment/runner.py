@@ -56,7 +56,7 @@ from ..evaluate.generalization import split_metrics
 from ..evaluate.score import corpus_scores
 from ..fileio.corpus import CorpusError, read_lines
 from ..fileio.files import OutputDir, atomic_write_text
-from ..machine.device import cap_workers, get_device, set_threads
+from ..machine.device import cap_workers, get_device, set_threads, use_threads
 from ..machine.subprocesses import interrupt_pool, launch_cli
 from ..models import build_model
 from ..models.checkpoint import load_checkpoint
@@ -300,7 +300,7 @@ def _evaluate_run(grid: GridConfig, cfg: Config, run_dir: Path, splits: dict[str
             extra = {name: _score_split(grid, cfg, tr, dcfg, run_dir, name, *splits[name])
                      for name in ev.extra_splits}
         finally:
-            torch.set_num_threads(old_threads)
+            use_threads(old_threads)
         return _finish_result(grid, cfg, run_dir, tr, dcfg, main, extra, n_params, paths, run)
     finally:
         if tr is not None:
@@ -358,7 +358,7 @@ def _complete_run(grid: GridConfig, cfg: Config, run_dir: Path, res: dict,
         for name in todo:
             res.setdefault("splits", {})[name] = _score_split(grid, cfg, tr, dcfg, run_dir, name, *splits[name])
     finally:
-        torch.set_num_threads(old_threads)
+        use_threads(old_threads)
         if tr is not None:
             tr.close()
     stored = {k: v for k, v in res.items() if k != "run_dir"}

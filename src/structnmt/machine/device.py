@@ -62,7 +62,24 @@ def set_threads(n: int, key: str = "train.threads") -> None:
     if n > cores:
         raise UserError(f"{key}={n}: this machine gives this process {cores} CPU(s); more threads than CPUs only slow "
                         f"each other (and a very large count crashes OpenMP): use at most {key}={cores}.")
-    torch.set_num_threads(n)
+    use_threads(n)
+
+
+def use_threads(n: int) -> None:
+    """``torch.set_num_threads(n)``, unless torch already computes on ``n`` threads (``OMP_NUM_THREADS=n``, or the
+    default on ``n`` cores): then nothing is called.
+
+    The call is not free even when it changes nothing: besides OpenMP's count it fixes MKL's thread count for the
+    calling thread and turns MKL's dynamic adjustment off, and from then on MKL's GEMMs inside the attention
+    kernel's own parallel loop (``F.scaled_dot_product_attention`` on the CPU) run nested, oversubscribing the cores.
+    On the 2-core AMD EPYC (Zen 4, torch 2.13.0, 2 threads, 2026-11-29) SDPA's forward at transformer_tiny's
+    training shapes took 1.2-1.9 ms before any call and 2.8-3.5 ms after ``torch.set_num_threads(2)`` (the same
+    count), about what one thread takes; a linear layer's GEMM, ``exp`` and ``log_softmax`` were unchanged.
+    Restoring MKL's settings afterwards (``mkl_set_num_threads_local(0)``, ``mkl_set_dynamic(1)``) did not undo
+    it (``benchmarks/README.md``, *torch.set_num_threads and the attention kernel*). A count other than the
+    current one has to be set, and pays this."""
+    if n != torch.get_num_threads():
+        torch.set_num_threads(n)
 
 
 def cpuinfo(field: str) -> str | None:

@@ -20,6 +20,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from structnmt.machine.device import use_threads
+
 
 def ways(B: int, H: int, T: int, d: int) -> tuple[dict, list[torch.Tensor]]:
     """The five computations over one set of q, k, v (B, H, T, d) and key lengths."""
@@ -53,7 +55,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=6)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    use_threads(args.threads)  # not torch.set_num_threads when the count is already right: it slows SDPA
     fns, leaves = ways(args.batch, args.heads, args.length, args.dim)
     spent: dict[str, list[float]] = {name: [] for name in fns}
     for r in range(args.rounds + 1):

@@ -45,6 +45,8 @@ from pathlib import Path
 
 import torch
 
+from structnmt.machine.device import use_threads
+
 
 def read(path: str) -> list[str]:
     op = gzip.open if path.endswith(".gz") else open
@@ -157,7 +159,7 @@ def main() -> None:
     from structnmt.machine.allocator import configure_allocator
 
     allocator = configure_allocator()
-    torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     import structnmt.decode.translate as T
     from structnmt.config import DecodeConfig
 

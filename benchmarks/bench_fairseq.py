@@ -188,7 +188,7 @@ def median_after(values: list[float], skip: int) -> float:
 
 
 DECODE_SNIPPET = (
-    "import sys, time, torch; torch.set_num_threads(int(sys.argv[3]))\n"
+    "import sys, time, torch\nfrom structnmt.machine.device import use_threads; use_threads(int(sys.argv[3]))  # as translate\n"
     "from structnmt.machine.allocator import configure_allocator; configure_allocator()  # as structnmt translate\n"
     "from structnmt.decode.translate import Translator\nfrom structnmt.config import DecodeConfig\n"
     "if __name__ == '__main__':\n"

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from structnmt.machine.cpu_gemm import _onednn, cpu_vendor
-from structnmt.machine.device import cpu_model_name
+from structnmt.machine.device import cpu_model_name, use_threads
 
 #: (name, rows M, in K, out N): transformer_tiny's linear layers in training and in a decoding step
 SHAPES = [
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=10, help="calls per round of each library")
     ap.add_argument("--out", type=Path, default=None, help="also write the table here")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     lines = [f"# bench_gemm {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: {cpu_model_name()} ({cpu_vendor()}), "
              f"torch {torch.__version__}, {args.threads} thread(s), median of {args.rounds} rounds x {args.calls} calls",
              "", "| product | shape M x K -> N | MKL ms | oneDNN ms | MKL / oneDNN | largest rel. difference |",

@@ -106,10 +106,10 @@ def run(args) -> None:
     from structnmt.data.dataset import PreparedDataset  # noqa: PLC0415
     from structnmt.decode.translate import decode_rows  # noqa: PLC0415
     from structnmt.machine.cpu_gemm import choose  # noqa: PLC0415
-    from structnmt.machine.device import cpu_model_name, cpuinfo  # noqa: PLC0415
+    from structnmt.machine.device import cpu_model_name, cpuinfo, use_threads  # noqa: PLC0415
     from structnmt.models import build_model  # noqa: PLC0415
 
-    torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     cfg = load_config(args.config, [f"data.path={args.data}"])
     ds = PreparedDataset(Path(args.data))
     torch.manual_seed(1)

@@ -50,6 +50,7 @@ import torch
 from structnmt.config import AttentionSpec, ModelConfig
 from structnmt.data.dataset import PreparedDataset, collate, make_batches
 from structnmt.machine.allocator import configure_allocator  # noqa: E402
+from structnmt.machine.device import use_threads
 from structnmt.models.transformer import TransformerModel
 from structnmt.train.loss import label_smoothed_nll
 
@@ -128,7 +129,7 @@ def main() -> None:
     args = ap.parse_args()
     allocator = configure_allocator()  # as `structnmt train` does (STRUCTNMT_MALLOC=system: glibc's own)
     if args.threads:
-        torch.set_num_threads(args.threads)
+        use_threads(args.threads)
     device = torch.device(args.device)
 
     data = dataset(Path(args.workdir), args.n_train, args.vocab_size)

@@ -32,7 +32,10 @@ from structnmt.decode.beam import _chunk_size, topk_rows
 from structnmt.machine.allocator import configure_allocator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from structnmt.machine.device import cpu_model_name  # noqa: E402
+from structnmt.machine.device import (
+    cpu_model_name,  # noqa: E402
+    use_threads,
+)
 
 
 def topk_gather(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,7 +69,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     configure_allocator()  # as structnmt translate
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(args.rows, args.vocab, generator=g) * 3

@@ -52,6 +52,7 @@ from structnmt.data.synthetic import SynthConfig, write_corpus
 from structnmt.data.vocab import EOS
 from structnmt.decode.beam import beam_search
 from structnmt.machine.allocator import configure_allocator  # noqa: E402
+from structnmt.machine.device import use_threads
 from structnmt.models.transformer import TransformerModel
 from structnmt.train.loss import label_smoothed_nll
 
@@ -156,7 +157,7 @@ def main() -> None:
     args = ap.parse_args()
     allocator = configure_allocator()  # as `structnmt train` does (STRUCTNMT_MALLOC=system: glibc's own)
     if args.threads:
-        torch.set_num_threads(args.threads)
+        use_threads(args.threads)
     device = torch.device(args.device)
 
     ds = PreparedDataset(dataset(Path(args.workdir), args.n_train, args.vocab_size))

@@ -45,6 +45,7 @@ from bench_mgsa import SIZES, dataset, step  # noqa: E402
 from structnmt.config import AttentionPlan, AttentionSpec, ModelConfig  # noqa: E402
 from structnmt.data.dataset import PreparedDataset, collate, make_batches  # noqa: E402
 from structnmt.machine.allocator import configure_allocator  # noqa: E402
+from structnmt.machine.device import use_threads  # noqa: E402
 from structnmt.models.transformer import TransformerModel  # noqa: E402
 
 REL = AttentionSpec("rel_pos", {"k": 16})
@@ -89,7 +90,7 @@ def main() -> None:
     args = ap.parse_args()
     allocator = configure_allocator()  # as `structnmt train` does (STRUCTNMT_MALLOC=system: glibc's own)
     if args.threads:
-        torch.set_num_threads(args.threads)
+        use_threads(args.threads)
     device = torch.device(args.device)
 
     ds = PreparedDataset(dataset(Path(args.workdir), args.n_train, args.vocab_size))

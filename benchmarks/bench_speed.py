@@ -49,6 +49,7 @@ from structnmt.config import ModelConfig
 from structnmt.data.dataset import PreparedDataset, collate, make_batches, pad_sources
 from structnmt.data.vocab import EOS, PAD
 from structnmt.decode.beam import beam_search, greedy_search
+from structnmt.machine.device import use_threads
 from structnmt.models.transformer import TransformerModel, sinusoidal_table
 from structnmt.train.loss import label_smoothed_nll
 
@@ -445,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda but CUDA is not available")
-    torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     warnings.filterwarnings("ignore", message=".*nested tensors is in prototype.*")
     torch.manual_seed(args.seed)
 

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from structnmt.machine.device import use_threads
+
 
 def bench_parse(data: Path, n: int, processes: int, batch_size: int) -> dict:
     from structnmt.fileio.corpus import read_lines
@@ -174,7 +176,7 @@ def main() -> None:
     ap.add_argument("--skip-parse", action="store_true")
     args = ap.parse_args()
     if args.threads:
-        torch.set_num_threads(args.threads)
+        use_threads(args.threads)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads")
     if not args.skip_parse:

@@ -65,6 +65,7 @@ from structnmt.config import load_config
 from structnmt.data.dataset import PreparedDataset, collate, make_batches
 from structnmt.machine.allocator import configure_allocator
 from structnmt.machine.cpu_gemm import to_onednn
+from structnmt.machine.device import use_threads
 from structnmt.models import build_model
 from structnmt.train.loss import label_smoothed_nll
 
@@ -250,7 +251,7 @@ def main() -> None:
 
     allocator = configure_allocator()
 
-    torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     cfg = load_config(args.config, [f"data.path={args.data}"])
     ds, data = _load_batches(args, cfg)
     n_tok = [b.n_tgt_tokens for b in data]

@@ -69,15 +69,14 @@ def use_threads(n: int) -> None:
     """``torch.set_num_threads(n)``, unless torch already computes on ``n`` threads (``OMP_NUM_THREADS=n``, or the
     default on ``n`` cores): then nothing is called.
 
-    The call is not free even when it changes nothing: besides OpenMP's count it fixes MKL's thread count for the
-    calling thread and turns MKL's dynamic adjustment off, and from then on MKL's GEMMs inside the attention
-    kernel's own parallel loop (``F.scaled_dot_product_attention`` on the CPU) run nested, oversubscribing the cores.
-    On the 2-core AMD EPYC (Zen 4, torch 2.13.0, 2 threads, 2026-11-29) SDPA's forward at transformer_tiny's
-    training shapes took 1.2-1.9 ms before any call and 2.8-3.5 ms after ``torch.set_num_threads(2)`` (the same
-    count), about what one thread takes; a linear layer's GEMM, ``exp`` and ``log_softmax`` were unchanged.
-    Restoring MKL's settings afterwards (``mkl_set_num_threads_local(0)``, ``mkl_set_dynamic(1)``) did not undo
-    it (``benchmarks/README.md``, *torch.set_num_threads and the attention kernel*). A count other than the
-    current one has to be set, and pays this."""
+    The call is not free even when it changes nothing. On the 2-core AMD EPYC (Zen 4, torch 2.13.0, 2 threads,
+    2026-11-29; ``benchmarks/bench_set_threads.py``) ``F.scaled_dot_product_attention``'s CPU kernel, forward and
+    backward at transformer_tiny's training shapes, was 1.64x slower after ``torch.set_num_threads(2)`` with the
+    count torch already had (1.69x with the kernels held to AVX2); a linear layer 1.16x (1.01x held to AVX2). Besides
+    OpenMP's count the call fixes MKL's thread count for the calling thread and turns MKL's dynamic adjustment off;
+    in ad-hoc runs either MKL setting alone reproduced the slowdown and restoring both afterwards did not undo it,
+    so the likely cause is MKL's GEMMs running multi-threaded inside the kernel's own parallel loop. A count other
+    than the current one has to be set (not measured; at one thread there is no parallel loop to slow)."""
     if n != torch.get_num_threads():
         torch.set_num_threads(n)
 

@@ -38,3 +38,17 @@ def test_zero_leaves_the_default_and_too_many_is_a_sentence(calls):
     with pytest.raises(UserError, match="train.threads=9: this machine gives this process 8 CPU"):
         device.set_threads(9)
     assert calls == []
+
+
+def test_no_module_sets_the_count_but_use_threads():
+    """Every thread count of the package goes through use_threads: a direct torch.set_num_threads elsewhere would
+    bring the slow attention kernel back for the count torch already has."""
+    from pathlib import Path
+
+    import structnmt
+
+    root = Path(structnmt.__file__).parent
+    callers = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
+                     if "torch.set_num_threads(" in "\n".join(line for line in p.read_text(encoding="utf-8").splitlines()
+                                                            if not line.lstrip().startswith(("#", '"', "'", "``"))))
+    assert callers == ["machine/device.py"]

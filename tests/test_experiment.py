@@ -335,9 +335,12 @@ evaluate: {{split: test, average_last: 2, beam: 2, bootstrap_samples: 20, benchm
     monkeypatch.setattr(runner_mod, "_evaluate_run", no_training)
     try:
         lines: list[str] = []
-        md = run_grid(grid, out_dir=moved, report_only=True, log=lines.append).read_text()
+        # the missing run's config would have 2 threads: the report gives those of the runs it reports
+        md = run_grid(grid, out_dir=moved, overrides=["train.threads=2"], report_only=True,
+                      log=lines.append).read_text()
     finally:
         monkeypatch.undo()
+    assert "train.threads 1;" in md
     assert any("+ MG-SA (syntactic) (seed 2): no results yet (trained, not yet decoded and scored;" in x
                for x in lines)
     assert "**Unfinished grid**" in md and "+ MG-SA (syntactic) (seed 2)" in md

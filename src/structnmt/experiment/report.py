@@ -563,13 +563,14 @@ def write_report(grid: GridConfig, out: Path, results: dict, configs: dict[tuple
 
 def _hardware_line(results: dict, configs: dict[tuple[str, int], Config]) -> str:
     """The report's hardware bullet: the machine the runs were decoded on (recorded in result.json), else
-    this machine's; the training devices and threads of the runs."""
+    this machine's; the training devices and threads of the runs reported (their resolved.yaml), not those a
+    ``--report-only`` command would give the runs it lacks."""
     recorded = [r["hardware"] for r in results.values() if r.get("hardware")]
     hw = recorded[0] if recorded else hardware()
     where = ("recorded by the runs" if recorded and all(h == hw for h in recorded) else
              _machines_note(results) if recorded else
              "this machine (the runs recorded none)")
-    threads = sorted({c.train.threads for c in configs.values()})
+    threads = sorted({configs[k].train.threads for k in results if k in configs})
     devices = sorted({r["train_device"] for r in results.values()})
     return (f"- **Hardware**: {hw['platform']}; CPU {hw['cpu'] or 'unknown'} ({hw['cpu_count']} logical CPUs); "
             f"GPU {hw['gpu'] or 'none'}; training device {', '.join(devices)}; torch {hw['torch']}, "

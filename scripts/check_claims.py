@@ -2,12 +2,13 @@
 
 Every claim is a row of :data:`CLAIMS`: the document, the function that recomputes the quoted text from the
 runs, and its arguments. The function reads the runs' ``result.json`` and translations straight from the
-committed archives (``docs/outputs/cross_paper_multi30k.tar.xz``, ``..._8k_gpu.tar.xz``; no unpacking), scores
-them against the references (``../shared/data/multi30k/test_2016_flickr.de.gz`` and ``test_2017_flickr.de.gz``,
-the prepared dataset's ``test.ref.txt`` and ``test1.ref.txt`` line for line) and runs the library's seed-aware
-test (:class:`structnmt.evaluate.seeds.RunStatistics`, the grid's settings: BLEU (lc,tok), German, 1,000
-resamples, seed 12345, the decomposed form); the claim holds when the text it returns is in the document, as
-written. ``docs/reports/*/results.csv`` is never read: it is what the report wrote, not a recomputation.
+committed archives (``docs/outputs/cross_paper_multi30k.tar.xz``, ``..._8k_gpu.tar.xz``, and the other target
+languages' ``..._en_fr.tar.xz``, ``..._en_cs.tar.xz``; no unpacking), scores them against the references
+(``../shared/data/multi30k/test_2016_flickr.<lang>.gz`` and ``test_2017_flickr.<lang>.gz``, the prepared dataset's
+``test.ref.txt`` and ``test1.ref.txt`` line for line) and runs the library's seed-aware test
+(:class:`structnmt.evaluate.seeds.RunStatistics`, the grid's settings: BLEU (lc,tok) with the target language's
+Moses tokenizer, 1,000 resamples, seed 12345, the decomposed form); the claim holds when the text it returns is in
+the document, as written. ``docs/reports/*/results.csv`` is never read: it is what the report wrote, not a recomputation.
 
     PYTHONPATH=src python scripts/check_claims.py          # every claim (a minute or two on one core)
     PYTHONPATH=src python scripts/check_claims.py --fast   # the subset tests/test_claims.py checks
@@ -36,14 +37,21 @@ REFERENCES = ROOT.parent / "shared" / "data" / "multi30k"
 README = "README.md"
 CROSS = "docs/results/cross_paper.md"
 
-#: budget -> the archive of docs/outputs holding its runs
-ARCHIVES = {"2k": "cross_paper_multi30k", "8k": "cross_paper_multi30k_8k_gpu"}
-#: split -> the reference file it was prepared from; "test+test1" is the two joined in this order
-SPLITS = {"test": "test_2016_flickr.de.gz", "test1": "test_2017_flickr.de.gz"}
+#: grid -> (the archive of docs/outputs holding its runs, its target language): the en->de grid at each budget,
+#: and the en->fr and en->cs grids (2,000 updates)
+GRIDS = {"2k": ("cross_paper_multi30k", "de"), "8k": ("cross_paper_multi30k_8k_gpu", "de"),
+         "en-fr": ("cross_paper_multi30k_en_fr", "fr"), "en-cs": ("cross_paper_multi30k_en_cs", "cs")}
+#: the en->de budgets (the README's table and most of cross_paper.md)
+ARCHIVES = ("2k", "8k")
+#: the other target languages' grids (cross_paper.md, "Other target languages")
+LANGUAGE_GRIDS = ("en-fr", "en-cs")
+#: split -> the stem of the reference file it was prepared from (``<stem>.<lang>.gz``); "test+test1" is the two
+#: joined in this order
+SPLITS = {"test": "test_2016_flickr", "test1": "test_2017_flickr"}
 JOINED = "test+test1"
 BASELINE = "transformer"
 #: the grid's evaluate settings (configs/grids/cross_paper_multi30k.yaml)
-N_SAMPLES, BOOT_SEED, METHOD, LANG = 1000, 12345, "decomposed", "de"
+N_SAMPLES, BOOT_SEED, METHOD = 1000, 12345, "decomposed"
 
 #: the README's row label -> the run folder of the grid's row (runs/<slug>/seed<k>)
 ROWS = {
@@ -72,8 +80,9 @@ def _outputs_module():
 
 @cache
 def archive(budget: str) -> dict[str, bytes]:
-    """{member: content} of the budget's committed archive."""
-    return _outputs_module().read_archive(ROOT / "docs" / "outputs" / f"{ARCHIVES[budget]}.tar.xz")
+    """{member: content} of the grid's committed archive (empty when it has none yet: no finished run)."""
+    path = ROOT / "docs" / "outputs" / f"{GRIDS[budget][0]}.tar.xz"
+    return _outputs_module().read_archive(path) if path.is_file() else {}
 
 
 def seeds(budget: str, slug: str) -> list[int]:
@@ -110,11 +119,11 @@ def hyps(budget: str, slug: str, seed: int, split: str) -> list[str]:
 
 
 @cache
-def refs(split: str) -> tuple[str, ...]:
-    """The references of ``split`` (joined: the parts' in order)."""
+def refs(split: str, lang: str = "de") -> tuple[str, ...]:
+    """The references of ``split`` in ``lang`` (joined: the parts' in order)."""
     out: list[str] = []
     for part in split.split("+"):
-        path = REFERENCES / SPLITS[part]
+        path = REFERENCES / f"{SPLITS[part]}.{lang}.gz"
         if not path.is_file():
             raise FileNotFoundError(f"{path}: the Multi30k references (the shared data folder beside the "
                                     "checkout) are needed to recompute joined scores and tests.")
@@ -124,15 +133,17 @@ def refs(split: str) -> tuple[str, ...]:
 
 
 @cache
-def _stats(budget: str, slug: str, seed: int, split: str):
-    metric, stats = run_statistics([hyps(budget, slug, seed, split)], list(refs(split)), metric="bleu_lc_tok",
-                                   lang=LANG)
+def _stats(budget: str, slug: str, seed: int, split: str, metric_name: str = "bleu_lc_tok"):
+    lang = GRIDS[budget][1]
+    metric, stats = run_statistics([hyps(budget, slug, seed, split)], list(refs(split, lang)), metric=metric_name,
+                                   lang=lang)
     return metric, stats[0]
 
 
-def score(budget: str, slug: str, seed: int, split: str) -> float:
-    """A run's corpus BLEU (lc,tok), recomputed from its translations (a joined set: on the join)."""
-    metric, st = _stats(budget, slug, seed, split)
+def score(budget: str, slug: str, seed: int, split: str, metric_name: str = "bleu_lc_tok") -> float:
+    """A run's corpus BLEU (lc,tok; or ``bleu``, sacreBLEU's default 13a), recomputed from its translations (a
+    joined set: on the join)."""
+    metric, st = _stats(budget, slug, seed, split, metric_name)
     return float(_scores(metric, st.sum(0, keepdims=True))[0])
 
 
@@ -262,6 +273,41 @@ def versus_claim(budget: str, slug: str, against: str) -> str:
             f"(p {' / '.join(fmt_p(t.p_value).removeprefix('= ') for t in ts)})")
 
 
+# ---- the other target languages (cross_paper.md, "Other target languages") ----
+
+#: the row folders of those grids: the baseline and the en->de rows they repeat
+LANGUAGE_ROWS = {"Transformer": BASELINE, **{label: ROWS[label] for label in (
+    "+ Rel_Pos", "+ Heterogeneous QUERYK (1-2)", "+ Rel_Pos + Heterogeneous QUERYK", "+ DEA + RHE",
+    "+ MG-SA (syntactic + ON-LSTM)")}}
+
+
+def run_splits(budget: str, slug: str, seed: int) -> list[str]:
+    """The test sets a run was scored on, in the order the tables give them (test, then test1)."""
+    res = result(budget, slug, seed)
+    return [x for x in SPLITS if x == res["split"] or x in res.get("splits", {})]
+
+
+def language_run_row(budget: str, label: str, seed: int) -> str:
+    """A per-run row of a language's table: BLEU on each set, then BLEU (lc,tok) on each set, recomputed from the
+    translations: "| Transformer, seed 1 | 52.37 | 44.09 | 53.51 / 45.37 |"."""
+    slug = LANGUAGE_ROWS[label]
+    splits = run_splits(budget, slug, seed)
+    bleu = " | ".join(f"{score(budget, slug, seed, x, 'bleu'):.2f}" for x in splits)
+    lc_tok = " / ".join(f"{score(budget, slug, seed, x):.2f}" for x in splits)
+    return f"| {label}, seed {seed} | {bleu} | {lc_tok} |"
+
+
+def language_runs() -> list[tuple[str, str, int]]:
+    """Every finished (grid, row label, seed) of the other target languages' archives."""
+    return [(g, label, k) for g in LANGUAGE_GRIDS for label, slug in LANGUAGE_ROWS.items() for k in seeds(g, slug)]
+
+
+def languages_finished() -> str:
+    """How many of the two grids' 36 runs are finished (in the archives): "Finished so far: 4 of 36 runs"."""
+    total = len(LANGUAGE_GRIDS) * len(LANGUAGE_ROWS) * 3
+    return f"Finished so far: {len(language_runs())} of {total} runs"
+
+
 @dataclass(frozen=True)
 class Claim:
     doc: str
@@ -296,6 +342,10 @@ CLAIMS: list[Claim] = [
     Claim(CROSS, "2k combination v QUERYK", versus_claim,
           ("2k", "rel-pos-heterogeneous-queryk-1-2", "heterogeneous-queryk-1-2")),
     Claim(CROSS, "2k SA-NMT v the RNN", versus_claim, ("2k", "sa-nmt-shared", "rnn-nmt")),
+    # the other target languages: how many runs are in, and each run's scores
+    Claim(CROSS, "other languages: finished runs", languages_finished, fast=True),
+    *[Claim(CROSS, f"{g} {label} seed {k}", language_run_row, (g, label, k), fast=(label, k) == ("Transformer", 1))
+      for g, label, k in language_runs()],
 ]
 
 

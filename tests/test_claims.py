@@ -79,3 +79,38 @@ def test_a_changed_digit_fails():
     start = row.index(" | ") + 3 + digit.start()
     changed = row[:start] + str((int(row[start]) + 1) % 10) + row[start + 1:]
     assert len(cc.check([claim], {"README.md": readme.replace(row, changed)})) == 1
+
+
+def _language_run_rows(text: str) -> set[tuple[str, int]]:
+    """(row label, seed) of every per-run row in cross_paper.md's "Other target languages" section."""
+    section = text[text.index("## Other target languages"):]
+    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    rows = [line.split(" | ")[0][2:] for line in section.splitlines() if re.match(r"\| .+, seed \d+ \|", line)]
+    return {(label.rsplit(", seed ", 1)[0], int(label.rsplit(", seed ", 1)[1])) for label in rows}
+
+
+def test_every_finished_run_of_the_other_languages_is_a_row_and_a_claim():
+    """A run committed in the en->fr or en->cs archive without its row in cross_paper.md, or a row without a run
+    in the archive, fails here (the rows' numbers are claims that recompute them)."""
+    text = (ROOT / cc.CROSS).read_text(encoding="utf-8")
+    in_archives = {(label, k) for _, label, k in cc.language_runs()}
+    assert in_archives and _language_run_rows(text) == in_archives
+    claimed = {(c.args[1], c.args[2]) for c in cc.CLAIMS if c.fn is cc.language_run_row}
+    assert claimed == in_archives
+    assert ("Transformer", 1) in in_archives and cc.run_splits("en-fr", "transformer", 1) == ["test", "test1"]
+
+
+@needs_refs
+def test_a_language_row_is_recomputed_from_its_translations():
+    """The en->fr rows' scores are sacreBLEU's on the committed translations against the French references: the
+    recomputed lc,tok score equals what the run's result.json recorded, and a changed digit fails the claim."""
+    assert cc.score("en-fr", "transformer", 1, "test1") == pytest.approx(
+        cc.per_set_score("en-fr", "transformer", 1, "test1"), abs=1e-9)
+    assert cc.score("en-fr", "transformer", 1, "test", "bleu") == pytest.approx(
+        cc.per_set_score("en-fr", "transformer", 1, "test", key="bleu"), abs=1e-9)
+    claim = next(c for c in cc.CLAIMS if c.fn is cc.language_run_row and c.args[1:] == ("Transformer", 1))
+    text = (ROOT / cc.CROSS).read_text(encoding="utf-8")
+    row = claim.expected()
+    assert row in text
+    changed = row.replace(row.split(" | ")[1], f"{float(row.split(' | ')[1]) + 0.01:.2f}")
+    assert len(cc.check([claim], {cc.CROSS: text.replace(row, changed)})) == 1

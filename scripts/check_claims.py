@@ -302,6 +302,33 @@ def language_runs() -> list[tuple[str, str, int]]:
     return [(g, label, k) for g in LANGUAGE_GRIDS for label, slug in LANGUAGE_ROWS.items() for k in seeds(g, slug)]
 
 
+def primary_split(budget: str) -> str:
+    """The set a grid's verdicts are read on: both test sets joined where its baseline was scored on both
+    (German, French), else test_2016_flickr alone (Czech: Multi30k has no Czech test_2017_flickr)."""
+    base = seeds(budget, BASELINE)
+    return JOINED if base and all(run_splits(budget, BASELINE, k) == ["test", "test1"] for k in base) else "test"
+
+
+def travel_cell(budget: str, slug: str) -> str:
+    """One cell of the "does the answer travel" table: the row's Δ on the grid's primary set with its mark (bold
+    when marked) and its MDE, once the row has all the baseline's seeds; else how many it has."""
+    have, want = len(seeds(budget, slug)), len(seeds(budget, BASELINE))
+    if have == 0 or want == 0:
+        return "not run yet"
+    if have < want:
+        return f"{have} of {want} seeds"
+    split = primary_split(budget)
+    t, m = test(budget, slug, split), mark(budget, slug, split)
+    cell = f"{fmt_delta(t.delta)} {m}".strip()
+    return f"{'**' + cell + '**' if m else cell} (MDE {t.minimal_detectable_effect():.2f})"
+
+
+def travel_row(label: str) -> str:
+    """A row of the table: en->de at 2,000 updates, en->fr, en->cs."""
+    slug = LANGUAGE_ROWS[label]
+    return f"| {label} | {' | '.join(travel_cell(b, slug) for b in ('2k', *LANGUAGE_GRIDS))} |"
+
+
 def languages_finished() -> str:
     """How many of the two grids' 36 runs are finished (in the archives): "Finished so far: 4 of 36 runs"."""
     total = len(LANGUAGE_GRIDS) * len(LANGUAGE_ROWS) * 3
@@ -344,6 +371,8 @@ CLAIMS: list[Claim] = [
     Claim(CROSS, "2k SA-NMT v the RNN", versus_claim, ("2k", "sa-nmt-shared", "rnn-nmt")),
     # the other target languages: how many runs are in, and each run's scores
     Claim(CROSS, "other languages: finished runs", languages_finished, fast=True),
+    *[Claim(CROSS, f"does the answer travel: {label}", travel_row, (label,)) for label in LANGUAGE_ROWS
+      if label != "Transformer"],
     *[Claim(CROSS, f"{g} {label} seed {k}", language_run_row, (g, label, k), fast=(label, k) == ("Transformer", 1))
       for g, label, k in language_runs()],
 ]

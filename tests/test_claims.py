@@ -114,3 +114,24 @@ def test_a_language_row_is_recomputed_from_its_translations():
     assert row in text
     changed = row.replace(row.split(" | ")[1], f"{float(row.split(' | ')[1]) + 0.01:.2f}")
     assert len(cc.check([claim], {cc.CROSS: text.replace(row, changed)})) == 1
+
+
+def test_every_row_of_the_travel_table_is_a_claim():
+    """cross_paper.md's "does the answer travel" table has one row per repeated mechanism, each a claim."""
+    text = (ROOT / cc.CROSS).read_text(encoding="utf-8")
+    section = text[text.index("## Other target languages"):]
+    rows = [line for line in section.splitlines() if line.startswith("| + ") and ", seed " not in line]
+    labels = [line.split(" | ")[0][2:] for line in rows]
+    claimed = [c.args[0] for c in cc.CLAIMS if c.fn is cc.travel_row]
+    assert labels == claimed == [label for label in cc.LANGUAGE_ROWS if label != "Transformer"]
+    assert cc.primary_split("2k") == cc.primary_split("en-fr") == cc.JOINED
+
+
+@needs_refs
+def test_a_travel_cell_is_the_readme_verdict_with_its_mde():
+    """The en->de cell is the README's verdict for the row (the same test on the same joined set) and its MDE; a
+    row with fewer seeds than the baseline is not tested."""
+    cell = cc.travel_cell("2k", "rel-pos")
+    assert cell == f"{cc.readme_cell('2k', 'rel-pos')} (MDE {cc.mde('2k', 'rel-pos'):.2f})"
+    # at 8,000 updates the baseline has 6 seeds and QUERYK 3
+    assert cc.travel_cell("8k", "heterogeneous-queryk-1-2") == "3 of 6 seeds"

@@ -81,23 +81,39 @@ def test_a_changed_digit_fails():
     assert len(cc.check([claim], {"README.md": readme.replace(row, changed)})) == 1
 
 
-def _language_run_rows(text: str) -> set[tuple[str, int]]:
-    """(row label, seed) of every per-run row in cross_paper.md's "Other target languages" section."""
+#: the header cell of each language's per-run table in cross_paper.md -> its grid
+_RUN_TABLES = {"en→fr run": "en-fr", "en→cs run": "en-cs"}
+
+
+def _language_run_rows(text: str) -> list[tuple[str, str, int]]:
+    """(grid, row label, seed) of every per-run row in cross_paper.md's "Other target languages" section, in
+    order: a row belongs to the table whose header ("| en→fr run | ...") it follows."""
     section = text[text.index("## Other target languages"):]
     section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
-    rows = [line.split(" | ")[0][2:] for line in section.splitlines() if re.match(r"\| .+, seed \d+ \|", line)]
-    return {(label.rsplit(", seed ", 1)[0], int(label.rsplit(", seed ", 1)[1])) for label in rows}
+    rows, grid = [], None
+    for line in section.splitlines():
+        if not line.startswith("|"):
+            grid = None
+        elif line.split(" | ")[0][2:] in _RUN_TABLES:
+            grid = _RUN_TABLES[line.split(" | ")[0][2:]]
+        elif re.match(r"\| .+, seed \d+ \|", line):
+            assert grid, f"a per-run row outside a language's table: {line}"
+            label, seed = line.split(" | ")[0][2:].rsplit(", seed ", 1)
+            rows.append((grid, label, int(seed)))
+    return rows
 
 
-def test_every_finished_run_of_the_other_languages_is_a_row_and_a_claim():
-    """A run committed in the en->fr or en->cs archive without its row in cross_paper.md, or a row without a run
-    in the archive, fails here (the rows' numbers are claims that recompute them)."""
-    text = (ROOT / cc.CROSS).read_text(encoding="utf-8")
-    in_archives = {(label, k) for _, label, k in cc.language_runs()}
-    assert in_archives and _language_run_rows(text) == in_archives
-    claimed = {(c.args[1], c.args[2]) for c in cc.CLAIMS if c.fn is cc.language_run_row}
-    assert claimed == in_archives
-    assert ("Transformer", 1) in in_archives and cc.run_splits("en-fr", "transformer", 1) == ["test", "test1"]
+def test_every_finished_run_of_the_other_languages_is_a_row():
+    """A run committed in the en->fr or en->cs archive without its row in its language's table of cross_paper.md,
+    a row twice, or a row without a run in the archive fails here (the rows' numbers are claims that recompute
+    them from the run's translations)."""
+    rows = _language_run_rows((ROOT / cc.CROSS).read_text(encoding="utf-8"))
+    assert len(rows) == len(set(rows))
+    assert rows and set(rows) == set(cc.language_runs())
+    assert ("en-fr", "Transformer", 1) in rows and cc.run_splits("en-fr", "transformer", 1) == ["test", "test1"]
+    # the parser keeps the grids apart: a French row under a Czech header is a Czech row
+    moved = "| en→cs run | test_2016_flickr BLEU | lc,tok BLEU |\n|---|---:|---:|\n| Transformer, seed 1 | 1 | 1 |\n"
+    assert _language_run_rows("## Other target languages\n\n" + moved) == [("en-cs", "Transformer", 1)]
 
 
 @needs_refs
@@ -124,7 +140,6 @@ def test_every_row_of_the_travel_table_is_a_claim():
     labels = [line.split(" | ")[0][2:] for line in rows]
     claimed = [c.args[0] for c in cc.CLAIMS if c.fn is cc.travel_row]
     assert labels == claimed == [label for label in cc.LANGUAGE_ROWS if label != "Transformer"]
-    assert cc.primary_split("2k") == cc.primary_split("en-fr") == cc.JOINED
 
 
 @needs_refs
@@ -133,5 +148,28 @@ def test_a_travel_cell_is_the_readme_verdict_with_its_mde():
     row with fewer seeds than the baseline is not tested."""
     cell = cc.travel_cell("2k", "rel-pos")
     assert cell == f"{cc.readme_cell('2k', 'rel-pos')} (MDE {cc.mde('2k', 'rel-pos'):.2f})"
-    # at 8,000 updates the baseline has 6 seeds and QUERYK 3
-    assert cc.travel_cell("8k", "heterogeneous-queryk-1-2") == "3 of 6 seeds"
+
+
+def test_a_travel_cell_waits_for_three_seeds_a_side(monkeypatch):
+    """No verdict from fewer than 3 seeds on either side, whatever the two sides' counts (2 v 2 would test)."""
+    counts = {"transformer": [1, 2], "rel-pos": [1, 2]}
+    monkeypatch.setattr(cc, "seeds", lambda budget, slug: counts[slug])
+    assert cc.travel_cell("en-fr", "rel-pos") == "2 of 3 seeds"
+    counts["rel-pos"] = [1, 2, 3]
+    assert cc.travel_cell("en-fr", "rel-pos") == "the baseline 2 of 3 seeds"
+    counts["rel-pos"] = []
+    assert cc.travel_cell("en-fr", "rel-pos") == "0 of 3 seeds"
+
+
+def test_the_primary_split_is_the_join_only_where_the_baseline_has_both_sets(monkeypatch):
+    """Czech (Multi30k has no Czech test_2017_flickr) is read on test_2016_flickr alone; a grid with no run yet
+    too; French and German on the two sets joined."""
+    assert cc.primary_split("2k") == cc.primary_split("en-fr") == cc.JOINED
+    one_set = {"runs/transformer/seed1/result.json": b'{"split": "test", "splits": {}}'}
+    monkeypatch.setattr(cc, "archive", lambda budget: one_set if budget == "en-cs" else {})
+    cc.result.cache_clear()
+    try:
+        assert cc.seeds("en-cs", "transformer") == [1] and cc.primary_split("en-cs") == "test"
+        assert cc.seeds("en-fr", "transformer") == [] and cc.primary_split("en-fr") == "test"
+    finally:
+        cc.result.cache_clear()

@@ -278,6 +278,9 @@ def versus_claim(budget: str, slug: str, against: str) -> str:
 
 # ---- the other target languages (cross_paper.md, "Other target languages") ----
 
+#: the seeds of those grids (configs/grids/cross_paper_multi30k_en_{fr,cs}.yaml): a row and the baseline each need
+#: them all before the travel table gives the row a verdict
+TRAVEL_SEEDS = 3
 #: the row folders of those grids: the baseline and the en->de rows they repeat
 LANGUAGE_ROWS = {"Transformer": BASELINE, **{label: ROWS[label] for label in (
     "+ Rel_Pos", "+ Heterogeneous QUERYK (1-2)", "+ Rel_Pos + Heterogeneous QUERYK", "+ DEA + RHE",
@@ -312,10 +315,6 @@ def primary_split(budget: str) -> str:
     return JOINED if base and all(run_splits(budget, BASELINE, k) == ["test", "test1"] for k in base) else "test"
 
 
-#: the seeds a row and the baseline each need before the travel table gives the row a verdict
-TRAVEL_SEEDS = 3
-
-
 def travel_cell(budget: str, slug: str) -> str:
     """One cell of the "does the answer travel" table: the row's Δ on the grid's primary set with its mark (bold
     when marked) and its MDE, once the row and the baseline each have :data:`TRAVEL_SEEDS` seeds; else how many
@@ -339,7 +338,7 @@ def travel_row(label: str) -> str:
 
 def languages_finished() -> str:
     """How many of the two grids' 36 runs are finished (in the archives): "Finished so far: 4 of 36 runs"."""
-    total = len(LANGUAGE_GRIDS) * len(LANGUAGE_ROWS) * 3
+    total = len(LANGUAGE_GRIDS) * len(LANGUAGE_ROWS) * TRAVEL_SEEDS
     return f"Finished so far: {len(language_runs())} of {total} runs"
 
 

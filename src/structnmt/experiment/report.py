@@ -570,7 +570,7 @@ def _hardware_line(results: dict, configs: dict[tuple[str, int], Config]) -> str
     where = ("recorded by the runs" if recorded and all(h == hw for h in recorded) else
              _machines_note(results) if recorded else
              "this machine (the runs recorded none)")
-    threads = sorted({configs[k].train.threads for k in results if k in configs})
+    threads = sorted({configs[k].train.threads for k in results})
     devices = sorted({r["train_device"] for r in results.values()})
     return (f"- **Hardware**: {hw['platform']}; CPU {hw['cpu'] or 'unknown'} ({hw['cpu_count']} logical CPUs); "
             f"GPU {hw['gpu'] or 'none'}; training device {', '.join(devices)}; torch {hw['torch']}, "

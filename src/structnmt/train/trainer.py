@@ -271,33 +271,7 @@ class Trainer:
         # held before the data is read: `prepare` does not rebuild it under this run, nor while it is being read
         self.data_lock = hold_dataset(cfg.data.path)
         self.data = PreparedDataset(cfg.data.path)
-        cache = cfg.data.structure_cache_mb
-        self.train_split = self.data.split("train", structure_cache_mb=cache)
-        self.valid_split = self.data.split("valid", structure_cache_mb=cache) if "valid" in self.data.splits else None
-        # a pair (with EOS or BOS) must fit the model's positions as well as data.max_len
-        positions = cfg.model.max_positions
-        self.max_len = min(cfg.data.max_len, positions) if cfg.data.max_len else positions
-        limit = (f"data.max_len={cfg.data.max_len}" if self.max_len == cfg.data.max_len
-                 else f"model.max_positions={positions}")
-        batches, filtered = make_batches(
-            self.train_split.src_lens, self.train_split.tgt_lens, max_tokens=cfg.data.max_tokens,
-            max_sentences=cfg.data.max_sentences, max_len=self.max_len, seed=tc.seed)
-        if filtered and self.is_main:
-            log(f"train: filtered {filtered} of {len(self.train_split)} pairs longer than {limit}.")
-        if not batches:
-            raise TrainingError(f"{cfg.data.path}: every training pair is longer than {limit}; raise it.")
-        self.filtered = filtered
-        self.valid_batches: list[np.ndarray] = []
-        if self.valid_split is not None:
-            self.valid_batches, valid_long = make_batches(
-                self.valid_split.src_lens, self.valid_split.tgt_lens, max_tokens=cfg.data.max_tokens,
-                max_len=self.max_len, seed=tc.seed)
-            if valid_long and self.is_main:
-                log(f"valid: {valid_long} of {len(self.valid_split)} pairs are longer than {limit} and left out "
-                    "of the validation loss.")
-            if not self.valid_batches:
-                self.valid_split = None
-        self.batches = EpochBatchIterator(batches, seed=tc.seed, rank=self.rank, world_size=self.world)
+        self._setup_batches(cfg, log)
 
         syntax = self.data.manifest.get("syntax") or {}
         self.label_ids = {label: i for i, label in enumerate(syntax.get("labels", []))}
@@ -344,6 +318,38 @@ class Trainer:
                 log(f"resumed from {path} at update {self.state.num_updates} (epoch {self.state.epoch}).")
         elif self.is_main:
             keep_earlier_metrics(self.metrics.path, log)
+
+    def _setup_batches(self, cfg: Config, log) -> None:
+        """The train and valid splits, their token-budget batches (pairs longer than the model's positions or
+        data.max_len are filtered and counted, never truncated) and the epoch iterator of this rank."""
+        tc = cfg.train
+        cache = cfg.data.structure_cache_mb
+        self.train_split = self.data.split("train", structure_cache_mb=cache)
+        self.valid_split = self.data.split("valid", structure_cache_mb=cache) if "valid" in self.data.splits else None
+        # a pair (with EOS or BOS) must fit the model's positions as well as data.max_len
+        positions = cfg.model.max_positions
+        self.max_len = min(cfg.data.max_len, positions) if cfg.data.max_len else positions
+        limit = (f"data.max_len={cfg.data.max_len}" if self.max_len == cfg.data.max_len
+                 else f"model.max_positions={positions}")
+        batches, filtered = make_batches(
+            self.train_split.src_lens, self.train_split.tgt_lens, max_tokens=cfg.data.max_tokens,
+            max_sentences=cfg.data.max_sentences, max_len=self.max_len, seed=tc.seed)
+        if filtered and self.is_main:
+            log(f"train: filtered {filtered} of {len(self.train_split)} pairs longer than {limit}.")
+        if not batches:
+            raise TrainingError(f"{cfg.data.path}: every training pair is longer than {limit}; raise it.")
+        self.filtered = filtered
+        self.valid_batches: list[np.ndarray] = []
+        if self.valid_split is not None:
+            self.valid_batches, valid_long = make_batches(
+                self.valid_split.src_lens, self.valid_split.tgt_lens, max_tokens=cfg.data.max_tokens,
+                max_len=self.max_len, seed=tc.seed)
+            if valid_long and self.is_main:
+                log(f"valid: {valid_long} of {len(self.valid_split)} pairs are longer than {limit} and left out "
+                    "of the validation loss.")
+            if not self.valid_batches:
+                self.valid_split = None
+        self.batches = EpochBatchIterator(batches, seed=tc.seed, rank=self.rank, world_size=self.world)
 
     # ---------------------------------------------------------------- checkpoints
 

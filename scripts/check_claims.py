@@ -330,6 +330,25 @@ def travel_cell(budget: str, slug: str) -> str:
     return f"{'**' + cell + '**' if m else cell} (MDE {t.minimal_detectable_effect():.2f})"
 
 
+def travel_sets(budget: str, slug: str) -> str:
+    """A travelled row on each of its grid's test sets alone, beside the joined verdict: "test_2016_flickr +3.37 ⇑
+    (p < 0.001, MDE 1.41), test_2017_flickr +3.42 ⇑ (p < 0.001, MDE 1.80)"."""
+    parts = []
+    for split in run_splits(budget, BASELINE, seeds(budget, BASELINE)[0]):
+        t, m = test(budget, slug, split), mark(budget, slug, split)
+        parts.append(f"{SPLITS[split]} {fmt_delta(t.delta)}{(' ' + m) if m else ''} "
+                     f"(p {fmt_p(t.p_value)}, MDE {t.minimal_detectable_effect():.2f})")
+    return ", ".join(parts)
+
+
+def travelled(budget: str) -> list[str]:
+    """The rows of a language grid with a verdict: they and the baseline each have :data:`TRAVEL_SEEDS` seeds."""
+    if len(seeds(budget, BASELINE)) < TRAVEL_SEEDS:
+        return []
+    return [s for label, s in LANGUAGE_ROWS.items()
+            if s != BASELINE and len(seeds(budget, s)) >= TRAVEL_SEEDS]
+
+
 def travel_row(label: str) -> str:
     """A row of the table: en->de at 2,000 updates, en->fr, en->cs."""
     slug = LANGUAGE_ROWS[label]
@@ -380,6 +399,10 @@ CLAIMS: list[Claim] = [
     Claim(CROSS, "other languages: finished runs", languages_finished, fast=True),
     *[Claim(CROSS, f"does the answer travel: {label}", travel_row, (label,), fast=label == "+ Rel_Pos")
       for label in LANGUAGE_ROWS if label != "Transformer"],
+    *[Claim(CROSS, f"{g} {s} on each set", travel_sets, (g, s), fast=(g, s) == ("en-fr", "rel-pos"))
+      for g in LANGUAGE_GRIDS if primary_split(g) == JOINED for s in travelled(g)],
+    *[Claim(CROSS, f"{g} joined {s}", joined_claim, (g, s))
+      for g in LANGUAGE_GRIDS if primary_split(g) == JOINED for s in travelled(g)],
     *[Claim(CROSS, f"{g} {label} seed {k}", language_run_row, (g, label, k), fast=(label, k) == ("Transformer", 1))
       for g, label, k in language_runs()],
 ]

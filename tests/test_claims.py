@@ -173,3 +173,24 @@ def test_the_primary_split_is_the_join_only_where_the_baseline_has_both_sets(mon
         assert cc.seeds("en-fr", "transformer") == [] and cc.primary_split("en-fr") == "test"
     finally:
         cc.result.cache_clear()
+
+
+def test_only_rows_with_three_seeds_a_side_get_per_set_verdicts(monkeypatch):
+    """travelled() names the rows whose per-set verdicts are claims: 3 seeds for the row and for the baseline; a
+    grid whose baseline lacks one has none; the baseline itself is never one of them."""
+    counts = {"transformer": [1, 2, 3], "rel-pos": [1, 2, 3], "dea-rhe": [1, 2]}
+    monkeypatch.setattr(cc, "seeds", lambda budget, slug: counts.get(slug, []))
+    assert cc.travelled("en-fr") == ["rel-pos"]
+    counts["transformer"] = [1, 2]
+    assert cc.travelled("en-fr") == []
+
+
+@needs_refs
+def test_the_first_french_verdict_is_read_on_each_set_too():
+    """+ Rel_Pos on en->fr (3 seeds a side): its per-set claim names both French sets, and the committed runs give
+    it a verdict (it is among the claims)."""
+    claims = [c for c in cc.CLAIMS if c.fn is cc.travel_sets]
+    assert ("en-fr", "rel-pos") in [c.args for c in claims]
+    assert all(c.args[0] == "en-fr" for c in claims)  # Czech has one set: its cell is its only verdict
+    text = cc.travel_sets("en-fr", "rel-pos")
+    assert text.startswith("test_2016_flickr ") and ", test_2017_flickr " in text

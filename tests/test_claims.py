@@ -5,6 +5,7 @@ at both budgets with its test); ``python scripts/check_claims.py`` checks them a
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -186,11 +187,32 @@ def test_only_rows_with_three_seeds_a_side_get_per_set_verdicts(monkeypatch):
 
 
 @needs_refs
-def test_the_first_french_verdict_is_read_on_each_set_too():
-    """+ Rel_Pos on en->fr (3 seeds a side): its per-set claim names both French sets, and the committed runs give
-    it a verdict (it is among the claims)."""
-    claims = [c for c in cc.CLAIMS if c.fn is cc.travel_sets]
-    assert ("en-fr", "rel-pos") in [c.args for c in claims]
-    assert all(c.args[0] == "en-fr" for c in claims)  # Czech has one set: its cell is its only verdict
+def test_a_travelled_row_is_read_on_each_set():
+    """+ Rel_Pos on en->fr has 3 seeds a side: its joined and per-set figures are claims, and the per-set one
+    names both French sets."""
+    claims = cc.travel_claims()
+    assert ("en-fr", "rel-pos") in [c.args for c in claims if c.fn is cc.travel_sets]
+    assert ("en-fr", "rel-pos") in [c.args for c in claims if c.fn is cc.joined_claim]
     text = cc.travel_sets("en-fr", "rel-pos")
     assert text.startswith("test_2016_flickr ") and ", test_2017_flickr " in text
+
+
+def test_a_grid_read_on_one_set_makes_no_per_set_claims(monkeypatch):
+    """Czech (one test set) with 3 seeds a side: its verdict is the travel table's cell, so travel_claims() makes
+    no joined or per-set claim for it; the same runs scored on both sets make them."""
+    def runs(splits: dict) -> dict[str, bytes]:
+        return {f"runs/{slug}/seed{k}/result.json": json.dumps({"split": "test", "splits": splits}).encode()
+                for slug in ("transformer", "rel-pos") for k in (1, 2, 3)}
+
+    files = runs({})
+    monkeypatch.setattr(cc, "archive", lambda budget: files if budget == "en-cs" else {})
+    cc.result.cache_clear()
+    try:
+        assert cc.travelled("en-cs") == ["rel-pos"] and cc.primary_split("en-cs") == "test"
+        assert cc.travel_claims() == []
+        files = runs({"test1": {}})
+        cc.result.cache_clear()
+        made = {(c.fn, c.args) for c in cc.travel_claims()}
+        assert (cc.travel_sets, ("en-cs", "rel-pos")) in made and (cc.joined_claim, ("en-cs", "rel-pos")) in made
+    finally:
+        cc.result.cache_clear()

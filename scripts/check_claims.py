@@ -385,10 +385,11 @@ def travel_claims() -> list[Claim]:
     seed spread there and on en->de, which the section compares."""
     claims = []
     for g in LANGUAGE_GRIDS:
-        if primary_split(g) != JOINED or not travelled(g):
+        rows = travelled(g) if primary_split(g) == JOINED else []
+        if not rows:
             continue
         claims.append(Claim(CROSS, f"{g} baseline seed spread", seed_spread, (g,)))
-        for s in travelled(g):
+        for s in rows:
             claims += [Claim(CROSS, f"{g} joined {s}", joined_claim, (g, s)),
                        Claim(CROSS, f"{g} {s} on each set", travel_sets, (g, s), fast=(g, s) == ("en-fr", "rel-pos"))]
     return claims + ([Claim(CROSS, "2k baseline seed spread", seed_spread, ("2k",))] if claims else [])

@@ -84,23 +84,37 @@ def test_a_changed_digit_fails():
 
 #: the header cell of each language's per-run table in cross_paper.md -> its grid
 _RUN_TABLES = {"en→fr run": "en-fr", "en→cs run": "en-cs"}
+#: the header cell of each language's own table (its verdicts) -> its grid
+_PAIR_TABLES = {"en→fr system": "en-fr", "en→cs system": "en-cs"}
+
+
+def _tables(text: str) -> list[tuple[str, list[str]]]:
+    """(header's first cell, body rows) of every table in cross_paper.md's "Other target languages" section, in
+    order: a row belongs to the table whose header it follows (the line after the header is its rule)."""
+    section = text[text.index("## Other target languages"):]
+    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    tables: list[tuple[str, list[str]]] = []
+    previous = ""
+    for line in section.splitlines():
+        if line.startswith("|") and not previous.startswith("|"):
+            tables.append((line.split(" | ")[0][2:], []))
+        elif line.startswith("|") and not line.startswith("|---"):
+            tables[-1][1].append(line)
+        previous = line
+    return tables
 
 
 def _language_run_rows(text: str) -> list[tuple[str, str, int]]:
-    """(grid, row label, seed) of every per-run row in cross_paper.md's "Other target languages" section, in
-    order: a row belongs to the table whose header ("| en→fr run | ...") it follows."""
-    section = text[text.index("## Other target languages"):]
-    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
-    rows, grid = [], None
-    for line in section.splitlines():
-        if not line.startswith("|"):
-            grid = None
-        elif line.split(" | ")[0][2:] in _RUN_TABLES:
-            grid = _RUN_TABLES[line.split(" | ")[0][2:]]
-        elif re.match(r"\| .+, seed \d+ \|", line):
-            assert grid, f"a per-run row outside a language's table: {line}"
+    """(grid, row label, seed) of every per-run row in the section's per-run tables ("| en→fr run | ..."), in
+    order."""
+    rows = []
+    for header, body in _tables(text):
+        for line in body:
+            if header not in _RUN_TABLES:
+                assert not re.match(r"\| .+, seed \d+ \|", line), f"a per-run row outside a language's table: {line}"
+                continue
             label, seed = line.split(" | ")[0][2:].rsplit(", seed ", 1)
-            rows.append((grid, label, int(seed)))
+            rows.append((_RUN_TABLES[header], label, int(seed)))
     return rows
 
 
@@ -135,10 +149,8 @@ def test_a_language_row_is_recomputed_from_its_translations():
 
 def test_every_row_of_the_travel_table_is_a_claim():
     """cross_paper.md's "does the answer travel" table has one row per repeated mechanism, each a claim."""
-    text = (ROOT / cc.CROSS).read_text(encoding="utf-8")
-    section = text[text.index("## Other target languages"):]
-    rows = [line for line in section.splitlines() if line.startswith("| + ") and ", seed " not in line]
-    labels = [line.split(" | ")[0][2:] for line in rows]
+    tables = dict(_tables((ROOT / cc.CROSS).read_text(encoding="utf-8")))
+    labels = [line.split(" | ")[0][2:] for line in tables["row"]]
     claimed = [c.args[0] for c in cc.CLAIMS if c.fn is cc.travel_row]
     assert labels == claimed == [label for label in cc.LANGUAGE_ROWS if label != "Transformer"]
 
@@ -216,3 +228,26 @@ def test_a_grid_read_on_one_set_makes_no_per_set_claims(monkeypatch):
         assert (cc.travel_sets, ("en-cs", "rel-pos")) in made and (cc.joined_claim, ("en-cs", "rel-pos")) in made
     finally:
         cc.result.cache_clear()
+
+
+def test_every_row_of_a_language_table_is_a_claim():
+    """Each language with runs has its own table (its rows' scores and verdicts) in cross_paper.md, one row per row
+    of its grid in the grid's order, each a claim; a language without runs has none."""
+    tables = dict(_tables((ROOT / cc.CROSS).read_text(encoding="utf-8")))
+    for header, grid in _PAIR_TABLES.items():
+        labels = [line.split(" | ")[0][2:] for line in tables.get(header, [])]
+        claimed = [c.args[1] for c in cc.CLAIMS if c.fn is cc.pair_row and c.args[0] == grid]
+        assert labels == claimed == (list(cc.LANGUAGE_ROWS) if cc.seeds(grid, cc.BASELINE) else [])
+    assert "en→fr system" in tables
+
+
+@needs_refs
+def test_a_language_table_row_waits_for_its_seeds_and_carries_the_verdict(monkeypatch):
+    """A row of en->fr's table with 3 seeds a side carries the joined verdict and each set's (the figures of the
+    travel table and the per-set claims); a row with 2 seeds says so and carries no test."""
+    row = cc.pair_row("en-fr", "+ Rel_Pos")
+    assert f"| {cc.joined_claim('en-fr', 'rel-pos')}" in row.replace("**", "")
+    assert row.endswith(f"| {cc.per_set_claim('en-fr', 'rel-pos')} |")
+    counts = {"transformer": [1, 2, 3], "rel-pos": [1, 2]}
+    monkeypatch.setattr(cc, "seeds", lambda budget, slug: counts.get(slug, []))
+    assert cc.pair_row("en-fr", "+ Rel_Pos") == "| + Rel_Pos | 2 of 3 seeds | — | — |"

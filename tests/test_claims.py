@@ -95,12 +95,16 @@ def _tables(text: str) -> list[tuple[str, list[str]]]:
     section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
     tables: list[tuple[str, list[str]]] = []
     previous = ""
-    for line in section.splitlines():
+    lines = section.splitlines()
+    for i, line in enumerate(lines):
         if line.startswith("|") and not previous.startswith("|"):
+            assert i + 1 < len(lines) and lines[i + 1].startswith("|---"), f"a table without its header: {line}"
             tables.append((line.split(" | ")[0][2:], []))
         elif line.startswith("|") and not line.startswith("|---"):
             tables[-1][1].append(line)
         previous = line
+    headers = [h for h, _ in tables]
+    assert len(headers) == len(set(headers)), f"two tables under one header: {headers}"
     return tables
 
 
@@ -129,6 +133,8 @@ def test_every_finished_run_of_the_other_languages_is_a_row():
     # the parser keeps the grids apart: a French row under a Czech header is a Czech row
     moved = "| en→cs run | test_2016_flickr BLEU | lc,tok BLEU |\n|---|---:|---:|\n| Transformer, seed 1 | 1 | 1 |\n"
     assert _language_run_rows("## Other target languages\n\n" + moved) == [("en-cs", "Transformer", 1)]
+    with pytest.raises(AssertionError, match="without its header"):  # a run's row that lost its table's header
+        _language_run_rows("## Other target languages\n\n" + moved.split("\n", 2)[2])
 
 
 @needs_refs
@@ -231,23 +237,41 @@ def test_a_grid_read_on_one_set_makes_no_per_set_claims(monkeypatch):
 
 
 def test_every_row_of_a_language_table_is_a_claim():
-    """Each language with runs has its own table (its rows' scores and verdicts) in cross_paper.md, one row per row
-    of its grid in the grid's order, each a claim; a language without runs has none."""
+    """Each language whose baseline has a finished run has its own table (its rows' scores and verdicts) in
+    cross_paper.md, one row per row of its grid in the grid's order, each a claim; the others have none."""
     tables = dict(_tables((ROOT / cc.CROSS).read_text(encoding="utf-8")))
+    assert cc.seeds("en-fr", cc.BASELINE)
     for header, grid in _PAIR_TABLES.items():
         labels = [line.split(" | ")[0][2:] for line in tables.get(header, [])]
         claimed = [c.args[1] for c in cc.CLAIMS if c.fn is cc.pair_row and c.args[0] == grid]
         assert labels == claimed == (list(cc.LANGUAGE_ROWS) if cc.seeds(grid, cc.BASELINE) else [])
-    assert "en→fr system" in tables
 
 
 @needs_refs
 def test_a_language_table_row_waits_for_its_seeds_and_carries_the_verdict(monkeypatch):
-    """A row of en->fr's table with 3 seeds a side carries the joined verdict and each set's (the figures of the
-    travel table and the per-set claims); a row with 2 seeds says so and carries no test."""
+    """A row of en->fr's table with 3 seeds a side: its scores, its joined verdict in bold (marked), each set's Δ;
+    a row with 2 seeds says so and carries no test; a row with 3 seeds beside a baseline with 2 says what it waits
+    for."""
     row = cc.pair_row("en-fr", "+ Rel_Pos")
-    assert f"| {cc.joined_claim('en-fr', 'rel-pos')}" in row.replace("**", "")
-    assert row.endswith(f"| {cc.per_set_claim('en-fr', 'rel-pos')} |")
+    assert row == (f"| + Rel_Pos | {cc.pair_scores('en-fr', 'rel-pos')} | **{cc.joined_claim('en-fr', 'rel-pos')}** "
+                   f"| {cc.per_set_claim('en-fr', 'rel-pos')} |")
+    assert re.fullmatch(r"\d\d\.\d\d ± 0\.\d\d \(\d\d\.\d\d / \d\d\.\d\d\)", cc.pair_scores("en-fr", "rel-pos"))
     counts = {"transformer": [1, 2, 3], "rel-pos": [1, 2]}
     monkeypatch.setattr(cc, "seeds", lambda budget, slug: counts.get(slug, []))
     assert cc.pair_row("en-fr", "+ Rel_Pos") == "| + Rel_Pos | 2 of 3 seeds | — | — |"
+    counts.update({"transformer": [1, 2], "rel-pos": [1, 2, 3]})
+    assert cc.pair_row("en-fr", "+ Rel_Pos").endswith("| the baseline 2 of 3 seeds | the baseline 2 of 3 seeds |")
+    assert cc.pair_row("en-fr", "Transformer") == "| Transformer | 2 of 3 seeds | — | — |"
+
+
+@needs_refs
+def test_a_language_read_on_one_set_has_one_test_column(monkeypatch):
+    """The Czech form of a language's row (one test set): the en->fr runs read on test_2016_flickr alone give one
+    score without brackets and one verdict cell, test_2016_flickr's Δ with p and MDE (the figure travel_sets
+    quotes for that set)."""
+    monkeypatch.setattr(cc, "primary_split", lambda budget: "test")
+    row = cc.pair_row("en-fr", "+ Rel_Pos")
+    scores = [cc.score("en-fr", "rel-pos", k, "test") for k in (1, 2, 3)]
+    assert row == f"| + Rel_Pos | {cc.np.mean(scores):.2f} ± {cc.np.std(scores, ddof=1):.2f} | **{cc.verdict('en-fr', 'rel-pos', 'test')}** |"
+    assert cc.travel_sets("en-fr", "rel-pos").startswith(f"test_2016_flickr {cc.verdict('en-fr', 'rel-pos', 'test')}, ")
+    assert "MDE 1.41" in row and cc.pair_row("en-fr", "Transformer").endswith(" | — |")

@@ -250,9 +250,11 @@ def seed_counts() -> str:
     return f"{n} seeds a row\n(6 for the baseline and Rel_Pos at 8,000 updates)"
 
 
-def verdict(budget: str, slug: str, split: str) -> str:
-    """A row's Δ on one set (or a joined one) with its mark, p and MDE: "+2.18 ⇑ (p < 0.001, MDE 0.92)"."""
-    t, m = test(budget, slug, split), mark(budget, slug, split)
+def verdict(budget: str, slug: str, split: str, against: str = BASELINE) -> str:
+    """A row's Δ on one set (or a joined one) against the baseline (or the row ``against``) with its mark, p and
+    MDE: "+2.18 ⇑ (p < 0.001, MDE 0.92)"."""
+    t = test(budget, slug, split, against)
+    m = significance_mark(t.p_value, t.delta)
     return f"{fmt_delta(t.delta)}{(' ' + m) if m else ''} (p {fmt_p(t.p_value)}, MDE {t.minimal_detectable_effect():.2f})"
 
 
@@ -285,6 +287,9 @@ def versus_claim(budget: str, slug: str, against: str) -> str:
 #: the seeds of those grids (configs/grids/cross_paper_multi30k_en_{fr,cs}.yaml): a row and the baseline each need
 #: them all before the travel table gives the row a verdict
 TRAVEL_SEEDS = 3
+#: the row that joins two mechanisms in one model, and its parts (each a row of every grid)
+COMBINATION = "rel-pos-heterogeneous-queryk-1-2"
+COMBINATION_PARTS = ("rel-pos", "heterogeneous-queryk-1-2")
 #: the row folders of those grids: the baseline and the en->de rows they repeat
 LANGUAGE_ROWS = {"Transformer": BASELINE, **{label: ROWS[label] for label in (
     "+ Rel_Pos", "+ Heterogeneous QUERYK (1-2)", "+ Rel_Pos + Heterogeneous QUERYK", "+ DEA + RHE",
@@ -418,18 +423,23 @@ class Claim:
 
 def travel_claims() -> list[Claim]:
     """The figures of the rows that travelled (:func:`travelled`) on a grid read on its two test sets joined (not
-    Czech: its one set is the travel table's cell): the joined Δ with p and MDE, and each set's; and the baseline's
-    seed spread there and on en->de, which the section compares."""
-    claims = []
+    Czech: its one set is the travel table's cell): the joined Δ with p and MDE, and each set's; the baseline's
+    seed spread there and on en->de, which the section compares; and on any grid, the combination against each
+    of its parts once all three travelled."""
+    claims, joined = [], False
     for g in LANGUAGE_GRIDS:
-        rows = travelled(g) if primary_split(g) == JOINED else []
-        if not rows:
+        rows = travelled(g)
+        if COMBINATION in rows and all(p in rows for p in COMBINATION_PARTS):
+            claims += [Claim(CROSS, f"{g} combination v {p}", verdict, (g, COMBINATION, primary_split(g), p))
+                       for p in COMBINATION_PARTS]
+        if not rows or primary_split(g) != JOINED:
             continue
+        joined = True
         claims.append(Claim(CROSS, f"{g} baseline seed spread", seed_spread, (g,)))
         for s in rows:
             claims += [Claim(CROSS, f"{g} joined {s}", joined_claim, (g, s)),
                        Claim(CROSS, f"{g} {s} on each set", travel_sets, (g, s), fast=(g, s) == ("en-fr", "rel-pos"))]
-    return claims + ([Claim(CROSS, "2k baseline seed spread", seed_spread, ("2k",))] if claims else [])
+    return claims + ([Claim(CROSS, "2k baseline seed spread", seed_spread, ("2k",))] if joined else [])
 
 
 CLAIMS: list[Claim] = [
@@ -454,6 +464,9 @@ CLAIMS: list[Claim] = [
     Claim(CROSS, "2k combination v QUERYK", versus_claim,
           ("2k", "rel-pos-heterogeneous-queryk-1-2", "heterogeneous-queryk-1-2")),
     Claim(CROSS, "2k SA-NMT v the RNN", versus_claim, ("2k", "sa-nmt-shared", "rnn-nmt")),
+    # the same with its MDE, which the other languages' section compares
+    *[Claim(CROSS, f"2k combination v {p}, with its MDE", verdict, ("2k", COMBINATION, JOINED, p))
+      for p in COMBINATION_PARTS],
     # the other target languages: how many runs are in, and each run's scores
     Claim(CROSS, "other languages: finished runs", languages_finished, fast=True),
     *[Claim(CROSS, f"does the answer travel: {label}", travel_row, (label,), fast=label == "+ Rel_Pos")

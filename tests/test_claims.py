@@ -275,3 +275,25 @@ def test_a_language_read_on_one_set_has_one_test_column(monkeypatch):
     assert row == f"| + Rel_Pos | {cc.np.mean(scores):.2f} ± {cc.np.std(scores, ddof=1):.2f} | **{cc.verdict('en-fr', 'rel-pos', 'test')}** |"
     assert cc.travel_sets("en-fr", "rel-pos").startswith(f"test_2016_flickr {cc.verdict('en-fr', 'rel-pos', 'test')}, ")
     assert "MDE 1.41" in row and cc.pair_row("en-fr", "Transformer").endswith(" | — |")
+
+
+def test_the_combination_is_read_against_its_parts_once_all_three_travelled(monkeypatch):
+    """The combination of Rel_Pos and QUERYK is tested against each part (the part in place of the baseline) on a
+    language's primary set once it, both parts and the baseline have 3 seeds; with a part short of a seed, not."""
+    three = [1, 2, 3]
+    counts = {"transformer": three, "rel-pos": three, "heterogeneous-queryk-1-2": three, cc.COMBINATION: three}
+    monkeypatch.setattr(cc, "seeds", lambda budget, slug: counts.get(slug, []) if budget == "en-fr" else [])
+    versus = [c.args for c in cc.travel_claims() if c.fn is cc.verdict]
+    assert versus == [("en-fr", cc.COMBINATION, cc.JOINED, "rel-pos"),
+                      ("en-fr", cc.COMBINATION, cc.JOINED, "heterogeneous-queryk-1-2")]
+    counts["rel-pos"] = [1, 2]
+    assert [c for c in cc.travel_claims() if c.fn is cc.verdict] == []
+
+
+@needs_refs
+def test_a_row_against_another_row_is_tested_against_that_row():
+    """verdict(..., against=part) is the test with the part's seeds in the baseline's place: its Δ is the difference
+    of the two rows' joined means, not the combination's gain over the Transformer."""
+    text = cc.verdict("en-fr", cc.COMBINATION, cc.JOINED, "rel-pos")
+    gap = cc.mean("en-fr", cc.COMBINATION, cc.JOINED) - cc.mean("en-fr", "rel-pos", cc.JOINED)
+    assert text.startswith(cc.fmt_delta(gap) + " ") and text != cc.joined_claim("en-fr", cc.COMBINATION)

@@ -297,3 +297,19 @@ def test_a_row_against_another_row_is_tested_against_that_row():
     text = cc.verdict("en-fr", cc.COMBINATION, cc.JOINED, "rel-pos")
     gap = cc.mean("en-fr", cc.COMBINATION, cc.JOINED) - cc.mean("en-fr", "rel-pos", cc.JOINED)
     assert text.startswith(cc.fmt_delta(gap) + " ") and text != cc.joined_claim("en-fr", cc.COMBINATION)
+
+
+def test_missing_references_are_one_sentence(monkeypatch, tmp_path, capsys):
+    """Without the shared Multi30k references beside the checkout the script says which file it needs and exits 2
+    (no traceback); the recomputation caches are emptied so nothing computed before answers for the references."""
+    caches = (cc.refs, cc._stats, cc.test)
+    for f in caches:
+        f.cache_clear()
+    monkeypatch.setattr(cc, "REFERENCES", tmp_path / "multi30k")
+    try:
+        assert cc.main(["--fast"]) == 2
+    finally:
+        for f in caches:
+            f.cache_clear()
+    err = capsys.readouterr().err
+    assert err.startswith("check_claims: ") and "multi30k" in err and "shared data folder" in err

@@ -865,3 +865,21 @@ def test_the_reports_command_line_names_the_plugins_relative_to_the_working_dire
                                                                str(tmp_path / "shared" / "theirs.py")]))
     line = runner_mod._command_line(tmp_path / "work" / "g.yaml", None, ["seeds=[1]"])
     assert line.endswith("experiment g.yaml --user-dir plugins/mine --user-dir ../shared/theirs.py 'seeds=[1]'")
+
+
+def test_a_dataset_reached_through_a_link_is_reported_by_the_link_s_path(tmp_path, corpus, monkeypatch):
+    """A report written from a folder whose ``data-bin`` is a link to the dataset elsewhere names ``data-bin`` in
+    its Data line and in the records, not the relative way to where the link points (``../...``)."""
+    out = tmp_path / "out"
+    grid = _grid(tmp_path, corpus, out)
+    run_grid(grid, overrides=["train.threads=1"], log=lambda _: None)
+    report_dir = tmp_path / "reports" / "here"
+    report_dir.mkdir(parents=True)
+    (report_dir / "data-bin").symlink_to(tmp_path / "data-bin")
+    text = grid.read_text()
+    start, end = text.index("data:\n  prepare:"), text.index("base:")
+    grid.write_text(text[:start] + "data:\n  path: data-bin\n" + text[end:])
+    monkeypatch.chdir(report_dir)
+    md = run_grid(grid, overrides=["train.threads=1"], report_only=True, log=lambda _: None).read_text("utf-8")
+    assert "- **Data**: `data-bin`, split `test`" in md
+    assert "../" not in md.split("- **Data**: ")[1].split("\n")[0]

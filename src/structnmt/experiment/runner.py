@@ -199,9 +199,11 @@ def _tail(path: Path, n: int = 5) -> str:
 
 
 def _prepare_data(grid: GridConfig, out: Path, log, report_only: bool = False) -> Path:
-    """The grid's dataset: its data.path (which must hold one), or prepared from its data.prepare block."""
+    """The grid's dataset: its data.path (which must hold one), or prepared from its data.prepare block. The path
+    is made absolute without following links, so a ``data-bin`` that links elsewhere is recorded and reported as
+    ``data-bin/...`` (:func:`structnmt.experiment.datasets.recorded_path`), not as the place it links to."""
     if grid.data.path:
-        path = Path(grid.data.path).resolve()
+        path = Path(os.path.abspath(grid.data.path))
         if not (path / "manifest.json").exists():
             command = prepare_command(grid.source, path.name)
             how = f"prepare it with `{command}` (this grid's header)" if command else "run `structnmt prepare` first"
@@ -211,7 +213,7 @@ def _prepare_data(grid: GridConfig, out: Path, log, report_only: bool = False) -
         return path
 
     spec = dict(grid.data.prepare)
-    destdir = Path(spec.pop("destdir", None) or out / "data-bin").resolve()
+    destdir = Path(os.path.abspath(spec.pop("destdir", None) or out / "data-bin"))
     if report_only and not (destdir / "manifest.json").exists():  # --report-only prepares nothing either
         raise ConfigError(f"{grid.source}: --report-only prepares nothing, and the grid's dataset {destdir} is not "
                           "there; prepare it first (the same command without --report-only prepares it, or "

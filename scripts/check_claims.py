@@ -30,7 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+from structnmt.analysis.seed_plan import PlanRow, plan_seeds
 from structnmt.evaluate.seeds import RunStatistics, _scores, run_statistics
+from structnmt.experiment.grid import slug as row_slug
 from structnmt.experiment.report import significance_mark
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -398,6 +400,38 @@ def pair_row(budget: str, label: str) -> str:
     return f"| {label} | {' | '.join(cells)} |"
 
 
+#: a language grid -> its runner's report committed under docs/reports/ (the seed plan is read from its results.csv)
+REPORTS = {"en-fr": "cross_paper_en_fr_2k", "en-cs": "cross_paper_en_cs_2k"}
+#: the difference the seed plan is made for (``structnmt plan-seeds RESULTS --delta 0.5``)
+PLAN_DELTA = 0.5
+
+
+@cache
+def seed_plan(budget: str) -> dict[str, PlanRow]:
+    """slug -> the seed plan of the row on the grid's primary set, from its committed report's results.csv (as
+    ``structnmt plan-seeds docs/reports/<report>/results.csv --delta 0.5`` gives it)."""
+    _, rows = plan_seeds(ROOT / "docs" / "reports" / REPORTS[budget] / "results.csv", PLAN_DELTA)
+    return {row_slug(r.system): r for r in rows if r.split == primary_split(budget)}
+
+
+def plan_row(budget: str, label: str) -> str:
+    """A row of a language's seed-plan table: the MDE with its 3 seeds, the floor (the MDE as the seeds grow
+    without bound) and the seeds per system a true ±0.5 needs ("—" where the floor is above it). The report's Δ
+    must be the one recomputed from the translations: a stale report fails the claim."""
+    slug = LANGUAGE_ROWS[label]
+    r, t = seed_plan(budget)[slug], test(budget, slug, primary_split(budget))
+    if f"{r.delta:+.2f}" != f"{t.delta:+.2f}":
+        return f"{REPORTS[budget]}/results.csv gives {label} Δ {r.delta:+.2f}, the translations {t.delta:+.2f}"
+    need = f"{r.seeds:,}" if r.seeds is not None else f"— (the floor is above {PLAN_DELTA:g})"
+    return f"| {label} | {r.mde:.2f} | {r.floor:.2f} | {need} |"
+
+
+def mde_span(budget: str, slugs: tuple[str, ...]) -> str:
+    """The smallest and largest MDE of ``slugs`` on the grid's primary set: "1.19-2.30"."""
+    vals = [test(budget, s, primary_split(budget)).minimal_detectable_effect() for s in slugs]
+    return f"{min(vals):.2f}-{max(vals):.2f}"
+
+
 def travel_row(label: str) -> str:
     """A row of the table: en->de at 2,000 updates, en->fr, en->cs."""
     slug = LANGUAGE_ROWS[label]
@@ -423,17 +457,25 @@ class Claim:
 
 
 def travel_claims() -> list[Claim]:
-    """The figures of the rows that travelled (:func:`travelled`) on a grid read on its two test sets joined (not
-    Czech: its one set is the travel table's cell): the joined Δ with p and MDE, and each set's; the baseline's
-    seed spread there and on en->de, which the section compares; and on any grid, the combination against each
-    of its parts once all three travelled."""
+    """The figures of the rows that travelled (:func:`travelled`): on any grid, the range of their MDEs beside the
+    same rows' on en->de, the seed plan of each (once the grid's report is committed) and the combination against
+    each of its parts once all three travelled; on a grid read on its two test sets joined (not Czech: its one
+    set is the travel table's cell), the joined Δ with p and MDE and each set's, and the baseline's seed spread
+    there and on en->de, which the section compares."""
     claims, joined = [], False
     for g in LANGUAGE_GRIDS:
-        rows = travelled(g)
+        rows = tuple(travelled(g))
+        if not rows:
+            continue
         if COMBINATION in rows and all(p in rows for p in COMBINATION_PARTS):
             claims += [Claim(CROSS, f"{g} combination v {p}", verdict, (g, COMBINATION, primary_split(g), p))
                        for p in COMBINATION_PARTS]
-        if not rows or primary_split(g) != JOINED:
+        claims += [Claim(CROSS, f"{g} MDE range", mde_span, (g, rows)),
+                   Claim(CROSS, f"{g} MDE range of the same rows on en->de", mde_span, ("2k", rows))]
+        if (ROOT / "docs" / "reports" / REPORTS[g] / "results.csv").exists():
+            claims += [Claim(CROSS, f"{g} seed plan: {label}", plan_row, (g, label)) for label in LANGUAGE_ROWS
+                       if LANGUAGE_ROWS[label] in rows]
+        if primary_split(g) != JOINED:
             continue
         joined = True
         claims.append(Claim(CROSS, f"{g} baseline seed spread", seed_spread, (g,)))

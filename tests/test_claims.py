@@ -4,6 +4,7 @@ recomputes each). This test checks the subset marked ``fast`` (the header, the b
 at both budgets with its test); ``python scripts/check_claims.py`` checks them all."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import re
@@ -217,7 +218,8 @@ def test_a_travelled_row_is_read_on_each_set():
 
 def test_a_grid_read_on_one_set_makes_no_per_set_claims(monkeypatch):
     """Czech (one test set) with 3 seeds a side: its verdict is the travel table's cell, so travel_claims() makes
-    no joined or per-set claim for it; the same runs scored on both sets make them."""
+    no joined or per-set claim for it (only its MDE range beside en->de's); the same runs scored on both sets make
+    them."""
     def runs(splits: dict) -> dict[str, bytes]:
         return {f"runs/{slug}/seed{k}/result.json": json.dumps({"split": "test", "splits": splits}).encode()
                 for slug in ("transformer", "rel-pos") for k in (1, 2, 3)}
@@ -227,7 +229,8 @@ def test_a_grid_read_on_one_set_makes_no_per_set_claims(monkeypatch):
     cc.result.cache_clear()
     try:
         assert cc.travelled("en-cs") == ["rel-pos"] and cc.primary_split("en-cs") == "test"
-        assert cc.travel_claims() == []
+        made = {(c.fn, c.args) for c in cc.travel_claims()}
+        assert made == {(cc.mde_span, ("en-cs", ("rel-pos",))), (cc.mde_span, ("2k", ("rel-pos",)))}
         files = runs({"test1": {}})
         cc.result.cache_clear()
         made = {(c.fn, c.args) for c in cc.travel_claims()}
@@ -313,3 +316,37 @@ def test_missing_references_are_one_sentence(monkeypatch, tmp_path, capsys):
             f.cache_clear()
     err = capsys.readouterr().err
     assert err.startswith("check_claims: ") and "multi30k" in err and "shared data folder" in err
+
+
+@needs_refs
+def test_every_row_of_a_seed_plan_table_is_a_claim_read_from_the_committed_report():
+    """The en->fr seed-plan table (plan-seeds on the committed report) has one row per travelled row, each a claim;
+    its MDE is the one the translations give; the floor never exceeds the MDE."""
+    tables = dict(_tables((ROOT / cc.CROSS).read_text(encoding="utf-8")))
+    labels = [line.split(" | ")[0][2:] for line in tables["en→fr row (joined sets)"]]
+    claimed = [c.args[1] for c in cc.CLAIMS if c.fn is cc.plan_row and c.args[0] == "en-fr"]
+    assert labels == claimed == [lb for lb, s in cc.LANGUAGE_ROWS.items() if s in cc.travelled("en-fr")]
+    for label in claimed:
+        slug = cc.LANGUAGE_ROWS[label]
+        mde, floor = (float(x) for x in cc.plan_row("en-fr", label).split(" | ")[1:3])
+        assert mde == round(cc.test("en-fr", slug, cc.JOINED).minimal_detectable_effect(), 2) and floor <= mde
+
+
+@needs_refs
+def test_a_stale_report_fails_its_seed_plan_claim(monkeypatch):
+    """A report whose Δ is not the one the committed translations give (written before a run changed) makes the
+    seed-plan claim a sentence naming both, which no document contains."""
+    real = cc.seed_plan("en-fr")
+    stale = {**real, "rel-pos": dataclasses.replace(real["rel-pos"], delta=real["rel-pos"].delta + 0.4)}
+    monkeypatch.setattr(cc, "seed_plan", lambda budget: stale)
+    text = cc.plan_row("en-fr", "+ Rel_Pos")
+    assert text.startswith("cross_paper_en_fr_2k/results.csv gives + Rel_Pos Δ ") and "the translations" in text
+    assert cc.plan_row("en-fr", "+ DEA + RHE").startswith("| + DEA + RHE | ")  # its Δ agrees: its row
+
+
+@needs_refs
+def test_the_mde_span_is_the_smallest_and_largest_mde_of_the_rows():
+    rows = ("rel-pos", "dea-rhe")
+    vals = [cc.test("en-fr", s, cc.JOINED).minimal_detectable_effect() for s in rows]
+    assert cc.mde_span("en-fr", rows) == f"{min(vals):.2f}-{max(vals):.2f}"
+    assert cc.mde_span("en-fr", ("rel-pos",)) == f"{vals[0]:.2f}-{vals[0]:.2f}"

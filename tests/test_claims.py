@@ -4,7 +4,6 @@ recomputes each). This test checks the subset marked ``fast`` (the header, the b
 at both budgets with its test); ``python scripts/check_claims.py`` checks them all."""
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import re
@@ -218,8 +217,8 @@ def test_a_travelled_row_is_read_on_each_set():
 
 def test_a_grid_read_on_one_set_makes_no_per_set_claims(monkeypatch):
     """Czech (one test set) with 3 seeds a side: its verdict is the travel table's cell, so travel_claims() makes
-    no joined or per-set claim for it (only its MDE range beside en->de's); the same runs scored on both sets make
-    them."""
+    no joined or per-set claim for it (only its MDE range beside en->de's and its seed plan); the same runs scored
+    on both sets make them."""
     def runs(splits: dict) -> dict[str, bytes]:
         return {f"runs/{slug}/seed{k}/result.json": json.dumps({"split": "test", "splits": splits}).encode()
                 for slug in ("transformer", "rel-pos") for k in (1, 2, 3)}
@@ -230,7 +229,8 @@ def test_a_grid_read_on_one_set_makes_no_per_set_claims(monkeypatch):
     try:
         assert cc.travelled("en-cs") == ["rel-pos"] and cc.primary_split("en-cs") == "test"
         made = {(c.fn, c.args) for c in cc.travel_claims()}
-        assert made == {(cc.mde_span, ("en-cs", ("rel-pos",))), (cc.mde_span, ("2k", ("rel-pos",)))}
+        assert made == {(cc.mde_span, ("en-cs", ("rel-pos",))), (cc.mde_span, ("2k", ("rel-pos",))),
+                        (cc.mde_ratio_span, ("en-cs", ("rel-pos",))), (cc.plan_row, ("en-cs", "+ Rel_Pos"))}
         files = runs({"test1": {}})
         cc.result.cache_clear()
         made = {(c.fn, c.args) for c in cc.travel_claims()}
@@ -319,34 +319,44 @@ def test_missing_references_are_one_sentence(monkeypatch, tmp_path, capsys):
 
 
 @needs_refs
-def test_every_row_of_a_seed_plan_table_is_a_claim_read_from_the_committed_report():
-    """The en->fr seed-plan table (plan-seeds on the committed report) has one row per travelled row, each a claim;
-    its MDE is the one the translations give; the floor never exceeds the MDE."""
+def test_every_row_of_a_seed_plan_table_is_a_claim_and_agrees_with_plan_seeds_on_the_report():
+    """The en->fr seed-plan table has one row per travelled row, each a claim planned from the recomputed test;
+    each is the row `structnmt plan-seeds` gives from the committed report (its MDE, floor and seeds)."""
+    from structnmt.analysis.seed_plan import plan_seeds
+    from structnmt.experiment.grid import slug
+
     tables = dict(_tables((ROOT / cc.CROSS).read_text(encoding="utf-8")))
     labels = [line.split(" | ")[0][2:] for line in tables["en→fr row (joined sets)"]]
     claimed = [c.args[1] for c in cc.CLAIMS if c.fn is cc.plan_row and c.args[0] == "en-fr"]
     assert labels == claimed == [lb for lb, s in cc.LANGUAGE_ROWS.items() if s in cc.travelled("en-fr")]
+    _, planned = plan_seeds(ROOT / "docs" / "reports" / "cross_paper_en_fr_2k" / "results.csv", cc.PLAN_DELTA)
+    by_slug = {slug(r.system): r for r in planned if r.split == cc.JOINED}
     for label in claimed:
-        slug = cc.LANGUAGE_ROWS[label]
-        mde, floor = (float(x) for x in cc.plan_row("en-fr", label).split(" | ")[1:3])
-        assert mde == round(cc.test("en-fr", slug, cc.JOINED).minimal_detectable_effect(), 2) and floor <= mde
+        r = by_slug[cc.LANGUAGE_ROWS[label]]
+        mde, floor, need = cc.plan_row("en-fr", label).removesuffix(" |").split(" | ")[1:4]
+        assert (mde, floor) == (f"{r.mde:.2f}", f"{r.floor:.2f}")
+        assert need.startswith("—") if r.seeds is None else need == f"{r.seeds:,}"
 
 
 @needs_refs
-def test_a_stale_report_fails_its_seed_plan_claim(monkeypatch):
-    """A report whose Δ is not the one the committed translations give (written before a run changed) makes the
-    seed-plan claim a sentence naming both, which no document contains."""
-    real = cc.seed_plan("en-fr")
-    stale = {**real, "rel-pos": dataclasses.replace(real["rel-pos"], delta=real["rel-pos"].delta + 0.4)}
-    monkeypatch.setattr(cc, "seed_plan", lambda budget: stale)
-    text = cc.plan_row("en-fr", "+ Rel_Pos")
-    assert text.startswith("cross_paper_en_fr_2k/results.csv gives + Rel_Pos Δ ") and "the translations" in text
-    assert cc.plan_row("en-fr", "+ DEA + RHE").startswith("| + DEA + RHE | ")  # its Δ agrees: its row
+def test_a_seed_plan_cell_says_why_no_number_of_seeds_is_given(monkeypatch):
+    """No seed count: "—" with the reason where the floor is at or above ±0.5, "more than 100,000" where the floor
+    is below it but the search stopped."""
+    monkeypatch.setattr(cc, "seeds_for", lambda *a, **k: None)
+    monkeypatch.setattr(cc, "mde_floor", lambda comp: 0.62)
+    assert cc.plan_row("en-fr", "+ Rel_Pos").endswith("| 0.62 | — (the floor is above 0.5) |")
+    monkeypatch.setattr(cc, "mde_floor", lambda comp: 0.31)
+    assert cc.plan_row("en-fr", "+ Rel_Pos").endswith("| 0.31 | more than 100,000 |")
 
 
 @needs_refs
-def test_the_mde_span_is_the_smallest_and_largest_mde_of_the_rows():
-    rows = ("rel-pos", "dea-rhe")
-    vals = [cc.test("en-fr", s, cc.JOINED).minimal_detectable_effect() for s in rows]
-    assert cc.mde_span("en-fr", rows) == f"{min(vals):.2f}-{max(vals):.2f}"
-    assert cc.mde_span("en-fr", ("rel-pos",)) == f"{vals[0]:.2f}-{vals[0]:.2f}"
+def test_the_mde_spans_are_those_of_the_language_table():
+    """The MDE range the French prose quotes is the smallest and largest MDE of the rows in the en->fr table
+    (each row's verdict cell), and the ratio range compares each row with its own en->de MDE."""
+    tables = dict(_tables((ROOT / cc.CROSS).read_text(encoding="utf-8")))
+    mdes = [float(m) for line in tables["en→fr system"] for m in re.findall(r"MDE (\d\.\d\d)\)", line)]
+    rows = tuple(cc.travelled("en-fr"))
+    assert len(mdes) == len(rows) == 5
+    assert cc.mde_span("en-fr", rows) == f"{min(mdes):.2f}-{max(mdes):.2f}"
+    ratio = cc.mde("en-fr", "dea-rhe") / cc.mde("2k", "dea-rhe")
+    assert cc.mde_ratio_span("en-fr", ("dea-rhe",)) == f"{ratio:.1f} to {ratio:.1f} times"

@@ -143,9 +143,19 @@ def components(r: dict, base: dict, n: int, nb: int, p: Path, method: str) -> tu
     v_sys = se ** 2 if written == "decomposed" else max(0.0, se ** 2 - tau ** 2 / n - btau ** 2 / nb)
     if method == "double-count":
         return NoiseComponents(std ** 2, bstd ** 2, 0.0, 0.0, v_sys + tau ** 2 / n + btau ** 2 / nb), ""
-    # the seed variances as the test read them (a side of implausibly close seeds: tau^2; seed_variance_read)
-    s2, bs2 = seed_variance_read(std ** 2, tau ** 2, n), seed_variance_read(bstd ** 2, btau ** 2, nb)
-    return NoiseComponents.from_test(s2 ** 0.5, bs2 ** 0.5, tau, btau, v_sys ** 0.5), ""
+    return decomposed_components(std, bstd, tau, btau, v_sys ** 0.5, n, nb), ""
+
+
+def decomposed_components(std: float, baseline_std: float, tau: float, baseline_tau: float, sentence_se: float,
+                          n: int, n_baseline: int) -> NoiseComponents:
+    """The :class:`NoiseComponents` of a decomposed seed-aware test's numbers (a results.csv row, or a
+    :class:`structnmt.evaluate.seeds.SeedTest`'s ``std``, ``interaction_sd``, ``sentence_se`` and their
+    baseline's): each side's seed variance as the test read it (a side of implausibly close seeds: its
+    interaction, :func:`structnmt.evaluate.seeds.seed_variance_read`), split by
+    :meth:`NoiseComponents.from_test`."""
+    s2 = seed_variance_read(std ** 2, tau ** 2, n)
+    bs2 = seed_variance_read(baseline_std ** 2, baseline_tau ** 2, n_baseline)
+    return NoiseComponents.from_test(s2 ** 0.5, bs2 ** 0.5, tau, baseline_tau, sentence_se)
 
 
 def _plan_row(r: dict, base: dict, nb: int, split: str, p: Path, plan: _Plan) -> PlanRow:

@@ -201,7 +201,8 @@ def _tail(path: Path, n: int = 5) -> str:
 def _prepare_data(grid: GridConfig, out: Path, log, report_only: bool = False) -> Path:
     """The grid's dataset: its data.path (which must hold one), or prepared from its data.prepare block. The path
     is made absolute without following links, so a ``data-bin`` that links elsewhere is recorded and reported as
-    ``data-bin/...`` (:func:`structnmt.experiment.datasets.recorded_path`), not as the place it links to."""
+    ``data-bin/...`` (:func:`structnmt.experiment.datasets.recorded_path`), not as the place it links to; as in
+    the shell, a ``..`` after a link (``data-bin/../x``) is the link's parent, not its target's."""
     if grid.data.path:
         path = Path(os.path.abspath(grid.data.path))
         if not (path / "manifest.json").exists():

@@ -322,6 +322,16 @@ def language_runs() -> list[tuple[str, str, int]]:
     return [(g, label, k) for g in LANGUAGE_GRIDS for label, slug in LANGUAGE_ROWS.items() for k in seeds(g, slug)]
 
 
+def grid_finished(budget: str) -> str:
+    """How many of one language grid's runs are finished, and how many are not yet: "4 of the grid's 18 runs are
+    finished (...); the other 14"; once all are, "The grid's 18 runs are finished"."""
+    total = len(LANGUAGE_ROWS) * TRAVEL_SEEDS
+    done = sum(1 for g, _, _ in language_runs() if g == budget)
+    if done == total:
+        return f"The grid's {total} runs are finished"
+    return f"{done} of the grid's {total} runs are finished"
+
+
 def primary_split(budget: str) -> str:
     """The set a grid's verdicts are read on: both test sets joined where its baseline was scored on both
     (German, French), else test_2016_flickr alone (Czech: Multi30k has no Czech test_2017_flickr)."""
@@ -514,6 +524,7 @@ CLAIMS: list[Claim] = [
       for p in COMBINATION_PARTS],
     # the other target languages: how many runs are in, and each run's scores
     Claim(CROSS, "other languages: finished runs", languages_finished, fast=True),
+    *[Claim(CROSS, f"{g}: its grid's finished runs", grid_finished, (g,)) for g in LANGUAGE_GRIDS],
     *[Claim(CROSS, f"does the answer travel: {label}", travel_row, (label,), fast=label == "+ Rel_Pos")
       for label in LANGUAGE_ROWS if label != "Transformer"],
     *travel_claims(),

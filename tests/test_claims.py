@@ -360,3 +360,14 @@ def test_the_mde_spans_are_those_of_the_language_table():
     assert cc.mde_span("en-fr", rows) == f"{min(mdes):.2f}-{max(mdes):.2f}"
     ratio = cc.mde("en-fr", "dea-rhe") / cc.mde("2k", "dea-rhe")
     assert cc.mde_ratio_span("en-fr", ("dea-rhe",)) == f"{ratio:.1f} to {ratio:.1f} times"
+
+
+def test_a_grid_s_finished_runs_are_counted_from_its_archive(monkeypatch):
+    """The sentence under a language's per-run table counts that grid's finished runs (not the other grid's), and
+    says all are finished once its 18 are."""
+    counts = {"en-cs": {"transformer": [1, 2, 3], "rel-pos": [1]}, "en-fr": {"transformer": [1, 2]}}
+    monkeypatch.setattr(cc, "seeds", lambda budget, slug: counts.get(budget, {}).get(slug, []))
+    assert cc.grid_finished("en-cs") == "4 of the grid's 18 runs are finished"
+    assert cc.grid_finished("en-fr") == "2 of the grid's 18 runs are finished"
+    counts["en-fr"] = {slug: [1, 2, 3] for slug in cc.LANGUAGE_ROWS.values()}
+    assert cc.grid_finished("en-fr") == "The grid's 18 runs are finished"

@@ -883,3 +883,21 @@ def test_a_dataset_reached_through_a_link_is_reported_by_the_link_s_path(tmp_pat
     md = run_grid(grid, overrides=["train.threads=1"], report_only=True, log=lambda _: None).read_text("utf-8")
     assert "- **Data**: `data-bin`, split `test`" in md
     assert "../" not in md.split("- **Data**: ")[1].split("\n")[0]
+
+
+def test_an_output_folder_reached_through_a_link_is_recorded_by_the_link_s_path(tmp_path, corpus, monkeypatch):
+    """--out through a link (``results`` -> a folder elsewhere): each run's records name its folder under
+    ``results/``, not the relative way to the link's target; the trainer writes into the target all the same."""
+    import yaml
+
+    real = tmp_path / "elsewhere" / "out"
+    real.mkdir(parents=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "results").symlink_to(real)
+    grid = _grid(tmp_path, corpus, real, extra="")
+    monkeypatch.chdir(work)
+    run_grid(grid, out_dir="results", overrides=["train.threads=1"], log=lambda _: None)
+    resolved = yaml.safe_load((real / "runs" / "transformer-base" / "seed1" / "resolved.yaml").read_text("utf-8"))
+    assert resolved["train"]["save_dir"] == "results/runs/transformer-base/seed1"
+    assert (real / "runs" / "transformer-base" / "seed1" / "result.json").exists()

@@ -804,7 +804,7 @@ def run_grid(grid: str | Path, out_dir: str | Path | None = None, overrides: lis
 
     overrides = list(overrides or [])
     g, run_over = load_grid(grid, overrides)
-    out = Path(out_dir or g.out_dir or Path("experiments") / slug(g.name)).resolve()
+    out = Path(os.path.abspath(out_dir or g.out_dir or Path("experiments") / slug(g.name)))  # links kept
     report_dir(g, out)  # a file of the user's under a report name is refused now, before any training
     out.mkdir(parents=True, exist_ok=True)
     say = _Say(log, out / "experiment.log")

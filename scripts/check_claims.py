@@ -323,8 +323,8 @@ def language_runs() -> list[tuple[str, str, int]]:
 
 
 def grid_finished(budget: str) -> str:
-    """How many of one language grid's runs are finished, and how many are not yet: "4 of the grid's 18 runs are
-    finished (...); the other 14"; once all are, "The grid's 18 runs are finished"."""
+    """How many of one language grid's runs are finished: "4 of the grid's 18 runs are finished"; once all are,
+    "The grid's 18 runs are finished"."""
     total = len(LANGUAGE_ROWS) * TRAVEL_SEEDS
     done = sum(1 for g, _, _ in language_runs() if g == budget)
     if done == total:
@@ -412,25 +412,26 @@ def pair_row(budget: str, label: str) -> str:
     return f"| {label} | {' | '.join(cells)} |"
 
 
-#: the difference the seed plans are made for (``structnmt plan-seeds RESULTS --delta 0.5``)
-PLAN_DELTA = 0.5
+#: the difference the seed plans are made for (``structnmt plan-seeds RESULTS --delta 0.5``), and the most seeds
+#: they search (plan-seeds' default)
+PLAN_DELTA, PLAN_MAX_SEEDS = 0.5, 100_000
 
 
 def plan_row(budget: str, label: str) -> str:
     """A row of a language's seed-plan table, planned from the recomputed test on the grid's primary set as
     ``structnmt plan-seeds <the grid's results.csv> --delta 0.5`` plans it (power 0.8 at level 0.05): the MDE with
     the seeds at hand, the floor (the MDE as the seeds grow without bound) and the seeds per system at which a
-    true ±0.5 is flagged ("—" where the floor is at or above 0.5; "more than 100,000" where seeds could but that
-    many do not)."""
+    true ±0.5 is flagged ("—" where the floor is at or above 0.5; "more than 100,000" where the floor is below it
+    but that many seeds do not reach it)."""
     slug = LANGUAGE_ROWS[label]
     t = test(budget, slug, primary_split(budget))
     comp = decomposed_components(t.std, t.baseline_std, t.interaction_sd, t.baseline_interaction_sd, t.sentence_se,
                                  t.n_seeds, t.baseline_n_seeds)
-    floor, need = mde_floor(comp), seeds_for(PLAN_DELTA, comp)
+    floor, need = mde_floor(comp), seeds_for(PLAN_DELTA, comp, max_seeds=PLAN_MAX_SEEDS)
     if need is not None:
         cell = f"{need:,}"
     else:
-        cell = f"— (the floor is above {PLAN_DELTA:g})" if floor >= PLAN_DELTA else "more than 100,000"
+        cell = f"— (the floor is above {PLAN_DELTA:g})" if floor >= PLAN_DELTA else f"more than {PLAN_MAX_SEEDS:,}"
     return f"| {label} | {plan_mde(comp, t.n_seeds, n_baseline=t.baseline_n_seeds):.2f} | {floor:.2f} | {cell} |"
 
 
@@ -473,10 +474,10 @@ class Claim:
 
 def travel_claims() -> list[Claim]:
     """The figures of the rows that travelled (:func:`travelled`): on any grid, the range of their MDEs beside the
-    same rows' on en->de, the seed plan of each and the combination against
-    each of its parts once all three travelled; on a grid read on its two test sets joined (not Czech: its one
-    set is the travel table's cell), the joined Δ with p and MDE and each set's, and the baseline's seed spread
-    there and on en->de, which the section compares."""
+    same rows' on en->de, the seed plan of each and the combination against each of its parts once all three
+    travelled; on a grid read on its two test sets joined (not Czech: its one set is the travel table's cell),
+    the joined Δ with p and MDE and each set's, and the baseline's seed spread there and on en->de, which the
+    section compares."""
     claims, joined = [], False
     for g in LANGUAGE_GRIDS:
         rows = tuple(travelled(g))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LIMIT_MIB = 20
+LIMIT_MIB = 24
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +92,9 @@ def tracked_sizes() -> dict[str, int]:
 
 
 def test_the_tracked_tree_stays_small():
-    """A lent GPU machine carries at most 64 MiB, tracked files included: the tree keeps to 20 MiB, and a file
-    over 1 MiB is tracked only with its reason in docs/outputs/README.md."""
+    """A lent GPU machine carries at most 64 MiB, tracked files included: the tree keeps to 24 MiB, leaving the rest
+    to .gpu/ (wheels, the dataset, parses; scripts/gpu_carry.sh checks the total), and a file over 1 MiB is tracked
+    only with its reason in docs/outputs/README.md."""
     sizes = tracked_sizes()
     assert len(sizes) > 100
     total = sum(sizes.values()) / 2**20

@@ -437,14 +437,14 @@ def plan_row(budget: str, label: str) -> str:
 
 def mde_span(budget: str, slugs: tuple[str, ...]) -> str:
     """The smallest and largest MDE of ``slugs`` on the grid's primary set: "1.19-2.30"."""
-    vals = [test(budget, s, primary_split(budget)).minimal_detectable_effect() for s in slugs]
+    vals = [mde(budget, s, primary_split(budget)) for s in slugs]
     return f"{min(vals):.2f}-{max(vals):.2f}"
 
 
 def mde_ratio_span(budget: str, slugs: tuple[str, ...]) -> str:
     """How many times each of ``slugs``' MDE on the grid's primary set is the same row's on en->de at 2,000
     updates (joined), smallest and largest: "2.0 to 6.0 times"."""
-    ratios = [test(budget, s, primary_split(budget)).minimal_detectable_effect() / mde("2k", s) for s in slugs]
+    ratios = [mde(budget, s, primary_split(budget)) / mde("2k", s) for s in slugs]
     return f"{min(ratios):.1f} to {max(ratios):.1f} times"
 
 

@@ -323,13 +323,12 @@ def language_runs() -> list[tuple[str, str, int]]:
 
 
 def grid_finished(budget: str) -> str:
-    """How many of one language grid's runs are finished: "4 of the grid's 18 runs are finished"; once all are,
-    "The grid's 18 runs are finished"."""
+    """How many of one language grid's runs are finished: "4 of the en→cs grid's 18 runs are finished"; once all
+    are, "The en→cs grid's 18 runs are finished" (the pair named: one language's text never stands for another's)."""
     total = len(LANGUAGE_ROWS) * TRAVEL_SEEDS
     done = sum(1 for g, _, _ in language_runs() if g == budget)
-    if done == total:
-        return f"The grid's {total} runs are finished"
-    return f"{done} of the grid's {total} runs are finished"
+    grid = f"{budget.replace('-', '→')} grid's {total} runs are finished"
+    return f"The {grid}" if done == total else f"{done} of the {grid}"
 
 
 def primary_split(budget: str) -> str:

@@ -319,21 +319,28 @@ def test_missing_references_are_one_sentence(monkeypatch, tmp_path, capsys):
 
 
 @needs_refs
-def test_every_row_of_a_seed_plan_table_is_a_claim_and_agrees_with_plan_seeds_on_the_report():
-    """The en->fr seed-plan table has one row per travelled row, each a claim planned from the recomputed test;
-    each is the row `structnmt plan-seeds` gives from the committed report (its MDE, floor and seeds)."""
+@pytest.mark.parametrize("grid, header, report, split", [
+    ("en-fr", "en→fr row (joined sets)", "cross_paper_en_fr_2k", cc.JOINED),
+    ("en-cs", "en→cs row (test2016)", "cross_paper_en_cs_2k", "test"),
+])
+def test_every_row_of_a_seed_plan_table_is_a_claim_and_agrees_with_plan_seeds_on_the_report(grid, header, report,
+                                                                                             split):
+    """A language's seed-plan table has one row per travelled row, each a claim planned from the recomputed test;
+    each is the row `structnmt plan-seeds` gives from the committed report (its MDE, floor and seeds) on the set
+    the grid is read on (French: both joined; Czech: test_2016_flickr)."""
     from structnmt.analysis.seed_plan import plan_seeds
     from structnmt.experiment.grid import slug
 
     tables = dict(_tables((ROOT / cc.CROSS).read_text(encoding="utf-8")))
-    labels = [line.split(" | ")[0][2:] for line in tables["en→fr row (joined sets)"]]
-    claimed = [c.args[1] for c in cc.CLAIMS if c.fn is cc.plan_row and c.args[0] == "en-fr"]
-    assert labels == claimed == [lb for lb, s in cc.LANGUAGE_ROWS.items() if s in cc.travelled("en-fr")]
-    _, planned = plan_seeds(ROOT / "docs" / "reports" / "cross_paper_en_fr_2k" / "results.csv", cc.PLAN_DELTA)
-    by_slug = {slug(r.system): r for r in planned if r.split == cc.JOINED}
+    labels = [line.split(" | ")[0][2:] for line in tables[header]]
+    claimed = [c.args[1] for c in cc.CLAIMS if c.fn is cc.plan_row and c.args[0] == grid]
+    assert labels == claimed == [lb for lb, s in cc.LANGUAGE_ROWS.items() if s in cc.travelled(grid)]
+    assert cc.primary_split(grid) == split
+    _, planned = plan_seeds(ROOT / "docs" / "reports" / report / "results.csv", cc.PLAN_DELTA)
+    by_slug = {slug(r.system): r for r in planned if r.split == split}
     for label in claimed:
         r = by_slug[cc.LANGUAGE_ROWS[label]]
-        mde, floor, need = cc.plan_row("en-fr", label).removesuffix(" |").split(" | ")[1:4]
+        mde, floor, need = cc.plan_row(grid, label).removesuffix(" |").split(" | ")[1:4]
         assert (mde, floor) == (f"{r.mde:.2f}", f"{r.floor:.2f}")
         assert need.startswith("—") if r.seeds is None else need == f"{r.seeds:,}"
 
@@ -363,11 +370,11 @@ def test_the_mde_spans_are_those_of_the_language_table():
 
 
 def test_a_grid_s_finished_runs_are_counted_from_its_archive(monkeypatch):
-    """The sentence under a language's per-run table counts that grid's finished runs (not the other grid's), and
-    says all are finished once its 18 are."""
+    """The sentence under a language's per-run table counts that grid's finished runs (not the other grid's), names
+    the pair (so one language's sentence cannot pass for the other's), and says all are finished once its 18 are."""
     counts = {"en-cs": {"transformer": [1, 2, 3], "rel-pos": [1]}, "en-fr": {"transformer": [1, 2]}}
     monkeypatch.setattr(cc, "seeds", lambda budget, slug: counts.get(budget, {}).get(slug, []))
-    assert cc.grid_finished("en-cs") == "4 of the grid's 18 runs are finished"
-    assert cc.grid_finished("en-fr") == "2 of the grid's 18 runs are finished"
+    assert cc.grid_finished("en-cs") == "4 of the en→cs grid's 18 runs are finished"
+    assert cc.grid_finished("en-fr") == "2 of the en→fr grid's 18 runs are finished"
     counts["en-fr"] = {slug: [1, 2, 3] for slug in cc.LANGUAGE_ROWS.values()}
-    assert cc.grid_finished("en-fr") == "The grid's 18 runs are finished"
+    assert cc.grid_finished("en-fr") == "The en→fr grid's 18 runs are finished"

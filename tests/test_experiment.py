@@ -155,6 +155,10 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path, corpus, monkeypatch):
     lines.clear()
     run_grid(grid, overrides=["train.threads=2", "train.head_roles=true", "train.log_interval=7"], log=lines.append)
     assert sum("finished earlier, skipped" in x for x in lines) == 2
+    # train.bf16 is autocast on CUDA only: runs finished on this CPU trained in float32 whatever it said
+    lines.clear()
+    run_grid(grid, overrides=["train.threads=1", "train.bf16=false"], log=lines.append)
+    assert sum("finished earlier, skipped" in x for x in lines) == 2
 
     # two runs trained at once (--jobs 2) give the same models and translations as one after the other
     out2 = tmp_path / "out_jobs2"
@@ -901,3 +905,76 @@ def test_an_output_folder_reached_through_a_link_is_recorded_by_the_link_s_path(
     resolved = yaml.safe_load((real / "runs" / "transformer-base" / "seed1" / "resolved.yaml").read_text("utf-8"))
     assert resolved["train"]["save_dir"] == "results/runs/transformer-base/seed1"
     assert (real / "runs" / "transformer-base" / "seed1" / "result.json").exists()
+
+
+def test_same_precision_reads_the_device_a_finished_run_trained_on(tmp_path, monkeypatch):
+    """train.bf16 differing is the same run only where both trained (or would train) in float32: a run finished
+    on a GPU under bf16 autocast is another precision, and an unfinished run's device is not known."""
+    import yaml
+
+    from structnmt.config import Config
+    from structnmt.experiment.runner import _same_precision
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    run = tmp_path / "run"
+    run.mkdir()
+
+    def finished_on(device: str | None, bf16: bool) -> None:
+        (run / "resolved.yaml").write_text(yaml.safe_dump({"train": {"bf16": bf16, "device": "auto"}}))
+        (run / "result.json").unlink(missing_ok=True)
+        if device:
+            (run / "result.json").write_text(json.dumps({"train_device": device}))
+
+    here = Config()  # bf16 true, device auto: float32 on this (CPU-only, as patched) machine
+    here.train.bf16 = True
+    finished_on("cuda", False)  # float32 on a GPU
+    assert _same_precision(run, here)
+    finished_on("cuda", True)  # bf16 autocast on a GPU
+    assert not _same_precision(run, here)
+    finished_on("cpu", False)
+    assert _same_precision(run, here)
+    finished_on(None, False)  # not finished: where it trains is not known
+    assert not _same_precision(run, here)
+    here.train.device = "cuda"  # asked for a GPU with bf16: not the float32 run
+    finished_on("cpu", True)
+    assert not _same_precision(run, here)
+
+
+def test_columns_line_names_the_memory_of_the_measured_seed():
+    """Peak mem is read off the first seed's runs: RSS when they trained on a CPU, even where later seeds
+    trained on a GPU, GPU memory when they trained on one, and both named when they trained on both."""
+    from structnmt.experiment.report import _columns_line
+
+    def res(*devices_by_seed):
+        return {(f"row{i}", seed): {"train_device": d}
+                for seed, devices in enumerate(devices_by_seed, 1) for i, d in enumerate(devices)}
+
+    rss, gpu = "peak resident memory (RSS)", "peak GPU memory allocated"
+    line = _columns_line(res(["cpu", "cpu"], ["cuda", "cuda"]), 1, 2)
+    assert rss in line and gpu not in line
+    line = _columns_line(res(["cuda"], ["cpu"]), 1, 2)
+    assert gpu in line and rss not in line
+    line = _columns_line(res(["cuda", "cpu"]), 1, 1)
+    assert gpu in line and rss in line
+
+
+def test_hardware_line_says_the_precision_and_torch_of_gpu_runs():
+    """A report mixing CPU and GPU runs names the GPU runs' precision (train.bf16 acts on CUDA only) and every
+    torch the runs recorded, not only the first run's."""
+    from structnmt.config import Config
+    from structnmt.experiment.report import _hardware_line
+
+    hw = {"platform": "Linux", "cpu": "AMD EPYC", "cpu_count": 2, "gpu": "", "torch": "2.13.0+cpu",
+          "python": "3.11.7", "omp_num_threads": ""}
+    results = {("a", 1): {"train_device": "cpu", "hardware": hw},
+               ("a", 2): {"train_device": "cuda", "hardware": dict(hw, gpu="NVIDIA H200", torch="2.11.0+cu130")}}
+    configs = {k: Config() for k in results}
+    configs[("a", 2)].train.bf16 = False
+    line = _hardware_line(results, configs)
+    assert "training device cpu, cuda (on CUDA float32, train.bf16)" in line
+    assert "torch 2.11.0+cu130, 2.13.0+cpu" in line
+    configs[("a", 2)].train.bf16 = True
+    assert "(on CUDA bf16 autocast, train.bf16)" in _hardware_line(results, configs)
+    del results[("a", 2)]
+    line = _hardware_line(results, configs)
+    assert "training device cpu;" in line and "train.bf16" not in line

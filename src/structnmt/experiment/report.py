@@ -456,9 +456,12 @@ def beside_table(tables: dict, splits: list[str], bleu_name: str) -> list[str]:
 
 def _columns_line(results: dict, seed0: int, n_seeds: int) -> str:
     """The paragraph under the main table that says what each column measures."""
-    mem_kind = ("peak GPU memory allocated by the training process"
-                if any(r["train_device"] == "cuda" for r in results.values())
-                else "peak resident memory (RSS) of the training process")
+    devices = {r["train_device"] for (_, seed), r in results.items() if seed == seed0}  # the measured runs'
+    kinds = {"cuda": "peak GPU memory allocated by the training process",
+             "cpu": "peak resident memory (RSS) of the training process"}
+    only = next(iter(devices)) if len(devices) == 1 else None
+    mem_kind = kinds.get(only, f"{kinds['cuda']} for a run trained on a GPU, else {kinds['cpu']} (the Hardware "
+                               "line says which)")
     return ("Columns: **# Params** trainable parameters (shared embeddings counted once); **Speed** "
             "training target tokens per second of training wall-clock (validation and checkpoint "
             "writing excluded); **Decode** sentences per second translating the split (beam search, "
@@ -572,8 +575,12 @@ def _hardware_line(results: dict, configs: dict[tuple[str, int], Config]) -> str
              "this machine (the runs recorded none)")
     threads = sorted({configs[k].train.threads for k in results})
     devices = sorted({r["train_device"] for r in results.values()})
+    on_cuda = sorted({configs[k].train.bf16 for k, r in results.items() if r["train_device"] == "cuda"})
+    precision = ("" if not on_cuda else  # train.bf16 acts on CUDA only: a CPU run trains in float32
+                 " (on CUDA " + " and ".join("bf16 autocast" if b else "float32" for b in on_cuda) + ", train.bf16)")
+    torches = sorted({h["torch"] for h in recorded} or {hw["torch"]})
     return (f"- **Hardware**: {hw['platform']}; CPU {hw['cpu'] or 'unknown'} ({hw['cpu_count']} logical CPUs); "
-            f"GPU {hw['gpu'] or 'none'}; training device {', '.join(devices)}; torch {hw['torch']}, "
+            f"GPU {hw['gpu'] or 'none'}; training device {', '.join(devices)}{precision}; torch {', '.join(torches)}, "
             f"Python {hw['python']}; train.threads {', '.join(str(t) for t in threads)}"
             + (f"; OMP_NUM_THREADS={hw['omp_num_threads']}" if hw["omp_num_threads"] else "") + f" ({where})"
             + _decode_workers_note(results) + ".")

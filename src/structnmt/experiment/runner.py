@@ -181,6 +181,27 @@ def _config_diff(old: dict, new: dict) -> list[str]:
     return sorted(k for k in set(a) | set(b) if k not in _SPEED_ONLY and a.get(k) != b.get(k))
 
 
+def _resolved_device(device: str) -> str:
+    """``train.device`` as the trainer resolves it here (``auto``: CUDA when there is one)."""
+    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+
+
+def _same_precision(run_dir: Path, cfg: Config) -> bool:
+    """Whether a finished run trained at the precision ``cfg`` would train at here, when the two differ in
+    ``train.bf16``: that key is bf16 autocast on CUDA and ignored on a CPU, so a run trained on a CPU with
+    ``bf16: true`` and one trained on a GPU with ``bf16: false`` both trained in float32. The run's device is
+    the one its ``result.json`` recorded (``train_device``); an unfinished run's is not known, so it stays
+    refused."""
+    try:
+        done = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
+        old_device = done["train_device"]
+        old_bf16 = bool(yaml.safe_load((run_dir / "resolved.yaml").read_text(encoding="utf-8"))["train"]["bf16"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    new_device = _resolved_device(cfg.train.device)
+    return (old_bf16 and old_device == "cuda") == (cfg.train.bf16 and new_device == "cuda")
+
+
 def _write_json(path: Path, obj) -> None:
     _write_text(path, json.dumps(obj, indent=1, ensure_ascii=False))
 
@@ -317,9 +338,7 @@ def _finish_result(grid: GridConfig, cfg: Config, run_dir: Path, tr, dcfg, main:
     ev = grid.evaluate
     # training throughput excludes the time spent validating
     train_seconds = float(run.get("train_seconds", 0.0)) - float(run.get("valid_seconds", 0.0))
-    train_device = cfg.train.device
-    if train_device == "auto":
-        train_device = "cuda" if torch.cuda.is_available() else "cpu"
+    train_device = _resolved_device(cfg.train.device)
     result = {
         "n_params": n_params,
         "num_updates": int(run["num_updates"]),
@@ -623,6 +642,8 @@ def _plan_run(plan: GridPlan, item: tuple[str, int, Path, str], cfg: Config, fin
         diff = _config_diff(yaml.safe_load(resolved.read_text(encoding="utf-8")) or {}, new)
         if "data.path" in diff and _same_dataset(run_dir, plan.data_path, fingerprint):  # moved or re-prepared
             diff.remove("data.path")
+        if "train.bf16" in diff and _same_precision(run_dir, cfg):  # bf16 acts on CUDA only
+            diff.remove("train.bf16")
         if diff:
             raise ExperimentError(
                 f"{run_dir}: this run was started with a different configuration ({', '.join(diff[:5])}); "

@@ -146,9 +146,10 @@ def train_rate(cfg: ModelConfig, vocab: int, tokens: int, device: torch.device, 
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    if graphs:  # every shape compiled and recorded once, untimed: what a long run pays once per shape
-        for b in batches:
-            step(b)
+    if graphs:  # every shape compiled and recorded, untimed: what a long run pays once per shape. Two passes: on an
+        for _ in range(2):  # H200 one pass left TorchDynamo recompiling in the timed rounds (benchmarks/results/
+            for b in batches:  # 2026-11-29-h200-gpu-check)
+                step(b)
     rounds = []
     for _ in range(args.rounds):
         for b in batches[: args.warmup]:
@@ -233,6 +234,20 @@ def device_info(device: torch.device) -> dict:
 SKIPPED = "not measured (past --deadline)"
 
 
+UNSTEADY = 1.5
+"""A median round longer than this times the fastest: the figure (that median) is marked unsteady (one slow first
+round, a cold start, leaves the median alone and is not marked)."""
+
+
+def unsteady(r: dict | None) -> str:
+    """`` (unsteady: rounds 4.31 / 1.94 / 0.17 s)`` when a measurement's median round took more than :data:`UNSTEADY`
+    times its fastest (still compiling or warming up: the median then is no rate to decide on), else ``""``."""
+    rounds = (r or {}).get("rounds_s") or []
+    if len(rounds) < 2 or statistics.median(rounds) <= UNSTEADY * min(rounds):
+        return ""
+    return " (unsteady: rounds " + " / ".join(f"{x:.2f}" for x in rounds) + " s)"
+
+
 def table(info: dict, results: dict) -> str:
     """The check's table; a measurement left out (None, or named in ``results["skipped"]``) says so."""
     lines = [f"GPU check on {info['device']} (torch {info['torch']}, CUDA {info['cuda']}), {info['date']}", "",
@@ -240,20 +255,21 @@ def table(info: dict, results: dict) -> str:
     for r in results["base_train"]:
         m = f"{mfu(r['model_flops_s'], info['peak_bf16']):.1%}" if info["peak_bf16"] else "-"
         lines.append(f"| {results['base_name']} training, {r['tokens_per_batch']:,} tokens/batch | "
-                     f"{r['target_tok_s']:,.0f} target tok/s | {m} |")
+                     f"{r['target_tok_s']:,.0f} target tok/s{unsteady(r)} | {m} |")
     decode, tiny, graphs = results["decode"], results["tiny_train"], results["tiny_graphs"]
     for name, plain, fixed in ((results["base_name"], decode, results["decode_graphs"]),
                                (results["tiny_name"], results["tiny_decode"], results["tiny_decode_graphs"])):
         what = f"| {name} decoding, beam 5, batch {results['decode_batch']}"
-        lines.append(f"{what} | " + (f"{plain['sentences_s']:,.1f} sent/s" if plain else SKIPPED) + " | - |")
+        lines.append(f"{what} | " + (f"{plain['sentences_s']:,.1f} sent/s{unsteady(plain)}" if plain else SKIPPED)
+                     + " | - |")
         ratio = f" ({fixed['sentences_s'] / plain['sentences_s']:.2f}x)" if fixed and plain else ""
         lines.append(f"{what}, {results['graphs_name']} | "
-                     + (f"{fixed['sentences_s']:,.1f} sent/s{ratio}" if fixed else SKIPPED) + " | - |")
+                     + (f"{fixed['sentences_s']:,.1f} sent/s{ratio}{unsteady(fixed)}" if fixed else SKIPPED) + " | - |")
     lines.append(f"| {results['tiny_name']} training | "
-                 + (f"{tiny['updates_s']:,.2f} updates/s" if tiny else SKIPPED) + " | - |")
+                 + (f"{tiny['updates_s']:,.2f} updates/s{unsteady(tiny)}" if tiny else SKIPPED) + " | - |")
     ratio = f" ({graphs['updates_s'] / tiny['updates_s']:.2f}x)" if graphs and tiny else ""
     lines.append(f"| {results['tiny_name']} training, CUDA graphs (train.cuda_graphs) | "
-                 + (f"{graphs['updates_s']:,.2f} updates/s{ratio}" if graphs else SKIPPED) + " | - |")
+                 + (f"{graphs['updates_s']:,.2f} updates/s{ratio}{unsteady(graphs)}" if graphs else SKIPPED) + " | - |")
     if not results["rows"] and not results.get("rows_asked"):
         lines.append("| cross-paper rows, one at a time | not measured (give --data) | - |")
     for r in results["rows"]:

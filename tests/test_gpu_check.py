@@ -72,3 +72,20 @@ def test_past_the_deadline_nothing_more_starts_and_what_was_measured_is_kept(tmp
     # the two sizes; base and tiny decoding, each with and without graphs; tiny training with and without
     assert text.count("not measured (past --deadline)") == 2 + 4 + 2
     assert text == capsys.readouterr().out
+
+
+def test_a_measurement_whose_rounds_disagree_is_marked_unsteady():
+    """A median round more than 1.5x the fastest (still compiling: the H200's CUDA-graph training rounds of 4.31,
+    1.94 and 0.17 s) is marked with its rounds; steady rounds, or one slow first round, are not."""
+    info = {"device": "NVIDIA H200", "torch": "x", "cuda": "y", "date": "d", "peak_bf16": 1e15}
+    results = {"base_name": "B", "tiny_name": "T", "decode_batch": 128, "decode": {"sentences_s": 1.0},
+               "tiny_train": {"updates_s": 24.8, "rounds_s": [9.32, 0.72, 0.81]},
+               "tiny_graphs": {"updates_s": 10.3, "rounds_s": [4.31, 1.94, 0.17]}, "rows": [],
+               "decode_graphs": {"sentences_s": 3.0, "rounds_s": [1.46, 1.53, 1.50]}, "tiny_decode": None,
+               "tiny_decode_graphs": None, "graphs_name": "CUDA graphs (decode.cuda_graphs)", "base_train": []}
+    text = gpu_check.table(info, results)
+    assert "| T training, CUDA graphs (train.cuda_graphs) | 10.30 updates/s (0.42x) (unsteady: rounds 4.31 / 1.94 / " \
+           "0.17 s) | - |" in text
+    assert "| T training | 24.80 updates/s | - |" in text  # a cold first round: the median is the others'
+    assert "| B decoding, beam 5, batch 128, CUDA graphs (decode.cuda_graphs) | 3.0 sent/s (3.00x) | - |" in text
+    assert gpu_check.unsteady({"rounds_s": [1.0]}) == "" and gpu_check.unsteady(None) == ""

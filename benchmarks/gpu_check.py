@@ -147,8 +147,8 @@ def train_rate(cfg: ModelConfig, vocab: int, tokens: int, device: torch.device, 
         opt.zero_grad(set_to_none=True)
 
     if graphs:  # every shape compiled and recorded, untimed: what a long run pays once per shape. Two passes: on an
-        for _ in range(2):  # H200 one pass left TorchDynamo recompiling in the timed rounds (benchmarks/results/
-            for b in batches:  # 2026-11-29-h200-gpu-check)
+        for _ in range(2):  # H200, after one, two of three timed rounds were still slow (warming up, by their times;
+            for b in batches:  # benchmarks/results/2026-11-29-h200-gpu-check)
                 step(b)
     rounds = []
     for _ in range(args.rounds):
@@ -241,7 +241,8 @@ round, a cold start, leaves the median alone and is not marked)."""
 
 def unsteady(r: dict | None) -> str:
     """`` (unsteady: rounds 4.31 / 1.94 / 0.17 s)`` when a measurement's median round took more than :data:`UNSTEADY`
-    times its fastest (still compiling or warming up: the median then is no rate to decide on), else ``""``."""
+    times its fastest (still compiling or warming up: the median then is no rate to decide on), else ``""``. With
+    two rounds the median is their mean, so there a cold first round alone can mark it."""
     rounds = (r or {}).get("rounds_s") or []
     if len(rounds) < 2 or statistics.median(rounds) <= UNSTEADY * min(rounds):
         return ""

@@ -97,6 +97,10 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path, corpus, monkeypatch):
     assert asked == [None, None]  # one run at a time: decoded as translate does by default
     res = json.loads((out / "runs" / "transformer-base" / "seed1" / "result.json").read_text())
     assert res["decode_workers"] == 1  # a test set of a few batches: this process
+    # how it trained, as the trainer recorded it (the runner's precision check reads this)
+    assert (res["train_device"], res["train_precision"]) == ("cpu", "float32")
+    st = torch.load(out / "runs" / "transformer-base" / "seed1" / "checkpoint_last.pt", weights_only=False)
+    assert (st["run"]["device"], st["run"]["bf16_autocast"]) == ("cpu", False)
     for name in ("results.md", "results.csv", "learning_curves.png", "ngram_gain.png"):
         assert (out / name).stat().st_size > 0, name
     assert (out / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
@@ -907,37 +911,50 @@ def test_an_output_folder_reached_through_a_link_is_recorded_by_the_link_s_path(
     assert (real / "runs" / "transformer-base" / "seed1" / "result.json").exists()
 
 
-def test_same_precision_reads_the_device_a_finished_run_trained_on(tmp_path, monkeypatch):
-    """train.bf16 differing is the same run only where both trained (or would train) in float32: a run finished
-    on a GPU under bf16 autocast is another precision, and an unfinished run's device is not known."""
+def test_same_precision_reads_how_a_finished_run_trained(tmp_path, monkeypatch):
+    """train.bf16 differing is the same run only where the run trained in float32 and the config admits float32: a
+    run finished on a GPU (cuda or cuda:N) under bf16 autocast is another precision, an unfinished run's is not
+    known, and the answer does not depend on whether the machine reading the runs has a GPU."""
     import yaml
 
     from structnmt.config import Config
     from structnmt.experiment.runner import _same_precision
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     run = tmp_path / "run"
     run.mkdir()
 
-    def finished_on(device: str | None, bf16: bool) -> None:
-        (run / "resolved.yaml").write_text(yaml.safe_dump({"train": {"bf16": bf16, "device": "auto"}}))
+    def finished_on(device: str | None, bf16: bool | None, precision: str | None = None) -> None:
+        train = {"device": "auto"} if bf16 is None else {"bf16": bf16, "device": "auto"}
+        (run / "resolved.yaml").write_text(yaml.safe_dump({"train": train}))
         (run / "result.json").unlink(missing_ok=True)
         if device:
-            (run / "result.json").write_text(json.dumps({"train_device": device}))
+            record = {"train_device": device} | ({"train_precision": precision} if precision else {})
+            (run / "result.json").write_text(json.dumps(record))
 
-    here = Config()  # bf16 true, device auto: float32 on this (CPU-only, as patched) machine
-    here.train.bf16 = True
-    finished_on("cuda", False)  # float32 on a GPU
-    assert _same_precision(run, here)
-    finished_on("cuda", True)  # bf16 autocast on a GPU
-    assert not _same_precision(run, here)
+    here = Config()  # bf16 true, device auto: float32 wherever there is no GPU
+    for gpu_here in (False, True):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda gpu_here=gpu_here: gpu_here)
+        finished_on("cuda", False)  # float32 on a GPU
+        assert _same_precision(run, here)
+        finished_on("cuda:0", False)
+        assert _same_precision(run, here)
+        finished_on("cuda", True)  # bf16 autocast on a GPU
+        assert not _same_precision(run, here)
+        finished_on("cuda:1", True)
+        assert not _same_precision(run, here)
+        finished_on("cuda:0", None)  # no train.bf16 recorded: its default (true), so bf16 autocast
+        assert not _same_precision(run, here)
+        finished_on("cpu", False)
+        assert _same_precision(run, here)
+        finished_on("cpu", True, precision="bf16 autocast")  # the trainer's record wins over the device
+        assert not _same_precision(run, here)
+        finished_on(None, False)  # not finished: how it trains is not known
+        assert not _same_precision(run, here)
+    here.train.device = "cuda:0"  # bf16 on a GPU by name: not a float32 run
     finished_on("cpu", False)
+    assert not _same_precision(run, here)
+    here.train.bf16 = False
     assert _same_precision(run, here)
-    finished_on(None, False)  # not finished: where it trains is not known
-    assert not _same_precision(run, here)
-    here.train.device = "cuda"  # asked for a GPU with bf16: not the float32 run
-    finished_on("cpu", True)
-    assert not _same_precision(run, here)
 
 
 def test_columns_line_names_the_memory_of_the_measured_seed():
@@ -952,6 +969,8 @@ def test_columns_line_names_the_memory_of_the_measured_seed():
     rss, gpu = "peak resident memory (RSS)", "peak GPU memory allocated"
     line = _columns_line(res(["cpu", "cpu"], ["cuda", "cuda"]), 1, 2)
     assert rss in line and gpu not in line
+    line = _columns_line(res(["cuda:0", "cuda:1"], ["cpu"]), 1, 2)
+    assert gpu in line and rss not in line
     line = _columns_line(res(["cuda"], ["cpu"]), 1, 2)
     assert gpu in line and rss not in line
     line = _columns_line(res(["cuda", "cpu"]), 1, 1)
@@ -967,14 +986,16 @@ def test_hardware_line_says_the_precision_and_torch_of_gpu_runs():
     hw = {"platform": "Linux", "cpu": "AMD EPYC", "cpu_count": 2, "gpu": "", "torch": "2.13.0+cpu",
           "python": "3.11.7", "omp_num_threads": ""}
     results = {("a", 1): {"train_device": "cpu", "hardware": hw},
-               ("a", 2): {"train_device": "cuda", "hardware": dict(hw, gpu="NVIDIA H200", torch="2.11.0+cu130")}}
+               ("a", 2): {"train_device": "cuda:0", "hardware": dict(hw, gpu="NVIDIA H200", torch="2.11.0+cu130")}}
     configs = {k: Config() for k in results}
     configs[("a", 2)].train.bf16 = False
     line = _hardware_line(results, configs)
-    assert "training device cpu, cuda (on CUDA float32, train.bf16)" in line
+    assert "training device cpu, cuda:0 (on CUDA float32, train.bf16)" in line
     assert "torch 2.11.0+cu130, 2.13.0+cpu" in line
     configs[("a", 2)].train.bf16 = True
     assert "(on CUDA bf16 autocast, train.bf16)" in _hardware_line(results, configs)
+    results[("a", 2)]["train_precision"] = "float32"  # the trainer's record wins over the config
+    assert "(on CUDA float32, train.bf16)" in _hardware_line(results, configs)
     del results[("a", 2)]
     line = _hardware_line(results, configs)
     assert "training device cpu;" in line and "train.bf16" not in line

@@ -30,6 +30,7 @@ from ..config import Config
 from ..evaluate.score import corpus_scores, paired_bootstrap
 from ..evaluate.seeds import describe_test, seed_aware_test
 from ..fileio.files import OutputDir, committed_or_plain, read_lines_exact
+from ..machine.device import device_type
 from .generalization_report import generalization_section
 from .grid import GridConfig, seeds_of, split_prefix
 
@@ -456,7 +457,7 @@ def beside_table(tables: dict, splits: list[str], bleu_name: str) -> list[str]:
 
 def _columns_line(results: dict, seed0: int, n_seeds: int) -> str:
     """The paragraph under the main table that says what each column measures."""
-    devices = {r["train_device"] for (_, seed), r in results.items() if seed == seed0}  # the measured runs'
+    devices = {device_type(r["train_device"]) for (_, seed), r in results.items() if seed == seed0}  # measured runs'
     kinds = {"cuda": "peak GPU memory allocated by the training process",
              "cpu": "peak resident memory (RSS) of the training process"}
     only = next(iter(devices)) if len(devices) == 1 else None
@@ -575,9 +576,9 @@ def _hardware_line(results: dict, configs: dict[tuple[str, int], Config]) -> str
              "this machine (the runs recorded none)")
     threads = sorted({configs[k].train.threads for k in results})
     devices = sorted({r["train_device"] for r in results.values()})
-    on_cuda = sorted({configs[k].train.bf16 for k, r in results.items() if r["train_device"] == "cuda"})
-    precision = ("" if not on_cuda else  # train.bf16 acts on CUDA only: a CPU run trains in float32
-                 " (on CUDA " + " and ".join("bf16 autocast" if b else "float32" for b in on_cuda) + ", train.bf16)")
+    on_cuda = sorted({r.get("train_precision") or ("bf16 autocast" if configs[k].train.bf16 else "float32")
+                      for k, r in results.items() if device_type(r["train_device"]) == "cuda"})
+    precision = "" if not on_cuda else f" (on CUDA {' and '.join(on_cuda)}, train.bf16)"  # a CPU trains in float32
     torches = sorted({h["torch"] for h in recorded} or {hw["torch"]})
     return (f"- **Hardware**: {hw['platform']}; CPU {hw['cpu'] or 'unknown'} ({hw['cpu_count']} logical CPUs); "
             f"GPU {hw['gpu'] or 'none'}; training device {', '.join(devices)}{precision}; torch {', '.join(torches)}, "

@@ -56,7 +56,14 @@ from ..evaluate.generalization import split_metrics
 from ..evaluate.score import corpus_scores
 from ..fileio.corpus import CorpusError, read_lines
 from ..fileio.files import OutputDir, atomic_write_text
-from ..machine.device import cap_workers, get_device, set_threads, use_threads
+from ..machine.device import (
+    cap_workers,
+    device_type,
+    get_device,
+    set_threads,
+    trains_in_bf16,
+    use_threads,
+)
 from ..machine.subprocesses import interrupt_pool, launch_cli
 from ..models import build_model
 from ..models.checkpoint import load_checkpoint
@@ -187,19 +194,21 @@ def _resolved_device(device: str) -> str:
 
 
 def _same_precision(run_dir: Path, cfg: Config) -> bool:
-    """Whether a finished run trained at the precision ``cfg`` would train at here, when the two differ in
-    ``train.bf16``: that key is bf16 autocast on CUDA and ignored on a CPU, so a run trained on a CPU with
-    ``bf16: true`` and one trained on a GPU with ``bf16: false`` both trained in float32. The run's device is
-    the one its ``result.json`` recorded (``train_device``); an unfinished run's is not known, so it stays
-    refused."""
+    """Whether a finished run whose ``train.bf16`` differs from ``cfg``'s is still the run ``cfg`` asks for: it
+    trained in float32 and ``cfg`` admits float32 training. ``train.bf16`` is bf16 autocast on CUDA and ignored on
+    a CPU, so a run trained on a CPU with ``bf16: true`` and one trained on a GPU with ``bf16: false`` both trained
+    in float32; ``cfg`` admits that unless it asks for bf16 on CUDA by name (``auto`` is float32 wherever there is
+    no GPU, so the answer does not depend on the machine reading the runs). How the run trained: its
+    ``result.json``'s ``train_precision``, else its ``train_device`` with its own ``train.bf16``. An unfinished
+    run's is not known: refused."""
     try:
         done = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
-        old_device = done["train_device"]
-        old_bf16 = bool(yaml.safe_load((run_dir / "resolved.yaml").read_text(encoding="utf-8"))["train"]["bf16"])
-    except (OSError, ValueError, KeyError, TypeError):
+        old = with_defaults(yaml.safe_load((run_dir / "resolved.yaml").read_text(encoding="utf-8")) or {})
+        float32 = (done["train_precision"] == "float32" if "train_precision" in done else
+                   not trains_in_bf16(str(done["train_device"]), old["train"]["bf16"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
-    new_device = _resolved_device(cfg.train.device)
-    return (old_bf16 and old_device == "cuda") == (cfg.train.bf16 and new_device == "cuda")
+    return float32 and not (cfg.train.bf16 and device_type(cfg.train.device) == "cuda")
 
 
 def _write_json(path: Path, obj) -> None:
@@ -338,7 +347,9 @@ def _finish_result(grid: GridConfig, cfg: Config, run_dir: Path, tr, dcfg, main:
     ev = grid.evaluate
     # training throughput excludes the time spent validating
     train_seconds = float(run.get("train_seconds", 0.0)) - float(run.get("valid_seconds", 0.0))
-    train_device = _resolved_device(cfg.train.device)
+    # as the trainer recorded it (a run may have trained on another machine than the one finishing it)
+    train_device = run.get("device") or _resolved_device(cfg.train.device)
+    bf16 = run["bf16_autocast"] if "bf16_autocast" in run else trains_in_bf16(train_device, cfg.train.bf16)
     result = {
         "n_params": n_params,
         "num_updates": int(run["num_updates"]),
@@ -347,6 +358,7 @@ def _finish_result(grid: GridConfig, cfg: Config, run_dir: Path, tr, dcfg, main:
         "train_tok_per_s": run["tgt_tokens"] / train_seconds if train_seconds > 0 else None,
         "peak_memory_mb": float(run.get("peak_memory_mb", 0.0)),
         "train_device": train_device,
+        "train_precision": "bf16 autocast" if bf16 else "float32",
         "averaged": [p.name for p in paths],
         "beam": dcfg.beam,
         "lenpen": dcfg.lenpen,

@@ -25,6 +25,18 @@ def get_device(name: str) -> torch.device:
     return device
 
 
+def device_type(name: str) -> str:
+    """The kind of a device name as configs and records hold it: ``cuda:1`` -> ``cuda``, ``cpu`` -> ``cpu``
+    (``auto`` stays ``auto``: not resolved)."""
+    return name.split(":", 1)[0]
+
+
+def trains_in_bf16(device: str, bf16: bool) -> bool:
+    """Whether training on ``device`` (a resolved name, ``cuda:N`` included) with ``train.bf16`` runs under bf16
+    autocast: ``train.bf16`` acts on CUDA only, so on a CPU training is float32 whatever it says."""
+    return bool(bf16) and device_type(device) == "cuda"
+
+
 def usable_cores() -> int:
     """The CPU cores this process may run on (its affinity mask where the system has one, as under
     taskset or a container's cpuset), else the machine's count."""

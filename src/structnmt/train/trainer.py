@@ -51,7 +51,7 @@ from ..decode.translate import check_decode_cuda_graphs, check_dtype_speed
 from ..errors import TrainingError
 from ..fileio.files import METRICS_RECORD, TORCH_FILE, OutputDir
 from ..machine.cpu_gemm import choose, with_cpu_gemm
-from ..machine.device import get_device, set_threads
+from ..machine.device import get_device, set_threads, trains_in_bf16
 from ..models import build_model
 from ..models.checkpoint import check_same_vocab, load_model_state, vocab_entry
 from .cuda_graphs import bucketed, check_cuda_graphs, compiled_step
@@ -81,6 +81,8 @@ class RunState:
     history: list[dict] = field(default_factory=list)
     lr_scale: float = 1.0  # train.lr_schedule halve_on_rise: 0.5 ** (number of rises so far)
     last_valid_nll: float | None = None  # the previous validation's nll (perplexity = exp(nll))
+    device: str = ""  # the device the latest launch trained on (cpu, cuda:0, ...): the run's records
+    bf16_autocast: bool = False  # whether any launch trained under bf16 autocast (train.bf16 on CUDA)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -318,6 +320,8 @@ class Trainer:
                 log(f"resumed from {path} at update {self.state.num_updates} (epoch {self.state.epoch}).")
         elif self.is_main:
             keep_earlier_metrics(self.metrics.path, log)
+        self.state.device = str(self.device)  # what trains this run, for its records (structnmt.experiment)
+        self.state.bf16_autocast = self.state.bf16_autocast or trains_in_bf16(self.state.device, tc.bf16)
 
     def _setup_batches(self, cfg: Config, log) -> None:
         """The train and valid splits, their token-budget batches (pairs longer than the model's positions or

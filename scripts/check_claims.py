@@ -454,9 +454,10 @@ def travel_row(label: str) -> str:
 
 
 def languages_finished() -> str:
-    """How many of the two grids' 36 runs are finished (in the archives): "Finished so far: 4 of 36 runs"."""
-    total = len(LANGUAGE_GRIDS) * len(LANGUAGE_ROWS) * TRAVEL_SEEDS
-    return f"Finished so far: {len(language_runs())} of {total} runs"
+    """How many of the two grids' 36 runs are finished (in the archives): "Finished so far: 4 of 36 runs"; once all
+    are, "All 36 runs are finished"."""
+    total, done = len(LANGUAGE_GRIDS) * len(LANGUAGE_ROWS) * TRAVEL_SEEDS, len(language_runs())
+    return f"All {total} runs are finished" if done == total else f"Finished so far: {done} of {total} runs"
 
 
 @dataclass(frozen=True)

@@ -375,6 +375,9 @@ def test_a_grid_s_finished_runs_are_counted_from_its_archive(monkeypatch):
     counts = {"en-cs": {"transformer": [1, 2, 3], "rel-pos": [1]}, "en-fr": {"transformer": [1, 2]}}
     monkeypatch.setattr(cc, "seeds", lambda budget, slug: counts.get(budget, {}).get(slug, []))
     assert cc.grid_finished("en-cs") == "4 of the en→cs grid's 18 runs are finished"
+    assert cc.languages_finished() == "Finished so far: 6 of 36 runs"  # both grids together
     assert cc.grid_finished("en-fr") == "2 of the en→fr grid's 18 runs are finished"
     counts["en-fr"] = {slug: [1, 2, 3] for slug in cc.LANGUAGE_ROWS.values()}
     assert cc.grid_finished("en-fr") == "The en→fr grid's 18 runs are finished"
+    counts["en-cs"] = dict(counts["en-fr"])
+    assert cc.languages_finished() == "All 36 runs are finished"

@@ -163,6 +163,19 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path, corpus, monkeypatch):
     lines.clear()
     run_grid(grid, overrides=["train.threads=1", "train.bf16=false"], log=lines.append)
     assert sum("finished earlier, skipped" in x for x in lines) == 2
+    # a finished float32 run whose train.bf16 differs, read where this command would train new runs in bf16 (a GPU,
+    # as patched): reported, and said in one line
+    resolved = out / "runs" / "transformer-base" / "seed1" / "resolved.yaml"
+    text = resolved.read_text()
+    resolved.write_text(text.replace("bf16: true", "bf16: false"))
+    real_cuda = torch.cuda.is_available
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    lines.clear()
+    run_grid(grid, overrides=["train.threads=1"], report_only=True, log=lines.append)
+    monkeypatch.setattr(torch.cuda, "is_available", real_cuda)
+    resolved.write_text(text)
+    said = [x for x in lines if "trained in float32" in x]
+    assert len(said) == 1 and "Transformer-Base (seed 1)" in said[0] and "train.bf16=false" in said[0]
 
     # two runs trained at once (--jobs 2) give the same models and translations as one after the other
     out2 = tmp_path / "out_jobs2"
@@ -944,6 +957,8 @@ def test_same_precision_reads_how_a_finished_run_trained(tmp_path, monkeypatch):
         assert not _same_precision(run, here)
         finished_on("cuda:0", None)  # no train.bf16 recorded: its default (true), so bf16 autocast
         assert not _same_precision(run, here)
+        finished_on("cpu", None)  # ... and on a CPU that default is float32
+        assert _same_precision(run, here)
         finished_on("cpu", False)
         assert _same_precision(run, here)
         finished_on("cpu", True, precision="bf16 autocast")  # the trainer's record wins over the device
@@ -999,3 +1014,20 @@ def test_hardware_line_says_the_precision_and_torch_of_gpu_runs():
     del results[("a", 2)]
     line = _hardware_line(results, configs)
     assert "training device cpu;" in line and "train.bf16" not in line
+
+
+def test_trained_as_reads_the_trainer_s_record_before_this_machine(monkeypatch):
+    """result.json's device and precision: the checkpoint's run state when it has them (a run trained on a GPU and
+    evaluated on a CPU machine stays a GPU run), this machine and the config when it has not, or when whether an
+    earlier launch used bf16 is not known (None)."""
+    from structnmt.config import Config
+    from structnmt.experiment.runner import trained_as
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = Config()  # bf16 true, device auto
+    assert trained_as({"device": "cuda:0", "bf16_autocast": True}, cfg) == ("cuda:0", "bf16 autocast")
+    assert trained_as({"device": "cuda:0", "bf16_autocast": False}, cfg) == ("cuda:0", "float32")
+    assert trained_as({"device": "cuda", "bf16_autocast": None}, cfg) == ("cuda", "bf16 autocast")  # from the config
+    assert trained_as({}, cfg) == ("cpu", "float32")  # a run from before the record, read here (no GPU)
+    cfg.train.bf16 = False
+    assert trained_as({"device": "cuda", "bf16_autocast": None}, cfg) == ("cuda", "float32")

@@ -258,3 +258,18 @@ def test_hooks_are_called_at_every_validation_and_once_at_the_end(synth_data, tm
     with pytest.raises(UserError, match="recorder.txt: exists and was not written by a structnmt command"):
         Trainer(small_config(synth_data, tmp_path / "mine"), log=quiet, hooks=[Recorder()])
     assert (tmp_path / "mine" / "recorder.txt").read_text() == "my notes\n"
+
+
+def test_the_run_state_records_how_it_trained_and_a_checkpoint_without_the_record_stays_unknown(synth_data,
+                                                                                                 tmp_path):
+    """Every launch records its device; bf16_autocast is False on a CPU, and a checkpoint written before the record
+    (no bf16_autocast) resumes as not known (None), since its earlier launches may have used bf16 on a GPU."""
+    save = tmp_path / "run"
+    st = train(small_config(synth_data, save, max_updates=2), log=quiet)
+    assert (st.device, st.bf16_autocast) == ("cpu", False)
+    last = torch.load(save / "checkpoint_last.pt", weights_only=False)
+    assert (last["run"]["device"], last["run"]["bf16_autocast"]) == ("cpu", False)
+    del last["run"]["bf16_autocast"], last["run"]["device"]  # as a checkpoint from before the record
+    torch.save(last, save / "checkpoint_last.pt")
+    st = train(small_config(synth_data, save, max_updates=4), log=quiet)
+    assert st.num_updates == 4 and (st.device, st.bf16_autocast) == ("cpu", None)

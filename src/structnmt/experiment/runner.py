@@ -193,6 +193,17 @@ def _resolved_device(device: str) -> str:
     return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
 
 
+def trained_as(run: dict, cfg: Config) -> tuple[str, str]:
+    """(device, precision) a run trained on, for its result.json: the trainer's record in its checkpoint's run state
+    (``device``, ``bf16_autocast``: a run may train on one machine and be finished on another), else what ``cfg``
+    gives on this machine (runs from before the record). Precision: ``bf16 autocast`` or ``float32``."""
+    device = run.get("device") or _resolved_device(cfg.train.device)
+    bf16 = run.get("bf16_autocast")
+    if bf16 is None:  # not recorded, or not known for every launch
+        bf16 = trains_in_bf16(device, cfg.train.bf16)
+    return device, "bf16 autocast" if bf16 else "float32"
+
+
 def _same_precision(run_dir: Path, cfg: Config) -> bool:
     """Whether a finished run whose ``train.bf16`` differs from ``cfg``'s is still the run ``cfg`` asks for: it
     trained in float32 and ``cfg`` admits float32 training. ``train.bf16`` is bf16 autocast on CUDA and ignored on
@@ -347,9 +358,7 @@ def _finish_result(grid: GridConfig, cfg: Config, run_dir: Path, tr, dcfg, main:
     ev = grid.evaluate
     # training throughput excludes the time spent validating
     train_seconds = float(run.get("train_seconds", 0.0)) - float(run.get("valid_seconds", 0.0))
-    # as the trainer recorded it (a run may have trained on another machine than the one finishing it)
-    train_device = run.get("device") or _resolved_device(cfg.train.device)
-    bf16 = run["bf16_autocast"] if "bf16_autocast" in run else trains_in_bf16(train_device, cfg.train.bf16)
+    train_device, precision = trained_as(run, cfg)
     result = {
         "n_params": n_params,
         "num_updates": int(run["num_updates"]),
@@ -358,7 +367,7 @@ def _finish_result(grid: GridConfig, cfg: Config, run_dir: Path, tr, dcfg, main:
         "train_tok_per_s": run["tgt_tokens"] / train_seconds if train_seconds > 0 else None,
         "peak_memory_mb": float(run.get("peak_memory_mb", 0.0)),
         "train_device": train_device,
-        "train_precision": "bf16 autocast" if bf16 else "float32",
+        "train_precision": precision,
         "averaged": [p.name for p in paths],
         "beam": dcfg.beam,
         "lenpen": dcfg.lenpen,
@@ -656,6 +665,9 @@ def _plan_run(plan: GridPlan, item: tuple[str, int, Path, str], cfg: Config, fin
             diff.remove("data.path")
         if "train.bf16" in diff and _same_precision(run_dir, cfg):  # bf16 acts on CUDA only
             diff.remove("train.bf16")
+            if trains_in_bf16(_resolved_device(cfg.train.device), cfg.train.bf16):
+                say(f"{tag}: trained in float32 (train.bf16 differs, ignored where it trained); a run this command "
+                    "trains here uses bf16 autocast: give train.bf16=false to keep the grid in one precision.")
         if diff:
             raise ExperimentError(
                 f"{run_dir}: this run was started with a different configuration ({', '.join(diff[:5])}); "

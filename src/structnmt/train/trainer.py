@@ -82,7 +82,9 @@ class RunState:
     lr_scale: float = 1.0  # train.lr_schedule halve_on_rise: 0.5 ** (number of rises so far)
     last_valid_nll: float | None = None  # the previous validation's nll (perplexity = exp(nll))
     device: str = ""  # the device the latest launch trained on (cpu, cuda:0, ...): the run's records
-    bf16_autocast: bool = False  # whether any launch trained under bf16 autocast (train.bf16 on CUDA)
+    # whether any launch trained under bf16 autocast (train.bf16 on CUDA); None: not known (a checkpoint from before
+    # this record, whose earlier launches may have)
+    bf16_autocast: bool | None = False
 
 
 # --------------------------------------------------------------------------- helpers
@@ -321,7 +323,8 @@ class Trainer:
         elif self.is_main:
             keep_earlier_metrics(self.metrics.path, log)
         self.state.device = str(self.device)  # what trains this run, for its records (structnmt.experiment)
-        self.state.bf16_autocast = self.state.bf16_autocast or trains_in_bf16(self.state.device, tc.bf16)
+        if trains_in_bf16(self.state.device, tc.bf16):
+            self.state.bf16_autocast = True
 
     def _setup_batches(self, cfg: Config, log) -> None:
         """The train and valid splits, their token-budget batches (pairs longer than the model's positions or
@@ -394,6 +397,7 @@ class Trainer:
         load_model_state(self.model, st, path)
         self.optimizer.load_state_dict(st["optimizer"])
         run = dict(st["run"])
+        run.setdefault("bf16_autocast", None)  # a checkpoint from before the record: how it trained is not known
         self.state = RunState(**run)
         set_rng_state(st["rng"])
 

@@ -23,6 +23,11 @@ def test_the_smoke_run_measures_every_row_and_writes_its_table(tmp_path, capsys)
     assert "smoke model training, 1,024 tokens/batch" in text and "decoding, beam 5, batch 8" in text
     assert "training, CUDA graphs (train.cuda_graphs)" in text and "not measured (give --data)" in text
     assert "decoding, beam 5, batch 8, fixed shapes (decode.cuda_graphs's steps, no capture off a GPU) |" in text
+    # the fixed-shape steps translate as the ordinary search: every best hypothesis the same
+    for key in ("decode_graphs", "tiny_decode_graphs"):
+        assert record[key]["sentences"] > 0 and record[key]["same_best"] == record[key]["sentences"]
+    n = record["decode_graphs"]["sentences"]
+    assert f"best hypothesis as the ordinary search's for {n:,} of {n:,} sentences" in text
 
 
 def test_the_rows_of_the_grid_are_timed_one_at_a_time_against_the_baseline(tmp_path, capsys):

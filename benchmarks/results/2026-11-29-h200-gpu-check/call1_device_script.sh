@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call for this session: (1) the GPU check (main's code, alone on the GPU), then (2) the en->cs grid's
+# The device call of 2026-11-29 (one H200): (1) the GPU check (main's code, alone on the GPU), then (2) the en->cs grid's
 # missing runs packed under CUDA MPS with the code that trained the grid's other runs (.gpu/code = commit 6aa99ac).
 # Usage: bash .gpu/go.sh END_SECONDS CHECK_DEADLINE DEVICE [overrides...]
 set -u

@@ -30,7 +30,7 @@ from ..config import Config
 from ..evaluate.score import corpus_scores, paired_bootstrap
 from ..evaluate.seeds import describe_test, seed_aware_test
 from ..fileio.files import OutputDir, committed_or_plain, read_lines_exact
-from ..machine.device import device_type
+from ..machine.device import device_type, trains_in_bf16
 from .generalization_report import generalization_section
 from .grid import GridConfig, seeds_of, split_prefix
 
@@ -576,7 +576,8 @@ def _hardware_line(results: dict, configs: dict[tuple[str, int], Config]) -> str
              "this machine (the runs recorded none)")
     threads = sorted({configs[k].train.threads for k in results})
     devices = sorted({r["train_device"] for r in results.values()})
-    on_cuda = sorted({r.get("train_precision") or ("bf16 autocast" if configs[k].train.bf16 else "float32")
+    on_cuda = sorted({r.get("train_precision")  # the run's record, else its config (train.bf16 acts on CUDA)
+                      or ("bf16 autocast" if trains_in_bf16(r["train_device"], configs[k].train.bf16) else "float32")
                       for k, r in results.items() if device_type(r["train_device"]) == "cuda"})
     precision = "" if not on_cuda else f" (on CUDA {' and '.join(on_cuda)}, train.bf16)"  # a CPU trains in float32
     torches = sorted({h["torch"] for h in recorded} or {hw["torch"]})

@@ -189,8 +189,9 @@ def _config_diff(old: dict, new: dict) -> list[str]:
 
 
 def _resolved_device(device: str) -> str:
-    """``train.device`` as the trainer resolves it here (``auto``: CUDA when there is one)."""
-    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    """``train.device`` as the trainer resolves it here (``auto``: :func:`get_device`'s choice); a named device as
+    named, even where it is not present (a run finished on another machine than it trained on)."""
+    return str(get_device("auto")) if device == "auto" else device
 
 
 def trained_as(run: dict, cfg: Config) -> tuple[str, str]:
